@@ -1,0 +1,28 @@
+package event
+
+import "regexp"
+
+// The name rules of contract §1–2. A string that passes them cannot add a `:`,
+// `*`, `{`, `}` or white space to a storage key.
+var (
+	typeRe = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
+	idRe   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._~-]{0,127}$`)
+	kindRe = regexp.MustCompile(`^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$`)
+)
+
+// MaxKindLen bounds an event kind; contract §2 gives the pattern, this keeps it sane.
+const MaxKindLen = 128
+
+// ValidType reports whether s may name a context type.
+func ValidType(s string) bool { return typeRe.MatchString(s) }
+
+// ValidContextID reports whether s may name a context id. `list` is reserved
+// for the list route.
+func ValidContextID(s string) bool { return s != "list" && idRe.MatchString(s) }
+
+// ValidName reports whether s may be used as a flow name, index name or other
+// identifier that becomes part of a key.
+func ValidName(s string) bool { return idRe.MatchString(s) }
+
+// ValidKind reports whether s is a dot.case event kind.
+func ValidKind(s string) bool { return len(s) <= MaxKindLen && kindRe.MatchString(s) }

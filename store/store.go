@@ -1,0 +1,160 @@
+// Package store is the contract between nqd and its storage backends: one
+// append-only stream of events per context, live subscriptions to those
+// streams, and sorted indexes of contexts. Every backend passes the conformance
+// suite in store/storetest.
+package store
+
+import (
+	"context"
+	"errors"
+
+	"github.com/nqd-dev/nqd/event"
+)
+
+// Sentinel errors. Backends wrap them; callers test with errors.Is.
+var (
+	// ErrNotFound: the thing asked for does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: the write contradicts the current state (e.g. an
+	// idempotency key reused with a different request).
+	ErrConflict = errors.New("conflict")
+	// ErrInvalid: an argument breaks the contract (bad name, empty batch, ...).
+	ErrInvalid = errors.New("invalid argument")
+	// ErrUnavailable: the backend cannot be reached; nothing was written.
+	ErrUnavailable = errors.New("store unavailable")
+	// ErrClosed: the store or subscription was closed.
+	ErrClosed = errors.New("closed")
+	// ErrOverflow: a subscriber fell behind by more than its buffer and was
+	// dropped; it resumes by reading the stream after its last id.
+	ErrOverflow = errors.New("subscriber overflow")
+	// ErrLiveLost: the live feed was interrupted and events may have been
+	// missed; the subscriber resumes by reading the stream after its last id.
+	ErrLiveLost = errors.New("live feed lost")
+)
+
+// Context names one event stream, `<prefix>:<Type>:<ID>`.
+type Context struct {
+	Type string
+	ID   string
+}
+
+// Valid reports whether both parts pass the name rules of contract §1.
+func (c Context) Valid() bool { return event.ValidType(c.Type) && event.ValidContextID(c.ID) }
+
+func (c Context) String() string { return c.Type + ":" + c.ID }
+
+// Index names a sorted set of context ids: `<prefix>:<Type>s` or, with a
+// Name, `<prefix>:<Type>s:<Name>` (e.g. the runs of one flow, `flows:<name>`).
+type Index struct {
+	Type string
+	Name string
+}
+
+// Valid reports whether the index names pass the rules of contract §1.
+func (ix Index) Valid() bool {
+	return event.ValidType(ix.Type) && (ix.Name == "" || event.ValidName(ix.Name))
+}
+
+// AppendOptions tune one append.
+type AppendOptions struct {
+	// IdempotencyKey, when set, makes a repeat of the append to the same
+	// context within the store's idempotency window return the first result
+	// and append nothing. Keys are scoped to the context.
+	IdempotencyKey string
+}
+
+// AppendResult is what an append stored.
+type AppendResult struct {
+	Events []event.Event // with ID set, in stream order
+	// Replayed is true when the idempotency key had been seen: Events are the
+	// first append's and nothing new was written.
+	Replayed bool
+}
+
+// RangeQuery selects events of one stream. Zero values mean unbounded.
+type RangeQuery struct {
+	After   event.ID // exclusive lower bound
+	Before  event.ID // exclusive upper bound
+	Through event.ID // inclusive upper bound (time travel: event.IDAt(t))
+	Kinds   []string // only these kinds; empty means all
+	Limit   int      // at most this many; 0 means no limit
+	Reverse bool     // newest first; Limit then keeps the newest
+}
+
+// StreamInfo describes a stream.
+type StreamInfo struct {
+	Length  int64
+	FirstID event.ID // zero when empty
+	LastID  event.ID // zero when empty
+}
+
+// IndexEntry is one member of an index with its score in epoch milliseconds.
+type IndexEntry struct {
+	ID    string
+	Score int64
+}
+
+// IndexPage is one page of an index, newest (highest score) first.
+type IndexPage struct {
+	Entries []IndexEntry
+	Total   int64
+}
+
+// Subscription delivers the events appended to one context after it was
+// created, in order. C is closed when the subscription ends; Err then says why
+// (ErrClosed after Close, ErrOverflow, ErrLiveLost, or the context's error).
+type Subscription interface {
+	C() <-chan event.Event
+	Err() error
+	Close()
+}
+
+// Store is the storage contract.
+//
+// Appends are atomic: all of a batch is stored and published, or none. On
+// append, a backend also maintains these indexes in the same atomic step:
+//   - the context's first event adds it to Index{Type: c.Type} with the
+//     event's time as score;
+//   - `flow.started` / `flow.start` with a FlowName add the context to
+//     Index{Type: "flow", Name: FlowName};
+//   - `trigger.registered` adds the context to Index{Type: "trigger"}.
+//
+// An index member keeps its first score.
+type Store interface {
+	// Append stores evs (at least one) at the end of c's stream, assigning
+	// increasing ids, and publishes each to c's live subscribers on every
+	// instance. Errors: ErrInvalid (bad context, empty batch, bad kind),
+	// ErrUnavailable (nothing was written).
+	Append(ctx context.Context, c Context, evs []event.Event, opts AppendOptions) (AppendResult, error)
+
+	// Range reads events of c's stream in id order (or reverse). A context
+	// with no events gives an empty slice, not an error. Errors: ErrInvalid,
+	// ErrUnavailable.
+	Range(ctx context.Context, c Context, q RangeQuery) ([]event.Event, error)
+
+	// Info returns the length and the first and last ids of c's stream; an
+	// empty stream has zero values. Errors: ErrInvalid, ErrUnavailable.
+	Info(ctx context.Context, c Context) (StreamInfo, error)
+
+	// Subscribe starts delivering c's new events. The channel holds at most
+	// buffer events (a backend default when buffer <= 0); a subscriber that
+	// lets it fill is ended with ErrOverflow. Events appended after Subscribe
+	// returns are delivered; earlier ones are read with Range. Errors:
+	// ErrInvalid, ErrClosed, ErrUnavailable.
+	Subscribe(ctx context.Context, c Context, buffer int) (Subscription, error)
+
+	// IndexAdd adds id to ix with score (epoch ms) unless it is there already.
+	// Errors: ErrInvalid, ErrUnavailable.
+	IndexAdd(ctx context.Context, ix Index, id string, score int64) error
+
+	// IndexList returns members of ix, highest score first (ties by id),
+	// skipping offset and returning at most limit. Errors: ErrInvalid,
+	// ErrUnavailable.
+	IndexList(ctx context.Context, ix Index, offset, limit int) (IndexPage, error)
+
+	// Ping checks that the backend is reachable. Errors: ErrUnavailable.
+	Ping(ctx context.Context) error
+
+	// Close releases the store; subscriptions end with ErrClosed.
+	Close() error
+}
