@@ -1,6 +1,6 @@
 module github.com/nqd-dev/nqd
 
-go 1.26.8
+go 1.26
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect

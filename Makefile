@@ -1,0 +1,53 @@
+# nqd — the event backend for Nuxt Queue flows.
+GO        ?= go
+PKGS      := ./...
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -s -w -X main.version=$(VERSION)
+BENCHTIME ?= 2s
+
+.PHONY: run build test test-short lint fuzz bench golden tidy-check vuln clean
+
+## run: start nqd on the embedded store in ./data (set NQ_REDIS_URL to use Redis)
+run:
+	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/server
+
+## build: a static binary in bin/nqd
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/nqd ./cmd/server
+
+## test: every test with the race detector; Redis tests start their own redis-server
+test:
+	$(GO) test -race -count=1 -cover -timeout 20m $(PKGS)
+
+## test-short: the tests without the race detector, for a quick loop
+test-short:
+	$(GO) test -count=1 $(PKGS)
+
+## lint: vet, formatting and staticcheck
+lint:
+	$(GO) vet $(PKGS)
+	test -z "$$(gofmt -l $$(git ls-files '*.go'))"
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@latest $(PKGS)
+
+## fuzz: longer runs of the fuzz targets
+fuzz:
+	$(GO) test -run='^$$' -fuzz=FuzzApply -fuzztime=30s ./reducers
+
+## bench: store, handler and reducer benchmarks
+bench:
+	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) ./store/... ./handlers/... ./reducers/...
+
+## golden: rewrite golden files (review the diff before committing)
+golden:
+	$(GO) test ./reducers/... ./handlers/... -update
+
+## tidy-check: fail if go mod tidy would change go.mod or go.sum
+tidy-check:
+	$(GO) mod tidy -diff
+
+## vuln: known vulnerabilities in dependencies
+vuln:
+	$(GO) run golang.org/x/vuln/cmd/govulncheck@latest $(PKGS)
+
+clean:
+	rm -rf bin

@@ -1,0 +1,37 @@
+// Command server runs nqd: the event store, live streams and flow coordinator
+// for Nuxt Queue flows.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/nqd-dev/nqd/config"
+	"github.com/nqd-dev/nqd/wiring"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cfg, err := config.Load(os.Args[1:], os.Getenv, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "nqd: configuration:", err)
+		os.Exit(2)
+	}
+	logger := wiring.Logger(cfg, os.Stdout).With().Str("version", version).Logger()
+	if err := wiring.Run(ctx, cfg, logger); err != nil {
+		logger.Error().Err(err).Msg("nqd stopped")
+		os.Exit(1)
+	}
+}
