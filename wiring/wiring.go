@@ -1,0 +1,213 @@
+// Package wiring is nqd's composition root: it turns a config.Config into a
+// running server, choosing the store backend and assembling the HTTP handler.
+// It is the only package that imports every other one.
+package wiring
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/nqd-dev/nqd/config"
+	"github.com/nqd-dev/nqd/handlers"
+	"github.com/nqd-dev/nqd/store"
+	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/store/redisstore"
+)
+
+// App is an assembled nqd: its store, its handler and its listener.
+type App struct {
+	log     zerolog.Logger
+	cfg     config.Config
+	Store   store.Store
+	Handler http.Handler
+	ln      net.Listener
+	srv     *http.Server
+	closers []func() error // run in reverse order by Close
+}
+
+// New opens the store the config selects, builds the handler and binds the
+// listen address, so that a bad address or an unreachable Redis fails here,
+// synchronously.
+func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, error) {
+	a := &App{log: log, cfg: cfg}
+	st, err := a.openStore(ctx)
+	if err != nil {
+		return nil, errors.Join(err, a.Close())
+	}
+	a.Store = st
+
+	api := handlers.New(handlers.Deps{
+		Store: st,
+		Log:   log,
+		Now:   time.Now,
+		Limits: handlers.Limits{
+			MaxBodyBytes:   cfg.MaxBodyBytes,
+			MaxBatch:       cfg.MaxBatch,
+			RequestTimeout: cfg.RequestTimeout,
+		},
+	})
+	a.Handler = api.Routes()
+
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("listen on %s: %w", cfg.Addr, err), a.Close())
+	}
+	a.ln = ln
+	a.srv = &http.Server{
+		Handler:           a.Handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          nil,
+	}
+	return a, nil
+}
+
+func (a *App) openStore(ctx context.Context) (store.Store, error) {
+	switch a.cfg.Backend() {
+	case "redis":
+		client, err := redisClient(a.cfg.RedisURL)
+		if err != nil {
+			return nil, fmt.Errorf("NQ_REDIS_URL: %w", err)
+		}
+		a.closers = append(a.closers, client.Close)
+		pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if err := client.Ping(pingCtx).Err(); err != nil {
+			return nil, fmt.Errorf("redis at %s is not reachable: %w", redactURL(a.cfg.RedisURL), err)
+		}
+		st, err := redisstore.New(client, redisstore.Options{
+			Prefix:            a.cfg.Prefix,
+			IdempotencyWindow: a.cfg.IdempotencyWindow,
+			MaxLen:            a.cfg.StreamMaxLen,
+			Logger:            a.log,
+		})
+		if err != nil {
+			return nil, err
+		}
+		a.closers = append(a.closers, st.Close)
+		a.log.Info().Str("store", "redis").Str("redis", redactURL(a.cfg.RedisURL)).Str("prefix", a.cfg.Prefix).Msg("using the Redis store")
+		return st, nil
+	default:
+		if err := os.MkdirAll(a.cfg.DataDir, 0o750); err != nil {
+			return nil, fmt.Errorf("NQ_DATA_DIR: %w", err)
+		}
+		path := filepath.Join(a.cfg.DataDir, "nqd.db")
+		st, err := boltstore.Open(path, boltstore.Options{
+			IdempotencyWindow: a.cfg.IdempotencyWindow,
+			Logger:            a.log,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("open the embedded store %s: %w", path, err)
+		}
+		a.closers = append(a.closers, st.Close)
+		a.log.Info().Str("store", "embedded").Str("path", path).Msg("using the embedded store (set NQ_REDIS_URL to use Redis)")
+		return st, nil
+	}
+}
+
+// redisClient builds a client for a plain or, with `master_name`, a Sentinel URL.
+func redisClient(raw string) (redis.UniversalClient, error) {
+	if strings.Contains(raw, "master_name=") {
+		opts, err := redis.ParseFailoverURL(raw)
+		if err != nil {
+			return nil, err
+		}
+		return redis.NewFailoverClient(opts), nil
+	}
+	opts, err := redis.ParseURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	return redis.NewClient(opts), nil
+}
+
+// redactURL hides the password of a Redis URL so it never reaches a log.
+func redactURL(raw string) string {
+	if i := strings.Index(raw, "://"); i >= 0 {
+		if at := strings.LastIndex(raw, "@"); at > i {
+			return raw[:i+3] + "***@" + raw[at+1:]
+		}
+	}
+	return raw
+}
+
+// Addr is the address the server listens on (useful with port 0).
+func (a *App) Addr() string { return a.ln.Addr().String() }
+
+// Serve serves until Shutdown; it returns nil after a clean shutdown.
+func (a *App) Serve() error {
+	a.log.Info().Str("addr", a.Addr()).Msg("nqd listening")
+	if err := a.srv.Serve(a.ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// Shutdown stops accepting connections and waits for open requests until ctx ends.
+func (a *App) Shutdown(ctx context.Context) error {
+	if a.srv == nil {
+		return nil
+	}
+	return a.srv.Shutdown(ctx)
+}
+
+// Close releases everything New opened, newest first.
+func (a *App) Close() error {
+	var errs []error
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		errs = append(errs, a.closers[i]())
+	}
+	a.closers = nil
+	return errors.Join(errs...)
+}
+
+// Run is New, then Serve until ctx is done, then a graceful shutdown.
+func Run(ctx context.Context, cfg config.Config, log zerolog.Logger) error {
+	a, err := New(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- a.Serve() }()
+	select {
+	case err = <-serveErr:
+	case <-ctx.Done():
+		log.Info().Dur("timeout", cfg.ShutdownTimeout).Msg("shutting down")
+		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		err = a.Shutdown(sctx)
+		cancel()
+		if serr := <-serveErr; err == nil {
+			err = serr
+		}
+	}
+	return errors.Join(err, a.Close())
+}
+
+// Logger builds the process logger: JSON, or human-readable console output
+// when format is "console" or "auto" with out being a terminal.
+func Logger(cfg config.Config, out *os.File) zerolog.Logger {
+	level, err := zerolog.ParseLevel(cfg.LogLevel)
+	if err != nil {
+		level = zerolog.InfoLevel
+	}
+	var w io.Writer = out
+	if cfg.LogFormat == "console" || (cfg.LogFormat == "auto" && isTerminal(out)) {
+		w = zerolog.ConsoleWriter{Out: out, TimeFormat: time.TimeOnly}
+	}
+	return zerolog.New(w).Level(level).With().Timestamp().Logger()
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
