@@ -1,0 +1,100 @@
+package storetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/store"
+)
+
+// benchEvent is about 256 bytes stored, the event size the targets assume.
+func benchEvent(c store.Context, n int) event.Event {
+	return event.Event{
+		Kind: "step.completed", Subject: c.ID, Flow: c.ID, FlowName: "bench", Step: "charge",
+		Data: json.RawMessage(fmt.Sprintf(`{"n":%d,"result":"%s"}`, n, strings.Repeat("x", 100))),
+		Meta: json.RawMessage(`{"attempt":1,"duration":12}`),
+	}
+}
+
+// RunBenchmarks measures the operations the service leans on: single and
+// batched appends, reading a 1000-event stream, and appends from many
+// goroutines to their own contexts. newStore is called once per benchmark and
+// follows the same rules as for Run.
+func RunBenchmarks(b *testing.B, newStore func(b *testing.B) store.Store) {
+	b.Run("AppendSingle", func(b *testing.B) {
+		s := newStore(b)
+		c := store.Context{Type: "flow", ID: "bench-single"}
+		n := 0
+		for b.Loop() {
+			benchAppend(b, s, c, []event.Event{benchEvent(c, n)})
+			n++
+		}
+		b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "events/s")
+	})
+
+	b.Run("AppendBatch10", func(b *testing.B) {
+		s := newStore(b)
+		c := store.Context{Type: "flow", ID: "bench-batch"}
+		batch := make([]event.Event, 10)
+		n := 0
+		for b.Loop() {
+			for i := range batch {
+				batch[i] = benchEvent(c, n)
+				n++
+			}
+			benchAppend(b, s, c, batch)
+		}
+		b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "events/s")
+	})
+
+	b.Run("Range1000", func(b *testing.B) {
+		s := newStore(b)
+		c := store.Context{Type: "flow", ID: "bench-range"}
+		batch := make([]event.Event, 100)
+		for n := range 10 {
+			for i := range batch {
+				batch[i] = benchEvent(c, n*100+i)
+			}
+			benchAppend(b, s, c, batch)
+		}
+		for b.Loop() {
+			got, err := s.Range(b.Context(), c, store.RangeQuery{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(got) != 1000 {
+				b.Fatalf("Range returned %d events, want 1000", len(got))
+			}
+		}
+	})
+
+	b.Run("AppendParallel", func(b *testing.B) {
+		s := newStore(b)
+		var workers, total atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			c := store.Context{Type: "flow", ID: fmt.Sprintf("bench-par-%d", workers.Add(1))}
+			n := 0
+			for pb.Next() {
+				// Fatal may not be called off the benchmark's goroutine.
+				if _, err := s.Append(b.Context(), c, []event.Event{benchEvent(c, n)}, store.AppendOptions{}); err != nil {
+					b.Error(err)
+					return
+				}
+				n++
+			}
+			total.Add(int64(n))
+		})
+		b.ReportMetric(float64(total.Load())/b.Elapsed().Seconds(), "events/s")
+	})
+}
+
+func benchAppend(b *testing.B, s store.Store, c store.Context, batch []event.Event) {
+	b.Helper()
+	if _, err := s.Append(b.Context(), c, batch, store.AppendOptions{}); err != nil {
+		b.Fatal(err)
+	}
+}
