@@ -1,0 +1,155 @@
+// Package handlers is nqd's HTTP API: the route table, request decoding and
+// the one error funnel every handler answers through. openapi.yaml at the
+// repository root describes every route, and a test keeps the two equal.
+package handlers
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/go-playground/validator/v10"
+	"github.com/rs/zerolog"
+	"github.com/rs/zerolog/hlog"
+
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/store"
+)
+
+// Appender appends events to a context's stream; see store.Store.Append.
+type Appender interface {
+	Append(ctx context.Context, c store.Context, evs []event.Event, opts store.AppendOptions) (store.AppendResult, error)
+}
+
+// Reader reads a context's stream; see store.Store.Range and store.Store.Info.
+type Reader interface {
+	Range(ctx context.Context, c store.Context, q store.RangeQuery) ([]event.Event, error)
+	Info(ctx context.Context, c store.Context) (store.StreamInfo, error)
+}
+
+// Indexer lists the members of an index; see store.Store.IndexList.
+type Indexer interface {
+	IndexList(ctx context.Context, ix store.Index, offset, limit int) (store.IndexPage, error)
+}
+
+// Pinger reports whether the store is reachable; see store.Store.Ping.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// Store is the part of store.Store the API uses. Any store.Store is one.
+type Store interface {
+	Appender
+	Reader
+	Indexer
+	Pinger
+}
+
+// StateReader folds a context's events, up to and including through, into the
+// state its reducer builds. The context route answers with it as `state`.
+// Errors follow the store's sentinels.
+type StateReader interface {
+	State(ctx context.Context, c store.Context, through event.ID) (any, error)
+}
+
+// Limits bound what one request may ask of the server. Zero fields take the
+// Default values.
+type Limits struct {
+	MaxBodyBytes   int64         // request body size
+	MaxBatch       int           // events in one append
+	RequestTimeout time.Duration // time an API route may take
+}
+
+// The default limits. The body limit is contract §2's.
+const (
+	DefaultMaxBodyBytes   = 1 << 20
+	DefaultMaxBatch       = 1000
+	DefaultRequestTimeout = 10 * time.Second
+)
+
+// Deps are what the API is built from.
+type Deps struct {
+	Store Store
+	// State is optional: without it the context route leaves `state` out.
+	State  StateReader
+	Log    zerolog.Logger
+	Now    func() time.Time // defaults to time.Now
+	Limits Limits
+}
+
+// API serves nqd's HTTP routes. Build it with New and mount Routes.
+type API struct {
+	store    Store
+	state    StateReader
+	log      zerolog.Logger
+	now      func() time.Time
+	limits   Limits
+	validate *validator.Validate
+}
+
+// New builds the API from d, filling in defaults for zero limits and clock.
+func New(d Deps) *API {
+	lim := d.Limits
+	if lim.MaxBodyBytes <= 0 {
+		lim.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if lim.MaxBatch <= 0 {
+		lim.MaxBatch = DefaultMaxBatch
+	}
+	if lim.RequestTimeout <= 0 {
+		lim.RequestTimeout = DefaultRequestTimeout
+	}
+	now := d.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &API{store: d.Store, state: d.State, log: d.Log, now: now, limits: lim, validate: newValidator()}
+}
+
+// Routes is the whole HTTP API in one table.
+func (a *API) Routes() http.Handler {
+	r := chi.NewRouter()
+	r.Use(
+		hlog.NewHandler(a.log),
+		hlog.RequestIDHandler("req_id", "X-Request-ID"),
+		hlog.AccessHandler(accessLog),
+		recoverer,
+	)
+	// Set before any sub-router exists so that every one inherits them.
+	r.NotFound(notFound)
+	r.MethodNotAllowed(methodNotAllowed(r))
+
+	r.Group(func(r chi.Router) {
+		r.Use(middleware.Timeout(a.limits.RequestTimeout))
+
+		r.Get("/healthz", a.healthz)
+		r.Get("/readyz", a.readyz)
+
+		r.Route("/api/_events/{type}", func(r chi.Router) {
+			r.Get("/list", a.listContexts)
+			r.Get("/{id}", a.getContext)
+			r.Post("/{id}", a.appendEvents)
+		})
+	})
+
+	// Streaming routes (SSE) live here: a long-lived response must not be
+	// cut by the API timeout nor buffered by compression.
+	r.Group(func(r chi.Router) {
+	})
+
+	return r
+}
+
+// accessLog writes one line per request. It never logs headers or bodies,
+// which may carry credentials or user data.
+func accessLog(r *http.Request, status, size int, d time.Duration) {
+	hlog.FromRequest(r).Info().
+		Str("method", r.Method).
+		Str("path", r.URL.Path).
+		Int("status", status).
+		Int("size", size).
+		Dur("duration", d).
+		Msg("request")
+}

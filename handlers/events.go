@@ -1,0 +1,212 @@
+package handlers
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/store"
+)
+
+// Paging of the context route: era A read up to 1000 events.
+const (
+	defaultEventLimit = 1000
+	maxEventLimit     = 10000
+)
+
+// Paging of the list route (ui-contract A.4).
+const (
+	defaultListLimit = 50
+	maxListLimit     = 100
+)
+
+// eventsBody answers a batch append.
+type eventsBody struct {
+	Events []event.Event `json:"events"`
+}
+
+// appendEvents stores one record or a batch (contract §4). A replay of an
+// Idempotency-Key answers the first append's body and status again, marked by
+// the Idempotent-Replayed header, so a retrying client cannot tell a lost
+// answer from a repeated one.
+func (a *API) appendEvents(w http.ResponseWriter, r *http.Request) {
+	c, err := a.contextParam(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	opts, err := idempotencyOptions(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, a.limits.MaxBodyBytes)
+	evs, batch, err := a.decodeAppend(r, c)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	res, err := a.store.Append(r.Context(), c, evs, opts)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if !batch && len(res.Events) != 1 {
+		writeError(w, r, fmt.Errorf("%w: idempotency key first used for %d events", store.ErrConflict, len(res.Events)))
+		return
+	}
+	if res.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	if batch {
+		writeJSON(w, r, http.StatusCreated, eventsBody{Events: res.Events})
+		return
+	}
+	writeJSON(w, r, http.StatusCreated, res.Events[0])
+}
+
+// contextBody answers the context route.
+type contextBody struct {
+	Type        string        `json:"type"`
+	ID          string        `json:"id"`
+	EventCount  int64         `json:"eventCount"`
+	LastEventID *string       `json:"lastEventId"` // null for an empty context
+	State       any           `json:"state,omitempty"`
+	Events      []event.Event `json:"events"`
+}
+
+// getContext answers a context's events oldest first, after fromId, with the
+// stream's length and last id. The length and last id are read first and the
+// events only up to that id, so the three agree even while others append.
+func (a *API) getContext(w http.ResponseWriter, r *http.Request) {
+	c, err := a.contextParam(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	q := r.URL.Query()
+	limit, err := intParam(q, "limit", defaultEventLimit, 1, maxEventLimit)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	var after event.ID
+	if s := q.Get("fromId"); s != "" {
+		if after, err = event.ParseID(s); err != nil {
+			writeError(w, r, invalidField("fromId", "must be a stream entry id such as 1732000000000-0"))
+			return
+		}
+	}
+
+	info, err := a.store.Info(r.Context(), c)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	body := contextBody{Type: c.Type, ID: c.ID, EventCount: info.Length, Events: []event.Event{}}
+	if info.Length == 0 {
+		writeJSON(w, r, http.StatusOK, body)
+		return
+	}
+	last := info.LastID.String()
+	body.LastEventID = &last
+	evs, err := a.store.Range(r.Context(), c, store.RangeQuery{After: after, Through: info.LastID, Limit: limit})
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if evs != nil {
+		body.Events = evs
+	}
+	if a.state != nil {
+		if body.State, err = a.state.State(r.Context(), c, info.LastID); err != nil {
+			writeError(w, r, err)
+			return
+		}
+	}
+	writeJSON(w, r, http.StatusOK, body)
+}
+
+// listBody answers the list route (contract §4, ui-contract A.4).
+type listBody struct {
+	Type  string     `json:"type"`
+	Name  string     `json:"name,omitempty"`
+	Count int        `json:"count"`
+	Total int64      `json:"total"`
+	Items []listItem `json:"items"`
+}
+
+type listItem struct {
+	ID        string `json:"id"`
+	Timestamp int64  `json:"timestamp"` // epoch ms
+	CreatedAt string `json:"createdAt"` // the same instant, ISO 8601
+}
+
+// listContexts pages an index newest first: the runs of one flow with
+// `name`, every context of the type without.
+func (a *API) listContexts(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	ix := store.Index{Type: chi.URLParam(r, "type"), Name: q.Get("name")}
+	if !event.ValidType(ix.Type) {
+		writeError(w, r, invalidField("type", nameRules["context_type"].rule))
+		return
+	}
+	if ix.Name != "" && !event.ValidName(ix.Name) {
+		writeError(w, r, invalidField("name", nameRules["key_name"].rule))
+		return
+	}
+	if q.Has("status") {
+		// Paging by status needs the run index of the flow engine; a
+		// filter silently ignored would answer the wrong runs.
+		writeError(w, r, invalidField("status", "is not supported yet"))
+		return
+	}
+	limit, err := intParam(q, "limit", defaultListLimit, 1, maxListLimit)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	offset, err := intParam(q, "offset", 0, 0, noUpperBound)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+
+	page, err := a.store.IndexList(r.Context(), ix, offset, limit)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	body := listBody{Type: ix.Type, Name: ix.Name, Count: len(page.Entries), Total: page.Total, Items: make([]listItem, 0, len(page.Entries))}
+	for _, e := range page.Entries {
+		body.Items = append(body.Items, listItem{
+			ID:        e.ID,
+			Timestamp: e.Score,
+			CreatedAt: time.UnixMilli(e.Score).UTC().Format(event.TimeFormat),
+		})
+	}
+	writeJSON(w, r, http.StatusOK, body)
+}
+
+type statusBody struct {
+	Status string `json:"status"`
+}
+
+// healthz says the process serves requests; it does not touch the store, so
+// a store outage does not get the process restarted.
+func (a *API) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, r, http.StatusOK, statusBody{Status: "ok"})
+}
+
+// readyz says whether the store answers, so that a load balancer sends no
+// traffic to an instance that would fail it.
+func (a *API) readyz(w http.ResponseWriter, r *http.Request) {
+	if err := a.store.Ping(r.Context()); err != nil {
+		writeError(w, r, fmt.Errorf("%w: %w", store.ErrUnavailable, err))
+		return
+	}
+	writeJSON(w, r, http.StatusOK, statusBody{Status: "ok"})
+}

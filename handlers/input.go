@@ -1,0 +1,358 @@
+package handlers
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"mime"
+	"net/http"
+	"net/url"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/store"
+)
+
+// inputRecord is one event as a client sends it (contract §2): either
+// spelling of each aliased pair, and `stepId`, which the Node module's records
+// carry and nqd keeps as meta.stepId.
+type inputRecord struct {
+	ID            json.RawMessage `json:"id"` // ignored: the store assigns it
+	TS            json.RawMessage `json:"ts"` // ignored: the id's time is the record's
+	Kind          string          `json:"kind"`
+	Type          string          `json:"type"`
+	Subject       string          `json:"subject"`
+	Flow          string          `json:"flow"`
+	RunID         string          `json:"runId"`
+	FlowName      string          `json:"flowName"`
+	Step          string          `json:"step"`
+	StepName      string          `json:"stepName"`
+	StepID        string          `json:"stepId"`
+	Attempt       *int            `json:"attempt"`
+	Trigger       string          `json:"trigger"`
+	CorrelationID string          `json:"correlationId"`
+	Data          json.RawMessage `json:"data"`
+	Meta          json.RawMessage `json:"meta"`
+}
+
+// appendBody is a POST body: one record, or a batch of them under `events`.
+// Decoding the union in one pass keeps unknown fields an error at the top.
+type appendBody struct {
+	inputRecord
+	Events []json.RawMessage `json:"events"`
+}
+
+// record is an input record with its aliases resolved: what the validator
+// checks. Names that become part of storage keys follow the key rules; the
+// others are only bounded.
+type record struct {
+	Kind          string `json:"kind" validate:"required,event_kind"`
+	Flow          string `json:"flow" validate:"max=256"`
+	FlowName      string `json:"flowName" validate:"omitempty,key_name"`
+	Step          string `json:"step" validate:"max=256"`
+	Attempt       int    `json:"attempt" validate:"gte=0"`
+	Trigger       string `json:"trigger" validate:"max=256"`
+	CorrelationID string `json:"correlationId" validate:"max=256"`
+}
+
+// pathContext is the context a route's URL names.
+type pathContext struct {
+	Type string `json:"type" validate:"context_type"`
+	ID   string `json:"id" validate:"context_id"`
+}
+
+// contextParam reads and checks the {type} and {id} of the URL, so that no
+// client string reaches a storage key unchecked.
+func (a *API) contextParam(r *http.Request) (store.Context, error) {
+	p := pathContext{Type: chi.URLParam(r, "type"), ID: chi.URLParam(r, "id")}
+	if err := a.validateStruct(p, ""); err != nil {
+		return store.Context{}, err
+	}
+	return store.Context{Type: p.Type, ID: p.ID}, nil
+}
+
+// idempotencyOptions reads the Idempotency-Key header: 1–255 printable ASCII
+// characters, so it can be stored as is.
+func idempotencyOptions(r *http.Request) (store.AppendOptions, error) {
+	vals, ok := r.Header["Idempotency-Key"]
+	if !ok {
+		return store.AppendOptions{}, nil
+	}
+	const rule = "must be 1 to 255 printable ASCII characters"
+	if len(vals) != 1 || len(vals[0]) < 1 || len(vals[0]) > 255 {
+		return store.AppendOptions{}, invalidField("Idempotency-Key", rule)
+	}
+	for i := 0; i < len(vals[0]); i++ {
+		if c := vals[0][i]; c < 0x20 || c > 0x7e {
+			return store.AppendOptions{}, invalidField("Idempotency-Key", rule)
+		}
+	}
+	return store.AppendOptions{IdempotencyKey: vals[0]}, nil
+}
+
+// checkJSONContent accepts a JSON media type or none (some clients send
+// none); anything else is not an event.
+func checkJSONContent(r *http.Request) error {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return nil
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+		return badRequest("The body must be JSON, sent as Content-Type: application/json.")
+	}
+	return nil
+}
+
+// decodeAppend reads a POST body into the events to append to c. batch
+// reports whether the body was `{"events":[...]}`. Every bad field of every
+// event is reported; one bad event fails the whole batch.
+func (a *API) decodeAppend(r *http.Request, c store.Context) (evs []event.Event, batch bool, err error) {
+	if err := checkJSONContent(r); err != nil {
+		return nil, false, err
+	}
+	var body appendBody
+	if err := decodeStrict(r.Body, &body, ""); err != nil {
+		return nil, false, err
+	}
+	if body.Events == nil {
+		ev, err := a.toEvent(body.inputRecord, c.ID, "")
+		if err != nil {
+			return nil, false, err
+		}
+		return []event.Event{ev}, false, nil
+	}
+
+	if !reflect.ValueOf(body.inputRecord).IsZero() {
+		return nil, true, badRequest("A batch body holds only `events`; put every field inside its event.")
+	}
+	switch n := len(body.Events); {
+	case n == 0:
+		return nil, true, invalidField("events", "must hold at least 1 event")
+	case n > a.limits.MaxBatch:
+		return nil, true, invalidField("events", fmt.Sprintf("must hold at most %d events", a.limits.MaxBatch))
+	}
+	evs = make([]event.Event, 0, len(body.Events))
+	fields := map[string]string{}
+	for i, raw := range body.Events {
+		prefix := fmt.Sprintf("events[%d].", i)
+		var in inputRecord
+		err := decodeStrict(bytes.NewReader(raw), &in, prefix)
+		if err == nil {
+			var ev event.Event
+			ev, err = a.toEvent(in, c.ID, prefix)
+			evs = append(evs, ev)
+		}
+		if err != nil {
+			var apiErr *Error
+			if !errors.As(err, &apiErr) || len(apiErr.Fields) == 0 {
+				return nil, true, err
+			}
+			maps.Copy(fields, apiErr.Fields)
+		}
+	}
+	if len(fields) > 0 {
+		return nil, true, invalid(fields)
+	}
+	return evs, true, nil
+}
+
+// toEvent resolves the aliases of in and checks the result. prefix is put
+// before every field name an error reports.
+func (a *API) toEvent(in inputRecord, subject, prefix string) (event.Event, error) {
+	fields := map[string]string{}
+	pick := func(name, v, alias, av string) string {
+		if v != "" && av != "" && v != av {
+			fields[prefix+alias] = "must equal " + name + " when both are sent"
+		}
+		if v != "" {
+			return v
+		}
+		return av
+	}
+	kind := pick("kind", in.Kind, "type", in.Type)
+	flow := pick("flow", in.Flow, "runId", in.RunID)
+	step := pick("step", in.Step, "stepName", in.StepName)
+	if in.Subject != "" && in.Subject != subject {
+		fields[prefix+"subject"] = "must equal the context id of the URL"
+	}
+	meta, attempt := resolveMeta(in, prefix, fields)
+
+	rec := record{
+		Kind: kind, Flow: flow, FlowName: in.FlowName, Step: step, Attempt: attempt,
+		Trigger: in.Trigger, CorrelationID: in.CorrelationID,
+	}
+	if err := a.validateStruct(rec, prefix); err != nil {
+		var apiErr *Error
+		if !errors.As(err, &apiErr) {
+			return event.Event{}, err
+		}
+		maps.Copy(fields, apiErr.Fields)
+	}
+	if len(fields) > 0 {
+		return event.Event{}, invalid(fields)
+	}
+	return event.Event{
+		Kind: kind, Subject: subject, Flow: flow, FlowName: in.FlowName,
+		Step: step, Attempt: attempt, Trigger: in.Trigger, CorrelationID: in.CorrelationID,
+		Data: nonNull(in.Data), Meta: meta,
+	}, nil
+}
+
+// resolveMeta checks that meta is an object and agrees with the top-level
+// attempt and stepId, and copies those into it, so that a stored record says
+// each thing once and both spellings read back equal. Problems go to fields.
+func resolveMeta(in inputRecord, prefix string, fields map[string]string) (json.RawMessage, int) {
+	attempt := 0
+	if in.Attempt != nil {
+		attempt = *in.Attempt
+	}
+	meta := nonNull(in.Meta)
+	var m map[string]json.RawMessage
+	if meta != nil {
+		if err := json.Unmarshal(meta, &m); err != nil {
+			fields[prefix+"meta"] = "must be an object"
+			return nil, attempt
+		}
+	}
+	changed := false
+	set := func(key string, v any) {
+		if m == nil {
+			m = map[string]json.RawMessage{}
+		}
+		m[key], _ = json.Marshal(v) // an int or a string always encodes
+		changed = true
+	}
+
+	if raw, ok := m["attempt"]; ok && nonNull(raw) != nil {
+		var ma int
+		switch err := json.Unmarshal(raw, &ma); {
+		case err != nil:
+			fields[prefix+"meta.attempt"] = "must be an integer"
+		case attempt != 0 && attempt != ma:
+			fields[prefix+"attempt"] = "must equal meta.attempt when both are sent"
+		default:
+			attempt = ma
+		}
+	} else if attempt != 0 {
+		set("attempt", attempt)
+	}
+
+	if in.StepID != "" {
+		if raw, ok := m["stepId"]; ok {
+			var s string
+			if json.Unmarshal(raw, &s) != nil || s != in.StepID {
+				fields[prefix+"stepId"] = "must equal meta.stepId when both are sent"
+			}
+		} else {
+			set("stepId", in.StepID)
+		}
+	}
+
+	if changed {
+		meta, _ = json.Marshal(m) // re-encoding decoded JSON cannot fail
+	}
+	return meta, attempt
+}
+
+// decodeStrict decodes exactly one JSON value from src into v, refusing
+// fields v does not have. prefix names where v sits in the body.
+func decodeStrict(src io.Reader, v any, prefix string) error {
+	dec := json.NewDecoder(src)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err, prefix)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return err
+		}
+		return badRequest("The body holds more than one JSON value.")
+	}
+	return nil
+}
+
+// jsonError turns a decoding error into the answer the client gets.
+func jsonError(err error, prefix string) error {
+	var (
+		tooBig *http.MaxBytesError
+		syn    *json.SyntaxError
+		typ    *json.UnmarshalTypeError
+	)
+	switch {
+	case errors.As(err, &tooBig):
+		return err
+	case errors.Is(err, io.EOF):
+		return badRequest("The body is empty; it must be a JSON object.")
+	case errors.As(err, &syn), errors.Is(err, io.ErrUnexpectedEOF):
+		return badRequest("The body is not valid JSON.")
+	case errors.As(err, &typ):
+		field := prefix + jsonFieldPath(typ.Field)
+		if field == "" {
+			return badRequest("The body must be a JSON object.")
+		}
+		return invalidField(strings.TrimSuffix(field, "."), "must be "+jsonTypeName(typ.Type))
+	}
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return invalidField(prefix+strings.Trim(name, `"`), "unknown field")
+	}
+	return badRequest("The body cannot be read.")
+}
+
+// jsonFieldPath drops the Go name of an embedded struct that encoding/json
+// puts in UnmarshalTypeError.Field.
+func jsonFieldPath(f string) string {
+	return strings.TrimPrefix(f, "inputRecord.")
+}
+
+func jsonTypeName(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	default:
+		return "of another JSON type"
+	}
+}
+
+func nonNull(m json.RawMessage) json.RawMessage {
+	if len(m) == 0 || bytes.Equal(m, []byte("null")) {
+		return nil
+	}
+	return m
+}
+
+// intParam reads an optional integer query parameter: def when absent, an
+// error below lo, capped at hi.
+func intParam(q url.Values, name string, def, lo, hi int) (int, error) {
+	s := q.Get(name)
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, invalidField(name, "must be an integer")
+	}
+	if n < lo {
+		return 0, invalidField(name, fmt.Sprintf("must be at least %d", lo))
+	}
+	return min(n, hi), nil
+}
+
+// noUpperBound is the hi of intParam for parameters without a cap.
+const noUpperBound = math.MaxInt
