@@ -89,7 +89,6 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 var eventCmp = cmp.Options{
 	cmp.Comparer(jsonEqual),
 	cmp.Comparer(func(a, b event.ID) bool { return a == b }),
-	cmpopts.EquateEmpty(),
 }
 
 func jsonEqual(a, b json.RawMessage) bool {
@@ -217,6 +216,9 @@ func ids(es []event.Event) []string {
 
 func diffEvents(t *testing.T, what string, want, got []event.Event) {
 	t.Helper()
+	if len(want) == 0 && len(got) == 0 {
+		return // nil and empty are the same answer
+	}
 	if d := cmp.Diff(want, got, eventCmp); d != "" {
 		t.Errorf("%s mismatch (-want +got):\n%s", what, d)
 	}

@@ -1,0 +1,306 @@
+package boltstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/store"
+)
+
+// appendReq is one Append waiting for the writer goroutine.
+type appendReq struct {
+	c      store.Context
+	ck     []byte
+	evs    []event.Event
+	bodies [][]byte
+	key    string
+
+	res  store.AppendResult
+	err  error
+	done chan struct{}
+}
+
+// Append stores evs at the end of c's stream, maintains the indexes and
+// publishes the events to c's subscribers once they are on disk. Errors:
+// ErrInvalid, ErrClosed, ErrUnavailable, or ctx's error if it ends before the
+// append was handed to the writer (then nothing was written).
+func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, opts store.AppendOptions) (store.AppendResult, error) {
+	r, err := newAppendReq(c, evs, opts)
+	if err != nil {
+		return store.AppendResult{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return store.AppendResult{}, err
+	}
+	select {
+	case s.reqs <- r:
+	case <-s.quit:
+		return store.AppendResult{}, errClosed
+	case <-ctx.Done():
+		return store.AppendResult{}, ctx.Err()
+	}
+	// Once handed over the append will be committed or fail as a whole;
+	// leaving on ctx here would hide which.
+	<-r.done
+	return r.res, r.err
+}
+
+// newAppendReq checks and encodes everything before the write transaction, so
+// a bad event rejects the batch without touching the file.
+func newAppendReq(c store.Context, evs []event.Event, opts store.AppendOptions) (*appendReq, error) {
+	if err := checkContext(c); err != nil {
+		return nil, err
+	}
+	if len(evs) == 0 {
+		return nil, invalid("empty batch")
+	}
+	if len(opts.IdempotencyKey) > maxIdempotencyKey {
+		return nil, invalid("idempotency key longer than %d bytes", maxIdempotencyKey)
+	}
+	r := &appendReq{
+		c: c, ck: contextKey(c), evs: evs, key: opts.IdempotencyKey,
+		bodies: make([][]byte, len(evs)),
+		done:   make(chan struct{}),
+	}
+	for i, e := range evs {
+		if !event.ValidKind(e.Kind) {
+			return nil, invalid("event %d: kind %q", i, e.Kind)
+		}
+		if isFlowStart(e.Kind) && e.FlowName != "" && !event.ValidName(e.FlowName) {
+			return nil, invalid("event %d: flow name %q", i, e.FlowName)
+		}
+		body, err := e.MarshalBody()
+		if err != nil {
+			return nil, invalid("event %d: %v", i, err)
+		}
+		r.bodies[i] = body
+	}
+	return r, nil
+}
+
+func isFlowStart(kind string) bool { return kind == "flow.started" || kind == "flow.start" }
+
+// writeLoop serves appends until Close. Appends that queue up while a commit
+// is syncing share the next commit: one fsync for many appends.
+func (s *Store) writeLoop() {
+	defer close(s.writerDone)
+	group := make([]*appendReq, 0, maxGroup)
+	for {
+		select {
+		case r := <-s.reqs:
+			group = append(group[:0], r)
+		case <-s.quit:
+			return
+		}
+	gather:
+		for len(group) < maxGroup {
+			select {
+			case r := <-s.reqs:
+				group = append(group, r)
+			default:
+				break gather
+			}
+		}
+		s.commit(group)
+		// Publishing here, on the only writer, keeps delivery in commit order.
+		for _, r := range group {
+			if r.err == nil && !r.res.Replayed {
+				s.publish(string(r.ck), r.res.Events)
+			}
+			close(r.done)
+		}
+	}
+}
+
+// commit writes group in one transaction. If that fails, each append is
+// retried alone so one bad append cannot fail its neighbours.
+func (s *Store) commit(group []*appendReq) {
+	nowMS := uint64(max(s.opts.Now().UnixMilli(), 0))
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		sweepIdempotency(tx, nowMS)
+		for _, r := range group {
+			if err := s.apply(tx, r, nowMS); err != nil {
+				return fmt.Errorf("append to %s: %w", r.c, err)
+			}
+		}
+		return nil
+	})
+	if err == nil {
+		return
+	}
+	if len(group) > 1 {
+		for _, r := range group {
+			s.commit([]*appendReq{r})
+		}
+		return
+	}
+	s.log.Error().Err(err).Str("context", group[0].c.String()).Msg("append failed")
+	group[0].res = store.AppendResult{}
+	group[0].err = dbErr(err)
+}
+
+// apply writes one append inside tx and records its result in r.
+func (s *Store) apply(tx *bolt.Tx, r *appendReq, nowMS uint64) error {
+	r.res, r.err = store.AppendResult{}, nil
+	if r.key != "" {
+		replay, ok, err := lookupIdempotent(tx, r.ck, r.key, nowMS)
+		if err != nil {
+			return err
+		}
+		if ok {
+			r.res = store.AppendResult{Events: replay, Replayed: true}
+			return nil
+		}
+	}
+
+	stream, err := tx.Bucket(bStreams).CreateBucketIfNotExists(r.ck)
+	if err != nil {
+		return err
+	}
+	var last event.ID
+	if k, _ := stream.Cursor().Last(); k != nil {
+		last = parseIDKey(k)
+	}
+	// The clock may step back; the stream's ids may not.
+	id := event.ID{MS: nowMS}
+	if id.Compare(last) <= 0 {
+		id = last.Next()
+	}
+
+	out := make([]event.Event, len(r.evs))
+	keys := make([]byte, 0, len(r.evs)*idLen)
+	for i, e := range r.evs {
+		if err := stream.Put(idKey(id), r.bodies[i]); err != nil {
+			return err
+		}
+		e.ID = id
+		out[i] = e
+		keys = append(keys, idKey(id)...)
+		id = id.Next()
+	}
+
+	lengths := tx.Bucket(bLengths)
+	n := getUint64(lengths.Get(r.ck))
+	if err := lengths.Put(r.ck, putUint64(n+uint64(len(out)))); err != nil {
+		return err
+	}
+	if err := indexEvents(tx, r.c, out, n == 0); err != nil {
+		return err
+	}
+	if r.key != "" {
+		if err := rememberIdempotent(tx, r.ck, r.key, nowMS+uint64(s.opts.IdempotencyWindow.Milliseconds()), keys); err != nil {
+			return err
+		}
+	}
+	r.res = store.AppendResult{Events: out}
+	return nil
+}
+
+// indexEvents applies the index rules of the store.Store contract to newly
+// appended events.
+func indexEvents(tx *bolt.Tx, c store.Context, evs []event.Event, first bool) error {
+	if first {
+		if err := indexAdd(tx, store.Index{Type: c.Type}, c.ID, int64(evs[0].ID.MS)); err != nil {
+			return err
+		}
+	}
+	for _, e := range evs {
+		var err error
+		switch {
+		case isFlowStart(e.Kind) && e.FlowName != "":
+			err = indexAdd(tx, store.Index{Type: "flow", Name: e.FlowName}, c.ID, int64(e.ID.MS))
+		case e.Kind == "trigger.registered":
+			err = indexAdd(tx, store.Index{Type: "trigger"}, c.ID, int64(e.ID.MS))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// lookupIdempotent returns the events of an earlier append with key, if its
+// record has not expired.
+func lookupIdempotent(tx *bolt.Tx, ck []byte, key string, nowMS uint64) ([]event.Event, bool, error) {
+	b := tx.Bucket(bIdem).Bucket(ck)
+	if b == nil {
+		return nil, false, nil
+	}
+	rec := b.Get([]byte(key))
+	if len(rec) < 8 || getUint64(rec) <= nowMS {
+		return nil, false, nil
+	}
+	stream := tx.Bucket(bStreams).Bucket(ck)
+	if stream == nil {
+		return nil, false, nil
+	}
+	var out []event.Event
+	for k := rec[8:]; len(k) >= idLen; k = k[idLen:] {
+		body := stream.Get(k[:idLen])
+		if body == nil {
+			// The events are gone, so there is nothing to replay: append anew.
+			return nil, false, nil
+		}
+		e, err := event.DecodeStored(parseIDKey(k), body)
+		if err != nil {
+			return nil, false, fmt.Errorf("decode %s: %w", parseIDKey(k), err)
+		}
+		out = append(out, e)
+	}
+	return out, len(out) > 0, nil
+}
+
+func rememberIdempotent(tx *bolt.Tx, ck []byte, key string, expiry uint64, ids []byte) error {
+	b, err := tx.Bucket(bIdem).CreateBucketIfNotExists(ck)
+	if err != nil {
+		return err
+	}
+	rec := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(ids)), expiry)
+	if err := b.Put([]byte(key), append(rec, ids...)); err != nil {
+		return err
+	}
+	return tx.Bucket(bIdemExp).Put(expiryKey(expiry, ck, key), []byte{})
+}
+
+// expiryKey orders idempotency records by expiry so the sweep reads only the
+// expired ones. Context keys hold no NUL, so the first NUL ends them.
+func expiryKey(expiry uint64, ck []byte, key string) []byte {
+	k := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(ck)+1+len(key)), expiry)
+	k = append(k, ck...)
+	k = append(k, 0)
+	return append(k, key...)
+}
+
+// sweepIdempotency deletes a bounded number of expired idempotency records.
+// A record rewritten with a later expiry since is left alone.
+func sweepIdempotency(tx *bolt.Tx, nowMS uint64) {
+	exp := tx.Bucket(bIdemExp)
+	var dead [][]byte
+	cur := exp.Cursor()
+	for k, _ := cur.First(); k != nil && len(dead) < sweepLimit; k, _ = cur.Next() {
+		if getUint64(k) > nowMS {
+			break
+		}
+		dead = append(dead, bytes.Clone(k))
+	}
+	idem := tx.Bucket(bIdem)
+	for _, k := range dead {
+		// Deleting from a read-write transaction's bucket only fails on
+		// misuse, which would also fail the appends that follow.
+		_ = exp.Delete(k)
+		ck, key, ok := bytes.Cut(k[8:], []byte{0})
+		if !ok {
+			continue
+		}
+		if b := idem.Bucket(ck); b != nil {
+			if rec := b.Get(key); rec != nil && getUint64(rec) == getUint64(k) {
+				_ = b.Delete(key)
+			}
+		}
+	}
+}

@@ -1,0 +1,194 @@
+// Package boltstore is nqd's embedded store: every context's stream, the
+// indexes and the idempotency records live in one bbolt file, and live
+// subscriptions are served in-process. It suits a single nqd instance; every
+// acknowledged append is on disk.
+//
+// Layout of the file (all keys big-endian so byte order is numeric order):
+//
+//	streams/<type>:<id>/<ms><seq>        event.MarshalBody()
+//	lengths/<type>:<id>                  uint64 event count
+//	indexes/<type>[:<name>]/m/<member>   int64 score
+//	indexes/<type>[:<name>]/o/<^score><member>
+//	indexes/<type>[:<name>]/n            uint64 member count
+//	idem/<type>:<id>/<key>               expiry ms, then the 16-byte ids
+//	idemexp/<expiry ms><type>:<id>\x00<key>
+package boltstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+
+	"github.com/nqd-dev/nqd/store"
+)
+
+var _ store.Store = (*Store)(nil)
+
+// Options tune a Store. The zero value is usable.
+type Options struct {
+	// Now is the clock that stamps event ids; default time.Now. Ids of one
+	// context never go backwards even if it does.
+	Now func() time.Time
+	// IdempotencyWindow is how long an idempotency key is remembered;
+	// default 24h.
+	IdempotencyWindow time.Duration
+	// SubscriptionBuffer is the channel size of a subscription that asks for
+	// none; default 256.
+	SubscriptionBuffer int
+	// Logger receives the store's diagnostics; the zero value discards them.
+	Logger zerolog.Logger
+}
+
+const (
+	defaultIdempotencyWindow  = 24 * time.Hour
+	defaultSubscriptionBuffer = 256
+	// maxGroup bounds how many waiting appends share one commit (and fsync).
+	maxGroup = 256
+	// maxIdempotencyKey keeps a key well under bbolt's key size limit.
+	maxIdempotencyKey = 1024
+	// sweepLimit bounds the expired idempotency records removed per commit,
+	// so cleaning never makes one append slow.
+	sweepLimit = 64
+)
+
+var (
+	bStreams = []byte("streams")
+	bLengths = []byte("lengths")
+	bIndexes = []byte("indexes")
+	bIdem    = []byte("idem")
+	bIdemExp = []byte("idemexp")
+)
+
+// Store is a store.Store on one bbolt file. It is safe for concurrent use.
+type Store struct {
+	db   *bolt.DB
+	opts Options
+	log  zerolog.Logger
+
+	// Appends go through one writer goroutine: it commits waiting appends
+	// together and publishes them in commit order.
+	reqs       chan *appendReq
+	quit       chan struct{}
+	writerDone chan struct{}
+
+	subsMu sync.Mutex
+	subs   map[string]map[*subscription]struct{}
+	closed bool
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open opens or creates the store file at path. It fails if another process
+// holds the file.
+func Open(path string, opts Options) (*Store, error) {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.IdempotencyWindow <= 0 {
+		opts.IdempotencyWindow = defaultIdempotencyWindow
+	}
+	if opts.SubscriptionBuffer <= 0 {
+		opts.SubscriptionBuffer = defaultSubscriptionBuffer
+	}
+	// The timeout turns a file locked by another process into an error
+	// instead of a hang.
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{bStreams, bLengths, bIndexes, bIdem, bIdemExp} {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("boltstore: init %s: %w", path, err), db.Close())
+	}
+	s := &Store{
+		db:         db,
+		opts:       opts,
+		log:        opts.Logger,
+		reqs:       make(chan *appendReq),
+		quit:       make(chan struct{}),
+		writerDone: make(chan struct{}),
+		subs:       make(map[string]map[*subscription]struct{}),
+	}
+	go s.writeLoop()
+	return s, nil
+}
+
+// Ping reports whether the store is open. Errors: ErrUnavailable.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.db.View(func(*bolt.Tx) error { return nil }); err != nil {
+		return fmt.Errorf("boltstore: %w: %w", store.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// Close stops accepting appends, waits for the ones in flight, ends every
+// subscription with ErrClosed and closes the file. Calling it again returns
+// the first call's result.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.quit)
+		<-s.writerDone
+
+		s.subsMu.Lock()
+		s.closed = true
+		var all []*subscription
+		for _, set := range s.subs {
+			for sub := range set {
+				all = append(all, sub)
+			}
+		}
+		s.subsMu.Unlock()
+		for _, sub := range all {
+			sub.end(errClosed)
+		}
+
+		if err := s.db.Close(); err != nil {
+			s.closeErr = fmt.Errorf("boltstore: close: %w", err)
+		}
+	})
+	return s.closeErr
+}
+
+// dbErr translates a bbolt failure into the store's sentinels; errors that
+// already carry one pass through.
+func dbErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, store.ErrInvalid), errors.Is(err, store.ErrClosed):
+		return err
+	case errors.Is(err, bolterrors.ErrDatabaseNotOpen):
+		return errClosed
+	default:
+		return fmt.Errorf("boltstore: %w: %w", store.ErrUnavailable, err)
+	}
+}
+
+// errClosed is what every operation on a closed store, and every subscription
+// it ended, reports.
+var errClosed = fmt.Errorf("boltstore: %w", store.ErrClosed)
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("boltstore: %w: %s", store.ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+func checkContext(c store.Context) error {
+	if !c.Valid() {
+		return invalid("context %q", c.String())
+	}
+	return nil
+}

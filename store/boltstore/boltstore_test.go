@@ -1,0 +1,184 @@
+package boltstore_test
+
+import (
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/rs/zerolog"
+
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/store"
+	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/store/storetest"
+)
+
+func newTestStore(t testing.TB, path string, opts boltstore.Options) *boltstore.Store {
+	t.Helper()
+	opts.Logger = zerolog.New(zerolog.NewTestWriter(t))
+	s, err := boltstore.Open(path, opts)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", path, err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s
+}
+
+func tempPath(t testing.TB) string { return filepath.Join(t.TempDir(), "nqd.db") }
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store {
+		return newTestStore(t, tempPath(t), boltstore.Options{})
+	})
+}
+
+func BenchmarkConformance(b *testing.B) {
+	storetest.RunBenchmarks(b, func(b *testing.B) store.Store {
+		return newTestStore(b, tempPath(b), boltstore.Options{})
+	})
+}
+
+func TestEventsSurviveReopen(t *testing.T) {
+	path := tempPath(t)
+	c := store.Context{Type: "flow", ID: "run-1"}
+	s, err := boltstore.Open(path, boltstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Append(t.Context(), c, []event.Event{
+		{Kind: "flow.started", Subject: c.ID, FlowName: "billing", Data: json.RawMessage(`{"input":1}`)},
+		{Kind: "step.started", Subject: c.ID, Step: "charge"},
+	}, store.AppendOptions{IdempotencyKey: "start-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(t.Context(), c, []event.Event{{Kind: "log"}}, store.AppendOptions{}); !errors.Is(err, store.ErrClosed) {
+		t.Errorf("Append after Close = %v, want ErrClosed", err)
+	}
+
+	s = newTestStore(t, path, boltstore.Options{})
+	got, err := s.Range(t.Context(), c, store.RangeQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(res.Events, got, cmp.Comparer(func(a, b json.RawMessage) bool { return string(a) == string(b) })); d != "" {
+		t.Errorf("events after reopen (-want +got):\n%s", d)
+	}
+	page, err := s.IndexList(t.Context(), store.Index{Type: "flow", Name: "billing"}, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []store.IndexEntry{{ID: c.ID, Score: int64(res.Events[0].ID.MS)}}; !cmp.Equal(want, page.Entries) {
+		t.Errorf("flows:billing after reopen = %+v, want %+v", page.Entries, want)
+	}
+	again, err := s.Append(t.Context(), c, []event.Event{{Kind: "flow.started"}}, store.AppendOptions{IdempotencyKey: "start-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !again.Replayed || !cmp.Equal(ids(res.Events), ids(again.Events)) {
+		t.Errorf("idempotent repeat after reopen: Replayed %v, ids %v; want true, %v", again.Replayed, ids(again.Events), ids(res.Events))
+	}
+	next, err := s.Append(t.Context(), c, []event.Event{{Kind: "log"}}, store.AppendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Events[0].ID.Compare(res.Events[1].ID) <= 0 {
+		t.Errorf("id after reopen %v, want after %v", next.Events[0].ID, res.Events[1].ID)
+	}
+}
+
+func ids(es []event.Event) []string {
+	out := make([]string, len(es))
+	for i, e := range es {
+		out[i] = e.ID.String()
+	}
+	return out
+}
+
+// fakeClock is a clock the test moves by hand.
+type fakeClock struct{ now time.Time }
+
+func (c *fakeClock) Now() time.Time { return c.now }
+
+func TestIDsNeverGoBackwards(t *testing.T) {
+	clock := &fakeClock{now: time.UnixMilli(1_700_000_000_000)}
+	s := newTestStore(t, tempPath(t), boltstore.Options{Now: clock.Now})
+	c := store.Context{Type: "flow", ID: "run-clock"}
+	appendOne := func() event.ID {
+		t.Helper()
+		res, err := s.Append(t.Context(), c, []event.Event{{Kind: "log"}, {Kind: "log"}}, store.AppendOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Events[1].ID
+	}
+
+	want := []event.ID{{MS: 1_700_000_000_000, Seq: 1}}
+	got := []event.ID{appendOne()}
+	clock.now = clock.now.Add(-time.Hour)
+	want = append(want, event.ID{MS: 1_700_000_000_000, Seq: 3})
+	got = append(got, appendOne())
+	clock.now = clock.now.Add(2 * time.Hour)
+	want = append(want, event.ID{MS: 1_700_003_600_000, Seq: 1})
+	got = append(got, appendOne())
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("last id of each append (-want +got):\n%s", d)
+	}
+}
+
+func TestIdempotencyWindowExpires(t *testing.T) {
+	clock := &fakeClock{now: time.UnixMilli(1_700_000_000_000)}
+	s := newTestStore(t, tempPath(t), boltstore.Options{Now: clock.Now, IdempotencyWindow: time.Minute})
+	c := store.Context{Type: "flow", ID: "run-window"}
+	opts := store.AppendOptions{IdempotencyKey: "k"}
+	appendKeyed := func() store.AppendResult {
+		t.Helper()
+		res, err := s.Append(t.Context(), c, []event.Event{{Kind: "log"}}, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+
+	first := appendKeyed()
+	clock.now = clock.now.Add(time.Minute - time.Millisecond)
+	if res := appendKeyed(); !res.Replayed || res.Events[0].ID != first.Events[0].ID {
+		t.Errorf("inside the window: Replayed %v id %v, want true %v", res.Replayed, res.Events[0].ID, first.Events[0].ID)
+	}
+	clock.now = clock.now.Add(time.Millisecond)
+	second := appendKeyed()
+	if second.Replayed {
+		t.Error("at the end of the window: Replayed = true, want a new append")
+	}
+	// The key's new record starts a new window.
+	clock.now = clock.now.Add(30 * time.Second)
+	if res := appendKeyed(); !res.Replayed || res.Events[0].ID != second.Events[0].ID {
+		t.Errorf("inside the new window: Replayed %v id %v, want true %v", res.Replayed, res.Events[0].ID, second.Events[0].ID)
+	}
+	info, err := s.Info(t.Context(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Length != 2 {
+		t.Errorf("length = %d, want 2", info.Length)
+	}
+}
+
+func TestOpenLockedFileFails(t *testing.T) {
+	path := tempPath(t)
+	newTestStore(t, path, boltstore.Options{})
+	if s, err := boltstore.Open(path, boltstore.Options{}); err == nil {
+		s.Close()
+		t.Fatal("second Open of a held file succeeded")
+	}
+}
