@@ -1,0 +1,34 @@
+package redistest
+
+import (
+	"os/exec"
+	"runtime"
+	"syscall"
+)
+
+type spawnReq struct {
+	cmd *exec.Cmd
+	err chan error
+}
+
+var spawnCh = make(chan spawnReq)
+
+// The kernel's parent-death signal fires when the *thread* that forked the
+// child exits, so every server is forked from one goroutine locked to a
+// thread that lives as long as the test binary. A crashed or interrupted
+// test run then leaves no redis-server behind.
+func init() {
+	go func() {
+		runtime.LockOSThread()
+		for req := range spawnCh {
+			req.err <- req.cmd.Start()
+		}
+	}()
+}
+
+func spawn(cmd *exec.Cmd) error {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	errc := make(chan error, 1)
+	spawnCh <- spawnReq{cmd: cmd, err: errc}
+	return <-errc
+}
