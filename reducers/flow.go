@@ -324,8 +324,8 @@ func (r Flow) Fold(s State, evs []event.Event) (State, error) {
 // sharing its maps with the state it was made from; the first write to a map
 // clones it, and later writes in the same fold go to the clone.
 type flowFold struct {
-	s                                     *FlowState
-	lim                                   Limits
+	s                                      *FlowState
+	lim                                    Limits
 	ownSteps, ownKV, ownAwaits, ownEmitted bool
 }
 
