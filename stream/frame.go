@@ -1,0 +1,99 @@
+package stream
+
+import (
+	"encoding/json"
+	"strconv"
+
+	"github.com/nqd-dev/nqd/event"
+)
+
+// frame is one event encoded for the wire. A hub builds it once and every
+// connection of the context writes the same bytes.
+type frame struct {
+	id   event.ID
+	data []byte // the §5 message: `id:` and `data: {"v":1,"event":...}`
+	tail []byte // the raw-tail message; nil while no raw-tail client listens
+}
+
+// bytesFor picks the form a connection writes.
+func (f *frame) bytesFor(tail bool) []byte {
+	if tail {
+		return f.tail
+	}
+	return f.data
+}
+
+// appendEvent appends the contract §5 message of ev to b.
+func appendEvent(b []byte, ev event.Event) ([]byte, error) {
+	rec, err := ev.MarshalJSON()
+	if err != nil {
+		return b, err
+	}
+	return appendEventRecord(b, ev, rec)
+}
+
+func appendEventRecord(b []byte, ev event.Event, rec []byte) ([]byte, error) {
+	kind, err := json.Marshal(ev.Kind)
+	if err != nil {
+		return b, err
+	}
+	b = appendID(b, ev.ID)
+	b = append(b, `data: {"v":1,"event":`...)
+	b = append(b, kind...)
+	b = append(b, `,"record":`...)
+	b = append(b, rec...)
+	return append(b, "}\n\n"...), nil
+}
+
+// appendTail appends the era A raw-tail message (ui-contract A.7) of ev, read
+// from the stream named key, to b.
+func appendTail(b []byte, key []byte, ev event.Event, rec []byte) []byte {
+	b = appendID(b, ev.ID)
+	b = append(b, `data: {"v":1,"stream":`...)
+	b = append(b, key...)
+	b = append(b, `,"record":`...)
+	b = append(b, rec...)
+	return append(b, "}\n\n"...)
+}
+
+func appendID(b []byte, id event.ID) []byte {
+	b = append(b, "id: "...)
+	b = strconv.AppendUint(b, id.MS, 10)
+	b = append(b, '-')
+	b = strconv.AppendUint(b, id.Seq, 10)
+	return append(b, '\n')
+}
+
+// appendReset appends the `event: reset` message: the client's position is
+// unknown here, so it gets the state at pos (or only pos) instead of a replay.
+func appendReset(b []byte, pos event.ID, state json.RawMessage) []byte {
+	b = append(b, "event: reset\n"...)
+	if pos.IsZero() {
+		// An empty id clears the browser's Last-Event-ID: the next connect
+		// starts from the beginning of the stream.
+		b = append(b, "id\n"...)
+	} else {
+		b = appendID(b, pos)
+	}
+	b = append(b, `data: {"v":1,"position":`...)
+	if pos.IsZero() {
+		b = append(b, `""`...)
+	} else {
+		b = append(b, '"')
+		b = append(b, pos.String()...)
+		b = append(b, '"')
+	}
+	if len(state) > 0 {
+		b = append(b, `,"state":`...)
+		b = append(b, state...)
+	}
+	return append(b, "}\n\n"...)
+}
+
+// appendTruncated appends the notice that the backfill holds only the newest
+// limit events of a longer stream.
+func appendTruncated(b []byte, limit int) []byte {
+	b = append(b, `event: truncated`+"\n"+`data: {"v":1,"limit":`...)
+	b = strconv.AppendInt(b, int64(limit), 10)
+	return append(b, "}\n\n"...)
+}

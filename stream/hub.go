@@ -1,0 +1,362 @@
+// Package stream pushes context events to browsers over Server-Sent Events
+// (contract §5): a per-instance Hub that holds one store subscription per
+// context and fans each event out, encoded once, to bounded per-connection
+// queues; and the HTTP handlers that backfill, resume and stream.
+package stream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/store"
+)
+
+// Source is what streaming needs from a store; see store.Store.
+type Source interface {
+	Range(ctx context.Context, c store.Context, q store.RangeQuery) ([]event.Event, error)
+	Info(ctx context.Context, c store.Context) (store.StreamInfo, error)
+	Subscribe(ctx context.Context, c store.Context, buffer int) (store.Subscription, error)
+}
+
+// pageSize bounds one stream read: large enough to amortise a round trip,
+// small enough that the first events leave quickly.
+const pageSize = 1000
+
+// storeTimeout bounds one store call made by the hub itself.
+const storeTimeout = 10 * time.Second
+
+// hubOptions tune a Hub; zero values get defaults in newHub.
+type hubOptions struct {
+	Prefix     string        // key prefix, for the raw-tail form
+	Buffer     int           // store subscription buffer
+	Check      time.Duration // top-of-stream check interval; < 0 disables
+	MaxBackoff time.Duration // cap on the wait between resubscribe attempts
+}
+
+// Hub shares store subscriptions between an instance's connections: at most
+// one per context, held while any connection of the context is open. It
+// delivers each context's events in id order with no gap, repairing from the
+// stream whatever the live feed lost.
+type Hub struct {
+	src  Source
+	log  zerolog.Logger
+	opts hubOptions
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	topics map[store.Context]*topic
+
+	broken   atomic.Int64 // topics whose live feed is down right now
+	repaired atomic.Int64 // catch-ups that found events the live feed missed
+}
+
+func newHub(src Source, log zerolog.Logger, o hubOptions) *Hub {
+	if o.Buffer <= 0 {
+		o.Buffer = 4096
+	}
+	if o.Check == 0 {
+		o.Check = 500 * time.Millisecond
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = 5 * time.Second
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Hub{src: src, log: log, opts: o, ctx: ctx, cancel: cancel, topics: map[store.Context]*topic{}}
+}
+
+// errLiveDown reports that some context has no live feed.
+var errLiveDown = errors.New("live feed down")
+
+// Ready reports whether every context in use has a working live feed.
+func (h *Hub) Ready() error {
+	if n := h.broken.Load(); n > 0 {
+		return fmt.Errorf("%w for %d contexts", errLiveDown, n)
+	}
+	return nil
+}
+
+// Close ends every subscription. Connections still attached stop receiving.
+func (h *Hub) Close() {
+	h.cancel()
+}
+
+// topic is one context's live feed on this instance.
+type topic struct {
+	hub    *Hub
+	c      store.Context
+	key    []byte // the raw-tail "stream" value, JSON-encoded
+	ctx    context.Context
+	cancel context.CancelFunc
+	ready  chan struct{} // closed when err and the subscription are settled
+	err    error
+	refs   int // guarded by hub.mu
+
+	mu    sync.Mutex
+	subs  map[*queue]struct{}
+	tails int // attached queues that want the raw-tail form
+
+	// Owned by the run goroutine.
+	last  event.ID // the newest event delivered, or the stream's end at start
+	dirty bool     // a catch-up failed and must be retried
+}
+
+// join attaches q to c's feed, subscribing first if no other connection of
+// c has. Every event appended after join returns reaches q (or marks it lost).
+func (h *Hub) join(ctx context.Context, c store.Context, q *queue) (*topic, error) {
+	h.mu.Lock()
+	t := h.topics[c]
+	create := t == nil
+	if create {
+		tctx, cancel := context.WithCancel(h.ctx)
+		key, _ := json.Marshal(h.opts.Prefix + ":" + c.String())
+		t = &topic{hub: h, c: c, key: key, ctx: tctx, cancel: cancel, ready: make(chan struct{}), subs: map[*queue]struct{}{}}
+		h.topics[c] = t
+	}
+	t.refs++
+	h.mu.Unlock()
+	if create {
+		go t.start()
+	}
+	select {
+	case <-t.ready:
+	case <-ctx.Done():
+		h.leave(t, nil)
+		return nil, ctx.Err()
+	}
+	if t.err != nil {
+		h.leave(t, nil)
+		return nil, t.err
+	}
+	t.mu.Lock()
+	t.subs[q] = struct{}{}
+	if q.tail {
+		t.tails++
+	}
+	t.mu.Unlock()
+	return t, nil
+}
+
+// leave detaches q (nil when it never attached) and drops the subscription
+// with the last connection.
+func (h *Hub) leave(t *topic, q *queue) {
+	if q != nil {
+		t.mu.Lock()
+		if _, ok := t.subs[q]; ok {
+			delete(t.subs, q)
+			if q.tail {
+				t.tails--
+			}
+		}
+		t.mu.Unlock()
+	}
+	h.mu.Lock()
+	t.refs--
+	last := t.refs == 0
+	if last && h.topics[t.c] == t {
+		delete(h.topics, t.c)
+	}
+	h.mu.Unlock()
+	if last {
+		t.cancel()
+	}
+}
+
+// start subscribes, takes the stream's end as the position the feed starts
+// after, and runs the feed. Connections attach only after both: their own
+// backfill then covers every event up to that position.
+func (t *topic) start() {
+	sub, err := t.subscribe()
+	if err == nil {
+		var info store.StreamInfo
+		ctx, cancel := context.WithTimeout(t.ctx, storeTimeout)
+		info, err = t.hub.src.Info(ctx, t.c)
+		cancel()
+		t.last = info.LastID
+		if err != nil {
+			sub.Close()
+		}
+	}
+	if err != nil {
+		t.err = err
+		t.hub.mu.Lock()
+		if t.hub.topics[t.c] == t {
+			delete(t.hub.topics, t.c)
+		}
+		t.hub.mu.Unlock()
+		close(t.ready)
+		return
+	}
+	close(t.ready)
+	t.run(sub)
+}
+
+func (t *topic) subscribe() (store.Subscription, error) {
+	ctx, cancel := context.WithTimeout(t.ctx, storeTimeout)
+	defer cancel()
+	// The subscription outlives this call: it is bound to the topic's
+	// context, not to the timeout of the call that makes it.
+	sub, err := t.hub.src.Subscribe(t.ctx, t.c, t.hub.opts.Buffer)
+	if err == nil {
+		return sub, nil
+	}
+	if ctx.Err() != nil && t.ctx.Err() == nil {
+		return nil, fmt.Errorf("subscribe to %s: %w", t.c, store.ErrUnavailable)
+	}
+	return nil, err
+}
+
+// run delivers live events until the last connection leaves, replacing the
+// subscription when it ends and repairing what the live feed missed.
+func (t *topic) run(sub store.Subscription) {
+	defer func() {
+		if sub != nil {
+			sub.Close()
+		}
+	}()
+	var tick <-chan time.Time
+	if t.hub.opts.Check > 0 {
+		tk := time.NewTicker(t.hub.opts.Check)
+		defer tk.Stop()
+		tick = tk.C
+	}
+	// seen is the stream's end at the previous check: anything up to it
+	// that has not arrived live one interval later was lost.
+	var seen event.ID
+	for {
+		select {
+		case <-t.ctx.Done():
+			return
+		case ev, ok := <-sub.C():
+			if !ok {
+				err := sub.Err()
+				if t.ctx.Err() != nil {
+					return
+				}
+				t.hub.log.Warn().Err(err).Str("context", t.c.String()).Msg("live feed ended; resubscribing")
+				if sub = t.resubscribe(); sub == nil {
+					return
+				}
+				t.catchUp()
+				continue
+			}
+			if gapBefore(t.last, ev.ID) {
+				t.catchUp()
+			}
+			t.deliver(ev)
+		case <-tick:
+			if t.dirty || (!seen.IsZero() && t.last.Compare(seen) < 0) {
+				t.catchUp()
+			}
+			ctx, cancel := context.WithTimeout(t.ctx, storeTimeout)
+			info, err := t.hub.src.Info(ctx, t.c)
+			cancel()
+			if err == nil {
+				seen = info.LastID
+			}
+		}
+	}
+}
+
+// resubscribe retries with backoff until it gets a subscription, or returns
+// nil when the topic ends first. The topic counts as broken meanwhile.
+func (t *topic) resubscribe() store.Subscription {
+	t.hub.broken.Add(1)
+	defer t.hub.broken.Add(-1)
+	wait := 50 * time.Millisecond
+	for {
+		sub, err := t.subscribe()
+		if err == nil {
+			return sub
+		}
+		if t.ctx.Err() != nil {
+			return nil
+		}
+		t.hub.log.Warn().Err(err).Str("context", t.c.String()).Dur("retry_in", wait).Msg("resubscribe failed")
+		select {
+		case <-t.ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, t.hub.opts.MaxBackoff)
+	}
+}
+
+// gapBefore reports whether an event must exist between last and id. Stream
+// ids number the events of one millisecond from 0, so a sequence above 0
+// names its predecessor; across milliseconds nothing can be told, which the
+// periodic check covers.
+func gapBefore(last, id event.ID) bool {
+	if id.Seq == 0 || last.Compare(id) >= 0 {
+		return false
+	}
+	return last != event.ID{MS: id.MS, Seq: id.Seq - 1}
+}
+
+// catchUp reads the stream after the last delivered event and delivers what
+// it finds. Live events it overtakes are dropped by deliver when they come.
+func (t *topic) catchUp() {
+	t.dirty = false
+	for {
+		ctx, cancel := context.WithTimeout(t.ctx, storeTimeout)
+		evs, err := t.hub.src.Range(ctx, t.c, store.RangeQuery{After: t.last, Limit: pageSize})
+		cancel()
+		if err != nil {
+			if t.ctx.Err() == nil {
+				t.dirty = true
+				t.hub.log.Warn().Err(err).Str("context", t.c.String()).Msg("repair read failed; retrying at the next check")
+			}
+			return
+		}
+		if len(evs) > 0 {
+			t.hub.repaired.Add(1)
+		}
+		for _, ev := range evs {
+			t.deliver(ev)
+		}
+		if len(evs) < pageSize {
+			return
+		}
+	}
+}
+
+// deliver encodes ev once and offers it to every attached queue, dropping
+// the queues that fail.
+func (t *topic) deliver(ev event.Event) {
+	if ev.ID.Compare(t.last) <= 0 {
+		return
+	}
+	t.last = ev.ID
+	rec, err := ev.MarshalJSON()
+	if err != nil {
+		t.hub.log.Error().Err(err).Str("context", t.c.String()).Str("id", ev.ID.String()).Msg("cannot encode event")
+		return
+	}
+	f := &frame{id: ev.ID}
+	if f.data, err = appendEventRecord(make([]byte, 0, len(rec)+len(ev.Kind)+64), ev, rec); err != nil {
+		t.hub.log.Error().Err(err).Str("context", t.c.String()).Str("id", ev.ID.String()).Msg("cannot encode event")
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.tails > 0 {
+		f.tail = appendTail(make([]byte, 0, len(rec)+len(t.key)+64), t.key, ev, rec)
+	}
+	for q := range t.subs {
+		if !q.push(f) {
+			delete(t.subs, q)
+			if q.tail {
+				t.tails--
+			}
+		}
+	}
+}

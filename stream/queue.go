@@ -1,0 +1,82 @@
+package stream
+
+import "sync"
+
+// queue is one connection's send queue, bounded in events and in bytes. The
+// hub pushes into it and never waits: a queue that would overflow either
+// fails (the connection is then closed and the client resumes by
+// Last-Event-ID) or, while the connection is still reading its backfill,
+// forgets its frames and remembers that it must read the hole from the stream.
+type queue struct {
+	tail     bool // the connection writes the raw-tail form
+	maxN     int
+	maxBytes int
+	wake     chan struct{} // capacity 1: "there is something to take"
+
+	mu     sync.Mutex
+	frames []*frame
+	bytes  int
+	soft   bool // overflow means a hole, not a failure
+	lost   bool // frames were forgotten; read them from the stream
+	failed bool
+}
+
+func newQueue(tail bool, maxN, maxBytes int) *queue {
+	return &queue{tail: tail, maxN: maxN, maxBytes: maxBytes, soft: true, wake: make(chan struct{}, 1)}
+}
+
+// push adds f and reports whether the queue still wants frames.
+func (q *queue) push(f *frame) bool {
+	n := len(f.bytesFor(q.tail))
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.failed {
+		return false
+	}
+	// An empty queue takes any frame, so one event larger than the byte
+	// bound still reaches a client that keeps up.
+	if len(q.frames) > 0 && (len(q.frames) >= q.maxN || q.bytes+n > q.maxBytes) {
+		clear(q.frames)
+		q.frames, q.bytes = q.frames[:0], 0
+		if !q.soft {
+			q.failed = true
+			q.frames = nil
+			q.signal()
+			return false
+		}
+		q.lost = true
+	}
+	q.frames = append(q.frames, f)
+	q.bytes += n
+	q.signal()
+	return true
+}
+
+func (q *queue) signal() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take hands over the queued frames, giving spare (emptied) back to the queue
+// for reuse. lost reports a hole before the frames; failed, an overflow.
+func (q *queue) take(spare []*frame) (frames []*frame, lost, failed bool) {
+	clear(spare)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	frames, lost, failed = q.frames, q.lost, q.failed
+	if !failed {
+		q.frames = spare[:0]
+	}
+	q.bytes, q.lost = 0, false
+	return frames, lost, failed
+}
+
+// harden makes the next overflow fail the queue: from now on the connection
+// only writes, and a client that does not read must not hold memory.
+func (q *queue) harden() {
+	q.mu.Lock()
+	q.soft = false
+	q.mu.Unlock()
+}
