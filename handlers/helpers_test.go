@@ -143,8 +143,10 @@ func (a *testAPI) do(t testing.TB, req request) *httptest.ResponseRecorder {
 	return rec
 }
 
-func post(target, body string) request { return request{method: http.MethodPost, target: target, body: body} }
-func get(target string) request        { return request{method: http.MethodGet, target: target} }
+func post(target, body string) request {
+	return request{method: http.MethodPost, target: target, body: body}
+}
+func get(target string) request { return request{method: http.MethodGet, target: target} }
 
 // checkSpec validates a response against openapi.yaml. Answers to requests the
 // spec has no route for (404, 405) must still have the Error shape.
