@@ -94,7 +94,9 @@ type testAPI struct {
 // epoch is the fake clock's start: 2025-11-25T21:39:07.116Z.
 var epoch = time.UnixMilli(1764106747116).UTC()
 
-func newTestAPI(t testing.TB) *testAPI {
+// newTestAPI builds the API on a fresh store; each opt may change the deps,
+// e.g. wrap the store to inject a failure.
+func newTestAPI(t testing.TB, opts ...func(*handlers.Deps)) *testAPI {
 	t.Helper()
 	clock := &fakeClock{t: epoch}
 	log := zerolog.New(zerolog.NewTestWriter(t))
@@ -107,7 +109,11 @@ func newTestAPI(t testing.TB) *testAPI {
 			t.Errorf("close store: %v", err)
 		}
 	})
-	api := handlers.New(handlers.Deps{Store: st, Log: log})
+	deps := handlers.Deps{Store: st, Log: log}
+	for _, opt := range opts {
+		opt(&deps)
+	}
+	api := handlers.New(deps)
 	return &testAPI{h: api.Routes(), store: st, clock: clock}
 }
 
