@@ -1,0 +1,324 @@
+package stream
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/rs/zerolog"
+
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/store"
+	"github.com/nqd-dev/nqd/store/boltstore"
+)
+
+// waitFor bounds every wait of these tests: long enough for a loaded
+// machine running -race, short enough to fail rather than hang.
+const waitFor = 10 * time.Second
+
+// backend is one store implementation the stream tests run on.
+type backend struct {
+	name string
+	open func(t *testing.T) store.Store
+	// trim drops the oldest events of c's stream, keeping keep; nil when
+	// the backend cannot trim.
+	trim func(t *testing.T, s store.Store, c store.Context, keep int64)
+}
+
+// backends lists the stores to test; Redis joins it in redis_test.go.
+var backends = []backend{{name: "bolt", open: newBoltStore}}
+
+func newBoltStore(t *testing.T) store.Store {
+	t.Helper()
+	s, err := boltstore.Open(filepath.Join(t.TempDir(), "nqd.db"), boltstore.Options{})
+	if err != nil {
+		t.Fatalf("open bolt store: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// eachBackend runs f as a subtest per backend.
+func eachBackend(t *testing.T, f func(t *testing.T, b backend)) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) { f(t, b) })
+	}
+}
+
+func testLogger(t *testing.T) zerolog.Logger {
+	return zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)
+}
+
+// newTestServer serves h's routes as nqd mounts them.
+func newTestServer(t *testing.T, h *Handler) *httptest.Server {
+	t.Helper()
+	r := chi.NewRouter()
+	r.Get("/api/_events/sse", h.ServeRawTail)
+	r.Get("/api/_events/{type}/{id}/stream", h.ServeStream)
+	srv := httptest.NewServer(r)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = h.Drain(ctx)
+		srv.CloseClientConnections()
+		srv.Close()
+		h.Close()
+	})
+	return srv
+}
+
+// newTestHandler builds a handler over s with o's settings and fast checks.
+func newTestHandler(t *testing.T, s store.Store, o Options) *Handler {
+	t.Helper()
+	o.Store = s
+	o.Log = testLogger(t)
+	if o.CheckInterval == 0 {
+		o.CheckInterval = 50 * time.Millisecond
+	}
+	return NewHandler(o)
+}
+
+func streamURL(srv *httptest.Server, c store.Context) string {
+	return srv.URL + "/api/_events/" + c.Type + "/" + c.ID + "/stream"
+}
+
+var ctxSeq int
+
+// newContext names a flow run no other test of this binary uses.
+func newContext(t *testing.T) store.Context {
+	t.Helper()
+	ctxSeq++
+	return store.Context{Type: "flow", ID: fmt.Sprintf("run-%d-%d", time.Now().UnixNano(), ctxSeq)}
+}
+
+// appendN appends n log events to c, one append each, and returns them.
+func appendN(t testing.TB, s store.Store, c store.Context, n int) []event.Event {
+	t.Helper()
+	out := make([]event.Event, 0, n)
+	for i := range n {
+		res, err := s.Append(context.Background(), c, []event.Event{logEvent(c, i)}, store.AppendOptions{})
+		if err != nil {
+			t.Fatalf("append: %v", err)
+		}
+		out = append(out, res.Events...)
+	}
+	return out
+}
+
+func logEvent(c store.Context, i int) event.Event {
+	return event.Event{
+		Kind: "log", Subject: c.ID, Flow: c.ID, FlowName: "demo", Step: "first",
+		Data: json.RawMessage(fmt.Sprintf(`{"level":"info","msg":"line %d"}`, i)),
+	}
+}
+
+func allEvents(t testing.TB, s store.Store, c store.Context) []event.Event {
+	t.Helper()
+	evs, err := s.Range(context.Background(), c, store.RangeQuery{})
+	if err != nil {
+		t.Fatalf("range: %v", err)
+	}
+	return evs
+}
+
+// message is one SSE message as a client parses it. Comment-only blocks are
+// messages too, so that tests can see heartbeats.
+type message struct {
+	ID, Event, Data, Retry string
+	HasID                  bool
+	Comments               []string
+}
+
+// sseConn is a raw line reader over one SSE response.
+type sseConn struct {
+	resp   *http.Response
+	cancel context.CancelFunc
+	msgs   chan message
+	done   chan error // the read loop's end
+}
+
+// dial opens an SSE stream; header may be nil. The stream closes with the test.
+func dial(t *testing.T, url string, header http.Header) *sseConn {
+	t.Helper()
+	c, status := tryDial(t, url, header)
+	if status != http.StatusOK {
+		t.Fatalf("GET %s: status %d", url, status)
+	}
+	return c
+}
+
+// tryDial opens an SSE stream and returns it with the status; a non-200
+// response is returned closed, with a nil conn.
+func tryDial(t *testing.T, url string, header http.Header) (*sseConn, int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		cancel()
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		_ = resp.Body.Close()
+		cancel()
+		return nil, resp.StatusCode
+	}
+	c := &sseConn{resp: resp, cancel: cancel, msgs: make(chan message, 64), done: make(chan error, 1)}
+	go c.read()
+	t.Cleanup(c.close)
+	return c, resp.StatusCode
+}
+
+func (c *sseConn) close() {
+	c.cancel()
+	_ = c.resp.Body.Close()
+}
+
+func (c *sseConn) read() {
+	br := bufio.NewReader(c.resp.Body)
+	var m message
+	var any bool
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			close(c.msgs)
+			c.done <- err
+			return
+		}
+		line = strings.TrimSuffix(line, "\n")
+		if line == "" {
+			if any {
+				c.msgs <- m
+			}
+			m, any = message{}, false
+			continue
+		}
+		any = true
+		field, value, _ := strings.Cut(line, ":")
+		value = strings.TrimPrefix(value, " ")
+		switch field {
+		case "":
+			m.Comments = append(m.Comments, value)
+		case "id":
+			m.ID, m.HasID = value, true
+		case "event":
+			m.Event = value
+		case "data":
+			if m.Data != "" {
+				m.Data += "\n"
+			}
+			m.Data += value
+		case "retry":
+			m.Retry = value
+		}
+	}
+}
+
+// next returns the next message, failing the test after waitFor or at the
+// end of the stream.
+func (c *sseConn) next(t *testing.T) message {
+	t.Helper()
+	m, ok := c.tryNext(t)
+	if !ok {
+		t.Fatal("the stream ended")
+	}
+	return m
+}
+
+// tryNext is next that reports the end of the stream instead of failing.
+func (c *sseConn) tryNext(t *testing.T) (message, bool) {
+	t.Helper()
+	select {
+	case m, ok := <-c.msgs:
+		return m, ok
+	case <-time.After(waitFor):
+		t.Fatalf("no message within %v", waitFor)
+		return message{}, false
+	}
+}
+
+// nextData skips comment-only messages.
+func (c *sseConn) nextData(t *testing.T) message {
+	t.Helper()
+	for {
+		m := c.next(t)
+		if m.Data != "" || m.Event != "" {
+			return m
+		}
+	}
+}
+
+// frameBody is the data of a contract §5 message.
+type frameBody struct {
+	V      int             `json:"v"`
+	Event  string          `json:"event"`
+	Stream string          `json:"stream"`
+	Record json.RawMessage `json:"record"`
+}
+
+// readEvents reads n data messages and checks each is a well-formed event.
+func (c *sseConn) readEvents(t *testing.T, n int) []message {
+	t.Helper()
+	out := make([]message, 0, n)
+	for len(out) < n {
+		m := c.nextData(t)
+		if m.Event != "" {
+			t.Fatalf("got an %q message, want events only", m.Event)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func ids(evs []event.Event) []string {
+	out := make([]string, len(evs))
+	for i, e := range evs {
+		out[i] = e.ID.String()
+	}
+	return out
+}
+
+func msgIDs(ms []message) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.ID
+	}
+	return out
+}
+
+// wantFrame is the data line an event must arrive as.
+func wantFrame(t *testing.T, ev event.Event) string {
+	t.Helper()
+	b, err := appendEvent(nil, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, data, _ := strings.Cut(strings.TrimSuffix(string(b), "\n\n"), "\ndata: ")
+	return data
+}
+
+// eventually waits until cond holds, failing after waitFor.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, waitFor)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}

@@ -1,0 +1,461 @@
+package stream
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/store"
+)
+
+func TestHeadersAndFraming(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		s := b.open(t)
+		srv := newTestServer(t, newTestHandler(t, s, Options{Retry: 1500 * time.Millisecond}))
+		c := newContext(t)
+		evs := appendN(t, s, c, 2)
+
+		conn := dial(t, streamURL(srv, c), nil)
+		h := conn.resp.Header
+		for k, want := range map[string]string{
+			"Content-Type":      "text/event-stream",
+			"Cache-Control":     "no-cache, no-transform",
+			"X-Accel-Buffering": "no",
+			"Content-Encoding":  "",
+		} {
+			if got := h.Get(k); got != want {
+				t.Errorf("header %s: got %q, want %q", k, got, want)
+			}
+		}
+		first := conn.next(t)
+		if first.Retry != "1500" || len(first.Comments) == 0 || first.Data != "" {
+			t.Errorf("first message: got %+v, want a comment and retry: 1500", first)
+		}
+		live := appendN(t, s, c, 1)
+		got := conn.readEvents(t, 3)
+		for i, ev := range append(evs, live...) {
+			if got[i].ID != ev.ID.String() {
+				t.Errorf("message %d: id %q, want %q", i, got[i].ID, ev.ID)
+			}
+			if want := wantFrame(t, ev); got[i].Data != want {
+				t.Errorf("message %d data:\n got %s\nwant %s", i, got[i].Data, want)
+			}
+			var fb frameBody
+			if err := json.Unmarshal([]byte(got[i].Data), &fb); err != nil {
+				t.Fatal(err)
+			}
+			var rec event.Event
+			if err := json.Unmarshal(fb.Record, &rec); err != nil {
+				t.Fatal(err)
+			}
+			if fb.V != 1 || fb.Event != "log" || rec.ID != ev.ID || rec.Kind != "log" {
+				t.Errorf("message %d: got v=%d event=%q record id=%v kind=%q", i, fb.V, fb.Event, rec.ID, rec.Kind)
+			}
+		}
+	})
+}
+
+func TestInvalidContext(t *testing.T) {
+	s := newBoltStore(t)
+	srv := newTestServer(t, newTestHandler(t, s, Options{}))
+	for _, path := range []string{
+		"/api/_events/Flow/run-1/stream",
+		"/api/_events/flow/list/stream",
+		"/api/_events/flow/-x/stream",
+		"/api/_events/flow/run-1/stream?backfill=-1",
+		"/api/_events/flow/run-1/stream?backfill=ten",
+		"/api/_events/sse?stream=nq:flow",
+		"/api/_events/sse?stream=other:flow:run-1",
+		"/api/_events/sse?stream=" + url.QueryEscape("nq:flow:a b"),
+	} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body struct {
+			Error struct {
+				Code, Message string
+				Fields        map[string]string
+			}
+		}
+		err = json.NewDecoder(resp.Body).Decode(&body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || err != nil || body.Error.Code != "validation_failed" || len(body.Error.Fields) == 0 {
+			t.Errorf("GET %s: got %d %+v (%v), want 400 validation_failed with fields", path, resp.StatusCode, body, err)
+		}
+	}
+}
+
+func TestBackfillLimits(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		s := b.open(t)
+		srv := newTestServer(t, newTestHandler(t, s, Options{MaxBackfill: 5}))
+		c := newContext(t)
+		evs := appendN(t, s, c, 8)
+
+		t.Run("over the maximum", func(t *testing.T) {
+			conn := dial(t, streamURL(srv, c), nil)
+			m := conn.nextData(t)
+			if m.Event != "truncated" || m.Data != `{"v":1,"limit":5}` {
+				t.Fatalf("got %+v, want the truncated notice", m)
+			}
+			if got, want := msgIDs(conn.readEvents(t, 5)), ids(evs[3:]); !slices.Equal(got, want) {
+				t.Errorf("got %v, want %v", got, want)
+			}
+		})
+		t.Run("newest N", func(t *testing.T) {
+			conn := dial(t, streamURL(srv, c)+"?backfill=3", nil)
+			if got, want := msgIDs(conn.readEvents(t, 3)), ids(evs[5:]); !slices.Equal(got, want) {
+				t.Errorf("got %v, want %v", got, want)
+			}
+			live := appendN(t, s, c, 1)
+			evs = append(evs, live...)
+			if got := conn.readEvents(t, 1)[0].ID; got != live[0].ID.String() {
+				t.Errorf("live: got %s, want %s", got, live[0].ID)
+			}
+		})
+		t.Run("none", func(t *testing.T) {
+			conn := dial(t, streamURL(srv, c)+"?backfill=0", nil)
+			live := appendN(t, s, c, 1)
+			if got := conn.readEvents(t, 1)[0].ID; got != live[0].ID.String() {
+				t.Errorf("got %s, want only the live %s", got, live[0].ID)
+			}
+		})
+	})
+}
+
+// TestBackfillPages covers streams longer than one store read.
+func TestBackfillPages(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		s := b.open(t)
+		c := newContext(t)
+		evs := make([]event.Event, 0, 2*pageSize+10)
+		for len(evs) < 2*pageSize+10 {
+			batch := make([]event.Event, 100)
+			for i := range batch {
+				batch[i] = logEvent(c, len(evs)+i)
+			}
+			res, err := s.Append(context.Background(), c, batch, store.AppendOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			evs = append(evs, res.Events...)
+		}
+		t.Run("whole stream", func(t *testing.T) {
+			srv := newTestServer(t, newTestHandler(t, s, Options{}))
+			conn := dial(t, streamURL(srv, c), nil)
+			if got, want := msgIDs(conn.readEvents(t, len(evs))), ids(evs); !slices.Equal(got, want) {
+				t.Errorf("got %d ids, want %d in order", len(got), len(want))
+			}
+		})
+		t.Run("cut at the maximum", func(t *testing.T) {
+			srv := newTestServer(t, newTestHandler(t, s, Options{MaxBackfill: pageSize + 5}))
+			conn := dial(t, streamURL(srv, c), nil)
+			if m := conn.nextData(t); m.Event != "truncated" {
+				t.Fatalf("got %+v, want the truncated notice", m)
+			}
+			if got, want := msgIDs(conn.readEvents(t, pageSize+5)), ids(evs[len(evs)-pageSize-5:]); !slices.Equal(got, want) {
+				t.Errorf("got %d ids, want the newest %d in order", len(got), len(want))
+			}
+		})
+		t.Run("resume", func(t *testing.T) {
+			srv := newTestServer(t, newTestHandler(t, s, Options{}))
+			conn := dial(t, streamURL(srv, c), http.Header{"Last-Event-Id": {evs[3].ID.String()}})
+			if got, want := msgIDs(conn.readEvents(t, len(evs)-4)), ids(evs[4:]); !slices.Equal(got, want) {
+				t.Errorf("got %d ids, want %d in order", len(got), len(want))
+			}
+		})
+	})
+}
+
+func TestResume(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		s := b.open(t)
+		srv := newTestServer(t, newTestHandler(t, s, Options{}))
+		c := newContext(t)
+		evs := appendN(t, s, c, 6)
+		u := streamURL(srv, c)
+		for name, dialIt := range map[string]func() *sseConn{
+			"Last-Event-ID": func() *sseConn { return dial(t, u, http.Header{"Last-Event-Id": {evs[2].ID.String()}}) },
+			"lastEventId":   func() *sseConn { return dial(t, u+"?lastEventId="+evs[2].ID.String(), nil) },
+			"fromId":        func() *sseConn { return dial(t, u+"?fromId="+evs[2].ID.String(), nil) },
+			// A browser's own reconnect sends the header; the URL keeps the
+			// first fromId (ui-contract A.6), which must not win.
+			"header over query": func() *sseConn {
+				return dial(t, u+"?fromId="+evs[0].ID.String(), http.Header{"Last-Event-Id": {evs[2].ID.String()}})
+			},
+		} {
+			t.Run(name, func(t *testing.T) {
+				conn := dialIt()
+				if got, want := msgIDs(conn.readEvents(t, 3)), ids(evs[3:]); !slices.Equal(got, want) {
+					t.Errorf("got %v, want %v", got, want)
+				}
+			})
+		}
+	})
+}
+
+func TestResetOnUnknownPosition(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		s := b.open(t)
+		c := newContext(t)
+		evs := appendN(t, s, c, 5)
+		last := evs[len(evs)-1].ID
+		cases := map[string]string{
+			"not an id":  "yesterday",
+			"future":     last.Next().Next().String(),
+			"before all": before(evs[0].ID).String(),
+		}
+		for i := range len(evs) - 1 {
+			if between := evs[i].ID.Next(); between != evs[i+1].ID {
+				cases["between ids"] = between.String()
+				break
+			}
+		}
+		for name, from := range cases {
+			t.Run(name, func(t *testing.T) {
+				var states atomic.Int32
+				h := newTestHandler(t, s, Options{State: func(_ context.Context, got store.Context) (json.RawMessage, event.ID, error) {
+					states.Add(1)
+					if got != c {
+						t.Errorf("state of %v, want %v", got, c)
+					}
+					return json.RawMessage("{\n  \"status\": \"running\"\n}"), evs[3].ID, nil
+				}})
+				srv := newTestServer(t, h)
+				conn := dial(t, streamURL(srv, c), http.Header{"Last-Event-Id": {from}})
+				m := conn.nextData(t)
+				want := `{"v":1,"position":"` + evs[3].ID.String() + `","state":{"status":"running"}}`
+				if m.Event != "reset" || m.ID != evs[3].ID.String() || m.Data != want {
+					t.Fatalf("got %+v, want reset at %s with data %s", m, evs[3].ID, want)
+				}
+				// The state is as of evs[3]: what follows it comes next, then live.
+				live := appendN(t, s, c, 1)
+				wantIDs := ids(append(slices.Clone(evs[4:]), live...))
+				if got := msgIDs(conn.readEvents(t, len(wantIDs))); !slices.Equal(got, wantIDs) {
+					t.Errorf("after reset: got %v, want %v", got, wantIDs)
+				}
+				if states.Load() != 1 {
+					t.Errorf("state asked %d times, want once", states.Load())
+				}
+				evs = append(evs, live...)
+			})
+		}
+		t.Run("no state func", func(t *testing.T) {
+			srv := newTestServer(t, newTestHandler(t, s, Options{}))
+			conn := dial(t, streamURL(srv, c)+"?lastEventId=nope", nil)
+			end := evs[len(evs)-1].ID.String()
+			m := conn.nextData(t)
+			if m.Event != "reset" || m.ID != end || m.Data != `{"v":1,"position":"`+end+`"}` {
+				t.Fatalf("got %+v, want a reset at %s", m, end)
+			}
+		})
+		t.Run("empty stream", func(t *testing.T) {
+			srv := newTestServer(t, newTestHandler(t, s, Options{}))
+			conn := dial(t, streamURL(srv, newContext(t)), http.Header{"Last-Event-Id": {"5-0"}})
+			m := conn.nextData(t)
+			if m.Event != "reset" || !m.HasID || m.ID != "" || m.Data != `{"v":1,"position":""}` {
+				t.Fatalf("got %+v, want a reset to the beginning", m)
+			}
+		})
+	})
+}
+
+func TestHandoffRace(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		s := b.open(t)
+		c := newContext(t)
+		before := appendN(t, s, c, 3)
+		var injected []event.Event
+		h := newTestHandler(t, s, Options{Hooks: Hooks{AfterSubscribe: func() {
+			// Between the live attach and the backfill read: the event is
+			// both live and in the backfill, and must arrive once.
+			injected = appendN(t, s, c, 1)
+		}}})
+		srv := newTestServer(t, h)
+		conn := dial(t, streamURL(srv, c), nil)
+		after := appendN(t, s, c, 2)
+		want := ids(slices.Concat(before, injected, after))
+		got := msgIDs(conn.readEvents(t, len(want)))
+		if !slices.Equal(got, want) {
+			t.Fatalf("got %v, want %v", got, want)
+		}
+		// Nothing more: a duplicate would come before the heartbeat-free
+		// silence ends with the next event.
+		last := appendN(t, s, c, 1)
+		if got := conn.readEvents(t, 1)[0].ID; got != last[0].ID.String() {
+			t.Errorf("after the handoff: got %s, want %s", got, last[0].ID)
+		}
+	})
+}
+
+func TestHeartbeat(t *testing.T) {
+	s := newBoltStore(t)
+	srv := newTestServer(t, newTestHandler(t, s, Options{Heartbeat: 20 * time.Millisecond}))
+	conn := dial(t, streamURL(srv, newContext(t)), nil)
+	conn.next(t) // the opening comment
+	for range 2 {
+		m := conn.next(t)
+		if m.Data != "" || m.Event != "" || !slices.Equal(m.Comments, []string{"ping"}) {
+			t.Fatalf("got %+v, want a heartbeat comment", m)
+		}
+	}
+}
+
+func TestRawTail(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		s := b.open(t)
+		h := newTestHandler(t, s, Options{})
+		srv := newTestServer(t, h)
+		c := newContext(t)
+		old := appendN(t, s, c, 2)
+		key := "nq:" + c.Type + ":" + c.ID
+		tail := dial(t, srv.URL+"/api/_events/sse?stream="+url.QueryEscape(key), nil)
+		// A §5 client of the same context shares the subscription.
+		full := dial(t, streamURL(srv, c), nil)
+		full.readEvents(t, 2)
+		eventually(t, "both connections attach", func() bool { return topicSubs(h, c) == 2 })
+
+		live := appendN(t, s, c, 2)
+		got := tail.readEvents(t, 2)
+		for i, ev := range live {
+			rec, _ := ev.MarshalJSON()
+			want := `{"v":1,"stream":"` + key + `","record":` + string(rec) + `}`
+			if got[i].ID != ev.ID.String() || got[i].Data != want {
+				t.Errorf("tail message %d: got %+v, want id %s data %s", i, got[i], ev.ID, want)
+			}
+		}
+		if got, want := msgIDs(full.readEvents(t, 2)), ids(live); !slices.Equal(got, want) {
+			t.Errorf("stream client: got %v, want %v", got, want)
+		}
+		t.Run("resume", func(t *testing.T) {
+			conn := dial(t, srv.URL+"/api/_events/sse?stream="+url.QueryEscape(key), http.Header{"Last-Event-Id": {old[1].ID.String()}})
+			got := conn.readEvents(t, 2)
+			if !slices.Equal(msgIDs(got), ids(live)) || !strings.Contains(got[0].Data, `"stream":"`+key+`"`) {
+				t.Errorf("got %+v, want the raw-tail form of %v", got, ids(live))
+			}
+		})
+		t.Run("era A global stream", func(t *testing.T) {
+			for _, q := range []string{"", "?stream=nq:events"} {
+				conn := dial(t, srv.URL+"/api/_events/sse"+q, nil)
+				if m := conn.next(t); m.Retry == "" {
+					t.Errorf("%q: got %+v, want the opening comment and retry", q, m)
+				}
+			}
+		})
+	})
+}
+
+// topicSubs counts the queues attached to c's feed.
+func topicSubs(h *Handler, c store.Context) int {
+	h.hub.mu.Lock()
+	t := h.hub.topics[c]
+	h.hub.mu.Unlock()
+	if t == nil {
+		return 0
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.subs)
+}
+
+func topicCount(h *Handler) int {
+	h.hub.mu.Lock()
+	defer h.hub.mu.Unlock()
+	return len(h.hub.topics)
+}
+
+func TestOneSubscriptionPerContext(t *testing.T) {
+	s := newBoltStore(t)
+	counting := &countingSource{Source: s}
+	h := NewHandler(Options{Store: counting, Log: testLogger(t)})
+	srv := newTestServer(t, h)
+	c, other := newContext(t), newContext(t)
+	var conns []*sseConn
+	for range 5 {
+		conns = append(conns, dial(t, streamURL(srv, c), nil))
+	}
+	conns = append(conns, dial(t, streamURL(srv, other), nil))
+	eventually(t, "six connections attach", func() bool { return topicSubs(h, c) == 5 && topicSubs(h, other) == 1 })
+	if got := counting.subscribes.Load(); got != 2 {
+		t.Errorf("subscriptions: got %d, want 2 (one per context)", got)
+	}
+	live := appendN(t, s, c, 1)
+	for _, conn := range conns[:5] {
+		if got := conn.readEvents(t, 1)[0].ID; got != live[0].ID.String() {
+			t.Errorf("got %s, want %s", got, live[0].ID)
+		}
+	}
+	for _, conn := range conns {
+		conn.close()
+	}
+	eventually(t, "the subscriptions end with their connections", func() bool { return topicCount(h) == 0 })
+}
+
+type countingSource struct {
+	Source
+	subscribes atomic.Int32
+}
+
+func (s *countingSource) Subscribe(ctx context.Context, c store.Context, buffer int) (store.Subscription, error) {
+	s.subscribes.Add(1)
+	return s.Source.Subscribe(ctx, c, buffer)
+}
+
+func TestDrain(t *testing.T) {
+	s := newBoltStore(t)
+	h := newTestHandler(t, s, Options{DrainWindow: 50 * time.Millisecond})
+	srv := newTestServer(t, h)
+	c := newContext(t)
+	var conns []*sseConn
+	for range 4 {
+		conn := dial(t, streamURL(srv, c), nil)
+		conn.next(t)
+		conns = append(conns, conn)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if err := h.Drain(ctx); err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+	for i, conn := range conns {
+		for {
+			if _, ok := conn.tryNext(t); !ok {
+				break
+			}
+		}
+		if err := <-conn.done; err == nil {
+			t.Errorf("connection %d: ended without an error", i)
+		}
+	}
+	if _, status := tryDial(t, streamURL(srv, c), nil); status != http.StatusServiceUnavailable {
+		t.Errorf("after drain: got %d, want 503", status)
+	}
+}
+
+func TestMaxLifetime(t *testing.T) {
+	s := newBoltStore(t)
+	srv := newTestServer(t, newTestHandler(t, s, Options{MaxLifetime: 30 * time.Millisecond}))
+	c := newContext(t)
+	evs := appendN(t, s, c, 1)
+	conn := dial(t, streamURL(srv, c), nil)
+	conn.readEvents(t, 1)
+	for {
+		if _, ok := conn.tryNext(t); !ok {
+			break
+		}
+	}
+	// Retired, the client resumes where it was.
+	conn = dial(t, streamURL(srv, c), http.Header{"Last-Event-Id": {evs[0].ID.String()}})
+	live := appendN(t, s, c, 1)
+	if got := conn.readEvents(t, 1)[0].ID; got != live[0].ID.String() {
+		t.Errorf("got %s, want %s", got, live[0].ID)
+	}
+}
