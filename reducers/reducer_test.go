@@ -4,8 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"sync"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
