@@ -1,0 +1,170 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/store"
+)
+
+//go:embed scripts/append.lua
+var appendLua string
+
+var appendScript = redis.NewScript(appendLua)
+
+// Append stores evs atomically with their publication and index maintenance
+// (see scripts/append.lua). Errors: store.ErrInvalid, store.ErrUnavailable,
+// store.ErrClosed, or the context's error, after which the append may or may
+// not have happened: retry with an idempotency key to be sure.
+func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, opts store.AppendOptions) (store.AppendResult, error) {
+	if s.closed.Load() {
+		return store.AppendResult{}, fmt.Errorf("redisstore: append: %w", store.ErrClosed)
+	}
+	if !c.Valid() {
+		return store.AppendResult{}, invalid("append", "context %q", c)
+	}
+	if len(evs) == 0 {
+		return store.AppendResult{}, invalid("append", "empty batch")
+	}
+	if len(opts.IdempotencyKey) > maxIdempotencyKey {
+		return store.AppendResult{}, invalid("append", "idempotency key longer than %d bytes", maxIdempotencyKey)
+	}
+
+	stream := s.streamKey(c)
+	keys := []string{stream, s.indexKey(store.Index{Type: c.Type})}
+	// keyAt returns the KEYS position (1-based, as Lua counts) of k, adding it
+	// once: a batch of starts of one flow needs its index key only once.
+	keyAt := func(k string) int {
+		for i, have := range keys {
+			if have == k {
+				return i + 1
+			}
+		}
+		keys = append(keys, k)
+		return len(keys)
+	}
+	idem := 0
+	if opts.IdempotencyKey != "" {
+		sum := sha256.Sum256([]byte(opts.IdempotencyKey))
+		idem = keyAt(stream + ":idem:" + hex.EncodeToString(sum[:]))
+	}
+
+	bodies := make([]any, len(evs))
+	joins := make([]any, len(evs))
+	for i, e := range evs {
+		if !event.ValidKind(e.Kind) {
+			return store.AppendResult{}, invalid("append", "event %d: kind %q", i, e.Kind)
+		}
+		b, err := e.MarshalBody()
+		if err != nil {
+			return store.AppendResult{}, invalid("append", "event %d: %v", i, err)
+		}
+		bodies[i] = b
+		joins[i] = 0
+		if ix, ok := joinedIndex(e); ok {
+			if !ix.Valid() {
+				return store.AppendResult{}, invalid("append", "event %d: index name %q", i, ix.Name)
+			}
+			joins[i] = keyAt(s.indexKey(ix))
+		}
+	}
+
+	args := make([]any, 0, 6+2*len(evs))
+	args = append(args, s.channel(c), c.ID, s.opts.MaxLen, idem, s.opts.IdempotencyWindow.Milliseconds(), len(evs))
+	args = append(args, bodies...)
+	args = append(args, joins...)
+	reply, err := appendScript.Run(ctx, s.client, keys, args...).Slice()
+	if err != nil {
+		return store.AppendResult{}, mapErr(ctx, "append", err)
+	}
+	return s.appendResult(c, evs, reply)
+}
+
+// joinedIndex names the named index an event adds its context to, beyond the
+// type index every context joins with its first event.
+func joinedIndex(e event.Event) (store.Index, bool) {
+	switch {
+	case (e.Kind == "flow.started" || e.Kind == "flow.start") && e.FlowName != "":
+		return store.Index{Type: "flow", Name: e.FlowName}, true
+	case e.Kind == "trigger.registered":
+		return store.Index{Type: "trigger"}, true
+	}
+	return store.Index{}, false
+}
+
+// appendResult reads the script's reply: {0, id...} for a new append, or
+// {1, id, body...} for a replay.
+func (s *Store) appendResult(c store.Context, evs []event.Event, reply []any) (store.AppendResult, error) {
+	if len(reply) == 0 {
+		return store.AppendResult{}, fmt.Errorf("redisstore: append: empty reply")
+	}
+	if replayed, _ := reply[0].(int64); replayed == 1 {
+		var out []event.Event
+		for i := 1; i+1 < len(reply); i += 2 {
+			id, err := parseID(reply[i])
+			if err != nil {
+				return store.AppendResult{}, err
+			}
+			body, _ := reply[i+1].(string)
+			if body == "" {
+				// Trimmed since by MAXLEN: only the position remains.
+				out = append(out, event.Event{ID: id, Subject: c.ID})
+				continue
+			}
+			e, err := event.DecodeStored(id, []byte(body))
+			if err != nil {
+				return store.AppendResult{}, fmt.Errorf("redisstore: append: replayed entry %v: %w", id, err)
+			}
+			out = append(out, e)
+		}
+		return store.AppendResult{Events: out, Replayed: true}, nil
+	}
+	if len(reply) != len(evs)+1 {
+		return store.AppendResult{}, fmt.Errorf("redisstore: append: %d ids for %d events", len(reply)-1, len(evs))
+	}
+	out := make([]event.Event, len(evs))
+	for i, e := range evs {
+		id, err := parseID(reply[i+1])
+		if err != nil {
+			return store.AppendResult{}, err
+		}
+		e.ID = id
+		out[i] = e
+	}
+	return store.AppendResult{Events: out}, nil
+}
+
+func parseID(v any) (event.ID, error) {
+	s, _ := v.(string)
+	id, err := event.ParseID(s)
+	if err != nil {
+		return event.ID{}, fmt.Errorf("redisstore: entry id %q: %w", s, err)
+	}
+	return id, nil
+}
+
+func rangeStart(id event.ID) string {
+	if id.IsZero() {
+		return "-"
+	}
+	return formatID(id)
+}
+
+func rangeEnd(id event.ID) string {
+	if id == event.MaxID {
+		return "+"
+	}
+	return formatID(id)
+}
+
+// formatID is the text of an id as a Redis range bound.
+func formatID(id event.ID) string {
+	return strconv.FormatUint(id.MS, 10) + "-" + strconv.FormatUint(id.Seq, 10)
+}

@@ -1,0 +1,193 @@
+// Package redisstore is the store.Store backend on Redis: one Redis Stream per
+// context, published live over Pub/Sub, with sorted-set indexes. Several nqd
+// instances may share one Redis; an event appended through any of them reaches
+// the subscribers of all.
+//
+// Keys, under a configurable prefix <p> (default "nq"):
+//
+//	<p>:<type>:<id>                    stream: the context's events, field "e" = the record without id and ts
+//	<p>:<type>:<id>:live               Pub/Sub channel: each appended record, the full JSON of contract §2
+//	<p>:<type>s                        sorted set: context ids of a type, score = first event's ms
+//	<p>:<type>s:<name>                 sorted set: a named index, e.g. <p>:flows:<flowName> (score = start ms)
+//	<p>:<type>:<id>:idem:<sha256 hex>  string: the ids an idempotent append stored, expires after the window
+//
+// Streams written by the Nuxt Queue Node module (fields type, runId, flowName,
+// data, ts, stepName, stepId, attempt) are read as well.
+//
+// Every append is one Lua script (scripts/append.lua) that stores, publishes
+// and indexes the batch atomically. Every name that becomes part of a key is
+// checked against the rules of contract §1 before any command is sent.
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/store"
+)
+
+// Options tune a Store. The zero value is usable.
+type Options struct {
+	// Prefix starts every key; default "nq". It is made of names joined by
+	// ':' that pass event.ValidName.
+	Prefix string
+	// IdempotencyWindow is how long an idempotency key is remembered;
+	// default 24h.
+	IdempotencyWindow time.Duration
+	// MaxLen caps each stream approximately (XADD MAXLEN ~); 0 keeps every
+	// event.
+	MaxLen int64
+	// SubscriptionBuffer is the channel size of a subscription that asks for
+	// none; default 256.
+	SubscriptionBuffer int
+	// LiveProbeInterval is how often the Pub/Sub connection is pinged so a
+	// silently dead one is noticed; default 15s, negative disables.
+	LiveProbeInterval time.Duration
+	// Logger receives the live path's reconnects and undecodable entries.
+	Logger zerolog.Logger
+}
+
+const (
+	defaultPrefix             = "nq"
+	defaultIdempotencyWindow  = 24 * time.Hour
+	defaultSubscriptionBuffer = 256
+	defaultLiveProbeInterval  = 15 * time.Second
+	// maxIdempotencyKey matches the embedded store's limit so both backends
+	// accept the same requests.
+	maxIdempotencyKey = 1024
+)
+
+// Store is the Redis backend. It is safe for concurrent use.
+type Store struct {
+	client redis.UniversalClient
+	opts   Options
+	log    zerolog.Logger
+	hub    *hub
+	closed atomic.Bool
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New returns a Store on client. The caller keeps ownership of client and
+// closes it after the Store. Errors: store.ErrInvalid for a bad prefix.
+func New(client redis.UniversalClient, opts Options) (*Store, error) {
+	if opts.Prefix == "" {
+		opts.Prefix = defaultPrefix
+	}
+	if !validPrefix(opts.Prefix) {
+		return nil, fmt.Errorf("redisstore: prefix %q: %w", opts.Prefix, store.ErrInvalid)
+	}
+	if opts.IdempotencyWindow <= 0 {
+		opts.IdempotencyWindow = defaultIdempotencyWindow
+	}
+	if opts.MaxLen < 0 {
+		return nil, fmt.Errorf("redisstore: negative MaxLen: %w", store.ErrInvalid)
+	}
+	if opts.SubscriptionBuffer <= 0 {
+		opts.SubscriptionBuffer = defaultSubscriptionBuffer
+	}
+	if opts.LiveProbeInterval == 0 {
+		opts.LiveProbeInterval = defaultLiveProbeInterval
+	}
+	s := &Store{client: client, opts: opts, log: opts.Logger}
+	s.hub = newHub(client, opts.LiveProbeInterval, s.log)
+	return s, nil
+}
+
+func validPrefix(p string) bool {
+	for part := range strings.SplitSeq(p, ":") {
+		if !event.ValidName(part) {
+			return false
+		}
+	}
+	return true
+}
+
+// Ping checks that Redis answers. Errors: store.ErrUnavailable.
+func (s *Store) Ping(ctx context.Context) error {
+	if s.closed.Load() {
+		return fmt.Errorf("redisstore: ping: %w", store.ErrClosed)
+	}
+	return mapErr(ctx, "ping", s.client.Ping(ctx).Err())
+}
+
+// LiveHealthy checks the live path end to end: a PING travels over the shared
+// Pub/Sub connection and its answer comes back through the receive loop. A
+// readiness probe calls it so an instance whose live feed is dead stops
+// taking SSE clients. Errors: store.ErrUnavailable, store.ErrClosed.
+func (s *Store) LiveHealthy(ctx context.Context) error {
+	if s.closed.Load() {
+		return fmt.Errorf("redisstore: live: %w", store.ErrClosed)
+	}
+	return s.hub.probe(ctx)
+}
+
+// Close ends every subscription with store.ErrClosed and releases the Pub/Sub
+// connection. It does not close the client. A second Close does nothing.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	s.hub.close()
+	return nil
+}
+
+func (s *Store) streamKey(c store.Context) string {
+	return s.opts.Prefix + ":" + c.Type + ":" + c.ID
+}
+
+func (s *Store) channel(c store.Context) string { return s.streamKey(c) + ":live" }
+
+func (s *Store) indexKey(ix store.Index) string {
+	k := s.opts.Prefix + ":" + ix.Type + "s"
+	if ix.Name != "" {
+		k += ":" + ix.Name
+	}
+	return k
+}
+
+func invalid(op, format string, args ...any) error {
+	return fmt.Errorf("redisstore: %s: %s: %w", op, fmt.Sprintf(format, args...), store.ErrInvalid)
+}
+
+// mapErr translates a go-redis error at the package boundary: the caller's
+// context errors pass through unchanged, redis.Nil is store.ErrNotFound, and
+// anything that means Redis could not serve the command (network, pool,
+// loading, read-only replica, out of memory) wraps store.ErrUnavailable.
+func mapErr(ctx context.Context, op string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case errors.Is(err, redis.Nil):
+		return fmt.Errorf("redisstore: %s: %w", op, store.ErrNotFound)
+	case isServerRefusal(err):
+		return fmt.Errorf("redisstore: %s: %w: %w", op, store.ErrUnavailable, err)
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		// A reply error that is not a refusal is a bug or corrupt data
+		// (WRONGTYPE, a script error): retrying elsewhere will not help.
+		return fmt.Errorf("redisstore: %s: %w", op, err)
+	}
+	// Anything else (EOF, a reset connection, a failed dial, a closed or
+	// exhausted pool) means the command did not reach a working server.
+	return fmt.Errorf("redisstore: %s: %w: %w", op, store.ErrUnavailable, err)
+}
+
+func isServerRefusal(err error) bool {
+	return redis.IsLoadingError(err) || redis.IsReadOnlyError(err) || redis.IsClusterDownError(err) ||
+		redis.IsTryAgainError(err) || redis.IsMasterDownError(err) || redis.IsMaxClientsError(err) ||
+		redis.IsOOMError(err)
+}

@@ -1,0 +1,45 @@
+package redisstore_test
+
+import (
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/store"
+	"github.com/nqd-dev/nqd/store/redisstore"
+	"github.com/nqd-dev/nqd/store/storetest"
+)
+
+// newTestStore returns a Store on the shared test Redis under a prefix of its
+// own, closed and emptied when the test ends.
+func newTestStore(t testing.TB, opts redisstore.Options) (*redisstore.Store, *redis.Client) {
+	t.Helper()
+	client := redis.NewClient(&redis.Options{Addr: redistest.Addr(t)})
+	t.Cleanup(func() { _ = client.Close() })
+	if opts.Prefix == "" {
+		opts.Prefix = redistest.Prefix(t)
+	}
+	opts.Logger = zerolog.New(zerolog.NewTestWriter(t))
+	s, err := redisstore.New(client, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s, client
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store {
+		s, _ := newTestStore(t, redisstore.Options{})
+		return s
+	})
+}
+
+func BenchmarkStore(b *testing.B) {
+	storetest.RunBenchmarks(b, func(b *testing.B) store.Store {
+		s, _ := newTestStore(b, redisstore.Options{})
+		return s
+	})
+}

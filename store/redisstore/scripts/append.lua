@@ -1,0 +1,108 @@
+-- append.lua: append a batch of events to one context's stream, publish each
+-- record on the context's live channel and maintain the indexes, as one
+-- atomic step: a batch is stored, published and indexed entirely or not at
+-- all, and no reader ever sees one without the others.
+--
+-- KEYS[1]      the stream, <p>:<type>:<id>
+-- KEYS[2]      the type index, <p>:<type>s
+-- KEYS[3...]   the idempotency result key (if any) and the named indexes the
+--              batch's events join; ARGV says which is where
+-- ARGV[1]      the live channel, <p>:<type>:<id>:live (a channel is not a
+--              key, so it travels as an argument)
+-- ARGV[2]      the context id, the member the indexes gain
+-- ARGV[3]      MAXLEN for XADD ~, "0" for an unbounded stream
+-- ARGV[4]      position in KEYS of the idempotency result key, "0" for none
+-- ARGV[5]      idempotency window in ms
+-- ARGV[6]      n, the number of events
+-- ARGV[7...]   n bodies (the stored record: a JSON object without id and ts)
+-- then         n positions in KEYS of the named index each event joins, "0"
+--              for none
+--
+-- Returns {0, id...} for a new append, or {1, id, body, id, body...} when the
+-- idempotency key was seen; body is "" for an entry trimmed since.
+
+-- BEGIN iso_ms
+-- iso_ms formats epoch milliseconds exactly like Go's
+-- "2006-01-02T15:04:05.000Z07:00" in UTC, so the published record is
+-- byte-identical to event.Event.MarshalJSON. The date is H. Hinnant's
+-- civil_from_days; Lua numbers are doubles, exact for any entry id ms below
+-- 2^53.
+local function iso_ms(ms)
+  local secs = math.floor(ms / 1000)
+  local milli = ms - secs * 1000
+  local days = math.floor(secs / 86400)
+  local sod = secs - days * 86400
+  local hh = math.floor(sod / 3600)
+  local mi = math.floor((sod - hh * 3600) / 60)
+  local ss = sod - hh * 3600 - mi * 60
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local d = doy - math.floor((153 * mp + 2) / 5) + 1
+  local m = mp < 10 and mp + 3 or mp - 9
+  local y = yoe + era * 400
+  if m <= 2 then y = y + 1 end
+  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%03dZ', y, m, d, hh, mi, ss, milli)
+end
+-- END iso_ms
+
+local stream = KEYS[1]
+local channel = ARGV[1]
+local member = ARGV[2]
+local maxlen = tonumber(ARGV[3])
+local idem = tonumber(ARGV[4])
+local window = tonumber(ARGV[5])
+local n = tonumber(ARGV[6])
+
+if idem > 0 then
+  local seen = redis.call('GET', KEYS[idem])
+  if seen then
+    local ids = {}
+    for id in string.gmatch(seen, '%S+') do ids[#ids + 1] = id end
+    local bodies = {}
+    -- A batch's ids are contiguous: no other append can interleave with
+    -- this script, so one XRANGE reads the whole batch back.
+    for _, entry in ipairs(redis.call('XRANGE', stream, ids[1], ids[#ids])) do
+      local f = entry[2]
+      for i = 1, #f, 2 do
+        if f[i] == 'e' then bodies[entry[1]] = f[i + 1] end
+      end
+    end
+    local out = {1}
+    for _, id in ipairs(ids) do
+      out[#out + 1] = id
+      out[#out + 1] = bodies[id] or ''
+    end
+    return out
+  end
+end
+
+local fresh = redis.call('EXISTS', stream) == 0
+local out = {0}
+for i = 1, n do
+  local body = ARGV[6 + i]
+  local id
+  if maxlen > 0 then
+    id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'e', body)
+  else
+    id = redis.call('XADD', stream, '*', 'e', body)
+  end
+  out[#out + 1] = id
+  local ms = tonumber(string.match(id, '^(%d+)'))
+  redis.call('PUBLISH', channel, '{"id":"' .. id .. '","ts":"' .. iso_ms(ms) .. '",' .. string.sub(body, 2))
+  if i == 1 and fresh then
+    redis.call('ZADD', KEYS[2], 'NX', ms, member)
+  end
+  local ix = tonumber(ARGV[6 + n + i])
+  if ix > 0 then
+    redis.call('ZADD', KEYS[ix], 'NX', ms, member)
+  end
+end
+
+if idem > 0 then
+  redis.call('SET', KEYS[idem], table.concat(out, ' ', 2), 'PX', window)
+end
+return out

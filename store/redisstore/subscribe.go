@@ -1,0 +1,432 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/store"
+)
+
+// probeTimeout bounds the wait for the answer to a live-path PING.
+const probeTimeout = 5 * time.Second
+
+// errNoPong ends a connection whose PING went unanswered: it is wedged even
+// though no read failed.
+var errNoPong = errors.New("pub/sub connection did not answer PING")
+
+// Subscribe attaches to c's live channel on the Store's one shared Pub/Sub
+// connection. It returns once Redis has confirmed the SUBSCRIBE, so every
+// event appended afterwards is delivered. Errors: store.ErrInvalid,
+// store.ErrClosed, store.ErrUnavailable, or the context's error.
+func (s *Store) Subscribe(ctx context.Context, c store.Context, buffer int) (store.Subscription, error) {
+	if s.closed.Load() {
+		return nil, fmt.Errorf("redisstore: subscribe: %w", store.ErrClosed)
+	}
+	if !c.Valid() {
+		return nil, invalid("subscribe", "context %q", c)
+	}
+	if buffer <= 0 {
+		buffer = s.opts.SubscriptionBuffer
+	}
+	return s.hub.subscribe(ctx, s.channel(c), buffer)
+}
+
+// hub multiplexes every subscription of a Store over one Pub/Sub connection,
+// subscribing to a channel in Redis while at least one local subscriber wants
+// it. Each message is decoded once and fanned out without ever blocking: a
+// subscriber whose buffer is full is ended with store.ErrOverflow.
+type hub struct {
+	client     redis.UniversalClient
+	probeEvery time.Duration
+	log        zerolog.Logger
+
+	mu     sync.Mutex
+	conn   *liveConn // nil until needed, and again after a break
+	closed bool
+	seq    uint64 // makes PING payloads unique
+	wg     sync.WaitGroup
+}
+
+// liveConn is one Pub/Sub connection and the subscriptions riding on it. When
+// it breaks, every one of them ends with store.ErrLiveLost (events may have
+// been missed, so they resume from the stream) and the hub opens a new
+// connection for later subscribers. Fields are guarded by hub.mu.
+type liveConn struct {
+	ps       *redis.PubSub
+	channels map[string]*channelSubs
+	// pending counts SUBSCRIBE replies not yet read, per channel: after an
+	// unsubscribe and a quick resubscribe, the older reply must not be
+	// mistaken for the confirmation of the newer SUBSCRIBE.
+	pending  map[string]int
+	pings    map[string]chan struct{}
+	finished bool
+	err      error
+	done     chan struct{} // closed when finished
+}
+
+type channelSubs struct {
+	subs      map[*subscription]struct{}
+	confirmed bool
+	ready     chan struct{} // closed when confirmed
+}
+
+func newHub(client redis.UniversalClient, probeEvery time.Duration, log zerolog.Logger) *hub {
+	return &hub{client: client, probeEvery: probeEvery, log: log}
+}
+
+func (h *hub) subscribe(ctx context.Context, channel string, buffer int) (*subscription, error) {
+	// A connection that breaks before Redis confirms is most often one that
+	// died while idle; a fresh one deserves one more try.
+	for attempt := 0; ; attempt++ {
+		sub := &subscription{hub: h, channel: channel, ch: make(chan event.Event, buffer)}
+		lc, ready, err := h.attach(ctx, sub)
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case <-ready:
+			sub.stop = context.AfterFunc(ctx, func() { h.detach(sub, ctx.Err()) })
+			return sub, nil
+		case <-lc.done:
+			if errors.Is(lc.err, store.ErrClosed) {
+				return nil, fmt.Errorf("redisstore: subscribe: %w", store.ErrClosed)
+			}
+			if attempt == 0 {
+				continue
+			}
+			return nil, fmt.Errorf("redisstore: subscribe: %w: %w", store.ErrUnavailable, lc.err)
+		case <-ctx.Done():
+			h.detach(sub, ctx.Err())
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// attach registers sub on the current connection, sending SUBSCRIBE if it is
+// the channel's first local subscriber, and returns what to wait on.
+func (h *hub) attach(ctx context.Context, sub *subscription) (*liveConn, <-chan struct{}, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, nil, fmt.Errorf("redisstore: subscribe: %w", store.ErrClosed)
+	}
+	lc := h.connLocked()
+	cs := lc.channels[sub.channel]
+	if cs == nil {
+		cs = &channelSubs{subs: map[*subscription]struct{}{}, ready: make(chan struct{})}
+		lc.channels[sub.channel] = cs
+		lc.pending[sub.channel]++
+		if err := lc.ps.Subscribe(ctx, sub.channel); err != nil {
+			h.failLocked(lc, err)
+			return nil, nil, mapErr(ctx, "subscribe", err)
+		}
+	}
+	cs.subs[sub] = struct{}{}
+	sub.lc = lc
+	return lc, cs.ready, nil
+}
+
+// connLocked returns the live connection, opening one if there is none.
+func (h *hub) connLocked() *liveConn {
+	if h.conn != nil {
+		return h.conn
+	}
+	lc := &liveConn{
+		// The PubSub connects lazily, on the first SUBSCRIBE, PING or read.
+		ps:       h.client.Subscribe(context.Background()),
+		channels: map[string]*channelSubs{},
+		pending:  map[string]int{},
+		pings:    map[string]chan struct{}{},
+		done:     make(chan struct{}),
+	}
+	h.conn = lc
+	h.wg.Add(1)
+	go h.receive(lc)
+	if h.probeEvery > 0 {
+		h.wg.Add(1)
+		go h.probeLoop(lc)
+	}
+	return lc
+}
+
+// receive is the connection's only reader.
+func (h *hub) receive(lc *liveConn) {
+	defer h.wg.Done()
+	for {
+		msg, err := lc.ps.Receive(context.Background())
+		if err != nil {
+			h.fail(lc, err)
+			return
+		}
+		switch m := msg.(type) {
+		case *redis.Message:
+			h.dispatch(lc, m)
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				h.confirm(lc, m.Channel)
+			}
+		case *redis.Pong:
+			h.pong(lc, m.Payload)
+		}
+	}
+}
+
+func (h *hub) dispatch(lc *liveConn, m *redis.Message) {
+	var e event.Event
+	if err := e.UnmarshalJSON([]byte(m.Payload)); err != nil {
+		h.log.Warn().Err(err).Str("channel", m.Channel).Msg("dropping an undecodable live record")
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	cs := lc.channels[m.Channel]
+	// Before the confirmation the message belongs to an earlier SUBSCRIBE of
+	// the channel: it predates every current subscriber.
+	if lc.finished || cs == nil || !cs.confirmed {
+		return
+	}
+	for sub := range cs.subs {
+		// An UNSUBSCRIBE that failed below has finished the connection and
+		// closed every channel.
+		if lc.finished {
+			return
+		}
+		select {
+		case sub.ch <- e:
+		default:
+			h.removeLocked(sub)
+			sub.finish(store.ErrOverflow)
+		}
+	}
+}
+
+func (h *hub) confirm(lc *liveConn, channel string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if lc.pending[channel]--; lc.pending[channel] > 0 {
+		return
+	}
+	delete(lc.pending, channel)
+	if cs := lc.channels[channel]; cs != nil && !cs.confirmed {
+		cs.confirmed = true
+		close(cs.ready)
+	}
+}
+
+func (h *hub) pong(lc *liveConn, payload string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if w, ok := lc.pings[payload]; ok {
+		delete(lc.pings, payload)
+		close(w)
+	}
+}
+
+// detach ends sub with err unless it has ended already.
+func (h *hub) detach(sub *subscription, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.removeLocked(sub) {
+		sub.finish(err)
+	}
+}
+
+// removeLocked takes sub off its connection, unsubscribing the channel in
+// Redis when it was the last local subscriber. It reports whether sub was
+// still attached.
+func (h *hub) removeLocked(sub *subscription) bool {
+	lc := sub.lc
+	if lc == nil || lc.finished {
+		return false
+	}
+	cs := lc.channels[sub.channel]
+	if cs == nil {
+		return false
+	}
+	if _, ok := cs.subs[sub]; !ok {
+		return false
+	}
+	delete(cs.subs, sub)
+	if len(cs.subs) == 0 {
+		delete(lc.channels, sub.channel)
+		if err := lc.ps.Unsubscribe(context.Background(), sub.channel); err != nil {
+			h.failLocked(lc, err)
+		}
+	}
+	return true
+}
+
+func (h *hub) fail(lc *liveConn, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.failLocked(lc, err)
+}
+
+// failLocked finishes lc: its subscribers end with store.ErrLiveLost (or
+// store.ErrClosed when the Store closes) and later subscribers get a new
+// connection.
+func (h *hub) failLocked(lc *liveConn, err error) {
+	if lc.finished {
+		return
+	}
+	lc.finished = true
+	lc.err = err
+	if h.conn == lc {
+		h.conn = nil
+	}
+	end := store.ErrLiveLost
+	if errors.Is(err, store.ErrClosed) {
+		end = store.ErrClosed
+	} else if n := len(lc.channels); n > 0 {
+		h.log.Warn().Err(err).Int("channels", n).Msg("live feed lost; its subscribers resume from the streams")
+	}
+	for _, cs := range lc.channels {
+		for sub := range cs.subs {
+			sub.finish(end)
+		}
+	}
+	lc.channels = nil
+	close(lc.done)
+	_ = lc.ps.Close()
+}
+
+// probe sends a PING over the live connection and waits for its answer to
+// come back through the receive loop.
+func (h *hub) probe(ctx context.Context) error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return fmt.Errorf("redisstore: live: %w", store.ErrClosed)
+	}
+	lc := h.connLocked()
+	h.seq++
+	payload := "nqd-probe-" + strconv.FormatUint(h.seq, 10)
+	answered := make(chan struct{})
+	lc.pings[payload] = answered
+	if err := lc.ps.Ping(ctx, payload); err != nil {
+		h.failLocked(lc, err)
+		h.mu.Unlock()
+		return fmt.Errorf("redisstore: live: %w: %w", store.ErrUnavailable, err)
+	}
+	h.mu.Unlock()
+	select {
+	case <-answered:
+		return nil
+	case <-lc.done:
+		return fmt.Errorf("redisstore: live: %w: %w", store.ErrUnavailable, lc.err)
+	case <-ctx.Done():
+		h.mu.Lock()
+		delete(lc.pings, payload)
+		h.mu.Unlock()
+		return fmt.Errorf("redisstore: live: %w: %w", store.ErrUnavailable, ctx.Err())
+	}
+}
+
+// probeLoop notices a connection that stopped delivering without an error
+// (a silent network partition) and replaces it.
+func (h *hub) probeLoop(lc *liveConn) {
+	defer h.wg.Done()
+	t := time.NewTicker(h.probeEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-lc.done:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+		err := h.probeConn(ctx, lc)
+		cancel()
+		if err != nil {
+			h.fail(lc, err)
+			return
+		}
+	}
+}
+
+// probeConn is probe pinned to one connection, so the loop never opens a
+// new connection for an old one.
+func (h *hub) probeConn(ctx context.Context, lc *liveConn) error {
+	h.mu.Lock()
+	if lc.finished {
+		h.mu.Unlock()
+		return nil
+	}
+	h.seq++
+	payload := "nqd-probe-" + strconv.FormatUint(h.seq, 10)
+	answered := make(chan struct{})
+	lc.pings[payload] = answered
+	err := lc.ps.Ping(ctx, payload)
+	h.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	select {
+	case <-answered:
+		return nil
+	case <-lc.done:
+		return nil
+	case <-ctx.Done():
+		return errNoPong
+	}
+}
+
+func (h *hub) close() {
+	h.mu.Lock()
+	h.closed = true
+	if h.conn != nil {
+		h.failLocked(h.conn, store.ErrClosed)
+	}
+	h.mu.Unlock()
+	h.wg.Wait()
+}
+
+// subscription is one local subscriber. ch is sent to and closed only under
+// hub.mu, so a send never meets a closed channel.
+type subscription struct {
+	hub     *hub
+	lc      *liveConn
+	channel string
+	ch      chan event.Event
+	stop    func() bool
+
+	mu    sync.Mutex
+	ended bool
+	err   error
+}
+
+func (s *subscription) C() <-chan event.Event { return s.ch }
+
+func (s *subscription) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+func (s *subscription) Close() {
+	if s.stop != nil {
+		s.stop()
+	}
+	s.hub.detach(s, store.ErrClosed)
+}
+
+// finish records why the subscription ended and closes its channel; the
+// caller holds hub.mu.
+func (s *subscription) finish(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		return
+	}
+	s.ended = true
+	s.err = err
+	close(s.ch)
+}
