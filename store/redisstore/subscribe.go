@@ -113,6 +113,9 @@ func (h *hub) subscribe(ctx context.Context, channel string, buffer int) (*subsc
 // attach registers sub on the current connection, sending SUBSCRIBE if it is
 // the channel's first local subscriber, and returns what to wait on.
 func (h *hub) attach(ctx context.Context, sub *subscription) (*liveConn, <-chan struct{}, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -124,9 +127,11 @@ func (h *hub) attach(ctx context.Context, sub *subscription) (*liveConn, <-chan 
 		cs = &channelSubs{subs: map[*subscription]struct{}{}, ready: make(chan struct{})}
 		lc.channels[sub.channel] = cs
 		lc.pending[sub.channel]++
-		if err := lc.ps.Subscribe(ctx, sub.channel); err != nil {
+		// The write must not be cut short by the caller's context: a
+		// half-written command would break the connection everyone shares.
+		if err := lc.ps.Subscribe(context.Background(), sub.channel); err != nil {
 			h.failLocked(lc, err)
-			return nil, nil, mapErr(ctx, "subscribe", err)
+			return nil, nil, fmt.Errorf("redisstore: subscribe: %w: %w", store.ErrUnavailable, err)
 		}
 	}
 	cs.subs[sub] = struct{}{}
@@ -311,7 +316,7 @@ func (h *hub) probe(ctx context.Context) error {
 	payload := "nqd-probe-" + strconv.FormatUint(h.seq, 10)
 	answered := make(chan struct{})
 	lc.pings[payload] = answered
-	if err := lc.ps.Ping(ctx, payload); err != nil {
+	if err := lc.ps.Ping(context.Background(), payload); err != nil {
 		h.failLocked(lc, err)
 		h.mu.Unlock()
 		return fmt.Errorf("redisstore: live: %w: %w", store.ErrUnavailable, err)
@@ -364,7 +369,7 @@ func (h *hub) probeConn(ctx context.Context, lc *liveConn) error {
 	payload := "nqd-probe-" + strconv.FormatUint(h.seq, 10)
 	answered := make(chan struct{})
 	lc.pings[payload] = answered
-	err := lc.ps.Ping(ctx, payload)
+	err := lc.ps.Ping(context.Background(), payload)
 	h.mu.Unlock()
 	if err != nil {
 		return err

@@ -1,0 +1,381 @@
+package redisstore_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/store"
+	"github.com/nqd-dev/nqd/store/redisstore"
+)
+
+const waitTimeout = 10 * time.Second
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not true within %s", what, waitTimeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// next receives one event or fails at the deadline.
+func next(t *testing.T, sub store.Subscription) event.Event {
+	t.Helper()
+	select {
+	case e, ok := <-sub.C():
+		if !ok {
+			t.Fatalf("subscription ended: %v", sub.Err())
+		}
+		return e
+	case <-time.After(waitTimeout):
+		t.Fatal("no event before the deadline")
+	}
+	return event.Event{}
+}
+
+// ended waits for sub to end and returns why.
+func ended(t *testing.T, sub store.Subscription) error {
+	t.Helper()
+	deadline := time.After(waitTimeout)
+	for {
+		select {
+		case _, ok := <-sub.C():
+			if !ok {
+				return sub.Err()
+			}
+		case <-deadline:
+			t.Fatal("subscription did not end before the deadline")
+		}
+	}
+}
+
+func mustAppend(t *testing.T, s store.Store, c store.Context, evs ...event.Event) []event.Event {
+	t.Helper()
+	res, err := s.Append(t.Context(), c, evs, store.AppendOptions{})
+	if err != nil {
+		t.Fatalf("Append(%s): %v", c, err)
+	}
+	return res.Events
+}
+
+func keysUnder(t *testing.T, client *redis.Client, prefix string) []string {
+	t.Helper()
+	keys, err := client.Keys(t.Context(), prefix+":*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func TestReadsNodeModuleEntries(t *testing.T) {
+	prefix := redistest.Prefix(t)
+	s, client := newTestStore(t, redisstore.Options{Prefix: prefix})
+	c := store.Context{Type: "flow", ID: "run-node"}
+	key := prefix + ":flow:run-node"
+	for _, fields := range []map[string]any{
+		{"type": "step.started", "runId": "run-node", "flowName": "billing", "data": `{"input":{"x":1}}`,
+			"ts": "1700000000000", "stepName": "charge", "stepId": "charge-1", "attempt": "2"},
+		{"foo": "bar"}, // neither nqd's nor the Node module's: skipped
+	} {
+		if err := client.XAdd(t.Context(), &redis.XAddArgs{Stream: key, Values: fields}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ours := mustAppend(t, s, c, event.Event{Kind: "log", Subject: c.ID, Data: json.RawMessage(`{"msg":"hi"}`)})
+
+	got, err := s.Range(t.Context(), c, store.RangeQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("Range gave %d events, want the Node entry and ours: %+v", len(got), got)
+	}
+	node := got[0]
+	want := event.Event{
+		ID: node.ID, Kind: "step.started", Subject: c.ID, Flow: "run-node", FlowName: "billing",
+		Step: "charge", Attempt: 2, Data: json.RawMessage(`{"input":{"x":1}}`),
+	}
+	if d := cmp.Diff(want, node, cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".Meta" }, cmp.Ignore())); d != "" {
+		t.Errorf("Node entry (-want +got):\n%s", d)
+	}
+	var meta map[string]any
+	if err := json.Unmarshal(node.Meta, &meta); err != nil || meta["attempt"] != 2.0 || meta["stepId"] != "charge-1" {
+		t.Errorf("Node entry meta = %s (%v), want attempt 2 and stepId charge-1", node.Meta, err)
+	}
+	if got[1].ID != ours[0].ID || got[1].Kind != "log" {
+		t.Errorf("second event = %+v, want ours %v", got[1], ours[0].ID)
+	}
+	if info, err := s.Info(t.Context(), c); err != nil || info.Length != 3 {
+		t.Errorf("Info = %+v, %v; want all 3 entries counted", info, err)
+	}
+}
+
+func TestKeysAreTheDocumentedOnes(t *testing.T) {
+	prefix := redistest.Prefix(t)
+	s, client := newTestStore(t, redisstore.Options{Prefix: prefix, IdempotencyWindow: time.Hour})
+	run := store.Context{Type: "flow", ID: "run-1"}
+	hook := store.Context{Type: "webhook", ID: "hook.1~x"}
+	const idemKey = "a key with spaces, : * { } and \n"
+
+	if _, err := s.Append(t.Context(), run, []event.Event{
+		{Kind: "flow.started", Subject: run.ID, FlowName: "billing"},
+		{Kind: "flow.start", Subject: run.ID, FlowName: "billing"},
+	}, store.AppendOptions{IdempotencyKey: idemKey}); err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, s, hook, event.Event{Kind: "trigger.registered", Subject: hook.ID})
+
+	// The idempotency key reaches Redis only as its SHA-256.
+	sum := sha256.Sum256([]byte(idemKey))
+	idem := prefix + ":flow:run-1:idem:" + hex.EncodeToString(sum[:])
+	keys := keysUnder(t, client, prefix)
+	want := []string{
+		prefix + ":flow:run-1",
+		idem,
+		prefix + ":flows",
+		prefix + ":flows:billing",
+		prefix + ":triggers",
+		prefix + ":webhook:hook.1~x",
+		prefix + ":webhooks",
+	}
+	slices.Sort(want)
+	if d := cmp.Diff(want, keys); d != "" {
+		t.Errorf("keys (-want +got):\n%s", d)
+	}
+	if ttl, err := client.PTTL(t.Context(), idem).Result(); err != nil || ttl <= 59*time.Minute || ttl > time.Hour {
+		t.Errorf("idempotency key TTL = %v, %v; want the one-hour window", ttl, err)
+	}
+
+	// Names that could reach a key are refused before Redis sees them.
+	for _, bad := range []event.Event{
+		{Kind: "flow.started", Subject: "run-2", FlowName: "a:b"},
+		{Kind: "flow.start", Subject: "run-2", FlowName: "*"},
+		{Kind: "flow.started", Subject: "run-2", FlowName: "{x}"},
+	} {
+		c := store.Context{Type: "flow", ID: "run-2"}
+		if _, err := s.Append(t.Context(), c, []event.Event{bad}, store.AppendOptions{}); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("Append(flowName %q) = %v, want ErrInvalid", bad.FlowName, err)
+		}
+	}
+	if d := cmp.Diff(keys, keysUnder(t, client, prefix)); d != "" {
+		t.Errorf("rejected appends changed the keys (-before +after):\n%s", d)
+	}
+	for _, p := range []string{"", "a b", "x*", "{x}", "a::b", ":a"} {
+		if p == "" {
+			continue // the default prefix
+		}
+		if _, err := redisstore.New(client, redisstore.Options{Prefix: p}); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("New(prefix %q) = %v, want ErrInvalid", p, err)
+		}
+	}
+}
+
+func TestMaxLenTrimsStreams(t *testing.T) {
+	s, _ := newTestStore(t, redisstore.Options{MaxLen: 10})
+	c := store.Context{Type: "flow", ID: "run-long"}
+	for i := range 10 {
+		batch := make([]event.Event, 100)
+		for j := range batch {
+			batch[j] = event.Event{Kind: "log", Subject: c.ID, Data: json.RawMessage(fmt.Sprint(i*100 + j))}
+		}
+		mustAppend(t, s, c, batch...)
+	}
+	info, err := s.Info(t.Context(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// MAXLEN ~ trims whole radix-tree nodes, so the length lands between
+	// the cap and the cap plus one node (100 entries by default).
+	if info.Length < 10 || info.Length >= 1000 {
+		t.Errorf("Length = %d, want trimmed to about 10", info.Length)
+	}
+	got, err := s.Range(t.Context(), c, store.RangeQuery{Reverse: true, Limit: 1})
+	if err != nil || len(got) != 1 || string(got[0].Data) != "999" {
+		t.Errorf("newest event = %+v, %v; want the last appended", got, err)
+	}
+}
+
+func TestSubscriptionsShareOneChannelSubscription(t *testing.T) {
+	prefix := redistest.Prefix(t)
+	s, client := newTestStore(t, redisstore.Options{Prefix: prefix})
+	c := store.Context{Type: "flow", ID: "run-shared"}
+	channel := prefix + ":flow:run-shared:live"
+	numsub := func() int64 {
+		n, err := client.PubSubNumSub(t.Context(), channel).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n[channel]
+	}
+
+	a, err := s.Subscribe(t.Context(), c, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Subscribe(t.Context(), c, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := numsub(); n != 1 {
+		t.Errorf("Redis subscribers of the channel = %d, want 1 shared", n)
+	}
+	a.Close()
+	// b still receives: closing a did not unsubscribe the shared channel.
+	e := mustAppend(t, s, c, event.Event{Kind: "log", Subject: c.ID})
+	if got := next(t, b); got.ID != e[0].ID {
+		t.Errorf("b received %v, want %v", got.ID, e[0].ID)
+	}
+	b.Close()
+	waitFor(t, "channel unsubscribed after the last local subscriber left", func() bool { return numsub() == 0 })
+}
+
+// TestSubscribeChurn subscribes and leaves in quick succession, some
+// subscribers giving up before Redis confirms. Every Subscribe that returns
+// must already receive the next event.
+func TestSubscribeChurn(t *testing.T) {
+	s, _ := newTestStore(t, redisstore.Options{})
+	c := store.Context{Type: "flow", ID: "run-churn"}
+	for i := range 100 {
+		ctx, cancel := context.WithCancel(t.Context())
+		abandoned := make(chan struct{})
+		go func() {
+			defer close(abandoned)
+			if sub, err := s.Subscribe(ctx, c, 1); err == nil {
+				sub.Close()
+			}
+		}()
+		cancel()
+		sub, err := s.Subscribe(t.Context(), c, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := mustAppend(t, s, c, event.Event{Kind: "log", Subject: c.ID, Data: json.RawMessage(fmt.Sprint(i))})
+		if got := next(t, sub); got.ID != e[0].ID {
+			t.Fatalf("round %d: received %v, want %v", i, got.ID, e[0].ID)
+		}
+		sub.Close()
+		<-abandoned
+	}
+}
+
+// newDedicated runs a Store on a Redis of its own, which the test may kill.
+func newDedicated(t *testing.T) (*redistest.Server, *redisstore.Store, *redis.Client) {
+	t.Helper()
+	srv := redistest.Start(t, redistest.Options{})
+	// No retries: a dead server should fail each call at once.
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { _ = client.Close() })
+	s, err := redisstore.New(client, redisstore.Options{Logger: zerolog.New(zerolog.NewTestWriter(t))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return srv, s, client
+}
+
+func TestPubSubKillEndsSubscriptionsWithLiveLost(t *testing.T) {
+	t.Parallel()
+	_, s, client := newDedicated(t)
+	a := store.Context{Type: "flow", ID: "run-a"}
+	b := store.Context{Type: "trigger", ID: "t-b"}
+	subA, err := s.Subscribe(t.Context(), a, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subB, err := s.Subscribe(t.Context(), b, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed, err := client.ClientKillByFilter(t.Context(), "TYPE", "pubsub").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if killed != 1 {
+		t.Errorf("killed %d Pub/Sub connections, want the store's one", killed)
+	}
+	for name, sub := range map[string]store.Subscription{"a": subA, "b": subB} {
+		if err := ended(t, sub); !errors.Is(err, store.ErrLiveLost) {
+			t.Errorf("subscription %s: Err = %v, want ErrLiveLost", name, err)
+		}
+	}
+
+	// Later subscribers get a new connection.
+	sub, err := s.Subscribe(t.Context(), a, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	e := mustAppend(t, s, a, event.Event{Kind: "log", Subject: a.ID})
+	if got := next(t, sub); got.ID != e[0].ID {
+		t.Errorf("after reconnect received %v, want %v", got.ID, e[0].ID)
+	}
+	if err := s.LiveHealthy(t.Context()); err != nil {
+		t.Errorf("LiveHealthy after reconnect = %v", err)
+	}
+}
+
+func TestRedisDownIsUnavailable(t *testing.T) {
+	t.Parallel()
+	srv, s, _ := newDedicated(t)
+	c := store.Context{Type: "flow", ID: "run-down"}
+	sub, err := s.Subscribe(t.Context(), c, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.LiveHealthy(t.Context()); err != nil {
+		t.Fatalf("LiveHealthy = %v", err)
+	}
+
+	srv.Kill()
+	if err := ended(t, sub); !errors.Is(err, store.ErrLiveLost) {
+		t.Errorf("subscription: Err = %v, want ErrLiveLost", err)
+	}
+	ctx := t.Context()
+	for name, err := range map[string]error{
+		"Ping":        s.Ping(ctx),
+		"LiveHealthy": s.LiveHealthy(ctx),
+		"Append":      second(s.Append(ctx, c, []event.Event{{Kind: "log", Subject: c.ID}}, store.AppendOptions{})),
+		"Range":       second(s.Range(ctx, c, store.RangeQuery{})),
+		"Info":        second(s.Info(ctx, c)),
+		"IndexAdd":    s.IndexAdd(ctx, store.Index{Type: "flow"}, "x", 1),
+		"IndexList":   second(s.IndexList(ctx, store.Index{Type: "flow"}, 0, 10)),
+		"Subscribe":   second(s.Subscribe(ctx, c, 10)),
+	} {
+		if !errors.Is(err, store.ErrUnavailable) {
+			t.Errorf("%s with Redis down = %v, want ErrUnavailable", name, err)
+		}
+	}
+
+	srv.Restart(t)
+	// The client may keep refusing to dial for a moment after failures.
+	waitFor(t, "store healthy after restart", func() bool { return s.Ping(ctx) == nil && s.LiveHealthy(ctx) == nil })
+	sub, err = s.Subscribe(ctx, c, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	e := mustAppend(t, s, c, event.Event{Kind: "log", Subject: c.ID})
+	if got := next(t, sub); got.ID != e[0].ID {
+		t.Errorf("after restart received %v, want %v", got.ID, e[0].ID)
+	}
+}
+
+func second[T any](_ T, err error) error { return err }
