@@ -1,0 +1,108 @@
+package handlers
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/store"
+)
+
+// FuzzDecodeAppend feeds arbitrary bodies to the append decoder. Whatever it
+// accepts must be a valid record whose aliases agree, and must read back the
+// same when sent again in the form nqd writes it; whatever it rejects must be
+// a 4xx in the contract shape.
+func FuzzDecodeAppend(f *testing.F) {
+	for _, seed := range []string{
+		`{"kind":"step.started","flow":"r1","step":"a","meta":{"attempt":1}}`,
+		`{"type":"log","runId":"r1","stepName":"a","stepId":"r1__a__attempt-1","attempt":2,"data":{"level":"info"}}`,
+		`{"events":[{"kind":"a"},{"type":"b","subject":"run-1"}]}`,
+		`{"kind":"a","attempt":2,"meta":{"attempt":1}}`,
+		`{"kind":"a","meta":null,"data":null}`,
+		`{"kind":"a","meta":[]}`,
+		`[1,2]`, `{"events":[]}`, `{"kind":"a"} x`, ``,
+	} {
+		f.Add(seed)
+	}
+	a := New(Deps{Limits: Limits{MaxBodyBytes: 1 << 16}})
+	c := store.Context{Type: "flow", ID: "run-1"}
+	f.Fuzz(func(t *testing.T, body string) {
+		evs, _, err := a.decodeAppend(newBodyRequest(body, a.limits.MaxBodyBytes), c)
+		if err != nil {
+			if e := toError(err); e.Status != http.StatusBadRequest && e.Status != http.StatusRequestEntityTooLarge {
+				t.Fatalf("rejected with %d %s (%v), want 400 or 413", e.Status, e.Code, err)
+			}
+			return
+		}
+		if len(evs) == 0 {
+			t.Fatal("accepted a body with no events")
+		}
+		for i, ev := range evs {
+			checkAccepted(t, ev, c)
+			wire, err := ev.MarshalJSON()
+			if err != nil {
+				t.Fatalf("event %d does not encode: %v", i, err)
+			}
+			again, _, err := a.decodeAppend(newBodyRequest(string(wire), a.limits.MaxBodyBytes), c)
+			if err != nil {
+				t.Fatalf("nqd's own record %s is rejected: %v", wire, err)
+			}
+			if diff := cmp.Diff(normalized(t, ev), normalized(t, again[0])); diff != "" {
+				t.Fatalf("record changed when sent again (-first +again):\n%s", diff)
+			}
+		}
+	})
+}
+
+func newBodyRequest(body string, limit int64) *http.Request {
+	r := httptest.NewRequest(http.MethodPost, "/api/_events/flow/run-1", strings.NewReader(body))
+	r.Body = http.MaxBytesReader(httptest.NewRecorder(), r.Body, limit)
+	return r
+}
+
+func checkAccepted(t *testing.T, ev event.Event, c store.Context) {
+	t.Helper()
+	if !event.ValidKind(ev.Kind) || ev.Subject != c.ID || ev.Attempt < 0 || !ev.ID.IsZero() {
+		t.Fatalf("accepted %+v", ev)
+	}
+	if ev.Meta == nil {
+		if ev.Attempt != 0 {
+			t.Fatalf("attempt %d without meta.attempt", ev.Attempt)
+		}
+		return
+	}
+	var meta map[string]json.RawMessage
+	if err := json.Unmarshal(ev.Meta, &meta); err != nil {
+		t.Fatalf("meta %s is not an object: %v", ev.Meta, err)
+	}
+	if ev.Attempt != 0 {
+		var ma int
+		if err := json.Unmarshal(meta["attempt"], &ma); err != nil || ma != ev.Attempt {
+			t.Fatalf("attempt %d, meta.attempt %s", ev.Attempt, meta["attempt"])
+		}
+	}
+}
+
+// normalized compacts the raw JSON of ev so that formatting does not count.
+func normalized(t *testing.T, ev event.Event) event.Event {
+	t.Helper()
+	compact := func(m json.RawMessage) json.RawMessage {
+		if m == nil {
+			return nil
+		}
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, m); err != nil {
+			t.Fatalf("compact %s: %v", m, err)
+		}
+		return buf.Bytes()
+	}
+	ev.Data, ev.Meta = compact(ev.Data), compact(ev.Meta)
+	return ev
+}
+
