@@ -105,4 +105,3 @@ func normalized(t *testing.T, ev event.Event) event.Event {
 	ev.Data, ev.Meta = compact(ev.Data), compact(ev.Meta)
 	return ev
 }
-
