@@ -699,12 +699,22 @@ func (f *flowFold) endAwait(key, step, status, kind string, t Time, result json.
 }
 
 func flowLog(f *flowFold, ev event.Event, t Time) bool {
+	// Logs are most of a stream: read the usual string fields first and take
+	// the slower flexible reading only when they are missing.
 	var d struct {
-		Level   string   `json:"level"`
-		Msg     flexText `json:"msg"`
-		Message flexText `json:"message"`
+		Level   string `json:"level"`
+		Msg     string `json:"msg"`
+		Message string `json:"message"`
 	}
 	decode(ev.Data, &d)
+	if d.Msg == "" && d.Message == "" {
+		var flex struct {
+			Msg     flexText `json:"msg"`
+			Message flexText `json:"message"`
+		}
+		decode(ev.Data, &flex)
+		d.Msg, d.Message = string(flex.Msg), string(flex.Message)
+	}
 	level := d.Level
 	if level == "" {
 		level = "info"
@@ -714,7 +724,7 @@ func flowLog(f *flowFold, ev event.Event, t Time) bool {
 	}
 	f.s.logs = f.s.logs.push(LogEntry{
 		ID: formatID(ev.ID), TS: t, Step: ev.Step, Attempt: ev.Attempt,
-		Level: level, Msg: firstText(string(d.Msg), string(d.Message)), Data: ev.Data,
+		Level: level, Msg: firstText(d.Msg, d.Message), Data: ev.Data,
 	}, f.lim.logs())
 	return true
 }
