@@ -62,6 +62,12 @@ type Options struct {
 	// SubscribeBuffer is the store subscription buffer of one context; 4096.
 	SubscribeBuffer int
 
+	// TrustLive says the store's live feed never skips an event without
+	// ending the subscription (true of the embedded store, not of Redis
+	// Pub/Sub). Otherwise a live event that does not provably follow the
+	// previous one is checked against the stream, one read per batch.
+	TrustLive bool
+
 	// State fills `event: reset`; nil sends the position only.
 	State StateFunc
 
@@ -123,9 +129,10 @@ func NewHandler(o Options) *Handler {
 	return &Handler{
 		o: o,
 		hub: newHub(o.Store, o.Log, hubOptions{
-			Prefix: o.Prefix,
-			Buffer: o.SubscribeBuffer,
-			Check:  o.CheckInterval,
+			Prefix:    o.Prefix,
+			Buffer:    o.SubscribeBuffer,
+			Check:     o.CheckInterval,
+			TrustLive: o.TrustLive,
 		}),
 		conns: map[*conn]struct{}{},
 		idle:  make(chan struct{}),

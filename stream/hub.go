@@ -39,6 +39,7 @@ type hubOptions struct {
 	Buffer     int           // store subscription buffer
 	Check      time.Duration // top-of-stream check interval; < 0 disables
 	MaxBackoff time.Duration // cap on the wait between resubscribe attempts
+	TrustLive  bool          // the feed never skips an event silently
 }
 
 // Hub shares store subscriptions between an instance's connections: at most
@@ -237,22 +238,22 @@ func (t *topic) run(sub store.Subscription) {
 		case <-t.ctx.Done():
 			return
 		case ev, ok := <-sub.C():
-			if !ok {
+			ended := !ok
+			if ok {
+				ended = t.receive(sub, ev)
+			}
+			if ended {
 				err := sub.Err()
 				if t.ctx.Err() != nil {
 					return
 				}
 				t.hub.log.Warn().Err(err).Str("context", t.c.String()).Msg("live feed ended; resubscribing")
+				sub.Close()
 				if sub = t.resubscribe(); sub == nil {
 					return
 				}
 				t.catchUp()
-				continue
 			}
-			if gapBefore(t.last, ev.ID) {
-				t.catchUp()
-			}
-			t.deliver(ev)
 		case <-tick:
 			if t.dirty || (!seen.IsZero() && t.last.Compare(seen) < 0) {
 				t.catchUp()
@@ -291,15 +292,63 @@ func (t *topic) resubscribe() store.Subscription {
 	}
 }
 
-// gapBefore reports whether an event must exist between last and id. Stream
-// ids number the events of one millisecond from 0, so a sequence above 0
-// names its predecessor; across milliseconds nothing can be told, which the
-// periodic check covers.
-func gapBefore(last, id event.ID) bool {
-	if id.Seq == 0 || last.Compare(id) >= 0 {
+// follows reports whether id is provably the event after last: stream ids
+// number the events of one millisecond from 0, so a sequence above 0 names
+// its predecessor. Across milliseconds nothing can be told from ids alone.
+func follows(last, id event.ID) bool {
+	return id.Seq > 0 && last == event.ID{MS: id.MS, Seq: id.Seq - 1}
+}
+
+// receive delivers ev and the events already waiting behind it. Unless the
+// live feed is trusted, events that do not provably follow the last one are
+// checked against the stream, read once for the whole batch, so that a
+// message the feed skipped is delivered in its place. It reports whether the
+// subscription ended.
+func (t *topic) receive(sub store.Subscription, ev event.Event) (ended bool) {
+	if ev.ID.Compare(t.last) <= 0 || follows(t.last, ev.ID) || t.hub.opts.TrustLive && ev.ID.Seq == 0 {
+		t.deliver(ev)
 		return false
 	}
-	return last != event.ID{MS: id.MS, Seq: id.Seq - 1}
+	batch := []event.Event{ev}
+gather:
+	for len(batch) < pageSize {
+		select {
+		case e, ok := <-sub.C():
+			if !ok {
+				ended = true
+				break gather
+			}
+			batch = append(batch, e)
+		default:
+			break gather
+		}
+	}
+	through := batch[len(batch)-1].ID
+	ctx, cancel := context.WithTimeout(t.ctx, storeTimeout)
+	evs, err := t.hub.src.Range(ctx, t.c, store.RangeQuery{After: t.last, Through: through})
+	cancel()
+	if err != nil {
+		// Unverified is better than stalled; the periodic check retries
+		// what is missing at the end of the stream.
+		t.dirty = true
+		evs = batch
+	} else if len(evs) > countAfter(batch, t.last) {
+		t.hub.repaired.Add(1)
+	}
+	for _, e := range evs {
+		t.deliver(e)
+	}
+	return ended
+}
+
+func countAfter(evs []event.Event, last event.ID) int {
+	n := 0
+	for _, e := range evs {
+		if e.ID.Compare(last) > 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // catchUp reads the stream after the last delivered event and delivers what
