@@ -379,3 +379,29 @@ func TestRedisDownIsUnavailable(t *testing.T) {
 }
 
 func second[T any](_ T, err error) error { return err }
+
+// TestWedgedPubSubIsReplaced stalls the server without closing any
+// connection, as a silent network partition would: the periodic probe gets
+// no answer and ends the subscriptions so they resume from the stream.
+func TestWedgedPubSubIsReplaced(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = client.Close() })
+	s, err := redisstore.New(client, redisstore.Options{LiveProbeInterval: 50 * time.Millisecond, Logger: zerolog.New(zerolog.NewTestWriter(t))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	c := store.Context{Type: "flow", ID: "run-wedged"}
+	sub, err := s.Subscribe(t.Context(), c, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Do(t.Context(), "CLIENT", "PAUSE", "1000", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ended(t, sub); !errors.Is(err, store.ErrLiveLost) {
+		t.Errorf("Err of a subscription on a wedged connection = %v, want ErrLiveLost", err)
+	}
+}

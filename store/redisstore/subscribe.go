@@ -15,7 +15,8 @@ import (
 	"github.com/nqd-dev/nqd/store"
 )
 
-// probeTimeout bounds the wait for the answer to a live-path PING.
+// probeTimeout bounds the wait for the answer to a periodic live-path PING
+// (less when probes are more frequent).
 const probeTimeout = 5 * time.Second
 
 // errNoPong ends a connection whose PING went unanswered: it is wedged even
@@ -347,7 +348,7 @@ func (h *hub) probeLoop(lc *liveConn) {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), min(h.probeEvery, probeTimeout))
 		err := h.probeConn(ctx, lc)
 		cancel()
 		if err != nil {
