@@ -80,7 +80,7 @@ type FlowState struct {
 
 	// Maps are shared between states and never written once a state is
 	// returned; a fold copies each at most once (see flowFold).
-	steps   map[string]Step
+	steps   map[string]*Step // values are never written once stored, so clones share them
 	kv      map[string]json.RawMessage
 	awaits  map[string]Await
 	emitted map[string]int
@@ -149,12 +149,20 @@ type Emit struct {
 
 // Step returns the named step.
 func (s *FlowState) Step(name string) (Step, bool) {
-	st, ok := s.steps[name]
-	return st, ok
+	if st, ok := s.steps[name]; ok {
+		return *st, true
+	}
+	return Step{}, false
 }
 
 // Steps returns a copy of the steps by name.
-func (s *FlowState) Steps() map[string]Step { return cloneOrEmpty(s.steps) }
+func (s *FlowState) Steps() map[string]Step {
+	out := make(map[string]Step, len(s.steps))
+	for name, st := range s.steps {
+		out[name] = *st
+	}
+	return out
+}
 
 // Value returns a key of the run's KV state.
 func (s *FlowState) Value(key string) (json.RawMessage, bool) {
@@ -199,7 +207,7 @@ type flowWire struct {
 	StartedAt   Time                       `json:"startedAt,omitzero"`
 	CompletedAt Time                       `json:"completedAt,omitzero"`
 	Duration    int64                      `json:"duration,omitempty"`
-	Steps       map[string]Step            `json:"steps"`
+	Steps       map[string]*Step           `json:"steps"`
 	Awaits      map[string]Await           `json:"awaits"`
 	State       map[string]json.RawMessage `json:"state"`
 	Logs        []LogEntry                 `json:"logs"`
@@ -486,10 +494,11 @@ type stepPayload struct {
 }
 
 type stepEvent struct {
-	name       string
-	data, meta stepPayload
-	st         Step
-	existed    bool
+	name        string
+	data, meta  stepPayload
+	st          Step
+	existed     bool
+	prevAttempt int // the step's attempt before this event, 0 for a new step
 }
 
 // readStep finds the step an event names (ui-contract A.14's fallbacks) and
@@ -501,8 +510,9 @@ func (f *flowFold) readStep(ev event.Event) (e stepEvent, ok bool) {
 	if e.name == "" {
 		return e, false
 	}
-	e.st, e.existed = f.s.steps[e.name]
-	if !e.existed {
+	if prev, ok := f.s.steps[e.name]; ok {
+		e.st, e.existed, e.prevAttempt = *prev, true, prev.Attempt
+	} else {
 		e.st.Attempt = 1
 	}
 	if a := firstInt(int64(ev.Attempt), int64(e.meta.Attempt), int64(e.data.Attempt)); a > 0 {
@@ -524,7 +534,8 @@ func (f *flowFold) writeStep(e stepEvent) {
 		s.stepCounts[stepIndex(s.steps[e.name].Status)]--
 	}
 	s.stepCounts[stepIndex(e.st.Status)]++
-	s.steps[e.name] = e.st
+	st := e.st
+	s.steps[e.name] = &st
 }
 
 func (e *stepEvent) finish(f *flowFold, status string, t Time) {
@@ -585,8 +596,7 @@ func stepRetry(f *flowFold, ev event.Event, t Time) bool {
 	}
 	// The seeds put the coming attempt in meta.attempt, era A in
 	// data.nextAttempt beside the failed one in data.attempt.
-	prev := f.s.steps[e.name].Attempt
-	e.st.Attempt = int(firstInt(int64(e.data.NextAttempt), int64(ev.Attempt), int64(e.meta.Attempt), int64(prev)+1))
+	e.st.Attempt = int(firstInt(int64(e.data.NextAttempt), int64(ev.Attempt), int64(e.meta.Attempt), int64(e.prevAttempt)+1))
 	e.st.Status = StepRetrying
 	if msg := string(e.data.Error); msg != "" {
 		e.st.Error = msg

@@ -165,6 +165,11 @@ func TestFlowApply(t *testing.T) {
 			want:  `{"steps":{"s":{"status":"retrying","attempt":2,"startedAt":"1970-01-01T00:00:01.001Z"}}}`,
 		},
 		{
+			name: "retry of a step not seen before",
+			ev:   ev(1002, "step.retry", step("s")),
+			want: `{"steps":{"s":{"status":"retrying","attempt":1}}}`,
+		},
+		{
 			name:  "await timeout",
 			prior: []event.Event{started, s1, ev(1002, "step.await.event", step("s"), data(`{"eventKind":"x"}`))},
 			ev:    ev(1502, "step.await.timeout", step("s"), data(`{"awaitType":"event","duration":500}`)),
