@@ -134,9 +134,11 @@ func (a *API) Routes() http.Handler {
 		})
 	})
 
-	// Streaming routes (SSE) live here: a long-lived response must not be
-	// cut by the API timeout nor buffered by compression.
+	// Streaming routes (SSE): a long-lived response must be neither cut by
+	// the API timeout nor buffered by compression, so they stay out of the
+	// group above.
 	r.Group(func(r chi.Router) {
+		// GET /api/_events/{type}/{id}/stream and GET /api/_events/sse go here.
 	})
 
 	return r
