@@ -1,17 +1,21 @@
 package redisstore_test
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
+	gocmp "github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
@@ -113,7 +117,7 @@ func TestReadsNodeModuleEntries(t *testing.T) {
 		ID: node.ID, Kind: "step.started", Subject: c.ID, Flow: "run-node", FlowName: "billing",
 		Step: "charge", Attempt: 2, Data: json.RawMessage(`{"input":{"x":1}}`),
 	}
-	if d := cmp.Diff(want, node, cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".Meta" }, cmp.Ignore())); d != "" {
+	if d := gocmp.Diff(want, node, gocmp.FilterPath(func(p gocmp.Path) bool { return p.Last().String() == ".Meta" }, gocmp.Ignore())); d != "" {
 		t.Errorf("Node entry (-want +got):\n%s", d)
 	}
 	var meta map[string]any
@@ -157,7 +161,7 @@ func TestKeysAreTheDocumentedOnes(t *testing.T) {
 		prefix + ":webhooks",
 	}
 	slices.Sort(want)
-	if d := cmp.Diff(want, keys); d != "" {
+	if d := gocmp.Diff(want, keys); d != "" {
 		t.Errorf("keys (-want +got):\n%s", d)
 	}
 	if ttl, err := client.PTTL(t.Context(), idem).Result(); err != nil || ttl <= 59*time.Minute || ttl > time.Hour {
@@ -175,7 +179,7 @@ func TestKeysAreTheDocumentedOnes(t *testing.T) {
 			t.Errorf("Append(flowName %q) = %v, want ErrInvalid", bad.FlowName, err)
 		}
 	}
-	if d := cmp.Diff(keys, keysUnder(t, client, prefix)); d != "" {
+	if d := gocmp.Diff(keys, keysUnder(t, client, prefix)); d != "" {
 		t.Errorf("rejected appends changed the keys (-before +after):\n%s", d)
 	}
 	for _, p := range []string{"", "a b", "x*", "{x}", "a::b", ":a"} {
@@ -403,5 +407,39 @@ func TestWedgedPubSubIsReplaced(t *testing.T) {
 	}
 	if err := ended(t, sub); !errors.Is(err, store.ErrLiveLost) {
 		t.Errorf("Err of a subscription on a wedged connection = %v, want ErrLiveLost", err)
+	}
+}
+
+// TestIndexListOrderSweep pages through an index full of ties with every
+// offset and limit: runs of equal scores cut by a page edge are where
+// ZREVRANGE's member-descending order would show.
+func TestIndexListOrderSweep(t *testing.T) {
+	s, _ := newTestStore(t, redisstore.Options{})
+	ix := store.Index{Type: "flow", Name: "ties"}
+	var all []store.IndexEntry
+	for _, i := range rand.New(rand.NewPCG(3, 4)).Perm(30) {
+		e := store.IndexEntry{ID: fmt.Sprintf("m%02d", i), Score: int64(i%4) * 100}
+		all = append(all, e)
+		if err := s.IndexAdd(t.Context(), ix, e.ID, e.Score); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slices.SortFunc(all, func(a, b store.IndexEntry) int {
+		if a.Score != b.Score {
+			return cmp.Compare(b.Score, a.Score)
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	for offset := 0; offset <= len(all)+1; offset++ {
+		for limit := 1; limit <= 9; limit++ {
+			page, err := s.IndexList(t.Context(), ix, offset, limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := all[min(offset, len(all)):min(offset+limit, len(all))]
+			if d := gocmp.Diff(want, page.Entries, cmpopts.EquateEmpty()); d != "" || page.Total != int64(len(all)) {
+				t.Fatalf("IndexList(offset %d, limit %d): total %d (-want +got):\n%s", offset, limit, page.Total, d)
+			}
+		}
 	}
 }

@@ -34,7 +34,7 @@ func (s *Store) IndexAdd(ctx context.Context, ix store.Index, id string, score i
 }
 
 // IndexList returns a page of ix, highest score first and equal scores by id
-// ascending (see scripts/index_list.lua). A limit <= 0 returns no entries,
+// ascending (see scripts/index_list.lua). A limit of 0 returns no entries,
 // only the total. Errors: store.ErrInvalid, store.ErrUnavailable,
 // store.ErrClosed.
 func (s *Store) IndexList(ctx context.Context, ix store.Index, offset, limit int) (store.IndexPage, error) {
@@ -44,11 +44,11 @@ func (s *Store) IndexList(ctx context.Context, ix store.Index, offset, limit int
 	if !ix.Valid() {
 		return store.IndexPage{}, invalid("index list", "index %+v", ix)
 	}
-	if offset < 0 {
-		return store.IndexPage{}, invalid("index list", "negative offset %d", offset)
+	if offset < 0 || limit < 0 {
+		return store.IndexPage{}, invalid("index list", "offset %d, limit %d", offset, limit)
 	}
 	key := s.indexKey(ix)
-	if limit <= 0 {
+	if limit == 0 {
 		total, err := s.client.ZCard(ctx, key).Result()
 		if err != nil {
 			return store.IndexPage{}, mapErr(ctx, "index list", err)

@@ -409,14 +409,17 @@ type subscription struct {
 	err   error
 }
 
+// C delivers the events; it is closed when the subscription ends.
 func (s *subscription) C() <-chan event.Event { return s.ch }
 
+// Err says why the subscription ended, or nil while it runs.
 func (s *subscription) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.err
 }
 
+// Close ends the subscription with store.ErrClosed; later calls do nothing.
 func (s *subscription) Close() {
 	if s.stop != nil {
 		s.stop()
