@@ -23,7 +23,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/nqd-dev/nqd/handlers"
+	"github.com/nqd-dev/nqd/internal/redistest"
 	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/store/redisstore"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -84,11 +86,12 @@ func (c *fakeClock) Set(t time.Time) {
 	c.t = t
 }
 
-// testAPI is the real router on the real embedded store.
+// testAPI is the real router on a real store, the embedded one unless a
+// test asks for Redis.
 type testAPI struct {
 	h     http.Handler
-	store *boltstore.Store
-	clock *fakeClock
+	store handlers.Store
+	clock *fakeClock // the embedded store's clock
 }
 
 // epoch is the fake clock's start: 2025-11-25T21:39:07.116Z.
@@ -115,6 +118,23 @@ func newTestAPI(t testing.TB, opts ...func(*handlers.Deps)) *testAPI {
 	}
 	api := handlers.New(deps)
 	return &testAPI{h: api.Routes(), store: st, clock: clock}
+}
+
+// newRedisTestAPI builds the API on the shared test Redis, under a key prefix
+// of its own.
+func newRedisTestAPI(t testing.TB) *testAPI {
+	t.Helper()
+	log := zerolog.New(zerolog.NewTestWriter(t))
+	st, err := redisstore.New(redistest.Client(t), redisstore.Options{Prefix: redistest.Prefix(t), Logger: log})
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := st.Close(); err != nil {
+			t.Errorf("close store: %v", err)
+		}
+	})
+	return &testAPI{h: handlers.New(handlers.Deps{Store: st, Log: log}).Routes(), store: st}
 }
 
 // request is one HTTP call a test makes.
