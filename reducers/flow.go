@@ -53,12 +53,13 @@ func stepIndex(status string) int {
 //
 // Status comes from flow.completed, flow.failed and flow.cancelled; the latest
 // of them decides. Until one arrives the run is awaiting while some step or
-// await waits and none runs, and running otherwise. A run started with the Node
-// module's `flow.start` is one whose writer never records a terminal event, so
-// for it, as the era A UI does, the reducer infers completion when every step
-// it has seen is completed, failed or timed out: failed if any failed. The
-// inference is recomputed on every event, so the next step.started makes such
-// a run running again.
+// await waits and none runs, and running otherwise. nqd's engine starts runs
+// with `flow.started` and always ends them with a terminal event; a run started
+// with `flow.start` was written by the Node module, whose era A versions never
+// end one. For such a run, as the era A UI does, the reducer infers completion
+// when every step it has seen is completed, failed or timed out: failed if any
+// failed. The inference is recomputed on every event, so the next step.started
+// makes such a run running again, and a terminal event overrides it.
 type Flow struct{ Limits Limits }
 
 // FlowState is the state of a flow run. Read it through its exported fields,
