@@ -94,7 +94,7 @@ func (h *hub) subscribe(ctx context.Context, channel string, buffer int) (*subsc
 		}
 		select {
 		case <-ready:
-			sub.stop = context.AfterFunc(ctx, func() { h.detach(sub, ctx.Err()) })
+			sub.watch(ctx)
 			return sub, nil
 		case <-lc.done:
 			if errors.Is(lc.err, store.ErrClosed) {
@@ -402,11 +402,11 @@ type subscription struct {
 	lc      *liveConn
 	channel string
 	ch      chan event.Event
-	stop    func() bool
 
 	mu    sync.Mutex
 	ended bool
 	err   error
+	stop  func() bool // releases the ctx hook
 }
 
 // C delivers the events; it is closed when the subscription ends.
@@ -420,11 +420,20 @@ func (s *subscription) Err() error {
 }
 
 // Close ends the subscription with store.ErrClosed; later calls do nothing.
-func (s *subscription) Close() {
-	if s.stop != nil {
-		s.stop()
+func (s *subscription) Close() { s.hub.detach(s, store.ErrClosed) }
+
+// watch ends the subscription when ctx ends. The hook is released when the
+// subscription ends for any reason, so a long-lived ctx does not collect
+// the hooks of subscriptions that ended long ago.
+func (s *subscription) watch(ctx context.Context) {
+	stop := context.AfterFunc(ctx, func() { s.hub.detach(s, ctx.Err()) })
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		stop()
+		return
 	}
-	s.hub.detach(s, store.ErrClosed)
+	s.stop = stop
 }
 
 // finish records why the subscription ended and closes its channel; the
@@ -438,4 +447,8 @@ func (s *subscription) finish(err error) {
 	s.ended = true
 	s.err = err
 	close(s.ch)
+	if s.stop != nil {
+		// stop never waits for the hook, which may be blocked on hub.mu.
+		s.stop()
+	}
 }
