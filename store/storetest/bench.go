@@ -21,8 +21,8 @@ func benchEvent(c store.Context, n int) event.Event {
 }
 
 // RunBenchmarks measures the operations the service leans on: single and
-// batched appends, reading a 1000-event stream, and appends from many
-// goroutines to their own contexts. newStore is called once per benchmark and
+// batched appends, reading a 1000-event stream, and appends from 8 goroutines
+// per CPU, each to its own context. newStore is called once per benchmark and
 // follows the same rules as for Run.
 func RunBenchmarks(b *testing.B, newStore func(b *testing.B) store.Store) {
 	b.Run("AppendSingle", func(b *testing.B) {
@@ -75,6 +75,8 @@ func RunBenchmarks(b *testing.B, newStore func(b *testing.B) store.Store) {
 	b.Run("AppendParallel", func(b *testing.B) {
 		s := newStore(b)
 		var workers, total atomic.Int64
+		// Many more writers than cores, as with concurrent HTTP clients.
+		b.SetParallelism(8)
 		b.RunParallel(func(pb *testing.PB) {
 			c := store.Context{Type: "flow", ID: fmt.Sprintf("bench-par-%d", workers.Add(1))}
 			n := 0
