@@ -162,7 +162,7 @@ func (a *testAPI) do(t testing.TB, req request) *httptest.ResponseRecorder {
 	}
 	rec := httptest.NewRecorder()
 	a.h.ServeHTTP(rec, r)
-	checkSpec(t, r, rec)
+	checkSpec(t, r, req.body, rec)
 	if rec.Header().Get("X-Request-ID") == "" {
 		t.Errorf("%s %s: no X-Request-ID header", req.method, req.target)
 	}
@@ -174,9 +174,11 @@ func post(target, body string) request {
 }
 func get(target string) request { return request{method: http.MethodGet, target: target} }
 
-// checkSpec validates a response against openapi.yaml. Answers to requests the
-// spec has no route for (404, 405) must still have the Error shape.
-func checkSpec(t testing.TB, r *http.Request, rec *httptest.ResponseRecorder) {
+// checkSpec validates a response against openapi.yaml, and a request the
+// server accepted as well, so the spec describes what nqd takes. Answers to
+// requests the spec has no route for (404, 405) must still have the Error
+// shape.
+func checkSpec(t testing.TB, r *http.Request, body string, rec *httptest.ResponseRecorder) {
 	t.Helper()
 	doc, router := mustSpec(t)
 	route, params, err := router.FindRoute(r)
@@ -208,6 +210,15 @@ func checkSpec(t testing.TB, r *http.Request, rec *httptest.ResponseRecorder) {
 	}
 	if err := openapi3filter.ValidateResponse(context.Background(), in); err != nil {
 		t.Errorf("%s %s: answer %d does not match the spec: %v\n%s", r.Method, r.URL, rec.Code, err, rec.Body)
+	}
+	if rec.Code < 300 {
+		again := r.Clone(context.Background())
+		again.Body = io.NopCloser(strings.NewReader(body))
+		reqIn := &openapi3filter.RequestValidationInput{Request: again, PathParams: params, Route: route,
+			Options: &openapi3filter.Options{MultiError: true}}
+		if err := openapi3filter.ValidateRequest(context.Background(), reqIn); err != nil {
+			t.Errorf("%s %s: accepted a request the spec rejects: %v\n%s", r.Method, r.URL, err, body)
+		}
 	}
 }
 
