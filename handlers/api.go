@@ -75,7 +75,7 @@ type Deps struct {
 	// State is optional: without it the context route leaves `state` out.
 	State  StateReader
 	Log    zerolog.Logger
-	Now    func() time.Time // defaults to time.Now
+	Now    func() time.Time // the API's clock, default time.Now; events take the store's
 	Limits Limits
 }
 

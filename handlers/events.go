@@ -145,19 +145,22 @@ type listItem struct {
 	CreatedAt string `json:"createdAt"` // the same instant, ISO 8601
 }
 
+// listIndex is the index the list route names.
+type listIndex struct {
+	Type string `json:"type" validate:"context_type"`
+	Name string `json:"name" validate:"omitempty,key_name"`
+}
+
 // listContexts pages an index newest first: the runs of one flow with
 // `name`, every context of the type without.
 func (a *API) listContexts(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	ix := store.Index{Type: chi.URLParam(r, "type"), Name: q.Get("name")}
-	if !event.ValidType(ix.Type) {
-		writeError(w, r, invalidField("type", nameRules["context_type"].rule))
+	p := listIndex{Type: chi.URLParam(r, "type"), Name: q.Get("name")}
+	if err := a.validateStruct(p, ""); err != nil {
+		writeError(w, r, err)
 		return
 	}
-	if ix.Name != "" && !event.ValidName(ix.Name) {
-		writeError(w, r, invalidField("name", nameRules["key_name"].rule))
-		return
-	}
+	ix := store.Index{Type: p.Type, Name: p.Name}
 	if q.Has("status") {
 		// Paging by status needs the run index of the flow engine; a
 		// filter silently ignored would answer the wrong runs.
