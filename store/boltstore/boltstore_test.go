@@ -1,8 +1,10 @@
 package boltstore_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -180,5 +182,77 @@ func TestOpenLockedFileFails(t *testing.T) {
 	if s, err := boltstore.Open(path, boltstore.Options{}); err == nil {
 		s.Close()
 		t.Fatal("second Open of a held file succeeded")
+	}
+}
+
+// Close racing with appends: every append either reports success and is on
+// disk after reopening, or reports ErrClosed and left nothing.
+func TestCloseDuringAppends(t *testing.T) {
+	path := tempPath(t)
+	s, err := boltstore.Open(path, boltstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const writers = 8
+	type outcome struct {
+		c      store.Context
+		acked  []event.ID
+		closed bool
+	}
+	results := make(chan outcome, writers)
+	started := make(chan struct{}, writers)
+	for w := range writers {
+		go func() {
+			o := outcome{c: store.Context{Type: "flow", ID: fmt.Sprintf("run-%d", w)}}
+			defer func() { results <- o }()
+			for {
+				res, err := s.Append(context.Background(), o.c, []event.Event{{Kind: "log"}}, store.AppendOptions{})
+				if errors.Is(err, store.ErrClosed) {
+					o.closed = true
+					return
+				}
+				if err != nil {
+					t.Errorf("%s: %v", o.c, err)
+					return
+				}
+				if o.acked = append(o.acked, res.Events[0].ID); len(o.acked) == 1 {
+					started <- struct{}{}
+				}
+			}
+		}()
+	}
+	for range writers {
+		select {
+		case <-started:
+		case <-time.After(10 * time.Second):
+			t.Fatal("writers did not start")
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	reopened := newTestStore(t, path, boltstore.Options{})
+	for range writers {
+		var o outcome
+		select {
+		case o = <-results:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a writer did not stop after Close")
+		}
+		if !o.closed {
+			t.Errorf("%s: stopped without ErrClosed", o.c)
+		}
+		got, err := reopened.Range(t.Context(), o.c, store.RangeQuery{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored := make([]event.ID, len(got))
+		for i, e := range got {
+			stored[i] = e.ID
+		}
+		if d := cmp.Diff(o.acked, stored); d != "" {
+			t.Errorf("%s after reopen (-acknowledged +stored):\n%s", o.c, d)
+		}
 	}
 }

@@ -21,7 +21,8 @@ func benchEvent(c store.Context, n int) event.Event {
 }
 
 // RunBenchmarks measures the operations the service leans on: single and
-// batched appends, reading a 1000-event stream, and appends from 8 goroutines
+// batched appends, reading a 1000-event stream whole and its newest 100 (a
+// backfill), and appends from 8 goroutines
 // per CPU, each to its own context. newStore is called once per benchmark and
 // follows the same rules as for Run.
 func RunBenchmarks(b *testing.B, newStore func(b *testing.B) store.Store) {
@@ -68,6 +69,27 @@ func RunBenchmarks(b *testing.B, newStore func(b *testing.B) store.Store) {
 			}
 			if len(got) != 1000 {
 				b.Fatalf("Range returned %d events, want 1000", len(got))
+			}
+		}
+	})
+
+	b.Run("RangeNewest100", func(b *testing.B) {
+		s := newStore(b)
+		c := store.Context{Type: "flow", ID: "bench-newest"}
+		batch := make([]event.Event, 100)
+		for n := range 10 {
+			for i := range batch {
+				batch[i] = benchEvent(c, n*100+i)
+			}
+			benchAppend(b, s, c, batch)
+		}
+		for b.Loop() {
+			got, err := s.Range(b.Context(), c, store.RangeQuery{Reverse: true, Limit: 100})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(got) != 100 {
+				b.Fatalf("Range returned %d events, want 100", len(got))
 			}
 		}
 	})
