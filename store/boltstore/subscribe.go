@@ -49,8 +49,14 @@ func (s *Store) Subscribe(ctx context.Context, c store.Context, buffer int) (sto
 	// Held so that a context already done cannot end the subscription
 	// before stop is recorded.
 	sub.mu.Lock()
-	sub.stop = context.AfterFunc(ctx, func() { sub.end(ctx.Err()) })
+	stop := context.AfterFunc(ctx, func() { sub.end(ctx.Err()) })
+	sub.stop = stop
+	ended := sub.err != nil
 	sub.mu.Unlock()
+	if ended {
+		// A concurrent store Close got here first; don't leave the watcher.
+		stop()
+	}
 	return sub, nil
 }
 
