@@ -10,12 +10,15 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/nqd-dev/nqd/event"
 )
+
+// prefixRe keeps the key prefix free of the characters that structure keys.
+var prefixRe = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
 
 // Config is every setting of an nqd process.
 type Config struct {
@@ -113,7 +116,7 @@ func (c Config) validate() error {
 	} else if c.DataDir == "" {
 		bad("NQ_DATA_DIR", "must not be empty when NQ_REDIS_URL is unset")
 	}
-	if !event.ValidType(c.Prefix) {
+	if !prefixRe.MatchString(c.Prefix) {
 		bad("NQ_PREFIX", "want lower-case letters, digits, - or _, starting with a letter, got %q", c.Prefix)
 	}
 	switch c.LogLevel {

@@ -115,9 +115,14 @@ func TestNameRules(t *testing.T) {
 			t.Errorf("ValidContextID(%q) = false", s)
 		}
 	}
-	for _, s := range []string{"Flow", "a:b", "1x", ""} {
+	for _, s := range []string{"Flow", "a:b", "1x", "", "flows", "triggers", "await", "kv"} {
 		if ValidType(s) {
 			t.Errorf("ValidType(%q) = true", s)
+		}
+	}
+	for _, s := range []string{"flow", "trigger", "webhook", "job_run", "a-b"} {
+		if !ValidType(s) {
+			t.Errorf("ValidType(%q) = false", s)
 		}
 	}
 	for _, s := range []string{"Step.started", "step..x", ".x", "step.", "a b"} {

@@ -13,8 +13,20 @@ var (
 // MaxKindLen bounds an event kind; contract §2 gives the pattern, this keeps it sane.
 const MaxKindLen = 128
 
-// ValidType reports whether s may name a context type.
-func ValidType(s string) bool { return typeRe.MatchString(s) }
+// reservedTypes name keys nqd keeps beside the streams (`<prefix>:await:<id>`
+// and the like); a context of such a type would share their key space.
+var reservedTypes = map[string]bool{
+	"await": true, "kv": true, "queue": true, "timer": true, "lease": true,
+	"meta": true, "checkpoint": true, "idem": true, "live": true, "sweeper": true,
+}
+
+// ValidType reports whether s may name a context type. A type is singular: one
+// ending in `s` would name the index key of another type (`<prefix>:flows:x` is
+// the index of flow `x`, not the stream of type `flows`), and a few types are
+// reserved for nqd's own keys.
+func ValidType(s string) bool {
+	return typeRe.MatchString(s) && s[len(s)-1] != 's' && !reservedTypes[s]
+}
 
 // ValidContextID reports whether s may name a context id. `list` is reserved
 // for the list route.
