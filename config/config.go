@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
 )
 
 // prefixRe keeps the key prefix free of the characters that structure keys.
@@ -48,8 +47,8 @@ func (c Config) Backend() string {
 // setting ties a flag to its environment variable, so errors can name both.
 type setting struct {
 	flag, env, usage string
-	def               string
-	parse             func(string) error
+	def              string
+	parse            func(string) error
 }
 
 // Load parses args (without the program name) over the environment given by
