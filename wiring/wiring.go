@@ -116,18 +116,25 @@ func (a *App) openStore(ctx context.Context) (store.Store, error) {
 }
 
 // redisClient builds a client for a plain or, with `master_name`, a Sentinel URL.
+//
+// The client never retries a command by itself: an append script whose reply
+// was lost may have run, and running it again would store the batch twice.
+// A failed append answers 503 instead, and the caller retries with an
+// Idempotency-Key, which makes the retry exactly-once.
 func redisClient(raw string) (redis.UniversalClient, error) {
 	if strings.Contains(raw, "master_name=") {
 		opts, err := redis.ParseFailoverURL(raw)
 		if err != nil {
 			return nil, err
 		}
+		opts.MaxRetries = -1
 		return redis.NewFailoverClient(opts), nil
 	}
 	opts, err := redis.ParseURL(raw)
 	if err != nil {
 		return nil, err
 	}
+	opts.MaxRetries = -1
 	return redis.NewClient(opts), nil
 }
 
