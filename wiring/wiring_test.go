@@ -1,0 +1,140 @@
+package wiring
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/nqd-dev/nqd/config"
+	"github.com/nqd-dev/nqd/internal/redistest"
+)
+
+// testConfig is the default configuration on a free loopback port.
+func testConfig(t *testing.T) config.Config {
+	t.Helper()
+	cfg, err := config.Load([]string{"-addr", "127.0.0.1:0", "-data-dir", t.TempDir()}, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// mustStartApp runs the real wiring and serves it until the test ends (or
+// the returned stop function is called).
+func mustStartApp(t *testing.T, cfg config.Config) (base string, stop func()) {
+	t.Helper()
+	app, err := New(context.Background(), cfg, zerolog.New(zerolog.NewTestWriter(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- app.Serve() }()
+	var once bool
+	stop = func() {
+		if once {
+			return
+		}
+		once = true
+		if err := app.Shutdown(context.Background()); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		if err := app.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	return "http://" + app.Addr(), stop
+}
+
+func do(t *testing.T, method, url, body string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var out map[string]any
+	if err := json.NewDecoder(res.Body).Decode(&out); err != nil {
+		t.Fatalf("%s %s: body is not JSON: %v", method, url, err)
+	}
+	return res.StatusCode, out
+}
+
+// TestEventsSurviveRestart is the new user's first experience: events
+// appended to the embedded store are still there after a restart.
+func TestEventsSurviveRestart(t *testing.T) {
+	cfg := testConfig(t)
+	base, stop := mustStartApp(t, cfg)
+	if code, _ := do(t, "POST", base+"/api/_events/flow/run-1", `{"kind":"flow.started","flowName":"demo"}`); code != http.StatusCreated {
+		t.Fatalf("append: got %d, want 201", code)
+	}
+	if code, _ := do(t, "POST", base+"/api/_events/flow/run-1", `{"events":[{"kind":"step.started","step":"a"},{"kind":"step.completed","step":"a"}]}`); code != http.StatusCreated {
+		t.Fatalf("batch append: got %d, want 201", code)
+	}
+	stop()
+
+	base, _ = mustStartApp(t, cfg)
+	code, ctx := do(t, "GET", base+"/api/_events/flow/run-1", "")
+	if code != http.StatusOK || ctx["eventCount"] != float64(3) {
+		t.Fatalf("after restart: got %d %v, want 200 with 3 events", code, ctx)
+	}
+	_, list := do(t, "GET", base+"/api/_events/flow/list?name=demo", "")
+	if items, _ := list["items"].([]any); len(items) != 1 {
+		t.Fatalf("runs of demo after restart: got %v, want run-1", list)
+	}
+}
+
+func TestRedisBackend(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.RedisURL = "redis://" + redistest.Addr(t) + "/0"
+	cfg.Prefix = redistest.Prefix(t)
+	base, _ := mustStartApp(t, cfg)
+	if code, _ := do(t, "POST", base+"/api/_events/flow/run-1", `{"kind":"flow.started","flowName":"demo"}`); code != http.StatusCreated {
+		t.Fatalf("append: got %d, want 201", code)
+	}
+	client := redistest.Client(t)
+	n, err := client.XLen(context.Background(), cfg.Prefix+":flow:run-1").Result()
+	if err != nil || n != 1 {
+		t.Fatalf("XLEN of the run's stream = %d, %v; want 1", n, err)
+	}
+	if code, _ := do(t, "GET", base+"/readyz", ""); code != http.StatusOK {
+		t.Fatalf("readyz on Redis: got %d", code)
+	}
+}
+
+func TestUnreachableRedisFailsAtStart(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.RedisURL = "redis://:secret@127.0.0.1:1/0"
+	_, err := New(context.Background(), cfg, zerolog.Nop())
+	if err == nil {
+		t.Fatal("New succeeded without a Redis")
+	}
+	if strings.Contains(err.Error(), "secret") {
+		t.Fatalf("the error leaks the password: %v", err)
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"redis://:pw@h:6379/0":     "redis://***@h:6379/0",
+		"redis://user:pw@h:6379/0": "redis://***@h:6379/0",
+		"redis://h:6379/0":         "redis://h:6379/0",
+	} {
+		if got := redactURL(in); got != want {
+			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
