@@ -143,26 +143,30 @@ func (a *API) decodeAppend(r *http.Request, c store.Context) (evs []event.Event,
 	evs = make([]event.Event, 0, len(body.Events))
 	fields := map[string]string{}
 	for i, raw := range body.Events {
-		prefix := fmt.Sprintf("events[%d].", i)
-		var in inputRecord
-		err := decodeStrict(bytes.NewReader(raw), &in, prefix)
-		if err == nil {
-			var ev event.Event
-			ev, err = a.toEvent(in, c.ID, prefix)
+		ev, err := a.decodeEvent(raw, c.ID, fmt.Sprintf("events[%d].", i))
+		var apiErr *Error
+		switch {
+		case err == nil:
 			evs = append(evs, ev)
-		}
-		if err != nil {
-			var apiErr *Error
-			if !errors.As(err, &apiErr) || len(apiErr.Fields) == 0 {
-				return nil, true, err
-			}
-			maps.Copy(fields, apiErr.Fields)
+		case errors.As(err, &apiErr) && len(apiErr.Fields) > 0:
+			maps.Copy(fields, apiErr.Fields) // go on: the client learns of every bad event at once
+		default:
+			return nil, true, err
 		}
 	}
 	if len(fields) > 0 {
 		return nil, true, invalid(fields)
 	}
 	return evs, true, nil
+}
+
+// decodeEvent reads one event of a batch; prefix is its place in the body.
+func (a *API) decodeEvent(raw json.RawMessage, subject, prefix string) (event.Event, error) {
+	var in inputRecord
+	if err := decodeStrict(bytes.NewReader(raw), &in, prefix); err != nil {
+		return event.Event{}, err
+	}
+	return a.toEvent(in, subject, prefix)
 }
 
 // toEvent resolves the aliases of in and checks the result. prefix is put
