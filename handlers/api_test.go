@@ -238,6 +238,8 @@ func TestBadRequests(t *testing.T) {
 
 		{"type with colon", post("/api/_events/a:b/run-1", `{"kind":"a"}`), 400, "validation_failed", map[string]string{"type": typeRule}, ""},
 		{"type upper case", get("/api/_events/Flow/run-1"), 400, "validation_failed", map[string]string{"type": typeRule}, ""},
+		{"plural type", get("/api/_events/flows/run-1"), 400, "validation_failed", map[string]string{"type": typeRule}, ""},
+		{"reserved type", post("/api/_events/await/a1", `{"kind":"a"}`), 400, "validation_failed", map[string]string{"type": typeRule}, ""},
 		{"type star on list", get("/api/_events/*/list"), 400, "validation_failed", map[string]string{"type": typeRule}, ""},
 		{"id with colon", post("/api/_events/flow/a:b", `{"kind":"a"}`), 400, "validation_failed", map[string]string{"id": idRule}, ""},
 		{"id star", get("/api/_events/flow/*"), 400, "validation_failed", map[string]string{"id": idRule}, ""},
@@ -311,7 +313,7 @@ func TestBadRequests(t *testing.T) {
 }
 
 const (
-	typeRule = "must match ^[a-z][a-z0-9_-]{0,31}$"
+	typeRule = "must match ^[a-z][a-z0-9_-]{0,31}$, be singular (not end in s) and not be reserved by nqd"
 	idRule   = "must match ^[A-Za-z0-9][A-Za-z0-9._~-]{0,127}$ and not be list"
 	nameRule = "must match ^[A-Za-z0-9][A-Za-z0-9._~-]{0,127}$"
 	kindRule = "must be a dot.case event kind such as step.completed"
