@@ -116,6 +116,7 @@ func checkJSONContent(r *http.Request) error {
 // reports whether the body was `{"events":[...]}`. Every bad field of every
 // event is reported; one bad event fails the whole batch.
 func (a *API) decodeAppend(r *http.Request, c store.Context) (evs []event.Event, batch bool, err error) {
+	defer func() { fillContextFields(c, evs) }()
 	if err := checkJSONContent(r); err != nil {
 		return nil, false, err
 	}
@@ -158,6 +159,20 @@ func (a *API) decodeAppend(r *http.Request, c store.Context) (evs []event.Event,
 		return nil, true, invalid(fields)
 	}
 	return evs, true, nil
+}
+
+// fillContextFields gives the events of a flow run its run id, and those of a
+// trigger the trigger id, when the client left them out: the UI reads `runId`
+// from every record of a run (seed 001 §3.3 writes it on each).
+func fillContextFields(c store.Context, evs []event.Event) {
+	for i := range evs {
+		switch {
+		case c.Type == "flow" && evs[i].Flow == "":
+			evs[i].Flow = c.ID
+		case c.Type == "trigger" && evs[i].Trigger == "":
+			evs[i].Trigger = c.ID
+		}
+	}
 }
 
 // decodeEvent reads one event of a batch; prefix is its place in the body.
