@@ -1,0 +1,58 @@
+package reducers
+
+// Per-entry overheads of ApproxSize: a map entry or slice element with its
+// header, pointers and the fixed fields of its struct, roughly as the Go
+// runtime lays them out.
+const (
+	sizeState = 512
+	sizeEntry = 64
+	sizeStep  = 192
+	sizeAwait = 160
+	sizeLog   = 144
+	sizeEmit  = 112
+)
+
+// ApproxSize estimates the bytes s holds, for caches that bound their memory.
+// It counts every value of s once, even parts shared with other states, and
+// costs a walk over the state's collections rather than an encoding.
+func ApproxSize(s State) int {
+	switch st := s.(type) {
+	case *FlowState:
+		return st.approxSize()
+	case *GenericState:
+		n := sizeState
+		for k := range st.kinds {
+			n += sizeEntry + len(k)
+		}
+		return n
+	case *TriggerState:
+		return sizeState + len(st.Trigger) + len(st.Type) + len(st.Config) + len(st.CorrelationID) +
+			len(st.Payload) + len(st.Source) + len(st.Reason)
+	}
+	return sizeState
+}
+
+func (s *FlowState) approxSize() int {
+	n := sizeState + len(s.Name) + len(s.RunID) + len(s.Queue) + len(s.Input) + len(s.Result) +
+		len(s.Error) + len(s.Reason)
+	for name, st := range s.steps {
+		n += sizeStep + len(name) + len(st.Error) + len(st.Result) + len(st.AwaitType) +
+			len(st.AwaitData) + len(st.NextRetryAt)
+	}
+	for k, v := range s.kv {
+		n += sizeEntry + len(k) + len(v)
+	}
+	for k, a := range s.awaits {
+		n += sizeAwait + len(k) + len(a.Step) + len(a.Type) + len(a.Data) + len(a.Result)
+	}
+	for k := range s.emitted {
+		n += sizeEntry + len(k)
+	}
+	for _, l := range s.logs.items {
+		n += sizeLog + len(l.ID) + len(l.Step) + len(l.Level) + len(l.Msg) + len(l.Data)
+	}
+	for _, e := range s.emits.items {
+		n += sizeEmit + len(e.ID) + len(e.Step) + len(e.Event) + len(e.Payload)
+	}
+	return n
+}
