@@ -158,3 +158,19 @@ type Store interface {
 	// Close releases the store; subscriptions end with ErrClosed.
 	Close() error
 }
+
+// Checkpointer keeps reduced states beside a context's stream, never inside
+// it, so that a cold rebuild of a long stream folds only the events after the
+// nearest checkpoint. A checkpoint at id holds the state of every event up to
+// and including id. Backends keep only a few checkpoints per context, the
+// newest; a checkpoint lives no longer than its stream.
+type Checkpointer interface {
+	// PutCheckpoint stores state as c's checkpoint at id, replacing one at the
+	// same id, and drops c's oldest checkpoints beyond the backend's limit.
+	// Errors: ErrInvalid (bad context, zero id), ErrUnavailable, ErrClosed.
+	PutCheckpoint(ctx context.Context, c Context, at event.ID, state []byte) error
+
+	// Checkpoint returns c's newest checkpoint at or before atOrBefore.
+	// Errors: ErrNotFound (none), ErrInvalid, ErrUnavailable, ErrClosed.
+	Checkpoint(ctx context.Context, c Context, atOrBefore event.ID) (event.ID, []byte, error)
+}

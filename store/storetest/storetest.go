@@ -67,6 +67,7 @@ var scenarios = []scenario{
 	{"InvalidContext", testInvalidContext},
 	{"InvalidIndex", testInvalidIndex},
 	{"Ping", testPing},
+	{"Checkpoints", testCheckpoints},
 }
 
 // Run runs every conformance scenario as a parallel subtest. newStore is
