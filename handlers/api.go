@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
+	"github.com/go-chi/cors"
 	"github.com/go-playground/validator/v10"
 	"github.com/rs/zerolog"
 	"github.com/rs/zerolog/hlog"
@@ -54,6 +55,14 @@ type StateReader interface {
 	State(ctx context.Context, c store.Context, through event.ID) (any, error)
 }
 
+// Streamer serves the Server-Sent Events routes of contract §5.
+type Streamer interface {
+	// ServeStream serves GET /api/_events/{type}/{id}/stream.
+	ServeStream(w http.ResponseWriter, r *http.Request)
+	// ServeRawTail serves GET /api/_events/sse?stream=<key>.
+	ServeRawTail(w http.ResponseWriter, r *http.Request)
+}
+
 // Limits bound what one request may ask of the server. Zero fields take the
 // Default values.
 type Limits struct {
@@ -73,16 +82,27 @@ const (
 type Deps struct {
 	Store Store
 	// State is optional: without it the context route leaves `state` out.
-	State  StateReader
-	Log    zerolog.Logger
-	Now    func() time.Time // the API's clock, default time.Now; events take the store's
-	Limits Limits
+	State StateReader
+	// Stream is optional: without it the SSE routes are not mounted.
+	Stream Streamer
+	// Ready are further readiness checks beyond the store's Ping, such as
+	// the live feed; /readyz fails while any of them does.
+	Ready []func(context.Context) error
+	// CORSOrigins may call the API from a browser on another origin; empty
+	// allows none (the UI is same-origin).
+	CORSOrigins []string
+	Log         zerolog.Logger
+	Now         func() time.Time // the API's clock, default time.Now; events take the store's
+	Limits      Limits
 }
 
 // API serves nqd's HTTP routes. Build it with New and mount Routes.
 type API struct {
 	store    Store
 	state    StateReader
+	stream   Streamer
+	ready    []func(context.Context) error
+	cors     []string
 	log      zerolog.Logger
 	now      func() time.Time
 	limits   Limits
@@ -105,7 +125,10 @@ func New(d Deps) *API {
 	if now == nil {
 		now = time.Now
 	}
-	return &API{store: d.Store, state: d.State, log: d.Log, now: now, limits: lim, validate: newValidator()}
+	return &API{
+		store: d.Store, state: d.State, stream: d.Stream, ready: d.Ready, cors: d.CORSOrigins,
+		log: d.Log, now: now, limits: lim, validate: newValidator(),
+	}
 }
 
 // Routes is the whole HTTP API in one table.
@@ -117,6 +140,15 @@ func (a *API) Routes() http.Handler {
 		hlog.AccessHandler(accessLog),
 		recoverer,
 	)
+	if len(a.cors) > 0 {
+		r.Use(cors.Handler(cors.Options{
+			AllowedOrigins: a.cors,
+			AllowedMethods: []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete},
+			AllowedHeaders: []string{"Content-Type", "Idempotency-Key", "Last-Event-ID", "Authorization", "X-Request-ID"},
+			ExposedHeaders: []string{"X-Request-ID", "Idempotent-Replayed", "Retry-After"},
+			MaxAge:         600,
+		}))
+	}
 	// Set before any sub-router exists so that every one inherits them.
 	r.NotFound(notFound)
 	r.MethodNotAllowed(methodNotAllowed(r))
@@ -137,9 +169,12 @@ func (a *API) Routes() http.Handler {
 	// Streaming routes (SSE): a long-lived response must be neither cut by
 	// the API timeout nor buffered by compression, so they stay out of the
 	// group above.
-	r.Group(func(r chi.Router) {
-		// GET /api/_events/{type}/{id}/stream and GET /api/_events/sse go here.
-	})
+	if a.stream != nil {
+		r.Group(func(r chi.Router) {
+			r.Get("/api/_events/sse", a.stream.ServeRawTail)
+			r.Get("/api/_events/{type}/{id}/stream", a.stream.ServeStream)
+		})
+	}
 
 	return r
 }

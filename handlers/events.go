@@ -211,5 +211,11 @@ func (a *API) readyz(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, fmt.Errorf("%w: %w", store.ErrUnavailable, err))
 		return
 	}
+	for _, check := range a.ready {
+		if err := check(r.Context()); err != nil {
+			writeError(w, r, fmt.Errorf("%w: %w", store.ErrUnavailable, err))
+			return
+		}
+	}
 	writeJSON(w, r, http.StatusOK, statusBody{Status: "ok"})
 }
