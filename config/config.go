@@ -34,6 +34,11 @@ type Config struct {
 	ShutdownTimeout   time.Duration
 	IdempotencyWindow time.Duration
 	StreamMaxLen      int64 // 0: streams are not trimmed
+
+	CORSOrigins    []string      // browser origins allowed to call the API
+	SSEHeartbeat   time.Duration // longest silence on an SSE connection
+	SSEMaxBackfill int           // most events one SSE backfill sends
+	SSEMaxLifetime time.Duration // 0: SSE connections are not rotated
 }
 
 // Backend names the store the settings select.
@@ -68,6 +73,10 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 		{"shutdown-timeout", "NQ_SHUTDOWN_TIMEOUT", "time given to open requests on shutdown", "10s", dur(&c.ShutdownTimeout)},
 		{"idempotency-window", "NQ_IDEMPOTENCY_WINDOW", "how long an Idempotency-Key is remembered", "24h", dur(&c.IdempotencyWindow)},
 		{"stream-maxlen", "NQ_STREAM_MAXLEN", "approximate cap on events per stream (0: no cap)", "0", i64(&c.StreamMaxLen)},
+		{"cors-origins", "NQ_CORS_ORIGINS", "comma-separated browser origins allowed to call the API (empty: same origin only)", "", list(&c.CORSOrigins)},
+		{"sse-heartbeat", "NQ_SSE_HEARTBEAT", "longest silence on an SSE connection before a comment line", "15s", dur(&c.SSEHeartbeat)},
+		{"sse-max-backfill", "NQ_SSE_MAX_BACKFILL", "most events an SSE backfill sends (the newest, after `event: truncated`)", "10000", integer(&c.SSEMaxBackfill)},
+		{"sse-max-lifetime", "NQ_SSE_MAX_LIFETIME", "rotate SSE connections after this long, with jitter (0: never)", "0", dur(&c.SSEMaxLifetime)},
 	}
 
 	fs := flag.NewFlagSet("nqd", flag.ContinueOnError)
@@ -146,6 +155,20 @@ func (c Config) validate() error {
 	if c.StreamMaxLen < 0 {
 		bad("NQ_STREAM_MAXLEN", "must not be negative")
 	}
+	for _, o := range c.CORSOrigins {
+		if u, err := url.Parse(o); o != "*" && (err != nil || u.Scheme == "" || u.Host == "" || u.Path != "") {
+			bad("NQ_CORS_ORIGINS", "want origins such as https://ui.example.com, got %q", o)
+		}
+	}
+	if c.SSEHeartbeat < time.Second || c.SSEHeartbeat > 60*time.Second {
+		bad("NQ_SSE_HEARTBEAT", "want 1s to 60s, got %s", c.SSEHeartbeat)
+	}
+	if c.SSEMaxBackfill < 1 {
+		bad("NQ_SSE_MAX_BACKFILL", "want at least 1, got %d", c.SSEMaxBackfill)
+	}
+	if c.SSEMaxLifetime != 0 && c.SSEMaxLifetime < 10*time.Second {
+		bad("NQ_SSE_MAX_LIFETIME", "want 0 or at least 10s, got %s", c.SSEMaxLifetime)
+	}
 	if len(errs) > 0 {
 		// One line, so a service manager's status shows the whole reason.
 		return errors.New(strings.Join(errs, "; "))
@@ -155,6 +178,18 @@ func (c Config) validate() error {
 
 func str(p *string) func(string) error {
 	return func(v string) error { *p = strings.TrimSpace(v); return nil }
+}
+
+func list(p *[]string) func(string) error {
+	return func(v string) error {
+		*p = nil
+		for _, part := range strings.Split(v, ",") {
+			if part = strings.TrimSpace(part); part != "" {
+				*p = append(*p, part)
+			}
+		}
+		return nil
+	}
 }
 
 func integer(p *int) func(string) error {

@@ -48,6 +48,8 @@ func TestLoadRejects(t *testing.T) {
 		{env: map[string]string{"NQ_ADDR": "8080"}, want: "NQ_ADDR"},
 		{args: []string{"-request-timeout", "soon"}, want: "-request-timeout"},
 		{env: map[string]string{"NQ_MAX_BODY_BYTES": "1"}, want: "NQ_MAX_BODY_BYTES"},
+		{env: map[string]string{"NQ_CORS_ORIGINS": "https://ok.example, ui.example"}, want: "NQ_CORS_ORIGINS"},
+		{env: map[string]string{"NQ_SSE_HEARTBEAT": "5m"}, want: "NQ_SSE_HEARTBEAT"},
 	}
 	for _, tt := range tests {
 		_, err := Load(tt.args, env(tt.env), io.Discard)

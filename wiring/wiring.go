@@ -23,6 +23,7 @@ import (
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
 	"github.com/nqd-dev/nqd/store/redisstore"
+	"github.com/nqd-dev/nqd/stream"
 )
 
 // App is an assembled nqd: its store, its handler and its listener.
@@ -30,6 +31,7 @@ type App struct {
 	log     zerolog.Logger
 	cfg     config.Config
 	Store   store.Store
+	Stream  *stream.Handler
 	Handler http.Handler
 	ln      net.Listener
 	srv     *http.Server
@@ -47,10 +49,30 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 	}
 	a.Store = st
 
+	var ready []func(context.Context) error
+	_, trustLive := st.(*boltstore.Store) // in-process fan-out never skips an event
+	a.Stream = stream.NewHandler(stream.Options{
+		Store:       st,
+		Prefix:      cfg.Prefix,
+		Log:         log,
+		Heartbeat:   cfg.SSEHeartbeat,
+		MaxBackfill: cfg.SSEMaxBackfill,
+		MaxLifetime: cfg.SSEMaxLifetime,
+		TrustLive:   trustLive,
+	})
+	a.closers = append(a.closers, func() error { a.Stream.Close(); return nil })
+	ready = append(ready, func(context.Context) error { return a.Stream.Ready() })
+	if rs, ok := st.(*redisstore.Store); ok {
+		ready = append(ready, rs.LiveHealthy)
+	}
+
 	api := handlers.New(handlers.Deps{
-		Store: st,
-		Log:   log,
-		Now:   time.Now,
+		Store:       st,
+		Stream:      a.Stream,
+		Ready:       ready,
+		CORSOrigins: cfg.CORSOrigins,
+		Log:         log,
+		Now:         time.Now,
 		Limits: handlers.Limits{
 			MaxBodyBytes:   cfg.MaxBodyBytes,
 			MaxBatch:       cfg.MaxBatch,
@@ -160,12 +182,19 @@ func (a *App) Serve() error {
 	return nil
 }
 
-// Shutdown stops accepting connections and waits for open requests until ctx ends.
+// Shutdown stops accepting connections, closes the open event streams spread
+// over part of the time left (so that their clients do not all reconnect to
+// the other instances at once) and waits for open requests until ctx ends.
 func (a *App) Shutdown(ctx context.Context) error {
 	if a.srv == nil {
 		return nil
 	}
-	return a.srv.Shutdown(ctx)
+	// Shutdown does not wait for hijacked or streaming responses to end on
+	// their own; Drain ends the streams, in parallel with it.
+	drained := make(chan error, 1)
+	go func() { drained <- a.Stream.Drain(ctx) }()
+	err := a.srv.Shutdown(ctx)
+	return errors.Join(err, <-drained)
 }
 
 // Close releases everything New opened, newest first.

@@ -1,12 +1,14 @@
 package wiring
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -136,5 +138,39 @@ func TestRedactURL(t *testing.T) {
 		if got := redactURL(in); got != want {
 			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestShutdownEndsStreams: a graceful shutdown must not hang on open event
+// streams, and their clients see the stream end (and would reconnect).
+func TestShutdownEndsStreams(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.ShutdownTimeout = 5 * time.Second
+	base, stop := mustStartApp(t, cfg)
+	do(t, "POST", base+"/api/_events/flow/run-1", `{"kind":"flow.started","flowName":"demo"}`)
+
+	res, err := http.Get(base + "/api/_events/flow/run-1/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if ct := res.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
+		t.Fatalf("Content-Type = %q", ct)
+	}
+	sc := bufio.NewScanner(res.Body)
+	for sc.Scan() && !strings.HasPrefix(sc.Text(), "data: ") {
+	}
+	if !strings.Contains(sc.Text(), `"flow.started"`) {
+		t.Fatalf("first data line = %q, want the backfilled flow.started", sc.Text())
+	}
+
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	for sc.Scan() {
+	}
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("shutdown did not finish with a stream open")
 	}
 }
