@@ -5,7 +5,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 BENCHTIME ?= 2s
 
-.PHONY: run build test test-short lint fuzz bench golden tidy-check vuln clean
+.PHONY: run build test test-short lint fuzz bench bench-appends golden tidy-check vuln clean
 
 ## run: start nqd on the embedded store in ./data (set NQ_REDIS_URL to use Redis)
 run:
@@ -36,6 +36,10 @@ fuzz:
 ## bench: store, handler and reducer benchmarks
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) ./store/... ./handlers/... ./reducers/...
+
+## bench-appends: HTTP appends on Redis against redis-benchmark XADD, as a ratio
+bench-appends:
+	./scripts/bench-appends.sh
 
 ## golden: rewrite golden files (review the diff before committing)
 golden:
