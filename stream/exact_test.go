@@ -78,7 +78,7 @@ func TestExactAcrossDisconnects(t *testing.T) {
 		t.Run("raw reader", func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 1))
 			c := newContext(t)
-			stop := startWriter(t, s, c, 300*time.Microsecond)
+			stop := startWriter(t, s, c, time.Millisecond)
 			var got []string
 			for range disconnectPoints() {
 				var hdr http.Header
@@ -97,7 +97,7 @@ func TestExactAcrossDisconnects(t *testing.T) {
 		t.Run("r3labs client", func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 2))
 			c := newContext(t)
-			stop := startWriter(t, s, c, 300*time.Microsecond)
+			stop := startWriter(t, s, c, time.Millisecond)
 			client := sse.NewClient(streamURL(srv, c))
 			client.ReconnectStrategy = noRetry{}
 			var got []string

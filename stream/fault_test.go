@@ -170,7 +170,7 @@ func TestSubscribeFailureIs503(t *testing.T) {
 func TestSlowClientIsolated(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		s := b.open(t)
-		h := newTestHandler(t, s, Options{QueueEvents: 1000, QueueBytes: 4 << 20, WriteTimeout: 500 * time.Millisecond})
+		h := newTestHandler(t, s, Options{QueueEvents: 1000, QueueBytes: 4 << 20, WriteTimeout: 2 * time.Second})
 		srv := newTestServer(t, h)
 		c := newContext(t)
 

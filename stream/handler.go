@@ -215,7 +215,7 @@ func (h *Handler) unregister(c *conn) {
 // plan is what a connection sends before going live.
 type plan struct {
 	resume  bool     // the client named the last event it has
-	from    event.ID // that event; zero when it was not an id
+	from    event.ID // that event (zero when it was not an id); live only: the start
 	limit   int      // without resume: the newest events to send
 	notice  bool     // limit is the configured maximum: say when it cuts
 	tail    bool     // the raw-tail form
@@ -338,6 +338,19 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, c store.Context,
 	if h.o.Hooks.AfterSubscribe != nil {
 		h.o.Hooks.AfterSubscribe()
 	}
+	if !p.noTopic && !p.resume && p.limit == 0 {
+		// Live only: the client gets exactly what is appended after the
+		// stream's end as it is before the response starts.
+		info, err := h.o.Store.Info(ctx, c)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn().Err(err).Str("context", c.String()).Msg("cannot read the stream's end")
+				writeError(w, http.StatusServiceUnavailable, "unavailable", "The store is unavailable; retry later.", nil)
+			}
+			return
+		}
+		p.from = info.LastID
+	}
 
 	hdr := w.Header()
 	hdr.Set("Content-Type", "text/event-stream")
@@ -450,13 +463,7 @@ func (h *Handler) backfill(ctx context.Context, s *sink, c store.Context, p plan
 		return h.pages(ctx, s, c, last)
 	}
 	if p.limit == 0 {
-		if p.tail {
-			return event.ID{}, nil
-		}
-		// Without a backfill the client still gets an exact position: what
-		// arrives live after the stream's current end.
-		info, err := src.Info(ctx, c)
-		return info.LastID, err
+		return p.from, nil // the live-only start, taken before the headers
 	}
 	n := p.limit
 	if n <= pageSize {

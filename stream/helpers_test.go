@@ -28,9 +28,13 @@ const waitFor = 10 * time.Second
 type backend struct {
 	name string
 	open func(t *testing.T) store.Store
-	// trim drops the oldest events of c's stream, keeping keep; nil when
-	// the backend cannot trim.
-	trim func(t *testing.T, s store.Store, c store.Context, keep int64)
+}
+
+// prefixed is a store whose keys start with prefix, which raw-tail stream
+// names must carry.
+type prefixed struct {
+	store.Store
+	prefix string
 }
 
 // backends lists the stores to test; Redis joins it in redis_test.go.
@@ -80,6 +84,9 @@ func newTestHandler(t *testing.T, s store.Store, o Options) *Handler {
 	t.Helper()
 	o.Store = s
 	o.Log = testLogger(t)
+	if p, ok := s.(*prefixed); ok {
+		o.Prefix = p.prefix
+	}
 	if o.CheckInterval == 0 {
 		o.CheckInterval = 50 * time.Millisecond
 	}

@@ -316,7 +316,7 @@ func TestRawTail(t *testing.T) {
 		srv := newTestServer(t, h)
 		c := newContext(t)
 		old := appendN(t, s, c, 2)
-		key := "nq:" + c.Type + ":" + c.ID
+		key := h.o.Prefix + ":" + c.Type + ":" + c.ID
 		tail := dial(t, srv.URL+"/api/_events/sse?stream="+url.QueryEscape(key), nil)
 		// A §5 client of the same context shares the subscription.
 		full := dial(t, streamURL(srv, c), nil)
@@ -343,7 +343,7 @@ func TestRawTail(t *testing.T) {
 			}
 		})
 		t.Run("era A global stream", func(t *testing.T) {
-			for _, q := range []string{"", "?stream=nq:events"} {
+			for _, q := range []string{"", "?stream=" + h.o.Prefix + ":events"} {
 				conn := dial(t, srv.URL+"/api/_events/sse"+q, nil)
 				if m := conn.next(t); m.Retry == "" {
 					t.Errorf("%q: got %+v, want the opening comment and retry", q, m)

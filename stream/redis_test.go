@@ -1,0 +1,77 @@
+package stream
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/store"
+	"github.com/nqd-dev/nqd/store/redisstore"
+)
+
+func init() {
+	backends = append(backends, backend{name: "redis", open: func(t *testing.T) store.Store {
+		return newRedisStore(t, redistest.Prefix(t))
+	}})
+}
+
+// newRedisStore is one nqd instance's Redis store: its own client, so its
+// own Pub/Sub connection, on the shared test server.
+func newRedisStore(t *testing.T, prefix string) *prefixed {
+	t.Helper()
+	client := redis.NewClient(&redis.Options{Addr: redistest.Addr(t)})
+	s, err := redisstore.New(client, redisstore.Options{Prefix: prefix, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatalf("redis store: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = s.Close()
+		_ = client.Close()
+	})
+	return &prefixed{Store: s, prefix: prefix}
+}
+
+// TestTwoInstances appends through one instance and streams from another
+// sharing the same Redis.
+func TestTwoInstances(t *testing.T) {
+	prefix := redistest.Prefix(t)
+	writer, reader := newRedisStore(t, prefix), newRedisStore(t, prefix)
+	srv := newTestServer(t, newTestHandler(t, reader, Options{}))
+	c := newContext(t)
+	old := appendN(t, writer, c, 2)
+	conn := dial(t, streamURL(srv, c), nil)
+	if got, want := msgIDs(conn.readEvents(t, 2)), ids(old); !slices.Equal(got, want) {
+		t.Fatalf("backfill: got %v, want %v", got, want)
+	}
+	live := appendN(t, writer, c, 3)
+	if got, want := msgIDs(conn.readEvents(t, 3)), ids(live); !slices.Equal(got, want) {
+		t.Errorf("live through the other instance: got %v, want %v", got, want)
+	}
+}
+
+// TestResetAfterTrim resumes from an event that retention removed.
+func TestResetAfterTrim(t *testing.T) {
+	prefix := redistest.Prefix(t)
+	s := newRedisStore(t, prefix)
+	srv := newTestServer(t, newTestHandler(t, s, Options{}))
+	c := newContext(t)
+	evs := appendN(t, s, c, 10)
+	client := redistest.Client(t)
+	if err := client.XTrimMaxLen(context.Background(), prefix+":"+c.Type+":"+c.ID, 4).Err(); err != nil {
+		t.Fatalf("XTRIM: %v", err)
+	}
+	conn := dial(t, streamURL(srv, c), http.Header{"Last-Event-Id": {evs[2].ID.String()}})
+	end := evs[9].ID.String()
+	if m := conn.nextData(t); m.Event != "reset" || m.ID != end {
+		t.Fatalf("got %+v, want a reset at %s", m, end)
+	}
+	// A retained position still resumes exactly.
+	conn = dial(t, streamURL(srv, c), http.Header{"Last-Event-Id": {evs[7].ID.String()}})
+	if got, want := msgIDs(conn.readEvents(t, 2)), ids(evs[8:]); !slices.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}
