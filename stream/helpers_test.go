@@ -61,12 +61,15 @@ func testLogger(t *testing.T) zerolog.Logger {
 	return zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)
 }
 
-// newTestServer serves h's routes as nqd mounts them.
-func newTestServer(t *testing.T, h *Handler) *httptest.Server {
+// newTestServer serves h's routes as nqd mounts them, and extra's.
+func newTestServer(t *testing.T, h *Handler, extra ...func(chi.Router)) *httptest.Server {
 	t.Helper()
 	r := chi.NewRouter()
 	r.Get("/api/_events/sse", h.ServeRawTail)
 	r.Get("/api/_events/{type}/{id}/stream", h.ServeStream)
+	for _, f := range extra {
+		f(r)
+	}
 	srv := httptest.NewServer(r)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
