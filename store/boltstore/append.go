@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
@@ -19,6 +20,10 @@ type appendReq struct {
 	evs    []event.Event
 	bodies [][]byte
 	key    string
+	// hook, when set, runs first in the append's transaction: an error
+	// wrapping store.ErrConflict ends the append with that error and writes
+	// nothing; any other error fails the transaction.
+	hook func(tx *bolt.Tx) error
 
 	res  store.AppendResult
 	err  error
@@ -147,6 +152,15 @@ func (s *Store) commit(group []*appendReq) {
 // apply writes one append inside tx and records its result in r.
 func (s *Store) apply(tx *bolt.Tx, r *appendReq, nowMS uint64) error {
 	r.res, r.err = store.AppendResult{}, nil
+	if r.hook != nil {
+		if err := r.hook(tx); err != nil {
+			if errors.Is(err, store.ErrConflict) {
+				r.err = err
+				return nil
+			}
+			return err
+		}
+	}
 	if r.key != "" {
 		replay, ok, err := lookupIdempotent(tx, r.ck, r.key, nowMS)
 		if err != nil {

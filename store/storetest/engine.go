@@ -1,0 +1,349 @@
+package storetest
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/store"
+)
+
+// EngineStore is what the flow engine needs of a backend.
+type EngineStore interface {
+	store.Store
+	store.DefinitionStore
+	store.RunStore
+}
+
+var engineScenarios = []struct {
+	name string
+	run  func(t *testing.T, s EngineStore)
+}{
+	{"Definitions", testDefinitions},
+	{"RunCreateAndVersion", testRunCreateAndVersion},
+	{"RunUpdateRaceOneWins", testRunUpdateRace},
+	{"RunStatusIndex", testRunStatusIndex},
+	{"QueueClaimLeaseAndRedelivery", testQueueClaim},
+	{"AckNeedsLease", testAckNeedsLease},
+	{"Timers", testTimers},
+	{"DeleteRuns", testDeleteRuns},
+}
+
+// RunEngine runs the flow engine's conformance scenarios (store.RunStore and
+// store.DefinitionStore) against fresh stores from newStore.
+func RunEngine(t *testing.T, newStore func(t *testing.T) EngineStore) {
+	for _, sc := range engineScenarios {
+		t.Run(sc.name, func(t *testing.T) { sc.run(t, newStore(t)) })
+	}
+}
+
+func testDefinitions(t *testing.T, s EngineStore) {
+	ctx := t.Context()
+	if _, err := s.Definition(ctx, "f1"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Definition of nothing: got %v, want ErrNotFound", err)
+	}
+	must(t, s.PutDefinition(ctx, "f1", []byte(`{"a":1}`)))
+	must(t, s.PutDefinition(ctx, "f2", []byte(`{"b":2}`)))
+	must(t, s.PutDefinition(ctx, "f1", []byte(`{"a":3}`)))
+	got, err := s.Definition(ctx, "f1")
+	must(t, err)
+	if string(got) != `{"a":3}` {
+		t.Errorf("Definition = %s, want the replacement", got)
+	}
+	all, err := s.Definitions(ctx)
+	must(t, err)
+	if len(all) != 2 || string(all["f2"]) != `{"b":2}` {
+		t.Errorf("Definitions = %v", all)
+	}
+	must(t, s.DeleteDefinition(ctx, "f1"))
+	if err := s.DeleteDefinition(ctx, "f1"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("second delete: got %v, want ErrNotFound", err)
+	}
+	if err := s.PutDefinition(ctx, "bad:name", []byte(`{}`)); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("bad name: got %v, want ErrInvalid", err)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newRun(flow, run string, startedAt int64) store.RunMeta {
+	return store.RunMeta{Flow: flow, Run: run, Status: store.RunRunning, StartedAt: startedAt, StepCount: 2}
+}
+
+func testRunCreateAndVersion(t *testing.T, s EngineStore) {
+	ctx := t.Context()
+	m := newRun("fl", "r1", 1000)
+	start := event.Event{Kind: "flow.started", Subject: "r1", Flow: "r1", FlowName: "fl", Data: json.RawMessage(`{"input":{}}`)}
+	res, err := s.UpdateRun(ctx, store.RunUpdate{Meta: m, Events: []event.Event{start}})
+	must(t, err)
+	if len(res.Events) != 1 || res.Events[0].ID.IsZero() {
+		t.Fatalf("UpdateRun events = %+v", res.Events)
+	}
+	if _, err := s.UpdateRun(ctx, store.RunUpdate{Meta: m, Events: []event.Event{start}}); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("second create: got %v, want ErrConflict", err)
+	}
+	evs, err := s.Range(ctx, store.Context{Type: "flow", ID: "r1"}, store.RangeQuery{})
+	must(t, err)
+	if len(evs) != 1 {
+		t.Fatalf("stream has %d events after a conflicting create, want 1", len(evs))
+	}
+	page, err := s.IndexList(ctx, store.Index{Type: "flow", Name: "fl"}, 0, 10)
+	must(t, err)
+	if page.Total != 1 || page.Entries[0].ID != "r1" {
+		t.Errorf("flow index = %+v", page)
+	}
+
+	got, err := s.RunMeta(ctx, "fl", "r1")
+	must(t, err)
+	if got.Version != 1 || got.Status != store.RunRunning || got.StartedAt != 1000 {
+		t.Errorf("RunMeta = %+v", got)
+	}
+	next := got
+	next.CompletedSteps = 1
+	next.EmittedEvents = map[string]int64{"a.done": 1500}
+	next.State = json.RawMessage(`{"x":1}`)
+	_, err = s.UpdateRun(ctx, store.RunUpdate{Meta: next, PrevStatus: got.Status})
+	must(t, err)
+	got2, err := s.RunMeta(ctx, "fl", "r1")
+	must(t, err)
+	want := next
+	want.Version = 2
+	if diff := cmp.Diff(want, got2); diff != "" {
+		t.Errorf("RunMeta after update (-want +got):\n%s", diff)
+	}
+	if _, err := s.UpdateRun(ctx, store.RunUpdate{Meta: next, PrevStatus: got.Status}); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("stale update: got %v, want ErrConflict", err)
+	}
+	if _, err := s.RunMeta(ctx, "fl", "nope"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("RunMeta of nothing: got %v, want ErrNotFound", err)
+	}
+}
+
+func testRunUpdateRace(t *testing.T, s EngineStore) {
+	ctx := t.Context()
+	m := newRun("fl", "race", 1)
+	_, err := s.UpdateRun(ctx, store.RunUpdate{Meta: m})
+	must(t, err)
+	m.Version = 1
+	const n = 8
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			u := m
+			u.Status = store.RunCompleted
+			_, errs[i] = s.UpdateRun(ctx, store.RunUpdate{Meta: u, PrevStatus: store.RunRunning, Events: []event.Event{
+				{Kind: "flow.completed", Subject: "race", Flow: "race", Data: json.RawMessage(fmt.Sprintf(`{"by":%d}`, i))},
+			}})
+		})
+	}
+	wg.Wait()
+	wins := 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			wins++
+		case !errors.Is(err, store.ErrConflict):
+			t.Errorf("racing update: %v", err)
+		}
+	}
+	evs, err := s.Range(ctx, store.Context{Type: "flow", ID: "race"}, store.RangeQuery{})
+	must(t, err)
+	if wins != 1 || len(evs) != 1 {
+		t.Errorf("%d updates won and %d terminal events stored, want 1 and 1", wins, len(evs))
+	}
+}
+
+func testRunStatusIndex(t *testing.T, s EngineStore) {
+	ctx := t.Context()
+	for i := range 5 {
+		_, err := s.UpdateRun(ctx, store.RunUpdate{Meta: newRun("fl", fmt.Sprintf("r%d", i), int64(100+i)), Events: []event.Event{
+			{Kind: "flow.started", FlowName: "fl", Flow: fmt.Sprintf("r%d", i), Subject: fmt.Sprintf("r%d", i)},
+		}})
+		must(t, err)
+	}
+	// Complete r1 and r3.
+	for _, id := range []string{"r1", "r3"} {
+		m, err := s.RunMeta(ctx, "fl", id)
+		must(t, err)
+		m.Status, m.CompletedAt = store.RunCompleted, 999
+		_, err = s.UpdateRun(ctx, store.RunUpdate{Meta: m, PrevStatus: store.RunRunning})
+		must(t, err)
+	}
+	ids := func(p store.RunPage) []string {
+		var out []string
+		for _, r := range p.Runs {
+			out = append(out, r.Run)
+		}
+		return out
+	}
+	running, err := s.ListRuns(ctx, "fl", store.RunRunning, 1, 2)
+	must(t, err)
+	if diff := cmp.Diff([]string{"r2", "r0"}, ids(running)); diff != "" || running.Total != 3 {
+		t.Errorf("running page 2 (total %d) (-want +got):\n%s", running.Total, diff)
+	}
+	done, err := s.ListRuns(ctx, "fl", store.RunCompleted, 0, 10)
+	must(t, err)
+	if diff := cmp.Diff([]string{"r3", "r1"}, ids(done)); diff != "" || done.Total != 2 || done.Runs[0].CompletedAt != 999 {
+		t.Errorf("completed (total %d) (-want +got):\n%s", done.Total, diff)
+	}
+	all, err := s.ListRuns(ctx, "fl", "", 0, 10)
+	must(t, err)
+	if all.Total != 5 || len(all.Runs) != 5 || all.Runs[0].Run != "r4" || all.Runs[0].Status != store.RunRunning {
+		t.Errorf("all runs = %+v", all)
+	}
+}
+
+func job(run, step, queue string, readyAt int64) store.Job {
+	return store.Job{ID: store.JobID(run, step), Queue: queue, Flow: "fl", Run: run, Step: step, Input: json.RawMessage(`{"k":[1]}`), ReadyAt: readyAt}
+}
+
+func enqueue(t *testing.T, s EngineStore, run string, jobs ...store.Job) {
+	t.Helper()
+	m, err := s.RunMeta(t.Context(), "fl", run)
+	if errors.Is(err, store.ErrNotFound) {
+		m, err = newRun("fl", run, 1), nil
+	}
+	must(t, err)
+	_, err = s.UpdateRun(t.Context(), store.RunUpdate{Meta: m, PrevStatus: m.Status, Enqueue: jobs})
+	must(t, err)
+}
+
+func testQueueClaim(t *testing.T, s EngineStore) {
+	ctx := t.Context()
+	enqueue(t, s, "q1", job("q1", "a", "qa", 100), job("q1", "b", "qa", 300), job("q1", "c", "qb", 100))
+	got, err := s.Claim(ctx, []string{"qa", "qb"}, 200, 1200, "L1", 10)
+	must(t, err)
+	if len(got) != 2 || got[0].ID != "q1:a" || got[1].ID != "q1:c" || got[0].Attempt != 1 || got[0].Lease != "L1" {
+		t.Fatalf("Claim = %+v, want q1:a and q1:c at attempt 1", got)
+	}
+	if string(got[0].Input) != `{"k":[1]}` {
+		t.Errorf("input = %s", got[0].Input)
+	}
+	if again, err := s.Claim(ctx, []string{"qa", "qb"}, 250, 1250, "L2", 10); err != nil || len(again) != 0 {
+		t.Fatalf("Claim while leased: %+v, %v; want nothing", again, err)
+	}
+	if _, err := s.Heartbeat(ctx, store.JobAck{Queue: "qa", ID: "q1:a", Lease: "L1"}, 2000); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Heartbeat(ctx, store.JobAck{Queue: "qa", ID: "q1:a", Lease: "other"}, 2000); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("Heartbeat with another lease: got %v, want ErrConflict", err)
+	}
+	if _, err := s.Heartbeat(ctx, store.JobAck{Queue: "qa", ID: "q1:zz", Lease: "L1"}, 2000); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Heartbeat of no job: got %v, want ErrNotFound", err)
+	}
+	// At 1500 c's lease (1200) has expired, a's was extended to 2000, b is ready.
+	got, err = s.Claim(ctx, []string{"qa", "qb"}, 1500, 2500, "L3", 10)
+	must(t, err)
+	byID := map[string]store.Job{}
+	for _, j := range got {
+		byID[j.ID] = j
+	}
+	if len(got) != 2 || byID["q1:b"].Attempt != 1 || byID["q1:c"].Attempt != 2 || byID["q1:c"].Lease != "L3" {
+		t.Errorf("Claim after expiry = %+v, want b at attempt 1 and c redelivered at attempt 2", got)
+	}
+	if _, err := s.Heartbeat(ctx, store.JobAck{Queue: "qb", ID: "q1:c", Lease: "L1"}, 3000); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("Heartbeat of a lost lease: got %v, want ErrConflict", err)
+	}
+	j, err := s.Job(ctx, store.JobRef{Queue: "qb", ID: "q1:c"})
+	must(t, err)
+	if j.Lease != "L3" || j.LeaseUntil != 2500 {
+		t.Errorf("Job = %+v", j)
+	}
+	if got, err := s.Claim(ctx, []string{"qa"}, 100000, 100001, "L4", 1); err != nil || len(got) != 1 {
+		t.Errorf("Claim with max 1 = %+v, %v", got, err)
+	}
+}
+
+func testAckNeedsLease(t *testing.T, s EngineStore) {
+	ctx := t.Context()
+	enqueue(t, s, "k1", job("k1", "a", "qa", 0))
+	got, err := s.Claim(ctx, []string{"qa"}, 10, 1000, "L1", 1)
+	must(t, err)
+	if len(got) != 1 {
+		t.Fatalf("Claim = %+v", got)
+	}
+	m, err := s.RunMeta(ctx, "fl", "k1")
+	must(t, err)
+	_, err = s.UpdateRun(ctx, store.RunUpdate{Meta: m, PrevStatus: m.Status, Ack: &store.JobAck{Queue: "qa", ID: "k1:a", Lease: "wrong"}})
+	if !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("ack with a wrong lease: got %v, want ErrConflict", err)
+	}
+	m2, err := s.RunMeta(ctx, "fl", "k1")
+	must(t, err)
+	if m2.Version != m.Version {
+		t.Errorf("a refused ack moved the version from %d to %d", m.Version, m2.Version)
+	}
+	_, err = s.UpdateRun(ctx, store.RunUpdate{Meta: m, PrevStatus: m.Status, Ack: &store.JobAck{Queue: "qa", ID: "k1:a", Lease: "L1"}})
+	must(t, err)
+	if _, err := s.Job(ctx, store.JobRef{Queue: "qa", ID: "k1:a"}); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("acked job still there: %v", err)
+	}
+	if got, _ := s.Claim(ctx, []string{"qa"}, 1e12, 1e12+1, "L2", 1); len(got) != 0 {
+		t.Errorf("acked job claimed again: %+v", got)
+	}
+}
+
+func testTimers(t *testing.T, s EngineStore) {
+	ctx := t.Context()
+	m := newRun("fl", "t1", 1)
+	t1 := store.Timer{Kind: "retry", Flow: "fl", Run: "t1", Step: "a", Due: 500}
+	t2 := store.Timer{Kind: "retry", Flow: "fl", Run: "t1", Step: "b", Due: 900}
+	_, err := s.UpdateRun(ctx, store.RunUpdate{Meta: m, SetTimers: []store.Timer{t1, t2}})
+	must(t, err)
+	if got, err := s.DueTimers(ctx, 400, 10000, 10); err != nil || len(got) != 0 {
+		t.Fatalf("DueTimers early = %+v, %v", got, err)
+	}
+	got, err := s.DueTimers(ctx, 600, 5000, 10)
+	must(t, err)
+	if diff := cmp.Diff([]store.Timer{t1}, got); diff != "" {
+		t.Fatalf("DueTimers (-want +got):\n%s", diff)
+	}
+	// Held: another caller does not get it until the hold ends.
+	if got, _ := s.DueTimers(ctx, 1000, 6000, 10); len(got) != 1 || got[0].Step != "b" {
+		t.Errorf("DueTimers while a is held = %+v, want only b", got)
+	}
+	m.Version = 1
+	_, err = s.UpdateRun(ctx, store.RunUpdate{Meta: m, PrevStatus: m.Status, ClearTimers: []store.Timer{t1}})
+	must(t, err)
+	if got, _ := s.DueTimers(ctx, 5500, 9000, 10); len(got) != 0 {
+		t.Errorf("cleared timer came back: %+v", got)
+	}
+}
+
+func testDeleteRuns(t *testing.T, s EngineStore) {
+	ctx := t.Context()
+	for i := range 3 {
+		id := fmt.Sprintf("d%d", i)
+		_, err := s.UpdateRun(ctx, store.RunUpdate{Meta: newRun("gone", id, int64(i+1)), Events: []event.Event{{Kind: "flow.started", FlowName: "gone", Flow: id, Subject: id}}})
+		must(t, err)
+	}
+	n, err := s.DeleteRuns(ctx, "gone")
+	must(t, err)
+	if n != 3 {
+		t.Errorf("DeleteRuns = %d, want 3", n)
+	}
+	if p, _ := s.ListRuns(ctx, "gone", "", 0, 10); p.Total != 0 || len(p.Runs) != 0 {
+		t.Errorf("runs left: %+v", p)
+	}
+	if p, _ := s.ListRuns(ctx, "gone", store.RunRunning, 0, 10); p.Total != 0 {
+		t.Errorf("running index left: %+v", p)
+	}
+	if info, _ := s.Info(ctx, store.Context{Type: "flow", ID: "d1"}); info.Length != 0 {
+		t.Errorf("stream left with %d events", info.Length)
+	}
+	if _, err := s.RunMeta(ctx, "gone", "d1"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("meta left: %v", err)
+	}
+}
+
