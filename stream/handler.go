@@ -59,7 +59,9 @@ type Options struct {
 	// with what arrived live; 500ms, negative disables.
 	CheckInterval time.Duration
 
-	// SubscribeBuffer is the store subscription buffer of one context; 4096.
+	// SubscribeBuffer is the store subscription buffer of one context; 256.
+	// The hub drains it without waiting, and an overflow costs a resubscribe
+	// and a read from the stream, not an event.
 	SubscribeBuffer int
 
 	// TrustLive says the store's live feed never skips an event without

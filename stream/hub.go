@@ -63,7 +63,7 @@ type Hub struct {
 
 func newHub(src Source, log zerolog.Logger, o hubOptions) *Hub {
 	if o.Buffer <= 0 {
-		o.Buffer = 4096
+		o.Buffer = 256
 	}
 	if o.Check == 0 {
 		o.Check = 500 * time.Millisecond

@@ -21,7 +21,7 @@ func init() {
 
 // newRedisStore is one nqd instance's Redis store: its own client, so its
 // own Pub/Sub connection, on the shared test server.
-func newRedisStore(t *testing.T, prefix string) *prefixed {
+func newRedisStore(t testing.TB, prefix string) *prefixed {
 	t.Helper()
 	client := redis.NewClient(&redis.Options{Addr: redistest.Addr(t)})
 	s, err := redisstore.New(client, redisstore.Options{Prefix: prefix, Logger: testLogger(t)})
