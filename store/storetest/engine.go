@@ -346,4 +346,3 @@ func testDeleteRuns(t *testing.T, s EngineStore) {
 		t.Errorf("meta left: %v", err)
 	}
 }
-
