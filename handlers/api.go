@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog/hlog"
 
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/reducers"
 	"github.com/nqd-dev/nqd/store"
 )
 
@@ -48,11 +49,13 @@ type Store interface {
 	Pinger
 }
 
-// StateReader folds a context's events, up to and including through, into the
-// state its reducer builds. The context route answers with it as `state`.
-// Errors follow the store's sentinels.
+// StateReader answers a context's reduced state as of a position (see
+// snapshots.Cache). The context route answers with it as `state`; the state
+// routes and time travel (`at=`) need it.
 type StateReader interface {
-	State(ctx context.Context, c store.Context, through event.ID) (any, error)
+	// StateAt returns the fold of c's events with ids up to and including
+	// at; event.MaxID means all of them. Errors follow the store's sentinels.
+	StateAt(ctx context.Context, c store.Context, at event.ID) (reducers.State, error)
 }
 
 // Streamer serves the Server-Sent Events routes of contract §5.
@@ -163,6 +166,8 @@ func (a *API) Routes() http.Handler {
 			r.Get("/list", a.listContexts)
 			r.Get("/{id}", a.getContext)
 			r.Post("/{id}", a.appendEvents)
+			r.Get("/{id}/state", a.getState)
+			r.Get("/{id}/state/diff", a.getStateDiff)
 		})
 	})
 

@@ -100,6 +100,10 @@ func (a *API) getContext(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if q.Has("at") {
+		a.getContextAt(w, r, c, after, limit)
+		return
+	}
 
 	info, err := a.store.Info(r.Context(), c)
 	if err != nil {
@@ -122,7 +126,7 @@ func (a *API) getContext(w http.ResponseWriter, r *http.Request) {
 		body.Events = evs
 	}
 	if a.state != nil {
-		if body.State, err = a.state.State(r.Context(), c, info.LastID); err != nil {
+		if body.State, err = a.state.StateAt(r.Context(), c, info.LastID); err != nil {
 			writeError(w, r, err)
 			return
 		}

@@ -1,0 +1,225 @@
+package handlers_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/rs/zerolog"
+
+	"github.com/nqd-dev/nqd/handlers"
+	"github.com/nqd-dev/nqd/snapshots"
+)
+
+// withState gives the API a snapshot cache over its own store.
+func withState(t testing.TB) func(*handlers.Deps) {
+	return func(d *handlers.Deps) {
+		c := snapshots.New(d.Store, snapshots.Options{Logger: zerolog.New(zerolog.NewTestWriter(t))})
+		t.Cleanup(func() { _ = c.Close() })
+		d.State = c
+	}
+}
+
+// seedScenario is reducers/testdata/seed000_training.txt: seed 000's training
+// run, with the states the reducers expect at its points in time.
+type seedScenario struct {
+	events []struct {
+		at   time.Time
+		body string
+	}
+	outputs map[string]string // command line -> expected JSON
+}
+
+func loadSeedScenario(t *testing.T) seedScenario {
+	t.Helper()
+	raw, err := os.ReadFile("../reducers/testdata/seed000_training.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := seedScenario{outputs: map[string]string{}}
+	for block := range strings.SplitSeq(string(raw), "\n\n") {
+		var lines []string
+		for l := range strings.SplitSeq(strings.TrimSpace(block), "\n") {
+			if !strings.HasPrefix(l, "#") {
+				lines = append(lines, l)
+			}
+		}
+		if len(lines) == 0 {
+			continue
+		}
+		switch cmd := lines[0]; {
+		case cmd == "events":
+			for _, l := range lines[1:] {
+				ts, body, _ := strings.Cut(l, " ")
+				at, err := time.Parse(time.RFC3339, ts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sc.events = append(sc.events, struct {
+					at   time.Time
+					body string
+				}{at, body})
+			}
+		case len(lines) > 2 && lines[1] == "----":
+			sc.outputs[cmd] = strings.Join(lines[2:], "\n")
+		}
+	}
+	if len(sc.events) != 15 || len(sc.outputs) != 3 {
+		t.Fatalf("scenario has %d events and %d outputs, want 15 and 3", len(sc.events), len(sc.outputs))
+	}
+	return sc
+}
+
+func jsonCmp(t *testing.T, what string, want string, got json.RawMessage) {
+	t.Helper()
+	var w, g any
+	if err := json.Unmarshal([]byte(want), &w); err != nil {
+		t.Fatalf("%s: expected output: %v", what, err)
+	}
+	if err := json.Unmarshal(got, &g); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if diff := cmp.Diff(w, g); diff != "" {
+		t.Errorf("%s (-want +got):\n%s", what, diff)
+	}
+}
+
+// TestSeed000TimeTravel runs seed 000's example through the API: at 10:00:03
+// the run's KV state is {status: training, epoch: 2, accuracy: 0.92}, in
+// every spelling of the point and on every route that takes one.
+func TestSeed000TimeTravel(t *testing.T) {
+	sc := loadSeedScenario(t)
+	api := newTestAPI(t, withState(t))
+	for _, e := range sc.events {
+		api.clock.Set(e.at)
+		wantStatus(t, api.do(t, post("/api/_events/flow/abc-123", e.body)), http.StatusCreated)
+	}
+	past := sc.outputs["state at=2025-11-05T10:00:03Z"]
+
+	type stateAnswer struct {
+		Type, ID    string
+		At          *string
+		LastEventID *string
+		State       json.RawMessage
+	}
+	for _, at := range []string{"2025-11-05T10:00:03Z", "2025-11-05T10:00:03.999Z", "2025-11-05T12:00:03%2B02:00", "1762336803000", "1762336803000-2"} {
+		rec := api.do(t, get("/api/_events/flow/abc-123/state?at="+at))
+		wantStatus(t, rec, http.StatusOK)
+		got := decode[stateAnswer](t, rec)
+		jsonCmp(t, "state at="+at, past, got.State)
+		if got.LastEventID == nil || *got.LastEventID != "1762336803000-2" || got.At == nil {
+			t.Errorf("at=%s: lastEventId %v, at %v; want 1762336803000-2 and the point", at, got.LastEventID, got.At)
+		}
+
+		rec = api.do(t, get("/api/_events/flow/abc-123?at="+at))
+		wantStatus(t, rec, http.StatusOK)
+		ctx := decode[struct {
+			EventCount  int
+			LastEventID string
+			State       json.RawMessage
+			Events      []struct{ ID string }
+		}](t, rec)
+		jsonCmp(t, "context at="+at, past, ctx.State)
+		if ctx.EventCount != 10 || ctx.LastEventID != "1762336803000-2" || len(ctx.Events) != 10 ||
+			ctx.Events[9].ID != "1762336803000-2" {
+			t.Errorf("context at=%s: %d events, last %s, %d listed; want 10 up to 1762336803000-2",
+				at, ctx.EventCount, ctx.LastEventID, len(ctx.Events))
+		}
+	}
+
+	rec := api.do(t, get("/api/_events/flow/abc-123/state"))
+	wantStatus(t, rec, http.StatusOK)
+	now := decode[stateAnswer](t, rec)
+	jsonCmp(t, "state", sc.outputs["state"], now.State)
+	if now.At != nil || now.LastEventID == nil || *now.LastEventID != "1762336810000-3" {
+		t.Errorf("newest state: at %v, lastEventId %v; want null and 1762336810000-3", now.At, now.LastEventID)
+	}
+
+	rec = api.do(t, get("/api/_events/flow/abc-123"))
+	wantStatus(t, rec, http.StatusOK)
+	jsonCmp(t, "context state", sc.outputs["state"], decode[struct{ State json.RawMessage }](t, rec).State)
+
+	rec = api.do(t, get("/api/_events/flow/abc-123/state/diff?from=2025-11-05T10:00:03Z&to=2025-11-05T10:00:10Z"))
+	wantStatus(t, rec, http.StatusOK)
+	diff := decode[struct {
+		From, To string
+		Diff     json.RawMessage
+	}](t, rec)
+	jsonCmp(t, "diff", sc.outputs["diff from=2025-11-05T10:00:03Z to=2025-11-05T10:00:10Z"], diff.Diff)
+	if diff.From != "1762336803000-2" || diff.To != "1762336810000-3" {
+		t.Errorf("diff between %s and %s, want 1762336803000-2 and 1762336810000-3", diff.From, diff.To)
+	}
+
+	// Before the first event there is nothing; a diff from there adds it all.
+	rec = api.do(t, get("/api/_events/flow/abc-123?at=2025-11-05T09:59:59Z"))
+	wantStatus(t, rec, http.StatusOK)
+	if b := decode[map[string]any](t, rec); b["eventCount"] != 0.0 || b["lastEventId"] != nil || len(b["events"].([]any)) != 0 {
+		t.Errorf("context before its first event: %v", b)
+	}
+	rec = api.do(t, get("/api/_events/flow/abc-123/state/diff"))
+	wantStatus(t, rec, http.StatusOK)
+	whole := decode[map[string]any](t, rec)
+	if whole["from"] != nil || whole["to"] != "1762336810000-3" {
+		t.Errorf("diff with no bounds: from %v to %v, want null and the last event", whole["from"], whole["to"])
+	}
+}
+
+// TestStateReadsYourWrites: each answer holds the append made just before it.
+func TestStateReadsYourWrites(t *testing.T) {
+	api := newTestAPI(t, withState(t))
+	rec := api.do(t, get("/api/_events/flow/r1/state"))
+	wantStatus(t, rec, http.StatusOK)
+	if b := decode[map[string]any](t, rec); b["lastEventId"] != nil || b["at"] != nil {
+		t.Errorf("state of an empty context: %v", b)
+	}
+	for i := range 5 {
+		api.clock.Set(epoch.Add(timeMS(i)))
+		body := `{"kind":"state.set","data":{"key":"n","value":` + string(rune('0'+i)) + `}}`
+		wantStatus(t, api.do(t, post("/api/_events/flow/r1", body)), http.StatusCreated)
+		for _, target := range []string{"/api/_events/flow/r1/state", "/api/_events/flow/r1"} {
+			rec := api.do(t, get(target))
+			wantStatus(t, rec, http.StatusOK)
+			got := decode[struct {
+				State struct {
+					State      map[string]int
+					EventCount int
+				}
+			}](t, rec)
+			if got.State.State["n"] != i || got.State.EventCount != i+1 {
+				t.Fatalf("%s after append %d: %+v", target, i, got.State)
+			}
+		}
+	}
+}
+
+func TestStateBadPoints(t *testing.T) {
+	api := newTestAPI(t, withState(t))
+	for _, tc := range []struct{ target, field string }{
+		{"/api/_events/flow/r1?at=yesterday", "at"},
+		{"/api/_events/flow/r1?at=", "at"},
+		{"/api/_events/flow/r1/state?at=12-x", "at"},
+		{"/api/_events/flow/r1/state?at=2025-13-01T00:00:00Z", "at"},
+		{"/api/_events/flow/r1/state/diff?from=soon", "from"},
+		{"/api/_events/flow/r1/state/diff?to=" + url.QueryEscape("1-2-3"), "to"},
+	} {
+		rec := api.do(t, get(tc.target))
+		wantStatus(t, rec, http.StatusBadRequest)
+		if got := decode[errorBody](t, rec); got.Error.Fields[tc.field] == "" {
+			t.Errorf("%s: fields %v, want %s named", tc.target, got.Error.Fields, tc.field)
+		}
+	}
+	wantStatus(t, api.do(t, get("/api/_events/Flow/r1/state")), http.StatusBadRequest)
+}
+
+func TestStateNeedsReducers(t *testing.T) {
+	api := newTestAPI(t)
+	for _, target := range []string{"/api/_events/flow/r1/state", "/api/_events/flow/r1/state/diff", "/api/_events/flow/r1?at=1"} {
+		wantStatus(t, api.do(t, get(target)), http.StatusNotImplemented)
+	}
+	wantStatus(t, api.do(t, get("/api/_events/flow/r1")), http.StatusOK)
+}
