@@ -99,9 +99,9 @@ func TestBrowserResumes(t *testing.T) {
 	}
 	h.mu.Unlock()
 	appendN(t, s, c, 2)
-	got := waitIDs(7)
+	waitIDs(7)
 	appendN(t, s, c, 1)
-	got = waitIDs(8)
+	got := waitIDs(8)
 
 	if want := ids(allEvents(t, s, c)); !slices.Equal(got, want) {
 		t.Errorf("browser got %v, want %v", got, want)
