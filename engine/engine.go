@@ -1,0 +1,323 @@
+// Package engine coordinates flow runs from durable state: it starts runs,
+// hands steps to workers through queues, fires a step once every event it
+// subscribes to was emitted in the run (fan-in), retries failed steps after
+// their backoff, and writes exactly one terminal event per run.
+//
+// Every decision is one store.RunStore.UpdateRun: the engine reads the run's
+// record, decides, and writes the record, the events that caused the change,
+// and the queue and timer changes together, naming the version it read. If
+// another instance (or a redelivered report) got there first the write is
+// refused and the engine decides again from the newer record. So a step
+// fires once, a run ends once, and the run index never disagrees with the
+// stream, on any number of instances.
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/flows"
+	"github.com/nqd-dev/nqd/store"
+)
+
+// Store is what the engine keeps its state in.
+type Store interface {
+	store.Store
+	store.DefinitionStore
+	store.RunStore
+}
+
+// Errors the engine adds to the store's sentinels.
+var (
+	// ErrLeaseLost: the job is no longer held by the caller's lease (it
+	// expired and another worker took the job, or the job is done).
+	ErrLeaseLost = fmt.Errorf("engine: lease lost: %w", store.ErrConflict)
+	// ErrRunEnded: the run was canceled or has ended; nothing more runs.
+	ErrRunEnded = errors.New("engine: run ended")
+)
+
+// Options tune an Engine. The zero value is usable.
+type Options struct {
+	// Now is the engine's clock; default time.Now. Tests pass a fake one.
+	Now func() time.Time
+	// Lease is how long a claimed job stays with its worker without a
+	// heartbeat; default 30s.
+	Lease time.Duration
+	// Interval is how often Run looks for due retries; default 250ms.
+	Interval time.Duration
+	// PollInterval is how often a long-polling claim looks for work that
+	// another instance enqueued; default 200ms.
+	PollInterval time.Duration
+	Logger       zerolog.Logger
+}
+
+// Engine runs flows. It is safe for concurrent use.
+type Engine struct {
+	st   Store
+	opts Options
+	log  zerolog.Logger
+
+	defsMu sync.Mutex
+	defs   map[string]cachedDef
+
+	wakeMu sync.Mutex
+	wake   chan struct{}
+}
+
+type cachedDef struct {
+	body []byte
+	def  *flows.Definition
+}
+
+// New returns an engine on st.
+func New(st Store, opts Options) *Engine {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Lease <= 0 {
+		opts.Lease = 30 * time.Second
+	}
+	if opts.Interval <= 0 {
+		opts.Interval = 250 * time.Millisecond
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = 200 * time.Millisecond
+	}
+	return &Engine{st: st, opts: opts, log: opts.Logger, defs: map[string]cachedDef{}, wake: make(chan struct{})}
+}
+
+func (e *Engine) nowMS() int64 { return e.opts.Now().UnixMilli() }
+
+// maxRetries bounds how often one decision is retried after losing a race;
+// each loss means another writer made progress, so this is never reached in
+// practice.
+const maxRetries = 100
+
+// Definition returns the flow definition name. Errors: store.ErrNotFound.
+func (e *Engine) Definition(ctx context.Context, name string) (*flows.Definition, error) {
+	body, err := e.st.Definition(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	e.defsMu.Lock()
+	c, ok := e.defs[name]
+	e.defsMu.Unlock()
+	if ok && string(c.body) == string(body) {
+		return c.def, nil
+	}
+	d, err := flows.Parse(body, false, name)
+	if err != nil {
+		return nil, fmt.Errorf("engine: stored flow %q: %w", name, err)
+	}
+	e.defsMu.Lock()
+	e.defs[name] = cachedDef{body: body, def: d}
+	e.defsMu.Unlock()
+	return d, nil
+}
+
+// PutDefinition validates d and stores it for every instance.
+func (e *Engine) PutDefinition(ctx context.Context, d *flows.Definition) error {
+	if err := d.Validate(); err != nil {
+		return err
+	}
+	body, err := json.Marshal(d)
+	if err != nil {
+		return err
+	}
+	return e.st.PutDefinition(ctx, d.Name, body)
+}
+
+// Definitions returns every stored definition, by name.
+func (e *Engine) Definitions(ctx context.Context) ([]*flows.Definition, error) {
+	all, err := e.st.Definitions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []*flows.Definition
+	for name := range all {
+		d, err := e.Definition(ctx, name)
+		if errors.Is(err, store.ErrNotFound) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// runState is the engine's bookkeeping inside store.RunMeta.State.
+type runState struct {
+	Input json.RawMessage `json:"input,omitempty"`
+	// Steps holds every step that fired, by name.
+	Steps map[string]*stepState `json:"steps"`
+	// Emits holds each emitted event's first payload, by event name.
+	Emits map[string]json.RawMessage `json:"emits,omitempty"`
+}
+
+// Engine step statuses: a queued step has a job (waiting or claimed), a
+// retrying one a timer.
+const (
+	stepQueued    = "queued"
+	stepRetrying  = "retrying"
+	stepCompleted = "completed"
+	stepFailed    = "failed"
+)
+
+type stepState struct {
+	Status  string `json:"status"`
+	Attempt int    `json:"attempt"`
+	Queue   string `json:"queue"`
+}
+
+func (s *stepState) active() bool { return s.Status == stepQueued || s.Status == stepRetrying }
+
+// run is a run's record as read, with its decoded state.
+type run struct {
+	meta  store.RunMeta
+	state runState
+}
+
+func (e *Engine) readRun(ctx context.Context, flow, id string) (*run, error) {
+	m, err := e.st.RunMeta(ctx, flow, id)
+	if err != nil {
+		return nil, err
+	}
+	r := &run{meta: m}
+	if len(m.State) > 0 {
+		if err := json.Unmarshal(m.State, &r.state); err != nil {
+			return nil, fmt.Errorf("engine: run %s state: %w", id, err)
+		}
+	}
+	if r.state.Steps == nil {
+		r.state.Steps = map[string]*stepState{}
+	}
+	if r.state.Emits == nil {
+		r.state.Emits = map[string]json.RawMessage{}
+	}
+	return r, nil
+}
+
+func (r *run) ended() bool {
+	switch r.meta.Status {
+	case store.RunCompleted, store.RunFailed, store.RunCanceled:
+		return true
+	}
+	return false
+}
+
+// update returns the RunUpdate that writes r's new record.
+func (r *run) update() (store.RunUpdate, error) {
+	prev := r.meta.Status
+	st, err := json.Marshal(r.state)
+	if err != nil {
+		return store.RunUpdate{}, err
+	}
+	m := r.meta
+	m.State = st
+	return store.RunUpdate{Meta: m, PrevStatus: prev}, nil
+}
+
+// retry runs decide until its update is not refused by a concurrent one.
+func (e *Engine) retry(ctx context.Context, decide func() error) error {
+	for range maxRetries {
+		err := decide()
+		if !errors.Is(err, errRace) {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("engine: gave up after %d conflicting updates", maxRetries)
+}
+
+// errRace marks a refused update that is worth deciding again.
+var errRace = errors.New("engine: concurrent update")
+
+func (e *Engine) commit(ctx context.Context, u store.RunUpdate) (store.AppendResult, error) {
+	res, err := e.st.UpdateRun(ctx, u)
+	if errors.Is(err, store.ErrConflict) {
+		return res, errRace
+	}
+	if err == nil && len(u.Enqueue) > 0 {
+		e.notify()
+	}
+	return res, err
+}
+
+// notify wakes the claims long-polling on this instance.
+func (e *Engine) notify() {
+	e.wakeMu.Lock()
+	close(e.wake)
+	e.wake = make(chan struct{})
+	e.wakeMu.Unlock()
+}
+
+func (e *Engine) waiter() <-chan struct{} {
+	e.wakeMu.Lock()
+	defer e.wakeMu.Unlock()
+	return e.wake
+}
+
+func newRunID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// idempotentRunID derives the run id from the key, so a repeated start
+// finds the run the first one created.
+func idempotentRunID(flow, key string) string {
+	sum := sha256.Sum256([]byte(flow + "\x00" + key))
+	return "idem-" + hex.EncodeToString(sum[:16])
+}
+
+func newLease() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only for values built here from JSON-safe types
+	}
+	return b
+}
+
+func isoMS(ms int64) string { return time.UnixMilli(ms).UTC().Format(event.TimeFormat) }
+
+// flowEvent is an event of run r's stream.
+func flowEvent(r *run, kind, step string, data any) event.Event {
+	ev := event.Event{Kind: kind, Subject: r.meta.Run, Flow: r.meta.Run, FlowName: r.meta.Flow, Step: step}
+	if data != nil {
+		ev.Data = mustJSON(data)
+	}
+	return ev
+}
+
+func withAttempt(ev event.Event, attempt int, extra map[string]any) event.Event {
+	m := map[string]any{"attempt": attempt}
+	for k, v := range extra {
+		m[k] = v
+	}
+	ev.Attempt = attempt
+	ev.Meta = mustJSON(m)
+	return ev
+}

@@ -1,0 +1,480 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/flows"
+	"github.com/nqd-dev/nqd/store"
+)
+
+// Claim hands out up to max jobs of queues, each leased to the caller for
+// the engine's lease. With wait > 0 it waits that long for work to appear.
+// A job redelivered after its lease expired counts as a new attempt; one
+// past its step's attempts fails the step instead of being handed out.
+func (e *Engine) Claim(ctx context.Context, queues []string, max int, wait time.Duration) ([]store.Job, error) {
+	deadline := e.opts.Now().Add(wait)
+	for {
+		woken := e.waiter()
+		now := e.nowMS()
+		jobs, err := e.st.Claim(ctx, queues, now, now+e.opts.Lease.Milliseconds(), newLease(), max)
+		if err != nil {
+			return nil, err
+		}
+		out := jobs[:0]
+		for _, j := range jobs {
+			ok, err := e.checkAttempts(ctx, j)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				out = append(out, j)
+			}
+		}
+		if len(out) > 0 || !e.opts.Now().Before(deadline) {
+			return out, nil
+		}
+		t := time.NewTimer(min(e.opts.PollInterval, time.Until(deadline)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-woken:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// checkAttempts fails the step of a redelivered job that has used up its
+// attempts; it reports whether the job may run.
+func (e *Engine) checkAttempts(ctx context.Context, j store.Job) (bool, error) {
+	d, err := e.Definition(ctx, j.Flow)
+	if err != nil {
+		return false, err
+	}
+	if j.Attempt <= d.Steps[j.Step].RetryPolicy.MaxAttempts() {
+		return true, nil
+	}
+	err = e.fail(ctx, store.JobAck{Queue: j.Queue, ID: j.ID, Lease: j.Lease}, "lease expired: the worker stopped reporting", false)
+	if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrRunEnded) {
+		err = nil
+	}
+	return false, err
+}
+
+// Beat is what a heartbeat learns.
+type Beat struct {
+	LeaseUntil time.Time `json:"leaseUntil"`
+	// Canceled is true when the run was canceled or ended: the worker
+	// should stop.
+	Canceled bool `json:"canceled"`
+}
+
+// Heartbeat extends the caller's lease on a job, or says the job is gone
+// (Canceled). Errors: ErrLeaseLost when another worker holds it.
+func (e *Engine) Heartbeat(ctx context.Context, ack store.JobAck) (Beat, error) {
+	until := e.nowMS() + e.opts.Lease.Milliseconds()
+	j, err := e.st.Heartbeat(ctx, ack, until)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		// The job was withdrawn (its run was canceled or failed) or is
+		// done: either way its worker should stop.
+		return Beat{Canceled: true}, nil
+	case errors.Is(err, store.ErrConflict):
+		return Beat{}, ErrLeaseLost
+	case err != nil:
+		return Beat{}, err
+	}
+	return Beat{LeaseUntil: time.UnixMilli(j.LeaseUntil).UTC()}, nil
+}
+
+// held returns the job if ack's lease still holds it.
+func (e *Engine) held(ctx context.Context, ack store.JobAck) (store.Job, error) {
+	j, err := e.st.Job(ctx, store.JobRef{Queue: ack.Queue, ID: ack.ID})
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Job{}, ErrLeaseLost
+	}
+	if err != nil {
+		return store.Job{}, err
+	}
+	if j.Lease != ack.Lease {
+		return store.Job{}, ErrLeaseLost
+	}
+	return j, nil
+}
+
+// Kinds a worker may append while it runs a step; the lifecycle kinds go
+// through Complete and Fail so the engine can act on them.
+func progressKind(kind string) bool {
+	switch {
+	case kind == "step.started", kind == "log", kind == "emit", kind == "step.progress":
+		return true
+	case strings.HasPrefix(kind, "log."), strings.HasPrefix(kind, "state."):
+		return true
+	}
+	return false
+}
+
+// Report appends a worker's progress events for the job it holds: each gets
+// the run, flow, step and attempt of the job. An emit records its event for
+// fan-in and queues every step that now has all its subscriptions, once per
+// run: a repeated emit of the same event is stored once. Errors:
+// ErrLeaseLost, ErrRunEnded, store.ErrInvalid.
+func (e *Engine) Report(ctx context.Context, ack store.JobAck, evs []event.Event) ([]event.Event, error) {
+	j, err := e.held(ctx, ack)
+	if err != nil {
+		return nil, err
+	}
+	for i := range evs {
+		if !progressKind(evs[i].Kind) {
+			return nil, fmt.Errorf("engine: event %d: kind %q is not a progress event (complete or fail the job instead): %w", i, evs[i].Kind, store.ErrInvalid)
+		}
+		ev := &evs[i]
+		ev.Subject, ev.Flow, ev.FlowName, ev.Step = j.Run, j.Run, j.Flow, j.Step
+		if ev.Attempt == 0 {
+			ev.Attempt = j.Attempt
+			if len(ev.Meta) == 0 {
+				ev.Meta = mustJSON(map[string]any{"attempt": j.Attempt, "jobId": j.ID})
+			}
+		}
+	}
+	var out []event.Event
+	var plain []event.Event
+	flush := func() error {
+		if len(plain) == 0 {
+			return nil
+		}
+		res, err := e.st.Append(ctx, store.Context{Type: "flow", ID: j.Run}, plain, store.AppendOptions{})
+		out = append(out, res.Events...)
+		plain = nil
+		return err
+	}
+	for _, ev := range evs {
+		if ev.Kind != "emit" {
+			plain = append(plain, ev)
+			continue
+		}
+		if err := flush(); err != nil {
+			return out, err
+		}
+		stored, err := e.emit(ctx, j, ev)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, stored...)
+	}
+	return out, flush()
+}
+
+// emitName reads an emit's event name and payload in either shape the
+// reducers accept: {event, payload} or {name, ...payload}.
+func emitName(data json.RawMessage) (string, json.RawMessage) {
+	var d struct {
+		Event   string          `json:"event"`
+		Name    string          `json:"name"`
+		Payload json.RawMessage `json:"payload"`
+	}
+	_ = json.Unmarshal(data, &d)
+	if d.Event != "" {
+		if len(d.Payload) == 0 {
+			return d.Event, json.RawMessage(`null`)
+		}
+		return d.Event, d.Payload
+	}
+	if d.Name == "" {
+		return "", nil
+	}
+	var rest map[string]json.RawMessage
+	_ = json.Unmarshal(data, &rest)
+	delete(rest, "name")
+	return d.Name, mustJSON(rest)
+}
+
+func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event) ([]event.Event, error) {
+	name, payload := emitName(ev.Data)
+	if name == "" {
+		return nil, fmt.Errorf("engine: emit without an event name: %w", store.ErrInvalid)
+	}
+	d, err := e.Definition(ctx, j.Flow)
+	if err != nil {
+		return nil, err
+	}
+	var out []event.Event
+	err = e.retry(ctx, func() error {
+		r, err := e.readRun(ctx, j.Flow, j.Run)
+		if err != nil {
+			return err
+		}
+		if r.ended() {
+			return ErrRunEnded
+		}
+		if _, seen := r.state.Emits[name]; seen {
+			return nil // a redelivered emit: fan-in already counted it
+		}
+		now := e.nowMS()
+		r.state.Emits[name] = payload
+		if r.meta.EmittedEvents == nil {
+			r.meta.EmittedEvents = map[string]int64{}
+		}
+		r.meta.EmittedEvents[name] = now
+		var jobs []store.Job
+		for _, step := range ready(d, r, name) {
+			s := d.Steps[step]
+			r.state.Steps[step] = &stepState{Status: stepQueued, Attempt: 1, Queue: s.Queue}
+			jobs = append(jobs, store.Job{
+				ID: store.JobID(r.meta.Run, step), Queue: s.Queue, Flow: r.meta.Flow, Run: r.meta.Run,
+				Step: step, Input: stepInput(d, r, step), Attempt: 1, ReadyAt: now,
+			})
+		}
+		u, err := r.update()
+		if err != nil {
+			return err
+		}
+		u.Events, u.Enqueue = []event.Event{ev}, jobs
+		res, err := e.commit(ctx, u)
+		out = res.Events
+		return err
+	})
+	return out, err
+}
+
+// Complete finishes the job held by ack with result: step.completed, and
+// flow.completed when no step of the run is left to run. Errors:
+// ErrLeaseLost, ErrRunEnded.
+func (e *Engine) Complete(ctx context.Context, ack store.JobAck, result json.RawMessage) error {
+	j, err := e.held(ctx, ack)
+	if err != nil {
+		return err
+	}
+	return e.retry(ctx, func() error {
+		r, err := e.readRun(ctx, j.Flow, j.Run)
+		if err != nil {
+			return err
+		}
+		if r.ended() {
+			return ErrRunEnded
+		}
+		now := e.nowMS()
+		s := r.state.Steps[j.Step]
+		if s == nil {
+			s = &stepState{Queue: j.Queue}
+			r.state.Steps[j.Step] = s
+		}
+		s.Status, s.Attempt = stepCompleted, j.Attempt
+		r.meta.CompletedSteps++
+		data := map[string]any{}
+		if len(result) > 0 {
+			data["result"] = result
+		}
+		evs := []event.Event{withAttempt(flowEvent(r, "step.completed", j.Step, data), j.Attempt, map[string]any{"jobId": j.ID})}
+		var u store.RunUpdate
+		if !r.anyActive() {
+			u, err = e.end(r, store.RunCompleted, now)
+			evs = append(evs, flowEvent(r, "flow.completed", "", map[string]any{"duration": now - r.meta.StartedAt}))
+		} else {
+			u, err = r.update()
+		}
+		if err != nil {
+			return err
+		}
+		u.Events, u.Ack = evs, &ack
+		return e.ackCommit(ctx, u)
+	})
+}
+
+func (r *run) anyActive() bool {
+	for _, s := range r.state.Steps {
+		if s.active() {
+			return true
+		}
+	}
+	return false
+}
+
+// ackCommit commits an update that acknowledges a job; when refused it tells
+// a lost lease from a lost race.
+func (e *Engine) ackCommit(ctx context.Context, u store.RunUpdate) error {
+	_, err := e.commit(ctx, u)
+	if !errors.Is(err, errRace) {
+		return err
+	}
+	if _, err := e.held(ctx, *u.Ack); err != nil {
+		return err
+	}
+	return errRace
+}
+
+// Fail reports that the job held by ack failed with msg. When the step's
+// retry policy allows another attempt and retriable is not false, the step
+// is retried after its backoff (step.failed with willRetry, then step.retry
+// when due); otherwise the step fails and so does the run. Errors:
+// ErrLeaseLost, ErrRunEnded.
+func (e *Engine) Fail(ctx context.Context, ack store.JobAck, msg string, retriable *bool) error {
+	return e.fail(ctx, ack, msg, retriable == nil || *retriable)
+}
+
+func (e *Engine) fail(ctx context.Context, ack store.JobAck, msg string, retriable bool) error {
+	j, err := e.held(ctx, ack)
+	if err != nil {
+		return err
+	}
+	d, err := e.Definition(ctx, j.Flow)
+	if err != nil {
+		return err
+	}
+	policy := d.Steps[j.Step].RetryPolicy
+	willRetry := retriable && j.Attempt < policy.MaxAttempts() && policy.Retriable(msg)
+	return e.retry(ctx, func() error {
+		r, err := e.readRun(ctx, j.Flow, j.Run)
+		if err != nil {
+			return err
+		}
+		if r.ended() {
+			return ErrRunEnded
+		}
+		now := e.nowMS()
+		s := r.state.Steps[j.Step]
+		if s == nil {
+			s = &stepState{Queue: j.Queue}
+			r.state.Steps[j.Step] = s
+		}
+		s.Attempt = j.Attempt
+		meta := map[string]any{"jobId": j.ID, "maxAttempts": policy.MaxAttempts()}
+		if policy != nil {
+			meta["backoff"] = policy.Backoff
+		}
+		data := map[string]any{"error": msg, "willRetry": willRetry}
+		var u store.RunUpdate
+		var evs []event.Event
+		if willRetry {
+			at := now + policy.Delay(j.Attempt).Milliseconds()
+			data["nextRetryAt"] = isoMS(at)
+			s.Status = stepRetrying
+			evs = append(evs, withAttempt(flowEvent(r, "step.failed", j.Step, data), j.Attempt, meta))
+			u, err = r.update()
+			t := retryTimer(r, j.Step)
+			t.Due = at
+			u.SetTimers = []store.Timer{t}
+		} else {
+			s.Status = stepFailed
+			evs = append(evs, withAttempt(flowEvent(r, "step.failed", j.Step, data), j.Attempt, meta))
+			u, err = e.end(r, store.RunFailed, now)
+			evs = append(evs, flowEvent(r, "flow.failed", "", map[string]any{
+				"error": fmt.Sprintf("step %s failed: %s", j.Step, msg), "duration": now - r.meta.StartedAt,
+			}))
+		}
+		if err != nil {
+			return err
+		}
+		u.Events, u.Ack = evs, &ack
+		// end lists the failing job among those to withdraw; the ack
+		// deletes it already.
+		u.Remove = removeRef(u.Remove, j.ID)
+		return e.ackCommit(ctx, u)
+	})
+}
+
+func removeRef(refs []store.JobRef, id string) []store.JobRef {
+	out := refs[:0]
+	for _, r := range refs {
+		if r.ID != id {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Tick fires the retries that are due: for each, step.retry and a new job
+// for the next attempt, once, whichever instance gets the timer.
+func (e *Engine) Tick(ctx context.Context) error {
+	now := e.nowMS()
+	// A timer taken by an instance that dies is held this long before
+	// another instance takes it.
+	hold := now + e.opts.Lease.Milliseconds()
+	for {
+		timers, err := e.st.DueTimers(ctx, now, hold, 100)
+		if err != nil {
+			return err
+		}
+		for _, t := range timers {
+			if err := e.fire(ctx, t); err != nil {
+				e.log.Error().Err(err).Str("run", t.Run).Str("step", t.Step).Msg("retry not dispatched")
+			}
+		}
+		if len(timers) < 100 {
+			return nil
+		}
+	}
+}
+
+func (e *Engine) fire(ctx context.Context, t store.Timer) error {
+	d, err := e.Definition(ctx, t.Flow)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	return e.retry(ctx, func() error {
+		r, err := e.readRun(ctx, t.Flow, t.Run)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil // deleted with its flow's history
+		}
+		if err != nil {
+			return err
+		}
+		s := r.state.Steps[t.Step]
+		u, err := r.update()
+		if err != nil {
+			return err
+		}
+		u.ClearTimers = []store.Timer{t}
+		if s != nil && s.Status == stepRetrying && !r.ended() && d != nil {
+			if u, err = e.redispatch(r, d, t); err != nil {
+				return err
+			}
+		}
+		_, err = e.commit(ctx, u)
+		return err
+	})
+}
+
+func (e *Engine) redispatch(r *run, d *flows.Definition, t store.Timer) (store.RunUpdate, error) {
+	s := r.state.Steps[t.Step]
+	now := e.nowMS()
+	failed := s.Attempt
+	s.Status, s.Attempt = stepQueued, failed+1
+	u, err := r.update()
+	if err != nil {
+		return u, err
+	}
+	delay := d.Steps[t.Step].RetryPolicy.Delay(failed).Milliseconds()
+	u.ClearTimers = []store.Timer{t}
+	u.Events = []event.Event{withAttempt(flowEvent(r, "step.retry", t.Step, map[string]any{
+		"reason": "retry after failure", "delayMs": delay, "nextAttempt": s.Attempt,
+	}), s.Attempt, map[string]any{"scheduledAt": isoMS(t.Due)})}
+	u.Enqueue = []store.Job{{
+		ID: store.JobID(r.meta.Run, t.Step), Queue: s.Queue, Flow: r.meta.Flow, Run: r.meta.Run, Step: t.Step,
+		Input: stepInput(d, r, t.Step), Attempt: s.Attempt, ReadyAt: now,
+	}}
+	return u, nil
+}
+
+// Run fires due retries every Interval until ctx ends.
+func (e *Engine) Run(ctx context.Context) error {
+	tk := time.NewTicker(e.opts.Interval)
+	defer tk.Stop()
+	for {
+		if err := e.Tick(ctx); err != nil && ctx.Err() == nil {
+			e.log.Error().Err(err).Msg("engine tick failed")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tk.C:
+		}
+	}
+}

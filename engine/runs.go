@@ -1,0 +1,203 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/flows"
+	"github.com/nqd-dev/nqd/store"
+)
+
+// Started is the answer to a start (ui-contract A.3): the entry job's id and
+// queue, the entry step, and the new run's id.
+type Started struct {
+	ID     string `json:"id"`
+	Queue  string `json:"queue"`
+	Step   string `json:"step"`
+	FlowID string `json:"flowId"`
+	// Replayed is true when idempotencyKey had started the run before.
+	Replayed bool `json:"-"`
+}
+
+// Start begins a run of flow with input (a JSON object; nil means {}),
+// appending flow.started and queueing the entry step in one step. A repeat
+// with the same non-empty idempotencyKey returns the first run. Errors:
+// store.ErrNotFound (no such flow), store.ErrInvalid.
+func (e *Engine) Start(ctx context.Context, flow string, input json.RawMessage, idempotencyKey string) (Started, error) {
+	d, err := e.Definition(ctx, flow)
+	if err != nil {
+		return Started{}, err
+	}
+	if len(input) == 0 {
+		input = json.RawMessage(`{}`)
+	}
+	id := newRunID()
+	if idempotencyKey != "" {
+		id = idempotentRunID(flow, idempotencyKey)
+	}
+	entry := d.Steps[d.Entry]
+	out := Started{ID: store.JobID(id, d.Entry), Queue: entry.Queue, Step: d.Entry, FlowID: id}
+	now := e.nowMS()
+	r := &run{
+		meta: store.RunMeta{Flow: flow, Run: id, Status: store.RunRunning, StartedAt: now, StepCount: len(d.Steps)},
+		state: runState{
+			Input: input,
+			Steps: map[string]*stepState{d.Entry: {Status: stepQueued, Attempt: 1, Queue: entry.Queue}},
+		},
+	}
+	u, err := r.update()
+	if err != nil {
+		return Started{}, err
+	}
+	u.Events = []event.Event{flowEvent(r, "flow.started", "", map[string]any{"name": flow, "input": input})}
+	u.Enqueue = []store.Job{{ID: out.ID, Queue: entry.Queue, Flow: flow, Run: id, Step: d.Entry, Input: input, Attempt: 1, ReadyAt: now}}
+	_, err = e.commit(ctx, u)
+	if errors.Is(err, errRace) && idempotencyKey != "" {
+		out.Replayed = true
+		return out, nil
+	}
+	if errors.Is(err, errRace) {
+		return Started{}, fmt.Errorf("engine: run id %s taken: %w", id, store.ErrConflict)
+	}
+	return out, err
+}
+
+// Cancel ends a running run: it appends flow.cancelled, marks the run
+// canceled and withdraws its queued jobs and retries, so nothing more is
+// dispatched; a worker holding one of its jobs learns of it on its next
+// heartbeat. Canceling an ended run changes nothing and returns its status.
+// Errors: store.ErrNotFound.
+func (e *Engine) Cancel(ctx context.Context, flow, runID, reason string) (previous string, err error) {
+	err = e.retry(ctx, func() error {
+		r, err := e.readRun(ctx, flow, runID)
+		if err != nil {
+			return err
+		}
+		previous = r.meta.Status
+		if r.ended() {
+			return nil
+		}
+		now := e.nowMS()
+		data := map[string]any{"canceledAt": isoMS(now), "previousStatus": previous}
+		if reason != "" {
+			data["reason"] = reason
+		}
+		u, err := e.end(r, store.RunCanceled, now)
+		if err != nil {
+			return err
+		}
+		u.Events = []event.Event{flowEvent(r, "flow.cancelled", "", data)}
+		_, err = e.commit(ctx, u)
+		return err
+	})
+	return previous, err
+}
+
+// end marks r ended with status and returns the update that withdraws its
+// remaining jobs and timers.
+func (e *Engine) end(r *run, status string, now int64) (store.RunUpdate, error) {
+	var remove []store.JobRef
+	var timers []store.Timer
+	for name, s := range r.state.Steps {
+		switch s.Status {
+		case stepQueued:
+			remove = append(remove, store.JobRef{Queue: s.Queue, ID: store.JobID(r.meta.Run, name)})
+		case stepRetrying:
+			timers = append(timers, retryTimer(r, name))
+		}
+	}
+	r.meta.Status, r.meta.CompletedAt = status, now
+	u, err := r.update()
+	u.Remove, u.ClearTimers = remove, timers
+	return u, err
+}
+
+func retryTimer(r *run, step string) store.Timer {
+	return store.Timer{Kind: "retry", Flow: r.meta.Flow, Run: r.meta.Run, Step: step}
+}
+
+// Restarted is the answer to a restart (ui-contract B.4).
+type Restarted struct {
+	Success  bool   `json:"success"`
+	OldRunID string `json:"oldRunId"`
+	NewRunID string `json:"newRunId"`
+	FlowName string `json:"flowName"`
+}
+
+// Restart cancels a run that is still going (reason "Restarted") and starts
+// a new one with the same input. Errors: store.ErrNotFound.
+func (e *Engine) Restart(ctx context.Context, flow, runID string) (Restarted, error) {
+	r, err := e.readRun(ctx, flow, runID)
+	if err != nil {
+		return Restarted{}, err
+	}
+	if !r.ended() {
+		if _, err := e.Cancel(ctx, flow, runID, "Restarted"); err != nil {
+			return Restarted{}, err
+		}
+	}
+	s, err := e.Start(ctx, flow, r.state.Input, "")
+	if err != nil {
+		return Restarted{}, err
+	}
+	return Restarted{Success: true, OldRunID: runID, NewRunID: s.FlowID, FlowName: flow}, nil
+}
+
+// ClearHistory deletes every run of flow after canceling those still going,
+// and returns how many it deleted.
+func (e *Engine) ClearHistory(ctx context.Context, flow string) (int, error) {
+	for {
+		page, err := e.st.ListRuns(ctx, flow, store.RunRunning, 0, 100)
+		if err != nil {
+			return 0, err
+		}
+		if len(page.Runs) == 0 {
+			break
+		}
+		for _, r := range page.Runs {
+			if _, err := e.Cancel(ctx, flow, r.Run, "History cleared"); err != nil && !errors.Is(err, store.ErrNotFound) {
+				return 0, err
+			}
+		}
+	}
+	return e.st.DeleteRuns(ctx, flow)
+}
+
+// Runs pages over a flow's runs, only those of status when it is set.
+func (e *Engine) Runs(ctx context.Context, flow, status string, offset, limit int) (store.RunPage, error) {
+	return e.st.ListRuns(ctx, flow, status, offset, limit)
+}
+
+// stepInput is the input a step's job gets: the run input for the entry,
+// otherwise each subscribed event's payload keyed by event name (seed 002).
+func stepInput(d *flows.Definition, r *run, step string) json.RawMessage {
+	if step == d.Entry {
+		return r.state.Input
+	}
+	in := map[string]json.RawMessage{}
+	for _, sub := range d.Steps[step].Subscribes {
+		if p, ok := r.state.Emits[sub]; ok {
+			in[sub] = p
+		}
+	}
+	return mustJSON(in)
+}
+
+// ready lists the steps that subscribe to ev, have not fired, and now have
+// every subscribed event.
+func ready(d *flows.Definition, r *run, ev string) []string {
+	var out []string
+	for _, name := range d.Subscribers(ev) {
+		if _, fired := r.state.Steps[name]; fired {
+			continue
+		}
+		if !slices.ContainsFunc(d.Steps[name].Subscribes, func(s string) bool { _, ok := r.state.Emits[s]; return !ok }) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
