@@ -10,11 +10,15 @@ const (
 	sizeAwait = 160
 	sizeLog   = 144
 	sizeEmit  = 112
+	// The lists' spare capacity: an empty LogEntry or Emit slot.
+	sizeLogSlot  = 120
+	sizeEmitSlot = 96
 )
 
 // ApproxSize estimates the bytes s holds, for caches that bound their memory.
 // It counts every value of s once, even parts shared with other states, and
-// costs a walk over the state's collections rather than an encoding.
+// the spare capacity of its lists, which a long run keeps; it costs a walk
+// over the state's collections rather than an encoding.
 func ApproxSize(s State) int {
 	switch st := s.(type) {
 	case *FlowState:
@@ -54,5 +58,6 @@ func (s *FlowState) approxSize() int {
 	for _, e := range s.emits.items {
 		n += sizeEmit + len(e.ID) + len(e.Step) + len(e.Event) + len(e.Payload)
 	}
+	n += (cap(s.logs.items)-len(s.logs.items))*sizeLogSlot + (cap(s.emits.items)-len(s.emits.items))*sizeEmitSlot
 	return n
 }
