@@ -39,6 +39,10 @@ type Config struct {
 	SSEHeartbeat   time.Duration // longest silence on an SSE connection
 	SSEMaxBackfill int           // most events one SSE backfill sends
 	SSEMaxLifetime time.Duration // 0: SSE connections are not rotated
+
+	CacheEntries    int   // contexts whose reduced state is cached
+	CacheBytes      int64 // approximate bytes of cached states
+	CheckpointEvery int   // events between persisted state checkpoints; 0 disables
 }
 
 // Backend names the store the settings select.
@@ -76,6 +80,9 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 		{"cors-origins", "NQ_CORS_ORIGINS", "comma-separated browser origins allowed to call the API (empty: same origin only)", "", list(&c.CORSOrigins)},
 		{"sse-heartbeat", "NQ_SSE_HEARTBEAT", "longest silence on an SSE connection before a comment line", "15s", dur(&c.SSEHeartbeat)},
 		{"sse-max-backfill", "NQ_SSE_MAX_BACKFILL", "most events an SSE backfill sends (the newest, after `event: truncated`)", "10000", integer(&c.SSEMaxBackfill)},
+		{"cache-entries", "NQ_CACHE_ENTRIES", "contexts whose reduced state is cached", "1000", integer(&c.CacheEntries)},
+		{"cache-bytes", "NQ_CACHE_BYTES", "approximate bytes of cached reduced states", "104857600", i64(&c.CacheBytes)},
+		{"checkpoint-every", "NQ_CHECKPOINT_EVERY", "events between persisted state checkpoints (0: none)", "1000", integer(&c.CheckpointEvery)},
 		{"sse-max-lifetime", "NQ_SSE_MAX_LIFETIME", "rotate SSE connections after this long, with jitter (0: never)", "0", dur(&c.SSEMaxLifetime)},
 	}
 
@@ -154,6 +161,15 @@ func (c Config) validate() error {
 	}
 	if c.StreamMaxLen < 0 {
 		bad("NQ_STREAM_MAXLEN", "must not be negative")
+	}
+	if c.CacheEntries < 1 {
+		bad("NQ_CACHE_ENTRIES", "want at least 1, got %d", c.CacheEntries)
+	}
+	if c.CacheBytes < 1<<20 {
+		bad("NQ_CACHE_BYTES", "want at least 1048576, got %d", c.CacheBytes)
+	}
+	if c.CheckpointEvery < 0 {
+		bad("NQ_CHECKPOINT_EVERY", "must not be negative")
 	}
 	for _, o := range c.CORSOrigins {
 		if u, err := url.Parse(o); o != "*" && (err != nil || u.Scheme == "" || u.Host == "" || u.Path != "") {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/nqd-dev/nqd/config"
 	"github.com/nqd-dev/nqd/handlers"
+	"github.com/nqd-dev/nqd/snapshots"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
 	"github.com/nqd-dev/nqd/store/redisstore"
@@ -49,6 +50,18 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 	}
 	a.Store = st
 
+	checkpointEvery := cfg.CheckpointEvery
+	if checkpointEvery == 0 {
+		checkpointEvery = -1 // snapshots reads 0 as its default
+	}
+	states := snapshots.New(st, snapshots.Options{
+		MaxEntries:      cfg.CacheEntries,
+		MaxBytes:        cfg.CacheBytes,
+		CheckpointEvery: checkpointEvery,
+		Logger:          log,
+	})
+	a.closers = append(a.closers, states.Close) // before the store it writes checkpoints to
+
 	var ready []func(context.Context) error
 	_, trustLive := st.(*boltstore.Store) // in-process fan-out never skips an event
 	a.Stream = stream.NewHandler(stream.Options{
@@ -59,6 +72,7 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 		MaxBackfill: cfg.SSEMaxBackfill,
 		MaxLifetime: cfg.SSEMaxLifetime,
 		TrustLive:   trustLive,
+		State:       states.StateJSON,
 	})
 	a.closers = append(a.closers, func() error { a.Stream.Close(); return nil })
 	ready = append(ready, func(context.Context) error { return a.Stream.Ready() })
@@ -68,6 +82,7 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 
 	api := handlers.New(handlers.Deps{
 		Store:       st,
+		State:       states,
 		Stream:      a.Stream,
 		Ready:       ready,
 		CORSOrigins: cfg.CORSOrigins,

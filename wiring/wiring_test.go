@@ -174,3 +174,20 @@ func TestShutdownEndsStreams(t *testing.T) {
 		t.Fatal("shutdown did not finish with a stream open")
 	}
 }
+
+// TestStateThroughWiring: the assembled server answers with reduced state and
+// time travel.
+func TestStateThroughWiring(t *testing.T) {
+	base, _ := mustStartApp(t, testConfig(t))
+	_, first := do(t, "POST", base+"/api/_events/flow/run-1", `{"kind":"flow.started","flowName":"demo"}`)
+	do(t, "POST", base+"/api/_events/flow/run-1", `{"kind":"flow.completed"}`)
+
+	_, now := do(t, "GET", base+"/api/_events/flow/run-1", "")
+	if st, _ := now["state"].(map[string]any); st["status"] != "completed" {
+		t.Fatalf("state now = %v, want status completed", now["state"])
+	}
+	_, then := do(t, "GET", base+"/api/_events/flow/run-1/state?at="+first["id"].(string), "")
+	if st, _ := then["state"].(map[string]any); st["status"] != "running" {
+		t.Fatalf("state at the first event = %v, want status running", then["state"])
+	}
+}
