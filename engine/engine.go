@@ -321,3 +321,9 @@ func withAttempt(ev event.Event, attempt int, extra map[string]any) event.Event 
 	ev.Meta = mustJSON(m)
 	return ev
 }
+
+// DeleteDefinition removes a flow definition; its runs stay. Errors:
+// store.ErrNotFound.
+func (e *Engine) DeleteDefinition(ctx context.Context, name string) error {
+	return e.st.DeleteDefinition(ctx, name)
+}

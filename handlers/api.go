@@ -88,6 +88,9 @@ type Deps struct {
 	State StateReader
 	// Stream is optional: without it the SSE routes are not mounted.
 	Stream Streamer
+	// Flows is optional: without it the flow and worker routes are not
+	// mounted.
+	Flows FlowEngine
 	// Ready are further readiness checks beyond the store's Ping, such as
 	// the live feed; /readyz fails while any of them does.
 	Ready []func(context.Context) error
@@ -104,6 +107,7 @@ type API struct {
 	store    Store
 	state    StateReader
 	stream   Streamer
+	flows    FlowEngine
 	ready    []func(context.Context) error
 	cors     []string
 	log      zerolog.Logger
@@ -129,7 +133,7 @@ func New(d Deps) *API {
 		now = time.Now
 	}
 	return &API{
-		store: d.Store, state: d.State, stream: d.Stream, ready: d.Ready, cors: d.CORSOrigins,
+		store: d.Store, state: d.State, stream: d.Stream, flows: d.Flows, ready: d.Ready, cors: d.CORSOrigins,
 		log: d.Log, now: now, limits: lim, validate: newValidator(),
 	}
 }
@@ -169,7 +173,16 @@ func (a *API) Routes() http.Handler {
 			r.Get("/{id}/state", a.getState)
 			r.Get("/{id}/state/diff", a.getStateDiff)
 		})
+		if a.flows != nil {
+			a.flowRoutes(r)
+			a.workerRoutes(r)
+		}
 	})
+
+	// A claim long-polls for longer than the API timeout.
+	if a.flows != nil {
+		r.Post("/api/_workers/claim", a.claimJobs)
+	}
 
 	// Streaming routes (SSE): a long-lived response must be neither cut by
 	// the API timeout nor buffered by compression, so they stay out of the

@@ -10,12 +10,13 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/handlers"
 )
 
 func TestRoutesDocumented(t *testing.T) {
 	doc, _ := mustSpec(t)
-	routes, ok := handlers.New(handlers.Deps{Stream: fakeStreamer{}}).Routes().(chi.Routes)
+	routes, ok := handlers.New(handlers.Deps{Stream: fakeStreamer{}, Flows: engine.New(nil, engine.Options{})}).Routes().(chi.Routes)
 	if !ok {
 		t.Fatal("Routes() is not a chi router")
 	}
@@ -298,7 +299,7 @@ func TestBadRequests(t *testing.T) {
 		{"list limit not a number", get("/api/_events/flow/list?limit=x"), 400, "validation_failed", map[string]string{"limit": "must be an integer"}, ""},
 		{"list offset negative", get("/api/_events/flow/list?offset=-1"), 400, "validation_failed", map[string]string{"offset": "must be at least 0"}, ""},
 		{"list name with colon", get("/api/_events/flow/list?name=a:b"), 400, "validation_failed", map[string]string{"name": nameRule}, ""},
-		{"list by status", get("/api/_events/flow/list?status=running"), 400, "validation_failed", map[string]string{"status": "is not supported yet"}, ""},
+		{"list by status", get("/api/_events/flow/list?status=running"), 400, "validation_failed", map[string]string{"status": "needs type flow, a name and the flow engine"}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -165,10 +165,11 @@ func (a *API) listContexts(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ix := store.Index{Type: p.Type, Name: p.Name}
-	if q.Has("status") {
-		// Paging by status needs the run index of the flow engine; a
+	status := q.Get("status")
+	if q.Has("status") && (a.flows == nil || p.Type != "flow" || p.Name == "" || !event.ValidName(status)) {
+		// Paging by status needs the engine's run index of one flow; a
 		// filter silently ignored would answer the wrong runs.
-		writeError(w, r, invalidField("status", "is not supported yet"))
+		writeError(w, r, invalidField("status", "needs type flow, a name and the flow engine"))
 		return
 	}
 	limit, err := intParam(q, "limit", defaultListLimit, 1, maxListLimit)
@@ -182,6 +183,10 @@ func (a *API) listContexts(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	if status != "" {
+		a.listRunsByStatus(w, r, p.Name, status, offset, limit)
+		return
+	}
 	page, err := a.store.IndexList(r.Context(), ix, offset, limit)
 	if err != nil {
 		writeError(w, r, err)

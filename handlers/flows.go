@@ -1,0 +1,375 @@
+package handlers
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/nqd-dev/nqd/engine"
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/flows"
+	"github.com/nqd-dev/nqd/store"
+)
+
+// FlowEngine runs flows; see engine.Engine, which is one.
+type FlowEngine interface {
+	Definitions(ctx context.Context) ([]*flows.Definition, error)
+	Definition(ctx context.Context, name string) (*flows.Definition, error)
+	PutDefinition(ctx context.Context, d *flows.Definition) error
+	DeleteDefinition(ctx context.Context, name string) error
+	Start(ctx context.Context, flow string, input json.RawMessage, idempotencyKey string) (engine.Started, error)
+	Runs(ctx context.Context, flow, status string, offset, limit int) (store.RunPage, error)
+	Cancel(ctx context.Context, flow, run, reason string) (string, error)
+	Restart(ctx context.Context, flow, run string) (engine.Restarted, error)
+	ClearHistory(ctx context.Context, flow string) (int, error)
+	Claim(ctx context.Context, queues []string, max int, wait time.Duration) ([]store.Job, error)
+	Heartbeat(ctx context.Context, ack store.JobAck) (engine.Beat, error)
+	Report(ctx context.Context, ack store.JobAck, evs []event.Event) ([]event.Event, error)
+	Complete(ctx context.Context, ack store.JobAck, result json.RawMessage) error
+	Fail(ctx context.Context, ack store.JobAck, msg string, retriable *bool) error
+}
+
+// flowRoutes mounts the flow definition and run routes (contract §4,
+// ui-contract A.2, A.3, B.3, B.4).
+func (a *API) flowRoutes(r chi.Router) {
+	r.Get("/api/_flows", a.listFlows)
+	r.Get("/api/_flows/{name}", a.getFlow)
+	r.Put("/api/_flows/{name}", a.putFlow)
+	r.Delete("/api/_flows/{name}", a.deleteFlow)
+	r.Get("/api/_flows/{name}/diagram", a.flowDiagram)
+	r.Post("/api/_flows/{name}/start", a.startFlow)
+	r.Get("/api/_flows/{name}/runs", a.listRuns)
+	r.Post("/api/_flows/{name}/runs/{runId}/cancel", a.cancelRun)
+	r.Post("/api/_flows/{name}/runs/{runId}/restart", a.restartRun)
+	r.Delete("/api/_flows/{name}/clear-history", a.clearHistory)
+}
+
+// flowError turns the engine's own failures into answers.
+func flowError(err error) error {
+	var ve *flows.ValidationError
+	switch {
+	case errors.As(err, &ve):
+		return &Error{Status: http.StatusUnprocessableEntity, Code: CodeValidation, Message: "The flow definition is invalid.", Fields: ve.Fields}
+	case errors.Is(err, engine.ErrLeaseLost):
+		return &Error{Status: http.StatusConflict, Code: CodeConflict, Message: "The job is no longer held by this lease."}
+	case errors.Is(err, engine.ErrRunEnded):
+		return &Error{Status: http.StatusConflict, Code: CodeConflict, Message: "The run has ended or was canceled."}
+	case errors.Is(err, store.ErrInvalid):
+		return &Error{Status: http.StatusBadRequest, Code: CodeBadRequest, Message: errors.Unwrap(err).Error()}
+	}
+	return err
+}
+
+func flowName(r *http.Request) (string, error) {
+	name := chi.URLParam(r, "name")
+	if !event.ValidName(name) {
+		return "", invalidField("name", "must match ^[A-Za-z0-9][A-Za-z0-9._~-]{0,127}$")
+	}
+	return name, nil
+}
+
+func (a *API) listFlows(w http.ResponseWriter, r *http.Request) {
+	defs, err := a.flows.Definitions(r.Context())
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	sort.Slice(defs, func(i, j int) bool { return defs[i].Name < defs[j].Name })
+	out := make([]flows.Listed, 0, len(defs))
+	for _, d := range defs {
+		out = append(out, d.Listing())
+	}
+	writeJSON(w, r, http.StatusOK, out)
+}
+
+func (a *API) getFlow(w http.ResponseWriter, r *http.Request) {
+	name, err := flowName(r)
+	if err == nil {
+		var d *flows.Definition
+		if d, err = a.flows.Definition(r.Context(), name); err == nil {
+			writeJSON(w, r, http.StatusOK, d)
+			return
+		}
+	}
+	writeError(w, r, err)
+}
+
+// putFlow stores a definition sent as JSON, or as YAML when the
+// Content-Type says so; 422 names every offending field.
+func (a *API) putFlow(w http.ResponseWriter, r *http.Request) {
+	name, err := flowName(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.limits.MaxBodyBytes))
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	isYAML := mt == "application/yaml" || mt == "application/x-yaml" || mt == "text/yaml"
+	d, err := flows.Parse(body, isYAML, name)
+	var ve *flows.ValidationError
+	if err != nil && !errors.As(err, &ve) {
+		writeError(w, r, badRequest("The body is not a flow definition: %v", err))
+		return
+	}
+	if err == nil && d.Name != name {
+		err = &flows.ValidationError{Fields: map[string]string{"name": "must equal the name in the path"}}
+	}
+	if err == nil {
+		err = a.flows.PutDefinition(r.Context(), d)
+	}
+	if err != nil {
+		writeError(w, r, flowError(err))
+		return
+	}
+	writeJSON(w, r, http.StatusOK, d)
+}
+
+func (a *API) deleteFlow(w http.ResponseWriter, r *http.Request) {
+	name, err := flowName(r)
+	if err == nil {
+		err = a.flows.DeleteDefinition(r.Context(), name)
+	}
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *API) flowDiagram(w http.ResponseWriter, r *http.Request) {
+	name, err := flowName(r)
+	if err == nil {
+		var d *flows.Definition
+		if d, err = a.flows.Definition(r.Context(), name); err == nil {
+			writeJSON(w, r, http.StatusOK, d.Diagram())
+			return
+		}
+	}
+	writeError(w, r, err)
+}
+
+// startFlow starts a run with the body as input (ui-contract A.3): any JSON
+// object, an empty body meaning {}.
+func (a *API) startFlow(w http.ResponseWriter, r *http.Request) {
+	name, err := flowName(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.limits.MaxBodyBytes))
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	input := json.RawMessage(`{}`)
+	if len(body) > 0 {
+		var obj map[string]json.RawMessage
+		if err := decodeStrict(bytes.NewReader(body), &obj, ""); err != nil || obj == nil {
+			writeError(w, r, badRequest("The body must be a JSON object, the run's input."))
+			return
+		}
+		input = body
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if len(key) > 1024 {
+		writeError(w, r, invalidField("Idempotency-Key", "at most 1024 bytes"))
+		return
+	}
+	s, err := a.flows.Start(r.Context(), name, input, key)
+	if err != nil {
+		writeError(w, r, flowError(err))
+		return
+	}
+	if s.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	writeJSON(w, r, http.StatusOK, s)
+}
+
+// runsBody is the v0.4 runs answer (ui-contract B.3); total counts the
+// runs of the status asked for.
+type runsBody struct {
+	FlowName string    `json:"flowName"`
+	Count    int       `json:"count"`
+	Total    int64     `json:"total"`
+	Offset   int       `json:"offset"`
+	Limit    int       `json:"limit"`
+	HasMore  bool      `json:"hasMore"`
+	Items    []runItem `json:"items"`
+}
+
+type runItem struct {
+	ID             string `json:"id"`
+	FlowName       string `json:"flowName"`
+	Status         string `json:"status"`
+	CreatedAt      string `json:"createdAt"`
+	StartedAt      string `json:"startedAt,omitempty"`
+	CompletedAt    string `json:"completedAt,omitempty"`
+	StepCount      int    `json:"stepCount"`
+	CompletedSteps int    `json:"completedSteps"`
+}
+
+func isoMS(ms int64) string { return time.UnixMilli(ms).UTC().Format(event.TimeFormat) }
+
+func (a *API) listRuns(w http.ResponseWriter, r *http.Request) {
+	name, err := flowName(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	q := r.URL.Query()
+	limit, err := intParam(q, "limit", defaultListLimit, 1, maxListLimit)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	offset, err := intParam(q, "offset", 0, 0, noUpperBound)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	status := q.Get("status")
+	if status != "" && !event.ValidName(status) {
+		writeError(w, r, invalidField("status", "must be a run status"))
+		return
+	}
+	page, err := a.flows.Runs(r.Context(), name, status, offset, limit)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	body := runsBody{FlowName: name, Count: len(page.Runs), Total: page.Total, Offset: offset, Limit: limit, Items: []runItem{}}
+	for _, m := range page.Runs {
+		it := runItem{
+			ID: m.Run, FlowName: name, Status: m.Status, CreatedAt: isoMS(m.StartedAt), StartedAt: isoMS(m.StartedAt),
+			StepCount: m.StepCount, CompletedSteps: m.CompletedSteps,
+		}
+		if it.Status == "" {
+			it.Status = "unknown"
+		}
+		if m.CompletedAt > 0 {
+			it.CompletedAt = isoMS(m.CompletedAt)
+		}
+		body.Items = append(body.Items, it)
+	}
+	body.HasMore = int64(offset+len(body.Items)) < body.Total
+	w.Header().Set("Cache-Control", "no-store, no-cache, must-revalidate")
+	writeJSON(w, r, http.StatusOK, body)
+}
+
+func runParams(r *http.Request) (flow, run string, err error) {
+	if flow, err = flowName(r); err != nil {
+		return "", "", err
+	}
+	run = chi.URLParam(r, "runId")
+	if !event.ValidContextID(run) {
+		return "", "", invalidField("runId", "must be a context id")
+	}
+	return flow, run, nil
+}
+
+type cancelBody struct {
+	Success        bool   `json:"success"`
+	RunID          string `json:"runId"`
+	FlowName       string `json:"flowName"`
+	PreviousStatus string `json:"previousStatus"`
+}
+
+func (a *API) cancelRun(w http.ResponseWriter, r *http.Request) {
+	flow, run, err := runParams(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	prev, err := a.flows.Cancel(r.Context(), flow, run, "")
+	if err != nil {
+		writeError(w, r, flowError(err))
+		return
+	}
+	writeJSON(w, r, http.StatusOK, cancelBody{Success: true, RunID: run, FlowName: flow, PreviousStatus: prev})
+}
+
+func (a *API) restartRun(w http.ResponseWriter, r *http.Request) {
+	flow, run, err := runParams(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	res, err := a.flows.Restart(r.Context(), flow, run)
+	if err != nil {
+		writeError(w, r, flowError(err))
+		return
+	}
+	writeJSON(w, r, http.StatusOK, res)
+}
+
+type clearBody struct {
+	Success        bool   `json:"success"`
+	FlowName       string `json:"flowName"`
+	DeletedStreams int    `json:"deletedStreams"`
+	DeletedIndex   int    `json:"deletedIndex"`
+}
+
+func (a *API) clearHistory(w http.ResponseWriter, r *http.Request) {
+	flow, err := flowName(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	n, err := a.flows.ClearHistory(r.Context(), flow)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, r, http.StatusOK, clearBody{Success: true, FlowName: flow, DeletedStreams: n, DeletedIndex: n})
+}
+
+// runListItem is a list route item with the run index's metadata.
+type runListItem struct {
+	listItem
+	Status      string `json:"status"`
+	StartedAt   string `json:"startedAt,omitempty"`
+	CompletedAt string `json:"completedAt,omitempty"`
+}
+
+type runListBody struct {
+	Type  string        `json:"type"`
+	Name  string        `json:"name"`
+	Count int           `json:"count"`
+	Total int64         `json:"total"`
+	Items []runListItem `json:"items"`
+}
+
+// listRunsByStatus answers the list route with status: it pages over the
+// runs of that status, not over one page filtered.
+func (a *API) listRunsByStatus(w http.ResponseWriter, r *http.Request, flow, status string, offset, limit int) {
+	page, err := a.flows.Runs(r.Context(), flow, status, offset, limit)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	body := runListBody{Type: "flow", Name: flow, Count: len(page.Runs), Total: page.Total, Items: []runListItem{}}
+	for _, m := range page.Runs {
+		it := runListItem{
+			listItem: listItem{ID: m.Run, Timestamp: m.StartedAt, CreatedAt: isoMS(m.StartedAt)},
+			Status:   m.Status, StartedAt: isoMS(m.StartedAt),
+		}
+		if m.CompletedAt > 0 {
+			it.CompletedAt = isoMS(m.CompletedAt)
+		}
+		body.Items = append(body.Items, it)
+	}
+	writeJSON(w, r, http.StatusOK, body)
+}

@@ -1,0 +1,198 @@
+package handlers
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/store"
+)
+
+// The worker protocol: a worker in any language claims jobs over HTTP,
+// reports progress as events, heartbeats to keep its lease, and completes or
+// fails the job. Every call after the claim sends the lease the claim gave.
+
+// maxClaimWait bounds a long-polling claim.
+const maxClaimWait = 30 * time.Second
+
+// workerRoutes mounts the worker protocol. The claim long-polls, so it is
+// mounted outside the API timeout by the caller.
+func (a *API) workerRoutes(r chi.Router) {
+	const job = "/api/_workers/jobs/{queue}/{jobId}"
+	r.Post(job+"/heartbeat", a.heartbeatJob)
+	r.Post(job+"/events", a.reportJob)
+	r.Post(job+"/complete", a.completeJob)
+	r.Post(job+"/fail", a.failJob)
+}
+
+type claimRequest struct {
+	Queues []string `json:"queues" validate:"required,min=1,max=32,dive,key_name"`
+	Max    int      `json:"max" validate:"gte=0,lte=100"`
+	WaitMs int64    `json:"waitMs" validate:"gte=0"`
+}
+
+type claimBody struct {
+	Jobs []store.Job `json:"jobs"`
+}
+
+// claimJobs answers at once when work is ready, otherwise when some appears
+// or waitMs (at most 30 s) has passed, with an empty list.
+func (a *API) claimJobs(w http.ResponseWriter, r *http.Request) {
+	var req claimRequest
+	if err := a.decodeBody(w, r, &req); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if req.Max == 0 {
+		req.Max = 1
+	}
+	wait := min(time.Duration(req.WaitMs)*time.Millisecond, maxClaimWait)
+	jobs, err := a.flows.Claim(r.Context(), req.Queues, req.Max, wait)
+	if err != nil {
+		writeError(w, r, flowError(err))
+		return
+	}
+	if jobs == nil {
+		jobs = []store.Job{}
+	}
+	writeJSON(w, r, http.StatusOK, claimBody{Jobs: jobs})
+}
+
+// decodeBody reads a strict JSON body into v and validates it.
+func (a *API) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	if err := decodeStrict(http.MaxBytesReader(w, r.Body, a.limits.MaxBodyBytes), v, ""); err != nil {
+		return err
+	}
+	return a.validateStruct(v, "")
+}
+
+func jobAck(r *http.Request, lease string) (store.JobAck, error) {
+	q, id := chi.URLParam(r, "queue"), chi.URLParam(r, "jobId")
+	if !event.ValidName(q) {
+		return store.JobAck{}, invalidField("queue", "must be a queue name")
+	}
+	run, step, ok := strings.Cut(id, ":")
+	if !ok || !event.ValidContextID(run) || !event.ValidName(step) {
+		return store.JobAck{}, invalidField("jobId", "must be <runId>:<step>")
+	}
+	if lease == "" {
+		return store.JobAck{}, invalidField("lease", "required")
+	}
+	return store.JobAck{Queue: q, ID: id, Lease: lease}, nil
+}
+
+type leaseRequest struct {
+	Lease string `json:"lease" validate:"required,max=128"`
+}
+
+func (a *API) heartbeatJob(w http.ResponseWriter, r *http.Request) {
+	var req leaseRequest
+	if err := a.decodeBody(w, r, &req); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	ack, err := jobAck(r, req.Lease)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	beat, err := a.flows.Heartbeat(r.Context(), ack)
+	if err != nil {
+		writeError(w, r, flowError(err))
+		return
+	}
+	writeJSON(w, r, http.StatusOK, beat)
+}
+
+type reportRequest struct {
+	Lease  string            `json:"lease" validate:"required,max=128"`
+	Events []json.RawMessage `json:"events" validate:"required,min=1,max=1000"`
+}
+
+type reportBody struct {
+	Events []event.Event `json:"events"`
+}
+
+// reportJob appends progress events: step.started, log, emit, state.* and
+// the like. The engine fills in run, flow, step and attempt.
+func (a *API) reportJob(w http.ResponseWriter, r *http.Request) {
+	var req reportRequest
+	if err := a.decodeBody(w, r, &req); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	ack, err := jobAck(r, req.Lease)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	run, _, _ := strings.Cut(ack.ID, ":")
+	evs := make([]event.Event, 0, len(req.Events))
+	for i, raw := range req.Events {
+		ev, err := a.decodeEvent(raw, run, "events["+strconv.Itoa(i)+"].")
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		evs = append(evs, ev)
+	}
+	stored, err := a.flows.Report(r.Context(), ack, evs)
+	if err != nil {
+		writeError(w, r, flowError(err))
+		return
+	}
+	if stored == nil {
+		stored = []event.Event{}
+	}
+	writeJSON(w, r, http.StatusOK, reportBody{Events: stored})
+}
+
+type completeRequest struct {
+	Lease  string          `json:"lease" validate:"required,max=128"`
+	Result json.RawMessage `json:"result"`
+}
+
+func (a *API) completeJob(w http.ResponseWriter, r *http.Request) {
+	var req completeRequest
+	if err := a.decodeBody(w, r, &req); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	ack, err := jobAck(r, req.Lease)
+	if err == nil {
+		err = a.flows.Complete(r.Context(), ack, req.Result)
+	}
+	if err != nil {
+		writeError(w, r, flowError(err))
+		return
+	}
+	writeJSON(w, r, http.StatusOK, statusBody{Status: "ok"})
+}
+
+type failRequest struct {
+	Lease     string `json:"lease" validate:"required,max=128"`
+	Error     string `json:"error" validate:"required,max=4096"`
+	Retriable *bool  `json:"retriable"`
+}
+
+func (a *API) failJob(w http.ResponseWriter, r *http.Request) {
+	var req failRequest
+	if err := a.decodeBody(w, r, &req); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	ack, err := jobAck(r, req.Lease)
+	if err == nil {
+		err = a.flows.Fail(r.Context(), ack, req.Error, req.Retriable)
+	}
+	if err != nil {
+		writeError(w, r, flowError(err))
+		return
+	}
+	writeJSON(w, r, http.StatusOK, statusBody{Status: "ok"})
+}
