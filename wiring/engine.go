@@ -1,0 +1,35 @@
+package wiring
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/rs/zerolog"
+
+	"github.com/nqd-dev/nqd/engine"
+	"github.com/nqd-dev/nqd/flows"
+)
+
+// StartEngine builds the flow engine on st, stores the definitions found in
+// flowsDir (none when it is empty) so every instance sees them, and starts
+// the loop that fires due retries. stop ends the loop and waits for it.
+func StartEngine(ctx context.Context, st engine.Store, flowsDir string, log zerolog.Logger) (e *engine.Engine, stop func(), err error) {
+	e = engine.New(st, engine.Options{Logger: log})
+	if flowsDir != "" {
+		defs, err := flows.LoadDir(flowsDir)
+		if err != nil {
+			return nil, nil, fmt.Errorf("load flows: %w", err)
+		}
+		for _, d := range defs {
+			if err := e.PutDefinition(ctx, d); err != nil {
+				return nil, nil, fmt.Errorf("store flow %s: %w", d.Name, err)
+			}
+			log.Info().Str("flow", d.Name).Msg("flow loaded")
+		}
+	}
+	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = e.Run(loopCtx) })
+	return e, func() { cancel(); wg.Wait() }, nil
+}
