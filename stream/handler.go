@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -73,6 +75,10 @@ type Options struct {
 	// State fills `event: reset`; nil sends the position only.
 	State StateFunc
 
+	// Observer is told about connections and deliveries, for metrics;
+	// nil observes nothing.
+	Observer Observer
+
 	Hooks Hooks
 }
 
@@ -103,6 +109,9 @@ func (o *Options) defaults() {
 	}
 	if o.DrainWindow <= 0 {
 		o.DrainWindow = 5 * time.Second
+	}
+	if o.Observer == nil {
+		o.Observer = nopObserver{}
 	}
 }
 
@@ -135,6 +144,7 @@ func NewHandler(o Options) *Handler {
 			Buffer:    o.SubscribeBuffer,
 			Check:     o.CheckInterval,
 			TrustLive: o.TrustLive,
+			Observer:  o.Observer,
 		}),
 		conns: map[*conn]struct{}{},
 		idle:  make(chan struct{}),
@@ -366,28 +376,62 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, c store.Context,
 		s.key, _ = json.Marshal(h.o.Prefix + ":" + c.String())
 	}
 	defer s.release()
+	h.o.Observer.Opened(c)
+	reason := CloseError
+	defer func() { h.o.Observer.Closed(c, reason) }()
 	s.buf = fmt.Appendf(s.buf, ": nqd\nretry: %d\n\n", h.o.Retry.Milliseconds())
 	if err := s.flushBuf(); err != nil {
+		reason = closeReason(ctx, err)
 		return
 	}
 
 	var last event.ID
 	if !p.noTopic {
+		start := time.Now()
 		var err error
 		if last, err = h.backfill(ctx, s, c, p); err != nil {
 			if ctx.Err() == nil {
 				log.Warn().Err(err).Str("context", c.String()).Msg("backfill failed; closing the stream")
 			}
+			reason = closeReason(ctx, err)
 			return
 		}
+		h.o.Observer.Started(startKind(p, s), s.sent, time.Since(start))
 	}
 	q.harden()
-	h.live(ctx, log, s, cn, q, c, p, last)
+	reason = h.live(ctx, log, s, cn, q, c, p, last)
+}
+
+// startKind names what the client's position was worth.
+func startKind(p plan, s *sink) StartKind {
+	switch {
+	case !p.resume:
+		return StartFresh
+	case p.from.IsZero():
+		return StartUnknown
+	case s.reset:
+		return StartReset
+	}
+	return StartExact
+}
+
+// closeReason is why a stream ended on err. A write that outlived its
+// deadline is a client not reading; the client leaving makes writes fail
+// too. net/http cancels the request on any failed write, so the deadline is
+// checked first.
+func closeReason(ctx context.Context, err error) CloseReason {
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return CloseSlow
+	case ctx.Err() != nil:
+		return CloseClient
+	}
+	return CloseError
 }
 
 // live writes the queued events until the client leaves, falls behind, or
-// the connection is retired.
-func (h *Handler) live(ctx context.Context, log *zerolog.Logger, s *sink, cn *conn, q *queue, c store.Context, p plan, last event.ID) {
+// the connection is retired, and says which.
+func (h *Handler) live(ctx context.Context, log *zerolog.Logger, s *sink, cn *conn, q *queue, c store.Context, p plan, last event.ID) CloseReason {
 	hb := time.NewTimer(h.o.Heartbeat)
 	defer hb.Stop()
 	var retire <-chan time.Time
@@ -400,41 +444,51 @@ func (h *Handler) live(ctx context.Context, log *zerolog.Logger, s *sink, cn *co
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return CloseClient
 		case <-cn.stop:
-			return
+			return CloseShutdown
 		case <-retire:
-			return
+			return CloseRotate
 		case <-hb.C:
 			s.buf = append(s.buf, ": ping\n\n"...)
 			if err := s.flushBuf(); err != nil {
-				return
+				return closeReason(ctx, err)
 			}
 			hb.Reset(h.o.Heartbeat)
 		case <-q.wake:
 			frames, lost, failed := q.take(spare)
 			if failed {
 				log.Info().Str("context", c.String()).Str("last_id", last.String()).Msg("client too slow; disconnecting")
-				return
+				return CloseSlow
 			}
 			if lost {
 				var err error
 				if last, err = h.pages(ctx, s, c, last); err != nil {
-					return
+					return closeReason(ctx, err)
 				}
 			}
+			var oldest event.ID
+			n, size := 0, 0
 			for _, f := range frames {
 				if f.id.Compare(last) <= 0 {
 					continue
 				}
-				if err := s.write(f.bytesFor(p.tail)); err != nil {
-					return
+				b := f.bytesFor(p.tail)
+				if err := s.write(b); err != nil {
+					return closeReason(ctx, err)
+				}
+				if n == 0 {
+					oldest = f.id
 				}
 				last = f.id
+				n, size = n+1, size+len(b)
 			}
 			spare = frames
 			if err := s.flush(); err != nil {
-				return
+				return closeReason(ctx, err)
+			}
+			if n > 0 {
+				h.o.Observer.Flushed(n, size, oldest)
 			}
 			hb.Reset(h.o.Heartbeat)
 		}
@@ -558,6 +612,7 @@ func (h *Handler) reset(ctx context.Context, s *sink, c store.Context) (event.ID
 		pos = info.LastID
 	}
 	s.buf = appendReset(s.buf, pos, state)
+	s.reset = true
 	return h.pages(ctx, s, c, pos)
 }
 
@@ -578,6 +633,8 @@ type sink struct {
 	tail    bool   // the raw-tail form
 	key     []byte // the raw-tail "stream" value, JSON-encoded
 	buf     []byte // messages not yet written
+	sent    int    // events written by backfill and replay
+	reset   bool   // an `event: reset` was written
 }
 
 // flushSize is how much backfill is gathered before a write.
@@ -627,6 +684,7 @@ func (s *sink) events(evs []event.Event, last event.ID) (event.ID, error) {
 			return last, err
 		}
 		last = ev.ID
+		s.sent++
 		if len(s.buf) >= flushSize {
 			if err := s.write(s.buf); err != nil {
 				return last, err

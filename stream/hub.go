@@ -40,6 +40,7 @@ type hubOptions struct {
 	Check      time.Duration // top-of-stream check interval; < 0 disables
 	MaxBackoff time.Duration // cap on the wait between resubscribe attempts
 	TrustLive  bool          // the feed never skips an event silently
+	Observer   Observer      // nopObserver when nil
 }
 
 // Hub shares store subscriptions between an instance's connections: at most
@@ -70,6 +71,9 @@ func newHub(src Source, log zerolog.Logger, o hubOptions) *Hub {
 	}
 	if o.MaxBackoff <= 0 {
 		o.MaxBackoff = 5 * time.Second
+	}
+	if o.Observer == nil {
+		o.Observer = nopObserver{}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Hub{src: src, log: log, opts: o, ctx: ctx, cancel: cancel, topics: map[store.Context]*topic{}}
@@ -240,6 +244,7 @@ func (t *topic) run(sub store.Subscription) {
 		case ev, ok := <-sub.C():
 			ended := !ok
 			if ok {
+				t.hub.opts.Observer.Received(ev.ID)
 				ended = t.receive(sub, ev)
 			}
 			if ended {
@@ -252,6 +257,7 @@ func (t *topic) run(sub store.Subscription) {
 				if sub = t.resubscribe(); sub == nil {
 					return
 				}
+				t.hub.opts.Observer.Resubscribed()
 				t.catchUp()
 			}
 		case <-tick:
@@ -318,6 +324,7 @@ gather:
 				ended = true
 				break gather
 			}
+			t.hub.opts.Observer.Received(e.ID)
 			batch = append(batch, e)
 		default:
 			break gather
@@ -332,8 +339,9 @@ gather:
 		// what is missing at the end of the stream.
 		t.dirty = true
 		evs = batch
-	} else if len(evs) > countAfter(batch, t.last) {
+	} else if n := len(evs) - countAfter(batch, t.last); n > 0 {
 		t.hub.repaired.Add(1)
+		t.hub.opts.Observer.Repaired(n)
 	}
 	for _, e := range evs {
 		t.deliver(e)
@@ -368,6 +376,7 @@ func (t *topic) catchUp() {
 		}
 		if len(evs) > 0 {
 			t.hub.repaired.Add(1)
+			t.hub.opts.Observer.Repaired(len(evs))
 		}
 		for _, ev := range evs {
 			t.deliver(ev)
@@ -395,8 +404,10 @@ func (t *topic) deliver(ev event.Event) {
 		t.hub.log.Error().Err(err).Str("context", t.c.String()).Str("id", ev.ID.String()).Msg("cannot encode event")
 		return
 	}
+	start := time.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	defer func() { t.hub.opts.Observer.Broadcast(len(t.subs), time.Since(start)) }()
 	if t.tails > 0 {
 		f.tail = appendTail(make([]byte, 0, len(rec)+len(t.key)+64), t.key, ev, rec)
 	}
