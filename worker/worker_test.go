@@ -1,0 +1,120 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http/httptest"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/nqd-dev/nqd/engine"
+	"github.com/nqd-dev/nqd/flows"
+	"github.com/nqd-dev/nqd/handlers"
+	"github.com/nqd-dev/nqd/store"
+	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/worker"
+)
+
+// TestRunExampleAndDiamond runs seed 001's example flow (fetch_data fails
+// once) and seed 002's diamond through the SDK against a real server.
+func TestRunExampleAndDiamond(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	st, err := boltstore.Open(filepath.Join(t.TempDir(), "nqd.db"), boltstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	log := zerolog.New(zerolog.NewTestWriter(t))
+	e := engine.New(st, engine.Options{Logger: log, Interval: 20 * time.Millisecond})
+	go func() { _ = e.Run(ctx) }()
+	defs, err := flows.LoadDir("../flows/testdata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range defs {
+		if err := e.PutDefinition(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv := httptest.NewServer(handlers.New(handlers.Deps{Store: st, Flows: e, Log: log}).Routes())
+	defer srv.Close()
+
+	var fetches, finals atomic.Int32
+	emitting := func(ev string) worker.Handler {
+		return func(_ context.Context, sc *worker.StepContext) (any, error) {
+			return nil, sc.Emit(ev, map[string]any{"by": sc.Job.Step})
+		}
+	}
+	hs := map[string]worker.Handler{
+		"fetch_data": func(_ context.Context, sc *worker.StepContext) (any, error) {
+			if fetches.Add(1) == 1 {
+				return nil, errors.New("Network timeout")
+			}
+			if err := sc.State().Set("fetched", 3); err != nil {
+				return nil, err
+			}
+			return nil, sc.Emit("fetch_data.completed", map[string]any{"rows": 3})
+		},
+		"process_data":   emitting("process_data.completed"),
+		"await_approval": func(context.Context, *worker.StepContext) (any, error) { return "approved", nil },
+		"start": func(_ context.Context, sc *worker.StepContext) (any, error) {
+			if err := sc.Emit("step.a.trigger", 1); err != nil {
+				return nil, err
+			}
+			return nil, sc.Emit("step.b.trigger", 2)
+		},
+		"parallelA": emitting("step.a.done"),
+		"parallelB": emitting("step.b.done"),
+		"final": func(_ context.Context, sc *worker.StepContext) (any, error) {
+			finals.Add(1)
+			var in map[string]json.RawMessage
+			if err := sc.Input(&in); err != nil || len(in) != 2 {
+				return nil, worker.Permanent(errors.New("final without both inputs"))
+			}
+			return in, nil
+		},
+	}
+	go func() {
+		_ = worker.Run(ctx, worker.Config{BaseURL: srv.URL, Queues: []string{"default"}, Logger: log}, hs)
+	}()
+	ex, err := e.Start(ctx, "example-flow", nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dia, err := e.Start(ctx, "diamond", nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, st, "example-flow", ex.FlowID, store.RunCompleted)
+	waitStatus(t, st, "diamond", dia.FlowID, store.RunCompleted)
+	if fetches.Load() != 2 || finals.Load() != 1 {
+		t.Errorf("fetch_data ran %d times, final %d; want 2 and 1", fetches.Load(), finals.Load())
+	}
+	// End the worker's long-poll before the server waits for its requests.
+	cancel()
+}
+
+func waitStatus(t *testing.T, st store.RunStore, flow, run, want string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		m, err := st.RunMeta(t.Context(), flow, run)
+		if err == nil && m.Status == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run %s of %s: status %q (%v), want %s", run, flow, m.Status, err, want)
+		}
+		select {
+		case <-t.Context().Done():
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
