@@ -97,9 +97,11 @@ type Deps struct {
 	// CORSOrigins may call the API from a browser on another origin; empty
 	// allows none (the UI is same-origin).
 	CORSOrigins []string
-	Log         zerolog.Logger
-	Now         func() time.Time // the API's clock, default time.Now; events take the store's
-	Limits      Limits
+	// Metrics is optional: it serves GET /metrics (Prometheus) when set.
+	Metrics http.Handler
+	Log     zerolog.Logger
+	Now     func() time.Time // the API's clock, default time.Now; events take the store's
+	Limits  Limits
 }
 
 // API serves nqd's HTTP routes. Build it with New and mount Routes.
@@ -108,6 +110,7 @@ type API struct {
 	state    StateReader
 	stream   Streamer
 	flows    FlowEngine
+	metrics  http.Handler
 	ready    []func(context.Context) error
 	cors     []string
 	log      zerolog.Logger
@@ -133,7 +136,7 @@ func New(d Deps) *API {
 		now = time.Now
 	}
 	return &API{
-		store: d.Store, state: d.State, stream: d.Stream, flows: d.Flows, ready: d.Ready, cors: d.CORSOrigins,
+		store: d.Store, state: d.State, stream: d.Stream, flows: d.Flows, metrics: d.Metrics, ready: d.Ready, cors: d.CORSOrigins,
 		log: d.Log, now: now, limits: lim, validate: newValidator(),
 	}
 }
@@ -192,6 +195,11 @@ func (a *API) Routes() http.Handler {
 			r.Get("/api/_events/sse", a.stream.ServeRawTail)
 			r.Get("/api/_events/{type}/{id}/stream", a.stream.ServeStream)
 		})
+	}
+
+	// A scrape of a large registry is bounded by the scraper's own timeout.
+	if a.metrics != nil {
+		r.Method(http.MethodGet, "/metrics", a.metrics)
 	}
 
 	return r

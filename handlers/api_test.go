@@ -16,7 +16,7 @@ import (
 
 func TestRoutesDocumented(t *testing.T) {
 	doc, _ := mustSpec(t)
-	routes, ok := handlers.New(handlers.Deps{Stream: fakeStreamer{}, Flows: engine.New(nil, engine.Options{})}).Routes().(chi.Routes)
+	routes, ok := handlers.New(handlers.Deps{Stream: fakeStreamer{}, Flows: engine.New(nil, engine.Options{}), Metrics: http.NotFoundHandler()}).Routes().(chi.Routes)
 	if !ok {
 		t.Fatal("Routes() is not a chi router")
 	}

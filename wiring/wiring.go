@@ -20,6 +20,7 @@ import (
 
 	"github.com/nqd-dev/nqd/config"
 	"github.com/nqd-dev/nqd/handlers"
+	"github.com/nqd-dev/nqd/metrics"
 	"github.com/nqd-dev/nqd/snapshots"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
@@ -33,6 +34,7 @@ type App struct {
 	cfg     config.Config
 	Store   store.Store
 	Stream  *stream.Handler
+	Metrics *metrics.Metrics
 	Handler http.Handler
 	ln      net.Listener
 	srv     *http.Server
@@ -61,6 +63,7 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 		Logger:          log,
 	})
 	a.closers = append(a.closers, states.Close) // before the store it writes checkpoints to
+	a.Metrics = a.newMetrics(states)
 
 	var ready []func(context.Context) error
 	_, trustLive := st.(*boltstore.Store) // in-process fan-out never skips an event
@@ -73,6 +76,7 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 		MaxLifetime: cfg.SSEMaxLifetime,
 		TrustLive:   trustLive,
 		State:       states.StateJSON,
+		Observer:    a.Metrics.Stream(),
 	})
 	a.closers = append(a.closers, func() error { a.Stream.Close(); return nil })
 	ready = append(ready, func(context.Context) error { return a.Stream.Ready() })
@@ -81,11 +85,12 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 	}
 
 	api := handlers.New(handlers.Deps{
-		Store:       st,
+		Store:       a.Metrics.Store(st),
 		State:       states,
 		Stream:      a.Stream,
 		Ready:       ready,
 		CORSOrigins: cfg.CORSOrigins,
+		Metrics:     a.Metrics.Handler(),
 		Log:         log,
 		Now:         time.Now,
 		Limits: handlers.Limits{
@@ -94,7 +99,7 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 			RequestTimeout: cfg.RequestTimeout,
 		},
 	})
-	a.Handler = api.Routes()
+	a.Handler = a.Metrics.Middleware(api.Routes())
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -107,6 +112,16 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 		ErrorLog:          nil,
 	}
 	return a, nil
+}
+
+// newMetrics builds the Prometheus registry. The store the API appends
+// through, the SSE observer and the HTTP middleware are its decorators, set
+// where those are built; the cache and the live feed are read at each scrape.
+func (a *App) newMetrics(states *snapshots.Cache) *metrics.Metrics {
+	m := metrics.New()
+	m.WatchCache(states.Stats)
+	m.WatchLive(func() error { return a.Stream.Ready() })
+	return m
 }
 
 func (a *App) openStore(ctx context.Context) (store.Store, error) {

@@ -1,0 +1,37 @@
+package wiring
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// TestMetricsServed checks that the assembled server measures appends at
+// both stages and serves the result at /metrics.
+func TestMetricsServed(t *testing.T) {
+	base, _ := mustStartApp(t, testConfig(t))
+	if code, _ := do(t, "POST", base+"/api/_events/flow/run-1", `{"kind":"flow.started","flowName":"demo"}`); code != http.StatusCreated {
+		t.Fatalf("append: got %d, want 201", code)
+	}
+	res, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = res.Body.Close() }()
+	body, err := io.ReadAll(res.Body)
+	if err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %d, %v", res.StatusCode, err)
+	}
+	for _, line := range []string{
+		`nqd_appends_total{result="ok"} 1`,
+		`nqd_append_duration_seconds_count{stage="store"} 1`,
+		`nqd_append_duration_seconds_count{stage="total"} 1`,
+		`nqd_live_feed_up 1`,
+		`nqd_cache_entries 0`,
+	} {
+		if !strings.Contains(string(body), "\n"+line+"\n") {
+			t.Errorf("/metrics lacks %q", line)
+		}
+	}
+}
