@@ -211,7 +211,7 @@ func (e *Engine) readRun(ctx context.Context, flow, id string) (*run, error) {
 
 func (r *run) ended() bool {
 	switch r.meta.Status {
-	case store.RunCompleted, store.RunFailed, store.RunCanceled:
+	case store.RunCompleted, store.RunFailed, store.RunCancelled:
 		return true
 	}
 	return false

@@ -317,7 +317,7 @@ func TestCancelStopsDispatch(t *testing.T) {
 		if got[len(got)-1] != "flow.cancelled" || count(got, "flow.cancelled") != 1 {
 			t.Errorf("events = %v", got)
 		}
-		page, _ := e.Runs(ctx, "diamond", store.RunCanceled, 0, 10)
+		page, _ := e.Runs(ctx, "diamond", store.RunCancelled, 0, 10)
 		if page.Total != 1 {
 			t.Errorf("canceled index total = %d", page.Total)
 		}

@@ -86,7 +86,7 @@ func (e *Engine) Cancel(ctx context.Context, flow, runID, reason string) (previo
 		if reason != "" {
 			data["reason"] = reason
 		}
-		u, err := e.end(r, store.RunCanceled, now)
+		u, err := e.end(r, store.RunCancelled, now)
 		if err != nil {
 			return err
 		}

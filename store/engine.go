@@ -27,13 +27,13 @@ type DefinitionStore interface {
 	Definitions(ctx context.Context) (map[string][]byte, error)
 }
 
-// Run statuses kept in the run index (ui-contract B.12).
+// Run statuses kept in the run index: contract §7's flow statuses.
 const (
 	RunRunning   = "running"
 	RunAwaiting  = "awaiting"
 	RunCompleted = "completed"
 	RunFailed    = "failed"
-	RunCanceled  = "canceled"
+	RunCancelled = "cancelled"
 )
 
 // RunMeta is a run's lifecycle record (seed 002): the index entry's metadata.
