@@ -40,6 +40,8 @@ type Config struct {
 	SSEMaxBackfill int           // most events one SSE backfill sends
 	SSEMaxLifetime time.Duration // 0: SSE connections are not rotated
 
+	FlowsDir string // flow definitions (*.json, *.yaml) loaded at start
+
 	CacheEntries    int   // contexts whose reduced state is cached
 	CacheBytes      int64 // approximate bytes of cached states
 	CheckpointEvery int   // events between persisted state checkpoints; 0 disables
@@ -80,6 +82,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 		{"cors-origins", "NQ_CORS_ORIGINS", "comma-separated browser origins allowed to call the API (empty: same origin only)", "", list(&c.CORSOrigins)},
 		{"sse-heartbeat", "NQ_SSE_HEARTBEAT", "longest silence on an SSE connection before a comment line", "15s", dur(&c.SSEHeartbeat)},
 		{"sse-max-backfill", "NQ_SSE_MAX_BACKFILL", "most events an SSE backfill sends (the newest, after `event: truncated`)", "10000", integer(&c.SSEMaxBackfill)},
+		{"flows-dir", "NQ_FLOWS_DIR", "directory of flow definitions (*.json, *.yaml, *.yml) stored at start (empty: none)", "", str(&c.FlowsDir)},
 		{"cache-entries", "NQ_CACHE_ENTRIES", "contexts whose reduced state is cached", "1000", integer(&c.CacheEntries)},
 		{"cache-bytes", "NQ_CACHE_BYTES", "approximate bytes of cached reduced states", "104857600", i64(&c.CacheBytes)},
 		{"checkpoint-every", "NQ_CHECKPOINT_EVERY", "events between persisted state checkpoints (0: none)", "1000", integer(&c.CheckpointEvery)},

@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/nqd-dev/nqd/config"
+	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/handlers"
 	"github.com/nqd-dev/nqd/metrics"
 	"github.com/nqd-dev/nqd/snapshots"
@@ -84,9 +85,22 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 		ready = append(ready, rs.LiveHealthy)
 	}
 
+	var flowEngine handlers.FlowEngine
+	if es, ok := st.(engine.Store); ok {
+		eng, stop, err := StartEngine(ctx, es, cfg.FlowsDir, log)
+		if err != nil {
+			return nil, errors.Join(err, a.Close())
+		}
+		a.closers = append(a.closers, func() error { stop(); return nil })
+		flowEngine = eng
+	} else {
+		log.Warn().Str("store", cfg.Backend()).Msg("this store does not support the flow engine yet: flow and worker routes are off")
+	}
+
 	api := handlers.New(handlers.Deps{
 		Store:       a.Metrics.Store(st),
 		State:       states,
+		Flows:       flowEngine,
 		Stream:      a.Stream,
 		Ready:       ready,
 		CORSOrigins: cfg.CORSOrigins,

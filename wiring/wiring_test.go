@@ -191,3 +191,37 @@ func TestStateThroughWiring(t *testing.T) {
 		t.Fatalf("state at the first event = %v, want status running", then["state"])
 	}
 }
+
+// TestFlowsThroughWiring: definitions in NQ_FLOWS_DIR are served, and a run
+// started over HTTP enters the run index with its entry job queued.
+func TestFlowsThroughWiring(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.FlowsDir = "../flows/testdata"
+	base, _ := mustStartApp(t, cfg)
+
+	res, err := http.Get(base + "/api/_flows")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var defs []map[string]any
+	if err := json.NewDecoder(res.Body).Decode(&defs); err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	names := map[any]bool{}
+	for _, d := range defs {
+		names[d["id"]] = true
+	}
+	if !names["example-flow"] || !names["diamond"] {
+		t.Fatalf("GET /api/_flows lists %v, want example-flow and diamond", names)
+	}
+
+	code, started := do(t, "POST", base+"/api/_flows/diamond/start", `{"order":7}`)
+	if code != http.StatusOK || started["flowId"] == nil {
+		t.Fatalf("start: %d %v", code, started)
+	}
+	_, runs := do(t, "GET", base+"/api/_events/flow/list?name=diamond&status=running", "")
+	if items, _ := runs["items"].([]any); len(items) != 1 || items[0].(map[string]any)["id"] != started["flowId"] {
+		t.Fatalf("running runs of diamond = %v, want the started run", runs)
+	}
+}
