@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -55,6 +56,7 @@ type appender struct {
 	keys        map[int]string   // batch → its Idempotency-Key
 	statuses    map[int]int      // status → count, for failure messages
 	lastAcked   event.ID         // the newest acknowledged id
+	stopping    atomic.Bool
 	done        chan struct{}
 }
 
@@ -67,10 +69,12 @@ func newAppender(base, typ, id string) *appender {
 	}
 }
 
-// run appends until ctx ends.
-func (a *appender) run(ctx context.Context) {
+// run appends until stopped. Requests are never cut short: an append whose
+// request was cancelled may still be stored, after the stream was checked.
+func (a *appender) run() {
 	defer close(a.done)
-	for ctx.Err() == nil {
+	ctx := context.Background()
+	for !a.stopping.Load() {
 		a.mu.Lock()
 		n := a.next
 		a.next++
@@ -79,9 +83,9 @@ func (a *appender) run(ctx context.Context) {
 	}
 }
 
-// stop ends run and waits for it.
-func (a *appender) stop(cancel context.CancelFunc) {
-	cancel()
+// stop ends run after its current append and waits for it.
+func (a *appender) stop() {
+	a.stopping.Store(true)
 	<-a.done
 }
 

@@ -72,15 +72,13 @@ func scrapeValue(t *testing.T, base, series string) string {
 func TestRedisRestart(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{AOF: true})
 	base := startApp(t, srv.Addr)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	ctxURL := base + "/api/_events/flow/restart"
 
 	fctx, stopFollowers := context.WithCancel(context.Background())
 	defer stopFollowers()
 	followers := []*follower{follow(fctx, ctxURL+"/stream"), follow(fctx, ctxURL+"/stream")}
 	a := newAppender(base, "flow", "restart")
-	go a.run(ctx)
+	go a.run()
 
 	eventually(t, "appends before the outage", func() bool { return a.ackedCount() >= 20 })
 	eventually(t, "followers before the outage", func() bool { return followers[0].count() >= 20 && followers[1].count() >= 20 })
@@ -89,7 +87,7 @@ func TestRedisRestart(t *testing.T) {
 	eventually(t, "503 answers during the outage", func() bool { return a.unavailableCount() >= 3 })
 	srv.Restart(t)
 	eventually(t, "appends after the restart", func() bool { return a.ackedCount() >= before+20 })
-	a.stop(cancel)
+	a.stop()
 
 	stored := readAll(t, ctxURL)
 	checkStream(t, a, stored)
@@ -109,8 +107,6 @@ func TestPubSubKilled(t *testing.T) {
 	base := startApp(t, srv.Addr)
 
 	const contexts, perContext = 3, 3
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	fctx, stopFollowers := context.WithCancel(context.Background())
 	defer stopFollowers()
 	var appenders []*appender
@@ -124,7 +120,7 @@ func TestPubSubKilled(t *testing.T) {
 		followers = append(followers, fs)
 		a := newAppender(base, "flow", id)
 		appenders = append(appenders, a)
-		go a.run(ctx)
+		go a.run()
 	}
 	progress := func(n int) func() bool {
 		return func() bool {
@@ -151,7 +147,7 @@ func TestPubSubKilled(t *testing.T) {
 		eventually(t, fmt.Sprintf("streaming after kill %d", kill), progress(10*(kill+2)))
 	}
 	for _, a := range appenders {
-		a.stop(cancel)
+		a.stop()
 	}
 	for i, a := range appenders {
 		stored := readAll(t, base+"/api/_events/flow/"+fmt.Sprintf("pubsub-%d", i))
