@@ -53,7 +53,6 @@ type appender struct {
 	failed      []int            // batches with no 201
 	unavailable int              // 503 answers that carried Retry-After
 	problems    []string         // answers that break the contract
-	keys        map[int]string   // batch → its Idempotency-Key
 	statuses    map[int]int      // status → count, for failure messages
 	lastAcked   event.ID         // the newest acknowledged id
 	stopping    atomic.Bool
