@@ -225,3 +225,56 @@ func TestFlowsThroughWiring(t *testing.T) {
 		t.Fatalf("running runs of diamond = %v, want the started run", runs)
 	}
 }
+
+// TestTwoInstancesShareLiveEvents: two servers on one Redis, as two nqd
+// processes would be; an event appended through one reaches a stream client
+// of the other.
+func TestTwoInstancesShareLiveEvents(t *testing.T) {
+	addr, prefix := redistest.Addr(t), redistest.Prefix(t)
+	instance := func() string {
+		cfg := testConfig(t)
+		cfg.RedisURL, cfg.Prefix = "redis://"+addr+"/0", prefix
+		base, _ := mustStartApp(t, cfg)
+		return base
+	}
+	one, two := instance(), instance()
+	_, first := do(t, "POST", one+"/api/_events/flow/shared", `{"kind":"flow.started","flowName":"demo"}`)
+
+	res, err := http.Get(two + "/api/_events/flow/shared/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	lines := make(chan string, 64)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(res.Body)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	// Once the backfilled event has arrived the backfill read is over, so
+	// the next event can only come through the live path.
+	waitLine(t, lines, func(l string) bool { return l == "id: "+first["id"].(string) })
+
+	_, rec := do(t, "POST", one+"/api/_events/flow/shared", `{"kind":"step.started","step":"a"}`)
+	waitLine(t, lines, func(l string) bool { return l == "id: "+rec["id"].(string) })
+}
+
+func waitLine(t *testing.T, lines <-chan string, match func(string) bool) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("stream ended")
+			}
+			if match(l) {
+				return
+			}
+		case <-deadline:
+			t.Fatal("no matching line within 10s")
+		}
+	}
+}
