@@ -11,11 +11,30 @@
 //	<p>:<type>s:<name>                 sorted set: a named index, e.g. <p>:flows:<flowName> (score = start ms)
 //	<p>:<type>:<id>:idem:<sha256 hex>  string: the ids an idempotent append stored, expires after the window
 //
+// and for the flow engine (store.RunStore, store.DefinitionStore):
+//
+//	<p>:flows:<flow>:meta:<run>       hash: a run's record (contract §1): status, startedAt, completedAt,
+//	                                  stepCount, completedSteps, emittedEvents (JSON), version, and state
+//	                                  (the engine's bookkeeping, JSON)
+//	<p>:flows:<flow>:status:<status>  sorted set: the flow's runs with that status, score = startedAt
+//	<p>:queue:<q>:ready               sorted set: job ids, score = when claimable (ready time, or lease
+//	                                  end once claimed)
+//	<p>:queue:<q>:jobs                hash: job id -> "<attempt> <score> <leaseUntil> <lease>\n<job JSON>"
+//	<p>:engine:timers:due             sorted set: kind:flow:run:step, score = due ms
+//	<p>:engine:flows:defs             hash: flow name -> definition JSON
+//
+// The engine's own keys have three parts after the prefix because two-part
+// keys are context streams (<p>:<type>:<id>): a client appending to a
+// context named like one of them could otherwise break it.
+//
 // Streams written by the Nuxt Queue Node module (fields type, runId, flowName,
 // data, ts, stepName, stepId, attempt) are read as well.
 //
 // Every append is one Lua script (scripts/append.lua) that stores, publishes
-// and indexes the batch atomically. Every name that becomes part of a key is
+// and indexes the batch atomically; every engine decision is one as well
+// (scripts/run_update.lua: record, status index, events, jobs and timers),
+// as are claims, heartbeats and timer pickups. Every key reaches a script
+// through KEYS[]. Every name that becomes part of a key is
 // checked against the rules of contract §1 before any command is sent.
 package redisstore
 

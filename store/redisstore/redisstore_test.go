@@ -43,3 +43,10 @@ func BenchmarkStore(b *testing.B) {
 		return s
 	})
 }
+
+func TestEngineConformance(t *testing.T) {
+	storetest.RunEngine(t, func(t *testing.T) storetest.EngineStore {
+		s, _ := newTestStore(t, redisstore.Options{})
+		return s
+	})
+}

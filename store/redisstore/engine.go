@@ -1,0 +1,567 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/store"
+)
+
+// The flow engine's keys and scripts are listed in the package doc.
+
+var (
+	_ store.DefinitionStore = (*Store)(nil)
+	_ store.RunStore        = (*Store)(nil)
+)
+
+var (
+	//go:embed scripts/run_update.lua
+	runUpdateLua string
+	//go:embed scripts/claim.lua
+	claimLua string
+	//go:embed scripts/heartbeat.lua
+	heartbeatLua string
+	//go:embed scripts/due_timers.lua
+	dueTimersLua string
+
+	runUpdateScript = redis.NewScript(isoMS() + runUpdateLua)
+	claimScript     = redis.NewScript(claimLua)
+	heartbeatScript = redis.NewScript(heartbeatLua)
+	dueTimersScript = redis.NewScript(dueTimersLua)
+)
+
+// isoMS is append.lua's iso_ms function, so a run update publishes records
+// byte-identical to an append's.
+func isoMS() string {
+	_, fn, _ := strings.Cut(appendLua, "-- BEGIN iso_ms")
+	fn, _, _ = strings.Cut(fn, "-- END iso_ms")
+	return fn
+}
+
+// runStatuses are the statuses whose indexes DeleteRuns removes.
+var runStatuses = []string{store.RunRunning, store.RunAwaiting, store.RunCompleted, store.RunFailed, store.RunCancelled}
+
+func (s *Store) defsKey() string   { return s.opts.Prefix + ":engine:flows:defs" }
+func (s *Store) timersKey() string { return s.opts.Prefix + ":engine:timers:due" }
+func (s *Store) metaKey(flow, run string) string {
+	return s.opts.Prefix + ":flows:" + flow + ":meta:" + run
+}
+func (s *Store) statusKey(flow, status string) string {
+	return s.opts.Prefix + ":flows:" + flow + ":status:" + status
+}
+func (s *Store) readyKey(queue string) string { return s.opts.Prefix + ":queue:" + queue + ":ready" }
+func (s *Store) jobsKey(queue string) string  { return s.opts.Prefix + ":queue:" + queue + ":jobs" }
+
+func (s *Store) checkOpen(op string) error {
+	if s.closed.Load() {
+		return fmt.Errorf("redisstore: %s: %w", op, store.ErrClosed)
+	}
+	return nil
+}
+
+// PutDefinition stores a flow definition. Errors: store.ErrInvalid,
+// store.ErrUnavailable, store.ErrClosed.
+func (s *Store) PutDefinition(ctx context.Context, name string, body []byte) error {
+	if err := s.checkOpen("put definition"); err != nil {
+		return err
+	}
+	if !event.ValidName(name) {
+		return invalid("put definition", "flow name %q", name)
+	}
+	return mapErr(ctx, "put definition", s.client.HSet(ctx, s.defsKey(), name, body).Err())
+}
+
+// Definition returns a stored definition. Errors: store.ErrNotFound,
+// store.ErrInvalid, store.ErrUnavailable, store.ErrClosed.
+func (s *Store) Definition(ctx context.Context, name string) ([]byte, error) {
+	if err := s.checkOpen("definition"); err != nil {
+		return nil, err
+	}
+	if !event.ValidName(name) {
+		return nil, invalid("definition", "flow name %q", name)
+	}
+	body, err := s.client.HGet(ctx, s.defsKey(), name).Bytes()
+	if err != nil {
+		return nil, mapErr(ctx, "definition "+name, err)
+	}
+	return body, nil
+}
+
+// DeleteDefinition removes a definition. Errors: store.ErrNotFound,
+// store.ErrInvalid, store.ErrUnavailable, store.ErrClosed.
+func (s *Store) DeleteDefinition(ctx context.Context, name string) error {
+	if err := s.checkOpen("delete definition"); err != nil {
+		return err
+	}
+	if !event.ValidName(name) {
+		return invalid("delete definition", "flow name %q", name)
+	}
+	n, err := s.client.HDel(ctx, s.defsKey(), name).Result()
+	if err != nil {
+		return mapErr(ctx, "delete definition", err)
+	}
+	if n == 0 {
+		return fmt.Errorf("redisstore: definition %s: %w", name, store.ErrNotFound)
+	}
+	return nil
+}
+
+// Definitions returns every stored definition by name. Errors:
+// store.ErrUnavailable, store.ErrClosed.
+func (s *Store) Definitions(ctx context.Context) (map[string][]byte, error) {
+	if err := s.checkOpen("definitions"); err != nil {
+		return nil, err
+	}
+	all, err := s.client.HGetAll(ctx, s.defsKey()).Result()
+	if err != nil {
+		return nil, mapErr(ctx, "definitions", err)
+	}
+	out := make(map[string][]byte, len(all))
+	for k, v := range all {
+		out[k] = []byte(v)
+	}
+	return out, nil
+}
+
+func checkUpdate(u store.RunUpdate) error {
+	m := u.Meta
+	if !event.ValidName(m.Flow) || !event.ValidContextID(m.Run) {
+		return invalid("update run", "run %q of flow %q", m.Run, m.Flow)
+	}
+	if !event.ValidName(m.Status) || (m.Version > 0 && !event.ValidName(u.PrevStatus)) {
+		return invalid("update run", "status %q after %q", m.Status, u.PrevStatus)
+	}
+	for _, j := range u.Enqueue {
+		if !event.ValidName(j.Queue) || j.ID == "" {
+			return invalid("update run", "job %q in queue %q", j.ID, j.Queue)
+		}
+	}
+	for _, r := range u.Remove {
+		if !event.ValidName(r.Queue) {
+			return invalid("update run", "queue %q", r.Queue)
+		}
+	}
+	if u.Ack != nil && !event.ValidName(u.Ack.Queue) {
+		return invalid("update run", "queue %q", u.Ack.Queue)
+	}
+	for _, t := range append(u.SetTimers[:len(u.SetTimers):len(u.SetTimers)], u.ClearTimers...) {
+		if !validTimer(t) {
+			return invalid("update run", "timer %+v", t)
+		}
+	}
+	return nil
+}
+
+// validTimer keeps timer names parseable: only the step may hold a colon.
+func validTimer(t store.Timer) bool {
+	return event.ValidName(t.Kind) && event.ValidName(t.Flow) && event.ValidContextID(t.Run) && t.Step != ""
+}
+
+func timerName(t store.Timer) string { return t.Kind + ":" + t.Flow + ":" + t.Run + ":" + t.Step }
+
+// metaFields is the record as hash fields; "" deletes a field.
+func metaFields(m store.RunMeta) ([]any, error) {
+	emitted := ""
+	if len(m.EmittedEvents) > 0 {
+		b, err := json.Marshal(m.EmittedEvents)
+		if err != nil {
+			return nil, err
+		}
+		emitted = string(b)
+	}
+	completed := ""
+	if m.CompletedAt != 0 {
+		completed = strconv.FormatInt(m.CompletedAt, 10)
+	}
+	return []any{
+		"status", m.Status,
+		"startedAt", strconv.FormatInt(m.StartedAt, 10),
+		"completedAt", completed,
+		"stepCount", strconv.Itoa(m.StepCount),
+		"completedSteps", strconv.Itoa(m.CompletedSteps),
+		"emittedEvents", emitted,
+		"state", string(m.State),
+	}, nil
+}
+
+// decodeMeta reads a record hash; fields another producer left out stay
+// zero.
+func decodeMeta(flow, run string, h map[string]string) (store.RunMeta, error) {
+	m := store.RunMeta{Flow: flow, Run: run, Status: h["status"]}
+	ints := []struct {
+		field string
+		to    *int64
+	}{{"startedAt", &m.StartedAt}, {"completedAt", &m.CompletedAt}, {"version", &m.Version}}
+	for _, f := range ints {
+		if v := h[f.field]; v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return m, fmt.Errorf("redisstore: run %s: %s %q: %w", run, f.field, v, err)
+			}
+			*f.to = n
+		}
+	}
+	for field, to := range map[string]*int{"stepCount": &m.StepCount, "completedSteps": &m.CompletedSteps} {
+		if v := h[field]; v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return m, fmt.Errorf("redisstore: run %s: %s %q: %w", run, field, v, err)
+			}
+			*to = n
+		}
+	}
+	if v := h["emittedEvents"]; v != "" {
+		if err := json.Unmarshal([]byte(v), &m.EmittedEvents); err != nil {
+			return m, fmt.Errorf("redisstore: run %s: emittedEvents: %w", run, err)
+		}
+	}
+	if v := h["state"]; v != "" {
+		m.State = json.RawMessage(v)
+	}
+	return m, nil
+}
+
+// jobValue is how a job is kept: a header that the scripts rewrite on claim
+// and heartbeat, and the job's fixed part as JSON, which they never parse
+// (Lua's JSON would round large numbers in the input).
+func jobValue(j store.Job, score int64) (string, error) {
+	attempt := max(j.Attempt, 1)
+	j.Attempt, j.Lease, j.LeaseUntil, j.ReadyAt = 0, "", 0, 0
+	body, err := json.Marshal(j)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d %d 0 \n%s", attempt, score, body), nil
+}
+
+func decodeJob(v string) (store.Job, error) {
+	head, body, ok := strings.Cut(v, "\n")
+	f := strings.SplitN(head, " ", 4)
+	if !ok || len(f) != 4 {
+		return store.Job{}, fmt.Errorf("redisstore: job value %.60q", v)
+	}
+	var j store.Job
+	if err := json.Unmarshal([]byte(body), &j); err != nil {
+		return store.Job{}, fmt.Errorf("redisstore: job: %w", err)
+	}
+	var err1, err2, err3 error
+	j.Attempt, err1 = strconv.Atoi(f[0])
+	j.ReadyAt, err2 = strconv.ParseInt(f[1], 10, 64)
+	j.LeaseUntil, err3 = strconv.ParseInt(f[2], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return store.Job{}, fmt.Errorf("redisstore: job header %q", head)
+	}
+	j.Lease = f[3]
+	return j, nil
+}
+
+// UpdateRun applies u in one script (scripts/run_update.lua). Errors:
+// store.ErrConflict, store.ErrInvalid, store.ErrUnavailable, store.ErrClosed.
+func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendResult, error) {
+	if err := s.checkOpen("update run"); err != nil {
+		return store.AppendResult{}, err
+	}
+	if err := checkUpdate(u); err != nil {
+		return store.AppendResult{}, err
+	}
+	m := u.Meta
+	c := store.Context{Type: "flow", ID: m.Run}
+	prev := u.PrevStatus
+	if m.Version == 0 || prev == "" {
+		prev = m.Status
+	}
+	keys := []string{
+		s.metaKey(m.Flow, m.Run), s.streamKey(c), s.indexKey(store.Index{Type: "flow"}),
+		s.statusKey(m.Flow, prev), s.statusKey(m.Flow, m.Status), s.timersKey(),
+	}
+	keyAt := func(k string) int {
+		for i, have := range keys {
+			if have == k {
+				return i + 1
+			}
+		}
+		keys = append(keys, k)
+		return len(keys)
+	}
+
+	fields, err := metaFields(m)
+	if err != nil {
+		return store.AppendResult{}, invalid("update run", "%v", err)
+	}
+	args := []any{s.channel(c), m.Run, s.opts.MaxLen, m.Version, prev, m.Status, m.StartedAt, len(fields) / 2}
+	args = append(args, fields...)
+
+	args = append(args, len(u.Events))
+	joins := make([]any, len(u.Events))
+	for i, e := range u.Events {
+		if !event.ValidKind(e.Kind) {
+			return store.AppendResult{}, invalid("update run", "event %d: kind %q", i, e.Kind)
+		}
+		b, err := e.MarshalBody()
+		if err != nil {
+			return store.AppendResult{}, invalid("update run", "event %d: %v", i, err)
+		}
+		args = append(args, b)
+		joins[i] = 0
+		if ix, ok := joinedIndex(e); ok {
+			if !ix.Valid() {
+				return store.AppendResult{}, invalid("update run", "event %d: index name %q", i, ix.Name)
+			}
+			joins[i] = keyAt(s.indexKey(ix))
+		}
+	}
+	args = append(args, joins...)
+
+	if a := u.Ack; a != nil {
+		args = append(args, keyAt(s.readyKey(a.Queue)), keyAt(s.jobsKey(a.Queue)), a.ID, a.Lease)
+	} else {
+		args = append(args, 0, 0, "", "")
+	}
+	args = append(args, len(u.Remove))
+	for _, r := range u.Remove {
+		args = append(args, keyAt(s.readyKey(r.Queue)), keyAt(s.jobsKey(r.Queue)), r.ID)
+	}
+	args = append(args, len(u.Enqueue))
+	for _, j := range u.Enqueue {
+		v, err := jobValue(j, j.ReadyAt)
+		if err != nil {
+			return store.AppendResult{}, invalid("update run", "job %s: %v", j.ID, err)
+		}
+		args = append(args, keyAt(s.readyKey(j.Queue)), keyAt(s.jobsKey(j.Queue)), j.ID, j.ReadyAt, v)
+	}
+	args = append(args, len(u.ClearTimers))
+	for _, t := range u.ClearTimers {
+		args = append(args, timerName(t))
+	}
+	args = append(args, len(u.SetTimers))
+	for _, t := range u.SetTimers {
+		args = append(args, timerName(t), t.Due)
+	}
+
+	reply, err := runUpdateScript.Run(ctx, s.client, keys, args...).Slice()
+	if err != nil {
+		return store.AppendResult{}, mapErr(ctx, "update run", err)
+	}
+	if code, _ := reply[0].(int64); code != 0 {
+		reason, _ := reply[1].(string)
+		return store.AppendResult{}, fmt.Errorf("redisstore: run %s of %s: %w: %s", m.Run, m.Flow, store.ErrConflict, reason)
+	}
+	if len(u.Events) == 0 {
+		return store.AppendResult{}, nil
+	}
+	return s.appendResult(c, u.Events, reply)
+}
+
+// RunMeta returns a run's record. Errors: store.ErrNotFound,
+// store.ErrInvalid, store.ErrUnavailable, store.ErrClosed.
+func (s *Store) RunMeta(ctx context.Context, flow, run string) (store.RunMeta, error) {
+	if err := s.checkOpen("run"); err != nil {
+		return store.RunMeta{}, err
+	}
+	if !event.ValidName(flow) || !event.ValidContextID(run) {
+		return store.RunMeta{}, invalid("run", "run %q of flow %q", run, flow)
+	}
+	h, err := s.client.HGetAll(ctx, s.metaKey(flow, run)).Result()
+	if err != nil {
+		return store.RunMeta{}, mapErr(ctx, "run", err)
+	}
+	if len(h) == 0 {
+		return store.RunMeta{}, fmt.Errorf("redisstore: run %s of %s: %w", run, flow, store.ErrNotFound)
+	}
+	return decodeMeta(flow, run, h)
+}
+
+// ListRuns pages over a flow's runs, newest first, in the order IndexList
+// uses. Each record is read right after the page, so a run that changed
+// status in between comes with its new status. Errors: store.ErrInvalid,
+// store.ErrUnavailable, store.ErrClosed.
+func (s *Store) ListRuns(ctx context.Context, flow, status string, offset, limit int) (store.RunPage, error) {
+	if err := s.checkOpen("list runs"); err != nil {
+		return store.RunPage{}, err
+	}
+	if !event.ValidName(flow) || (status != "" && !event.ValidName(status)) {
+		return store.RunPage{}, invalid("list runs", "flow %q, status %q", flow, status)
+	}
+	if offset < 0 || limit < 0 {
+		return store.RunPage{}, invalid("list runs", "offset %d, limit %d", offset, limit)
+	}
+	key := s.indexKey(store.Index{Type: "flow", Name: flow})
+	if status != "" {
+		key = s.statusKey(flow, status)
+	}
+	page := store.RunPage{Runs: []store.RunMeta{}}
+	if limit == 0 {
+		n, err := s.client.ZCard(ctx, key).Result()
+		page.Total = n
+		return page, mapErr(ctx, "list runs", err)
+	}
+	reply, err := indexListScript.Run(ctx, s.client, []string{key}, offset, limit).Slice()
+	if err != nil {
+		return store.RunPage{}, mapErr(ctx, "list runs", err)
+	}
+	page.Total, _ = reply[0].(int64)
+	pipe := s.client.Pipeline()
+	var metas []*redis.MapStringStringCmd
+	for i := 1; i+1 < len(reply); i += 2 {
+		run, _ := reply[i].(string)
+		raw, _ := reply[i+1].(string)
+		score, _ := strconv.ParseFloat(raw, 64)
+		page.Runs = append(page.Runs, store.RunMeta{Flow: flow, Run: run, StartedAt: int64(score)})
+		metas = append(metas, pipe.HGetAll(ctx, s.metaKey(flow, run)))
+	}
+	if len(metas) == 0 {
+		return page, nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return store.RunPage{}, mapErr(ctx, "list runs", err)
+	}
+	for i, cmd := range metas {
+		if h := cmd.Val(); len(h) > 0 {
+			m, err := decodeMeta(flow, page.Runs[i].Run, h)
+			if err != nil {
+				return store.RunPage{}, err
+			}
+			page.Runs[i] = m
+		}
+	}
+	return page, nil
+}
+
+// DeleteRuns removes every run of flow (streams, checkpoints, records and
+// indexes) in one MULTI. Jobs and timers of the removed runs are left to the
+// engine, which drops them when it finds their run gone. Errors:
+// store.ErrInvalid, store.ErrUnavailable, store.ErrClosed.
+func (s *Store) DeleteRuns(ctx context.Context, flow string) (int, error) {
+	if err := s.checkOpen("delete runs"); err != nil {
+		return 0, err
+	}
+	if !event.ValidName(flow) {
+		return 0, invalid("delete runs", "flow %q", flow)
+	}
+	index := s.indexKey(store.Index{Type: "flow", Name: flow})
+	runs, err := s.client.ZRange(ctx, index, 0, -1).Result()
+	if err != nil {
+		return 0, mapErr(ctx, "delete runs", err)
+	}
+	_, err = s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for _, run := range runs {
+			c := store.Context{Type: "flow", ID: run}
+			p.Del(ctx, s.streamKey(c), s.checkpointsKey(c), s.metaKey(flow, run))
+			p.ZRem(ctx, s.indexKey(store.Index{Type: "flow"}), run)
+		}
+		p.Del(ctx, index)
+		for _, st := range runStatuses {
+			p.Del(ctx, s.statusKey(flow, st))
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, mapErr(ctx, "delete runs", err)
+	}
+	return len(runs), nil
+}
+
+// Claim hands out jobs ready or lease-expired at now (scripts/claim.lua).
+// Errors: store.ErrInvalid, store.ErrUnavailable, store.ErrClosed.
+func (s *Store) Claim(ctx context.Context, queues []string, now, leaseUntil int64, lease string, max int) ([]store.Job, error) {
+	if err := s.checkOpen("claim"); err != nil {
+		return nil, err
+	}
+	keys := make([]string, 0, 2*len(queues))
+	for _, q := range queues {
+		if !event.ValidName(q) {
+			return nil, invalid("claim", "queue %q", q)
+		}
+		keys = append(keys, s.readyKey(q), s.jobsKey(q))
+	}
+	if max <= 0 || lease == "" || strings.ContainsAny(lease, " \n") {
+		return nil, invalid("claim", "%d jobs under lease %q", max, lease)
+	}
+	vals, err := claimScript.Run(ctx, s.client, keys, now, leaseUntil, lease, max).StringSlice()
+	if err != nil {
+		return nil, mapErr(ctx, "claim", err)
+	}
+	out := make([]store.Job, 0, len(vals))
+	for _, v := range vals {
+		j, err := decodeJob(v)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	return out, nil
+}
+
+// Heartbeat extends a held lease (scripts/heartbeat.lua). Errors:
+// store.ErrNotFound, store.ErrConflict, store.ErrInvalid,
+// store.ErrUnavailable, store.ErrClosed.
+func (s *Store) Heartbeat(ctx context.Context, ref store.JobAck, leaseUntil int64) (store.Job, error) {
+	if err := s.checkOpen("heartbeat"); err != nil {
+		return store.Job{}, err
+	}
+	if !event.ValidName(ref.Queue) {
+		return store.Job{}, invalid("heartbeat", "queue %q", ref.Queue)
+	}
+	reply, err := heartbeatScript.Run(ctx, s.client, []string{s.readyKey(ref.Queue), s.jobsKey(ref.Queue)}, ref.ID, ref.Lease, leaseUntil).Slice()
+	if err != nil {
+		return store.Job{}, mapErr(ctx, "heartbeat", err)
+	}
+	switch code, _ := reply[0].(int64); code {
+	case 1:
+		return store.Job{}, fmt.Errorf("redisstore: job %s: %w", ref.ID, store.ErrNotFound)
+	case 2:
+		return store.Job{}, fmt.Errorf("redisstore: job %s: %w: held by another lease", ref.ID, store.ErrConflict)
+	}
+	v, _ := reply[1].(string)
+	return decodeJob(v)
+}
+
+// Job returns a stored job. Errors: store.ErrNotFound, store.ErrInvalid,
+// store.ErrUnavailable, store.ErrClosed.
+func (s *Store) Job(ctx context.Context, ref store.JobRef) (store.Job, error) {
+	if err := s.checkOpen("job"); err != nil {
+		return store.Job{}, err
+	}
+	if !event.ValidName(ref.Queue) {
+		return store.Job{}, invalid("job", "queue %q", ref.Queue)
+	}
+	v, err := s.client.HGet(ctx, s.jobsKey(ref.Queue), ref.ID).Result()
+	if err != nil {
+		return store.Job{}, mapErr(ctx, "job "+ref.ID, err)
+	}
+	return decodeJob(v)
+}
+
+// DueTimers claims timers due at now (scripts/due_timers.lua). Errors:
+// store.ErrUnavailable, store.ErrClosed.
+func (s *Store) DueTimers(ctx context.Context, now, holdUntil int64, max int) ([]store.Timer, error) {
+	if err := s.checkOpen("due timers"); err != nil {
+		return nil, err
+	}
+	if max <= 0 {
+		return nil, nil
+	}
+	vals, err := dueTimersScript.Run(ctx, s.client, []string{s.timersKey()}, now, holdUntil, max).StringSlice()
+	if err != nil {
+		return nil, mapErr(ctx, "due timers", err)
+	}
+	var out []store.Timer
+	for i := 0; i+1 < len(vals); i += 2 {
+		p := strings.SplitN(vals[i], ":", 4)
+		due, err := strconv.ParseFloat(vals[i+1], 64)
+		if len(p) != 4 || err != nil {
+			s.log.Warn().Str("timer", vals[i]).Msg("dropping an unreadable timer")
+			s.client.ZRem(ctx, s.timersKey(), vals[i])
+			continue
+		}
+		out = append(out, store.Timer{Kind: p[0], Flow: p[1], Run: p[2], Step: p[3], Due: int64(due)})
+	}
+	return out, nil
+}

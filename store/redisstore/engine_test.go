@@ -1,0 +1,93 @@
+package redisstore_test
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/store"
+	"github.com/nqd-dev/nqd/store/redisstore"
+)
+
+// TestRunRecordIsContractHash checks the record's layout that other
+// producers (the Node module, dashboards) read: contract §1's hash fields.
+func TestRunRecordIsContractHash(t *testing.T) {
+	ctx := t.Context()
+	prefix := redistest.Prefix(t)
+	s, client := newTestStore(t, redisstore.Options{Prefix: prefix})
+	m := store.RunMeta{Flow: "fl", Run: "r1", Status: store.RunRunning, StartedAt: 1700000000123, StepCount: 3,
+		EmittedEvents: map[string]int64{"a.done": 1700000000200}}
+	if _, err := s.UpdateRun(ctx, store.RunUpdate{Meta: m}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := client.HGetAll(ctx, prefix+":flows:fl:meta:r1").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"status": "running", "startedAt": "1700000000123", "stepCount": "3",
+		"completedSteps": "0", "emittedEvents": `{"a.done":1700000000200}`, "version": "1"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("record hash (-want +got):\n%s", diff)
+	}
+	if n, _ := client.ZCard(ctx, prefix+":flows:fl:status:running").Result(); n != 1 {
+		t.Errorf("running index holds %d runs, want 1", n)
+	}
+}
+
+// TestRunUpdatePublishesLikeAppend checks that a run update's events reach
+// live subscribers as the same records the stream holds.
+func TestRunUpdatePublishesLikeAppend(t *testing.T) {
+	ctx := t.Context()
+	s, _ := newTestStore(t, redisstore.Options{})
+	sub, err := s.Subscribe(ctx, store.Context{Type: "flow", ID: "r1"}, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	ev := event.Event{Kind: "flow.started", Subject: "r1", Flow: "r1", FlowName: "fl", Data: json.RawMessage(`{"n":12345678901234567890}`)}
+	res, err := s.UpdateRun(ctx, store.RunUpdate{Meta: store.RunMeta{Flow: "fl", Run: "r1", Status: store.RunRunning, StartedAt: 1}, Events: []event.Event{ev}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-sub.C():
+		stored, err := s.Range(ctx, store.Context{Type: "flow", ID: "r1"}, store.RangeQuery{})
+		if err != nil || len(stored) != 1 {
+			t.Fatalf("Range = %v, %v", stored, err)
+		}
+		gb, _ := json.Marshal(got)
+		sb, _ := json.Marshal(stored[0])
+		if string(gb) != string(sb) || got.ID != res.Events[0].ID {
+			t.Errorf("published %s, stored %s", gb, sb)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no live record; subscription ended with %v", sub.Err())
+	}
+	page, err := s.IndexList(ctx, store.Index{Type: "flow", Name: "fl"}, 0, 10)
+	if err != nil || page.Total != 1 {
+		t.Errorf("flow index = %+v, %v", page, err)
+	}
+}
+
+// TestJobInputKeepsLargeNumbers guards the job encoding: the scripts never
+// re-encode a job's JSON, so numbers beyond a double's precision survive.
+func TestJobInputKeepsLargeNumbers(t *testing.T) {
+	ctx := t.Context()
+	s, _ := newTestStore(t, redisstore.Options{})
+	in := json.RawMessage(`{"id":12345678901234567890,"f":0.1}`)
+	j := store.Job{ID: store.JobID("r1", "a"), Queue: "q", Flow: "fl", Run: "r1", Step: "a", Input: in}
+	if _, err := s.UpdateRun(ctx, store.RunUpdate{Meta: store.RunMeta{Flow: "fl", Run: "r1", Status: store.RunRunning}, Enqueue: []store.Job{j}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Claim(ctx, []string{"q"}, 10, 20, "L", 5)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("Claim = %+v, %v", got, err)
+	}
+	if string(got[0].Input) != string(in) || got[0].Attempt != 1 || got[0].LeaseUntil != 20 {
+		t.Errorf("claimed %+v", got[0])
+	}
+}

@@ -1,0 +1,37 @@
+-- claim.lua: hand out jobs that are ready, or whose lease ran out, under a
+-- new lease. A claimed job's score becomes its lease end, so an expired
+-- lease makes the job claimable again with no sweeper; taking it over counts
+-- a new attempt.
+--
+-- KEYS        pairs, one per queue in the order asked: <p>:queue:<q>:ready,
+--             <p>:queue:<q>:jobs
+-- ARGV[1]     now (epoch ms)
+-- ARGV[2]     leaseUntil (epoch ms)
+-- ARGV[3]     the lease
+-- ARGV[4]     the most jobs to hand out
+--
+-- A job's value is "<attempt> <score> <leaseUntil> <lease>\n<job JSON>".
+-- Returns the claimed jobs' new values.
+
+local now, until_, lease, max = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local out = {}
+for q = 1, #KEYS, 2 do
+  if #out >= max then break end
+  local ready, jobs = KEYS[q], KEYS[q + 1]
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', ready, '-inf', now, 'LIMIT', 0, max - #out)) do
+    local v = redis.call('HGET', jobs, id)
+    if not v then
+      -- A ready entry without its job can only be debris; drop it.
+      redis.call('ZREM', ready, id)
+    else
+      local attempt, held, body = string.match(v, '^(%d+) %S+ %S+ ([^\n]*)\n(.*)$')
+      attempt = tonumber(attempt)
+      if held ~= '' then attempt = attempt + 1 end
+      v = string.format('%d %s %s %s\n', attempt, until_, until_, lease) .. body
+      redis.call('HSET', jobs, id, v)
+      redis.call('ZADD', ready, until_, id)
+      out[#out + 1] = v
+    end
+  end
+end
+return out

@@ -1,0 +1,124 @@
+-- run_update.lua: one decision of the flow engine about one run, as one
+-- atomic step: check the run's version (and the acknowledged job's lease),
+-- then write the run's record, move it between the per-status indexes,
+-- append, publish and index the events exactly as append.lua does, and apply
+-- the queue and timer changes. Everything is checked before anything is
+-- written, so a refused update leaves no trace. The iso_ms function is
+-- append.lua's, prepended when the script is loaded.
+--
+-- KEYS[1]     the run's record, <p>:flows:<flow>:meta:<run> (hash)
+-- KEYS[2]     the run's stream, <p>:flow:<run>
+-- KEYS[3]     the type index, <p>:flows
+-- KEYS[4]     the status index the run leaves, <p>:flows:<flow>:status:<prev>
+-- KEYS[5]     the status index the run is in, <p>:flows:<flow>:status:<status>
+-- KEYS[6]     the timers, <p>:engine:timers:due
+-- KEYS[7...]  named indexes the events join and the queues' ready sets
+--             (<p>:queue:<q>:ready) and job hashes (<p>:queue:<q>:jobs);
+--             ARGV says which is where
+--
+-- ARGV, read in order:
+--   channel, run id, MAXLEN ("0": unbounded), the version read, the status
+--   read, the new status, startedAt (the status index score);
+--   f, then f field/value pairs of the record ("" deletes the field);
+--   n, then n event bodies, then n positions of the named index each joins;
+--   the ack's ready and jobs positions ("0" "0": no ack), job id, lease;
+--   r, then r removals: ready position, jobs position, job id;
+--   q, then q jobs: ready position, jobs position, job id, score, value;
+--   c, then c timer names to clear;
+--   s, then s timer name/due pairs to set.
+--
+-- A job's value is "<attempt> <score> <leaseUntil> <lease>\n<job JSON>".
+--
+-- Returns {0, id...}, or {1, reason} when the update is refused.
+
+local a = 0
+local function arg()
+  a = a + 1
+  return ARGV[a]
+end
+
+local channel, member, maxlen = arg(), arg(), tonumber(arg())
+local version, prev, status, started = tonumber(arg()), arg(), arg(), arg()
+
+local cur = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
+if cur ~= version then
+  return {1, 'run is at version ' .. cur .. ', not ' .. version}
+end
+if cur > 0 and redis.call('HGET', KEYS[1], 'status') ~= prev then
+  return {1, 'run is not ' .. prev}
+end
+
+local fields = {}
+for i = 1, tonumber(arg()) do
+  fields[i] = {arg(), arg()}
+end
+local n = tonumber(arg())
+local bodies, joins = {}, {}
+for i = 1, n do bodies[i] = arg() end
+for i = 1, n do joins[i] = tonumber(arg()) end
+
+local ackReady, ackJobs, ackID, ackLease = tonumber(arg()), tonumber(arg()), arg(), arg()
+if ackJobs > 0 then
+  local v = redis.call('HGET', KEYS[ackJobs], ackID)
+  if not v or string.match(v, '^%S+ %S+ %S+ ([^\n]*)\n') ~= ackLease then
+    return {1, 'job ' .. ackID .. ' is not held by lease ' .. ackLease}
+  end
+  redis.call('HDEL', KEYS[ackJobs], ackID)
+  redis.call('ZREM', KEYS[ackReady], ackID)
+end
+
+local del = {}
+for _, f in ipairs(fields) do
+  if f[2] == '' then
+    del[#del + 1] = f[1]
+  else
+    redis.call('HSET', KEYS[1], f[1], f[2])
+  end
+end
+if #del > 0 then redis.call('HDEL', KEYS[1], unpack(del)) end
+redis.call('HSET', KEYS[1], 'version', string.format('%d', cur + 1))
+if cur == 0 or prev ~= status then
+  if cur > 0 then redis.call('ZREM', KEYS[4], member) end
+  redis.call('ZADD', KEYS[5], started, member)
+end
+
+local out = {0}
+local stream = KEYS[2]
+local fresh = redis.call('EXISTS', stream) == 0
+for i = 1, n do
+  local body = bodies[i]
+  local id
+  if maxlen > 0 then
+    id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'e', body)
+  else
+    id = redis.call('XADD', stream, '*', 'e', body)
+  end
+  out[#out + 1] = id
+  local ms = tonumber(string.match(id, '^(%d+)'))
+  redis.call('PUBLISH', channel, '{"id":"' .. id .. '","ts":"' .. iso_ms(ms) .. '",' .. string.sub(body, 2))
+  if i == 1 and fresh then
+    redis.call('ZADD', KEYS[3], 'NX', ms, member)
+  end
+  if joins[i] > 0 then
+    redis.call('ZADD', KEYS[joins[i]], 'NX', ms, member)
+  end
+end
+
+for _ = 1, tonumber(arg()) do
+  local ready, jobs, id = tonumber(arg()), tonumber(arg()), arg()
+  redis.call('HDEL', KEYS[jobs], id)
+  redis.call('ZREM', KEYS[ready], id)
+end
+for _ = 1, tonumber(arg()) do
+  local ready, jobs, id, score, value = tonumber(arg()), tonumber(arg()), arg(), arg(), arg()
+  redis.call('HSET', KEYS[jobs], id, value)
+  redis.call('ZADD', KEYS[ready], score, id)
+end
+for _ = 1, tonumber(arg()) do
+  redis.call('ZREM', KEYS[6], arg())
+end
+for _ = 1, tonumber(arg()) do
+  local name, due = arg(), arg()
+  redis.call('ZADD', KEYS[6], due, name)
+end
+return out
