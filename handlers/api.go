@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/rs/zerolog/hlog"
 
+	"github.com/nqd-dev/nqd/auth"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/reducers"
 	"github.com/nqd-dev/nqd/store"
@@ -71,6 +72,7 @@ type Streamer interface {
 type Limits struct {
 	MaxBodyBytes   int64         // request body size
 	MaxBatch       int           // events in one append
+	MaxEventBytes  int64         // one event as sent, in an append
 	RequestTimeout time.Duration // time an API route may take
 }
 
@@ -78,6 +80,7 @@ type Limits struct {
 const (
 	DefaultMaxBodyBytes   = 1 << 20
 	DefaultMaxBatch       = 1000
+	DefaultMaxEventBytes  = 256 << 10
 	DefaultRequestTimeout = 10 * time.Second
 )
 
@@ -102,6 +105,8 @@ type Deps struct {
 	Log     zerolog.Logger
 	Now     func() time.Time // the API's clock, default time.Now; events take the store's
 	Limits  Limits
+	// Access is who may call what and how much; the zero value is open.
+	Access Access
 }
 
 // API serves nqd's HTTP routes. Build it with New and mount Routes.
@@ -116,6 +121,7 @@ type API struct {
 	log      zerolog.Logger
 	now      func() time.Time
 	limits   Limits
+	access   access
 	validate *validator.Validate
 }
 
@@ -131,17 +137,22 @@ func New(d Deps) *API {
 	if lim.RequestTimeout <= 0 {
 		lim.RequestTimeout = DefaultRequestTimeout
 	}
+	if lim.MaxEventBytes <= 0 {
+		lim.MaxEventBytes = DefaultMaxEventBytes
+	}
 	now := d.Now
 	if now == nil {
 		now = time.Now
 	}
 	return &API{
 		store: d.Store, state: d.State, stream: d.Stream, flows: d.Flows, metrics: d.Metrics, ready: d.Ready, cors: d.CORSOrigins,
-		log: d.Log, now: now, limits: lim, validate: newValidator(),
+		log: d.Log, now: now, limits: lim, access: newAccess(d.Access, now), validate: newValidator(),
 	}
 }
 
-// Routes is the whole HTTP API in one table.
+// Routes is the whole HTTP API in one table. Each route names the scope it
+// needs (read, write or admin); the health checks and CORS preflights need
+// none.
 func (a *API) Routes() http.Handler {
 	r := chi.NewRouter()
 	r.Use(
@@ -159,22 +170,25 @@ func (a *API) Routes() http.Handler {
 			MaxAge:         600,
 		}))
 	}
+	r.Use(a.access.Auth.Middleware)
 	// Set before any sub-router exists so that every one inherits them.
 	r.NotFound(notFound)
 	r.MethodNotAllowed(methodNotAllowed(r))
+	read, write := a.require(auth.Read), a.require(auth.Write)
 
 	r.Group(func(r chi.Router) {
 		r.Use(middleware.Timeout(a.limits.RequestTimeout))
 
 		r.Get("/healthz", a.healthz)
 		r.Get("/readyz", a.readyz)
+		r.With(read).Post("/api/_auth/stream-token", a.issueStreamToken)
 
 		r.Route("/api/_events/{type}", func(r chi.Router) {
-			r.Get("/list", a.listContexts)
-			r.Get("/{id}", a.getContext)
-			r.Post("/{id}", a.appendEvents)
-			r.Get("/{id}/state", a.getState)
-			r.Get("/{id}/state/diff", a.getStateDiff)
+			r.With(read).Get("/list", a.listContexts)
+			r.With(read).Get("/{id}", a.getContext)
+			r.With(write, a.limitRate).Post("/{id}", a.appendEvents)
+			r.With(read).Get("/{id}/state", a.getState)
+			r.With(read).Get("/{id}/state/diff", a.getStateDiff)
 		})
 		if a.flows != nil {
 			a.flowRoutes(r)
@@ -184,7 +198,7 @@ func (a *API) Routes() http.Handler {
 
 	// A claim long-polls for longer than the API timeout.
 	if a.flows != nil {
-		r.Post("/api/_workers/claim", a.claimJobs)
+		r.With(write).Post("/api/_workers/claim", a.claimJobs)
 	}
 
 	// Streaming routes (SSE): a long-lived response must be neither cut by
@@ -192,14 +206,16 @@ func (a *API) Routes() http.Handler {
 	// group above.
 	if a.stream != nil {
 		r.Group(func(r chi.Router) {
-			r.Get("/api/_events/sse", a.stream.ServeRawTail)
-			r.Get("/api/_events/{type}/{id}/stream", a.stream.ServeStream)
+			r.With(a.requireStream).Get("/api/_events/sse", a.stream.ServeRawTail)
+			r.With(a.requireStream).Get("/api/_events/{type}/{id}/stream", a.stream.ServeStream)
 		})
 	}
 
 	// A scrape of a large registry is bounded by the scraper's own timeout.
-	if a.metrics != nil {
+	if a.metrics != nil && a.access.PublicMetrics {
 		r.Method(http.MethodGet, "/metrics", a.metrics)
+	} else if a.metrics != nil {
+		r.With(read).Method(http.MethodGet, "/metrics", a.metrics)
 	}
 
 	return r

@@ -14,6 +14,7 @@ import (
 	"github.com/go-playground/validator/v10"
 	"github.com/rs/zerolog/hlog"
 
+	"github.com/nqd-dev/nqd/auth"
 	"github.com/nqd-dev/nqd/store"
 )
 
@@ -21,6 +22,9 @@ import (
 // for people.
 const (
 	CodeBadRequest       = "bad_request"
+	CodeUnauthorized     = "unauthorized"
+	CodeForbidden        = "forbidden"
+	CodeRateLimited      = "rate_limited"
 	CodeValidation       = "validation_failed"
 	CodeNotFound         = "not_found"
 	CodeMethodNotAllowed = "method_not_allowed"
@@ -87,6 +91,9 @@ var codes = []struct {
 	code    string
 	message string
 }{
+	{auth.ErrExpired, http.StatusUnauthorized, CodeUnauthorized, "The token has expired; get a new one."},
+	{auth.ErrUnauthenticated, http.StatusUnauthorized, CodeUnauthorized, "A valid token is required: send Authorization: Bearer <token>."},
+	{auth.ErrForbidden, http.StatusForbidden, CodeForbidden, "The token does not allow this."},
 	{store.ErrNotFound, http.StatusNotFound, CodeNotFound, "The resource does not exist."},
 	{store.ErrConflict, http.StatusConflict, CodeConflict, "The request conflicts with what is stored, such as an idempotency key reused for a different request."},
 	{store.ErrInvalid, http.StatusBadRequest, CodeBadRequest, "The request breaks a storage rule."},
@@ -145,8 +152,11 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	default:
 		log.Debug().Err(err).Int("status", e.Status).Msg("request rejected")
 	}
-	if e.Status == http.StatusServiceUnavailable {
+	switch e.Status {
+	case http.StatusServiceUnavailable:
 		w.Header().Set("Retry-After", retryAfterSeconds)
+	case http.StatusUnauthorized:
+		w.Header().Set("WWW-Authenticate", `Bearer realm="nqd"`)
 	}
 	writeJSON(w, r, e.Status, errorBody{errorFields{Code: e.Code, Message: e.Message, Fields: e.Fields}})
 }

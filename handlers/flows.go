@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/nqd-dev/nqd/auth"
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/flows"
@@ -40,16 +41,17 @@ type FlowEngine interface {
 // flowRoutes mounts the flow definition and run routes (contract §4,
 // ui-contract A.2, A.3, B.3, B.4).
 func (a *API) flowRoutes(r chi.Router) {
-	r.Get("/api/_flows", a.listFlows)
-	r.Get("/api/_flows/{name}", a.getFlow)
-	r.Put("/api/_flows/{name}", a.putFlow)
-	r.Delete("/api/_flows/{name}", a.deleteFlow)
-	r.Get("/api/_flows/{name}/diagram", a.flowDiagram)
-	r.Post("/api/_flows/{name}/start", a.startFlow)
-	r.Get("/api/_flows/{name}/runs", a.listRuns)
-	r.Post("/api/_flows/{name}/runs/{runId}/cancel", a.cancelRun)
-	r.Post("/api/_flows/{name}/runs/{runId}/restart", a.restartRun)
-	r.Delete("/api/_flows/{name}/clear-history", a.clearHistory)
+	read, write, admin := r.With(a.require(auth.Read)), r.With(a.require(auth.Write)), r.With(a.require(auth.Admin))
+	read.Get("/api/_flows", a.listFlows)
+	read.Get("/api/_flows/{name}", a.getFlow)
+	admin.Put("/api/_flows/{name}", a.putFlow)
+	admin.Delete("/api/_flows/{name}", a.deleteFlow)
+	read.Get("/api/_flows/{name}/diagram", a.flowDiagram)
+	write.With(a.limitRate).Post("/api/_flows/{name}/start", a.startFlow)
+	read.Get("/api/_flows/{name}/runs", a.listRuns)
+	admin.Post("/api/_flows/{name}/runs/{runId}/cancel", a.cancelRun)
+	admin.Post("/api/_flows/{name}/runs/{runId}/restart", a.restartRun)
+	admin.Delete("/api/_flows/{name}/clear-history", a.clearHistory)
 }
 
 // flowError turns the engine's own failures into answers.

@@ -121,10 +121,14 @@ func (a *API) decodeAppend(r *http.Request, c store.Context) (evs []event.Event,
 		return nil, false, err
 	}
 	var body appendBody
-	if err := decodeStrict(r.Body, &body, ""); err != nil {
+	src := &countingReader{r: r.Body}
+	if err := decodeStrict(src, &body, ""); err != nil {
 		return nil, false, err
 	}
 	if body.Events == nil {
+		if src.n > a.limits.MaxEventBytes {
+			return nil, false, eventTooLarge("The event", a.limits.MaxEventBytes)
+		}
 		ev, err := a.toEvent(body.inputRecord, c.ID, "")
 		if err != nil {
 			return nil, false, err
@@ -144,6 +148,9 @@ func (a *API) decodeAppend(r *http.Request, c store.Context) (evs []event.Event,
 	evs = make([]event.Event, 0, len(body.Events))
 	fields := map[string]string{}
 	for i, raw := range body.Events {
+		if int64(len(raw)) > a.limits.MaxEventBytes {
+			return nil, true, eventTooLarge(fmt.Sprintf("events[%d]", i), a.limits.MaxEventBytes)
+		}
 		ev, err := a.decodeEvent(raw, c.ID, fmt.Sprintf("events[%d].", i))
 		var apiErr *Error
 		switch {
@@ -159,6 +166,29 @@ func (a *API) decodeAppend(r *http.Request, c store.Context) (evs []event.Event,
 		return nil, true, invalid(fields)
 	}
 	return evs, true, nil
+}
+
+// eventTooLarge is the 413 of an event over the size limit, whatever the
+// size of the body it came in.
+func eventTooLarge(what string, limit int64) *Error {
+	return &Error{
+		Status:  http.StatusRequestEntityTooLarge,
+		Code:    CodeTooLarge,
+		Message: fmt.Sprintf("%s is larger than %d bytes.", what, limit),
+	}
+}
+
+// countingReader counts the bytes read through it: a single-event body's
+// size is the event's.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // fillContextFields gives the events of a flow run its run id, and those of a

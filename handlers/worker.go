@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/nqd-dev/nqd/auth"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/store"
 )
@@ -24,10 +25,11 @@ const maxClaimWait = 30 * time.Second
 // mounted outside the API timeout by the caller.
 func (a *API) workerRoutes(r chi.Router) {
 	const job = "/api/_workers/jobs/{queue}/{jobId}"
-	r.Post(job+"/heartbeat", a.heartbeatJob)
-	r.Post(job+"/events", a.reportJob)
-	r.Post(job+"/complete", a.completeJob)
-	r.Post(job+"/fail", a.failJob)
+	write := r.With(a.require(auth.Write))
+	write.Post(job+"/heartbeat", a.heartbeatJob)
+	write.Post(job+"/events", a.reportJob)
+	write.Post(job+"/complete", a.completeJob)
+	write.Post(job+"/fail", a.failJob)
 }
 
 type claimRequest struct {

@@ -440,6 +440,12 @@ func (h *Handler) live(ctx context.Context, log *zerolog.Logger, s *sink, cn *co
 		defer t.Stop()
 		retire = t.C
 	}
+	var expire <-chan time.Time
+	if at, ok := expiry(ctx); ok {
+		t := time.NewTimer(time.Until(at))
+		defer t.Stop()
+		expire = t.C
+	}
 	var spare []*frame
 	for {
 		select {
@@ -449,6 +455,8 @@ func (h *Handler) live(ctx context.Context, log *zerolog.Logger, s *sink, cn *co
 			return CloseShutdown
 		case <-retire:
 			return CloseRotate
+		case <-expire:
+			return CloseExpired
 		case <-hb.C:
 			s.buf = append(s.buf, ": ping\n\n"...)
 			if err := s.flushBuf(); err != nil {

@@ -16,6 +16,7 @@ const (
 	CloseSlow     CloseReason = "slow"     // its queue overflowed
 	CloseRotate   CloseReason = "rotate"   // it reached its maximum lifetime
 	CloseShutdown CloseReason = "shutdown" // the server drained it
+	CloseExpired  CloseReason = "expired"  // the credential that opened it expired
 	CloseError    CloseReason = "error"    // a write or a store read failed
 )
 

@@ -1,0 +1,229 @@
+package handlers
+
+import (
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/httprate"
+
+	"github.com/nqd-dev/nqd/auth"
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/stream"
+)
+
+// Rate is a request budget: Requests per Window. The zero Rate is no limit.
+type Rate struct {
+	Requests int
+	Window   time.Duration
+}
+
+// Access says who may call which route and how much. The zero value is open
+// (every route for everyone) with no limits, which nqd only allows on a
+// loopback address.
+type Access struct {
+	// Auth checks tokens; nil leaves every route open.
+	Auth *auth.Authenticator
+	// PerToken and PerAddr bound appends, starts and trigger POSTs, per
+	// token and per client address.
+	PerToken, PerAddr Rate
+	// MaxStreams caps the streams open at once per token and per address;
+	// 0 is no cap.
+	MaxStreams int
+	// MaxStreamTokenTTL is the longest life a stream token may ask for;
+	// DefaultMaxStreamTokenTTL when zero.
+	MaxStreamTokenTTL time.Duration
+	// PublicMetrics serves /metrics without a token, for scrapers that
+	// cannot send one.
+	PublicMetrics bool
+}
+
+// Stream token lifetimes.
+const (
+	DefaultStreamTokenTTL    = 5 * time.Minute
+	DefaultMaxStreamTokenTTL = time.Hour
+)
+
+// streamRetryAfter is what a client over its stream cap is asked to wait.
+const streamRetryAfter = "5"
+
+// access is Access made ready to serve.
+type access struct {
+	Access
+	tokenRate, addrRate *httprate.RateLimiter
+	streams             *auth.StreamLimit
+}
+
+func newAccess(a Access, now func() time.Time) access {
+	if a.Auth == nil {
+		a.Auth = auth.New(auth.NewTokens(nil), nil, now)
+	}
+	if a.MaxStreamTokenTTL <= 0 {
+		a.MaxStreamTokenTTL = DefaultMaxStreamTokenTTL
+	}
+	ac := access{Access: a, streams: auth.NewStreamLimit(a.MaxStreams)}
+	// The rate headers name the budget that refused, not a generic one;
+	// Retry-After is all a client needs.
+	quiet := httprate.WithResponseHeaders(httprate.ResponseHeaders{RetryAfter: "Retry-After"})
+	if a.PerToken.Requests > 0 {
+		ac.tokenRate = httprate.NewRateLimiter(a.PerToken.Requests, a.PerToken.Window, quiet)
+	}
+	if a.PerAddr.Requests > 0 {
+		ac.addrRate = httprate.NewRateLimiter(a.PerAddr.Requests, a.PerAddr.Window, quiet)
+	}
+	return ac
+}
+
+// require refuses a request whose principal lacks scope s: 401 without a
+// valid token, 403 with a token of a weaker scope.
+func (a *API) require(s auth.Scope) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			p, err := auth.FromContext(r.Context())
+			if err == nil {
+				err = p.Allows(s)
+			}
+			if err != nil {
+				writeError(w, r, err)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// requireStream admits a stream request with a read token or a stream token
+// covering its context, and ends the stream when a stream token expires. It
+// also holds the client's stream slots for the stream's life.
+func (a *API) requireStream(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		typ, id := streamContext(r)
+		p, until, err := a.access.Auth.Stream(r, typ, id)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		release, ok := a.access.streams.Acquire(clientKeys(r, p)...)
+		if !ok {
+			w.Header().Set("Retry-After", streamRetryAfter)
+			writeError(w, r, &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited,
+				Message: "Too many streams are open for this client; close one or retry later."})
+			return
+		}
+		defer release()
+		if !until.IsZero() {
+			r = r.WithContext(stream.WithExpiry(r.Context(), until))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// streamContext is the context a stream route names: the path's, or the
+// raw tail's `stream=<prefix>:<type>:<id>`. A raw tail of no context (the
+// quiet `<prefix>:events`) names none.
+func streamContext(r *http.Request) (typ, id string) {
+	if typ = chi.URLParam(r, "type"); typ != "" {
+		return typ, chi.URLParam(r, "id")
+	}
+	_, rest, _ := strings.Cut(r.URL.Query().Get("stream"), ":")
+	typ, id, _ = strings.Cut(rest, ":")
+	if id == "" {
+		return "", ""
+	}
+	return typ, id
+}
+
+// limitRate spends one request of the client's address budget and of its
+// token's; it answers 429 with Retry-After once either is spent. It runs
+// after the scope check, so only a verified token has a budget.
+func (a *API) limitRate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, _ := auth.FromContext(r.Context())
+		limited := a.access.addrRate != nil && a.access.addrRate.OnLimit(w, r, "addr:"+clientAddr(r))
+		if !limited && a.access.tokenRate != nil && !p.Open {
+			limited = a.access.tokenRate.OnLimit(w, r, "token:"+p.Name)
+		}
+		if limited {
+			writeError(w, r, &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited,
+				Message: "Too many requests; retry after the time in Retry-After."})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// clientAddr is the client's address as the limits count it: the peer's IP,
+// IPv6 by its /64. Forwarded headers are not trusted.
+func clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	return httprate.CanonicalizeIP(host)
+}
+
+// clientKeys are the keys a client's open streams are counted under.
+func clientKeys(r *http.Request, p auth.Principal) []string {
+	keys := []string{"addr:" + clientAddr(r)}
+	if !p.Open {
+		keys = append(keys, "token:"+p.Name)
+	}
+	return keys
+}
+
+// streamTokenRequest asks for a stream token.
+type streamTokenRequest struct {
+	Type string `json:"type" validate:"context_type"`
+	// ID is a context id, or * for every context of the type.
+	ID string `json:"id" validate:"required"`
+	// TTL is the token's life in seconds; DefaultStreamTokenTTL when 0.
+	TTL int `json:"ttl" validate:"gte=0"`
+	// Cookie asks for the token in the nqd_stream cookie as well.
+	Cookie bool `json:"cookie"`
+}
+
+type streamTokenBody struct {
+	Token     string `json:"token"`
+	Type      string `json:"type"`
+	ID        string `json:"id"`
+	ExpiresAt string `json:"expiresAt"`
+}
+
+// issueStreamToken signs a short-lived token that lets an EventSource, which
+// cannot send headers, open the streams of one context or of one type.
+func (a *API) issueStreamToken(w http.ResponseWriter, r *http.Request) {
+	var req streamTokenRequest
+	if err := a.decodeBody(w, r, &req); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if req.ID != auth.AnyID && !event.ValidContextID(req.ID) {
+		writeError(w, r, invalidField("id", "must be a context id or *"))
+		return
+	}
+	ttl := time.Duration(req.TTL) * time.Second
+	if ttl == 0 {
+		ttl = min(DefaultStreamTokenTTL, a.access.MaxStreamTokenTTL)
+	}
+	if ttl > a.access.MaxStreamTokenTTL {
+		writeError(w, r, invalidField("ttl", "at most "+a.access.MaxStreamTokenTTL.String()))
+		return
+	}
+	p, _ := auth.FromContext(r.Context())
+	tok, exp := a.access.Auth.IssueStream(p, req.Type, req.ID, ttl)
+	if req.Cookie {
+		http.SetCookie(w, &http.Cookie{
+			Name:     auth.StreamTokenCookie,
+			Value:    tok,
+			Path:     "/api/_events",
+			Expires:  exp,
+			HttpOnly: true,
+			Secure:   r.TLS != nil,
+			SameSite: http.SameSiteStrictMode,
+		})
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, r, http.StatusCreated, streamTokenBody{Token: tok, Type: req.Type, ID: req.ID, ExpiresAt: exp.UTC().Format(event.TimeFormat)})
+}
