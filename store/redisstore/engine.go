@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -135,7 +136,7 @@ func checkUpdate(u store.RunUpdate) error {
 	if !event.ValidName(m.Flow) || !event.ValidContextID(m.Run) {
 		return invalid("update run", "run %q of flow %q", m.Run, m.Flow)
 	}
-	if !event.ValidName(m.Status) || (m.Version > 0 && !event.ValidName(u.PrevStatus)) {
+	if !event.ValidName(m.Status) || (u.PrevStatus != "" && !event.ValidName(u.PrevStatus)) {
 		return invalid("update run", "status %q after %q", m.Status, u.PrevStatus)
 	}
 	for _, j := range u.Enqueue {
@@ -273,14 +274,7 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 	}
 	m := u.Meta
 	c := store.Context{Type: "flow", ID: m.Run}
-	prev := u.PrevStatus
-	if m.Version == 0 || prev == "" {
-		prev = m.Status
-	}
-	keys := []string{
-		s.metaKey(m.Flow, m.Run), s.streamKey(c), s.indexKey(store.Index{Type: "flow"}),
-		s.statusKey(m.Flow, prev), s.statusKey(m.Flow, m.Status), s.timersKey(),
-	}
+	keys := []string{s.metaKey(m.Flow, m.Run), s.streamKey(c), s.indexKey(store.Index{Type: "flow"}), s.timersKey()}
 	keyAt := func(k string) int {
 		for i, have := range keys {
 			if have == k {
@@ -295,7 +289,20 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 	if err != nil {
 		return store.AppendResult{}, invalid("update run", "%v", err)
 	}
-	args := []any{s.channel(c), m.Run, s.opts.MaxLen, m.Version, prev, m.Status, m.StartedAt, len(fields) / 2}
+	args := []any{s.channel(c), m.Run, s.opts.MaxLen, m.Version, m.Status, m.StartedAt}
+	// The run leaves the index of the status its stored record names, which
+	// the script reads; u.PrevStatus is only a hint of it.
+	statuses := runStatuses
+	for _, st := range []string{m.Status, u.PrevStatus} {
+		if st != "" && !slices.Contains(statuses, st) {
+			statuses = append(statuses[:len(statuses):len(statuses)], st)
+		}
+	}
+	args = append(args, len(statuses))
+	for _, st := range statuses {
+		args = append(args, st, keyAt(s.statusKey(m.Flow, st)))
+	}
+	args = append(args, len(fields)/2)
 	args = append(args, fields...)
 
 	args = append(args, len(u.Events))

@@ -9,16 +9,17 @@
 -- KEYS[1]     the run's record, <p>:flows:<flow>:meta:<run> (hash)
 -- KEYS[2]     the run's stream, <p>:flow:<run>
 -- KEYS[3]     the type index, <p>:flows
--- KEYS[4]     the status index the run leaves, <p>:flows:<flow>:status:<prev>
--- KEYS[5]     the status index the run is in, <p>:flows:<flow>:status:<status>
--- KEYS[6]     the timers, <p>:engine:timers:due
--- KEYS[7...]  named indexes the events join and the queues' ready sets
+-- KEYS[4]     the timers, <p>:engine:timers:due
+-- KEYS[5...]  the flow's status indexes (<p>:flows:<flow>:status:<status>),
+--             the named indexes the events join, and the queues' ready sets
 --             (<p>:queue:<q>:ready) and job hashes (<p>:queue:<q>:jobs);
 --             ARGV says which is where
 --
 -- ARGV, read in order:
---   channel, run id, MAXLEN ("0": unbounded), the version read, the status
---   read, the new status, startedAt (the status index score);
+--   channel, run id, MAXLEN ("0": unbounded), the version read, the new
+--   status, startedAt (the status index score);
+--   k, then k status/position pairs: the index of each status the run may
+--   be in, so the run leaves the one its stored record names;
 --   f, then f field/value pairs of the record ("" deletes the field);
 --   n, then n event bodies, then n positions of the named index each joins;
 --   the ack's ready and jobs positions ("0" "0": no ack), job id, lease;
@@ -38,15 +39,18 @@ local function arg()
 end
 
 local channel, member, maxlen = arg(), arg(), tonumber(arg())
-local version, prev, status, started = tonumber(arg()), arg(), arg(), arg()
+local version, status, started = tonumber(arg()), arg(), arg()
+local statusKeys = {}
+for _ = 1, tonumber(arg()) do
+  local name, pos = arg(), tonumber(arg())
+  statusKeys[name] = KEYS[pos]
+end
 
 local cur = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
 if cur ~= version then
   return {1, 'run is at version ' .. cur .. ', not ' .. version}
 end
-if cur > 0 and redis.call('HGET', KEYS[1], 'status') ~= prev then
-  return {1, 'run is not ' .. prev}
-end
+local prev = redis.call('HGET', KEYS[1], 'status')
 
 local fields = {}
 for i = 1, tonumber(arg()) do
@@ -77,9 +81,9 @@ for _, f in ipairs(fields) do
 end
 if #del > 0 then redis.call('HDEL', KEYS[1], unpack(del)) end
 redis.call('HSET', KEYS[1], 'version', string.format('%d', cur + 1))
-if cur == 0 or prev ~= status then
-  if cur > 0 then redis.call('ZREM', KEYS[4], member) end
-  redis.call('ZADD', KEYS[5], started, member)
+if prev ~= status then
+  if prev and statusKeys[prev] then redis.call('ZREM', statusKeys[prev], member) end
+  redis.call('ZADD', statusKeys[status], started, member)
 end
 
 local out = {0}
@@ -115,10 +119,10 @@ for _ = 1, tonumber(arg()) do
   redis.call('ZADD', KEYS[ready], score, id)
 end
 for _ = 1, tonumber(arg()) do
-  redis.call('ZREM', KEYS[6], arg())
+  redis.call('ZREM', KEYS[4], arg())
 end
 for _ = 1, tonumber(arg()) do
   local name, due = arg(), arg()
-  redis.call('ZADD', KEYS[6], due, name)
+  redis.call('ZADD', KEYS[4], due, name)
 end
 return out
