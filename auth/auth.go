@@ -217,3 +217,9 @@ func Bearer(r *http.Request) (secret string, ok bool, err error) {
 	}
 	return strings.TrimSpace(secret), true, nil
 }
+
+// String names the token and its scope; the hash stays out of logs too.
+func (t Token) String() string { return t.Name + ":" + t.Scope.String() }
+
+// GoString is String, for %#v.
+func (t Token) GoString() string { return t.String() }

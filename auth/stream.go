@@ -148,3 +148,10 @@ func mac(secret []byte, msg string) []byte {
 	h.Write([]byte(msg))
 	return h.Sum(nil)
 }
+
+// String names the key without its secret, so that printing a config that
+// holds keys shows none.
+func (k Key) String() string { return "key " + k.ID }
+
+// GoString is String, for %#v.
+func (k Key) GoString() string { return k.String() }

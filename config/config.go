@@ -10,10 +10,13 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/nqd-dev/nqd/auth"
 )
 
 // prefixRe keeps the key prefix free of the characters that structure keys.
@@ -45,6 +48,25 @@ type Config struct {
 	CacheEntries    int   // contexts whose reduced state is cached
 	CacheBytes      int64 // approximate bytes of cached states
 	CheckpointEvery int   // events between persisted state checkpoints; 0 disables
+
+	// Access control and abuse limits. Tokens hold only hashes and
+	// StreamTokenKeys unexported secrets, so printing a Config leaks neither.
+	Tokens              []auth.Token // NQ_TOKENS then NQ_TOKENS_FILE; none: every route is open
+	TokensFile          string
+	StreamTokenKeys     []auth.Key    // the first signs; none: a key per process
+	StreamTokenMaxTTL   time.Duration // longest life of a stream token
+	AllowInsecureBind   bool          // serve a non-loopback address without tokens
+	RatePerToken        Rate          // appends, starts and trigger POSTs per token
+	RatePerAddr         Rate          // the same per client address
+	MaxEventBytes       int64         // largest event in an append
+	MaxStreamsPerClient int           // open streams per token and per address; 0: no cap
+	MetricsPublic       bool          // serve /metrics without a token
+}
+
+// Rate is a request budget: Requests per Window; zero Requests is no limit.
+type Rate struct {
+	Requests int
+	Window   time.Duration
 }
 
 // Backend names the store the settings select.
@@ -56,6 +78,8 @@ func (c Config) Backend() string {
 }
 
 // setting ties a flag to its environment variable, so errors can name both.
+// A setting without a flag holds secrets, which a command line would show to
+// every user of the machine.
 type setting struct {
 	flag, env, usage string
 	def              string
@@ -87,15 +111,31 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 		{"cache-bytes", "NQ_CACHE_BYTES", "approximate bytes of cached reduced states", "104857600", i64(&c.CacheBytes)},
 		{"checkpoint-every", "NQ_CHECKPOINT_EVERY", "events between persisted state checkpoints (0: none)", "1000", integer(&c.CheckpointEvery)},
 		{"sse-max-lifetime", "NQ_SSE_MAX_LIFETIME", "rotate SSE connections after this long, with jitter (0: never)", "0", dur(&c.SSEMaxLifetime)},
+		{"", "NQ_TOKENS", "API tokens name:scope:secret or name:scope:sha256:<hex>, comma-separated", "", tokens(&c.Tokens)},
+		{"tokens-file", "NQ_TOKENS_FILE", "file of API tokens, one name:scope:sha256:<hex> a line", "", str(&c.TokensFile)},
+		{"", "NQ_STREAM_TOKEN_KEYS", "stream token signing keys id:secret, comma-separated; the first signs", "", keys(&c.StreamTokenKeys)},
+		{"stream-token-max-ttl", "NQ_STREAM_TOKEN_MAX_TTL", "longest life of a stream token", "1h", dur(&c.StreamTokenMaxTTL)},
+		{"allow-insecure-bind", "NQ_ALLOW_INSECURE_BIND", "serve a non-loopback address with no tokens configured", "false", boolean(&c.AllowInsecureBind)},
+		{"rate-per-token", "NQ_RATE_PER_TOKEN", "appends, starts and trigger POSTs per token, as requests/window (0: no limit)", "6000/1m", rate(&c.RatePerToken)},
+		{"rate-per-addr", "NQ_RATE_PER_ADDR", "appends, starts and trigger POSTs per client address, as requests/window (0: no limit)", "6000/1m", rate(&c.RatePerAddr)},
+		{"max-event-bytes", "NQ_MAX_EVENT_BYTES", "largest event in an append", "262144", i64(&c.MaxEventBytes)},
+		{"max-streams-per-client", "NQ_MAX_STREAMS_PER_CLIENT", "open SSE streams per token and per address (0: no cap)", "100", integer(&c.MaxStreamsPerClient)},
+		{"metrics-public", "NQ_METRICS_PUBLIC", "serve /metrics without a token", "false", boolean(&c.MetricsPublic)},
 	}
 
 	fs := flag.NewFlagSet("nqd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	for _, s := range settings {
+		if s.flag == "" {
+			continue
+		}
 		fs.Func(s.flag, fmt.Sprintf("%s (env %s, default %q)", s.usage, s.env, s.def), named(s, "-"+s.flag))
 	}
 	for _, s := range settings {
 		v, from := s.def, "default of -"+s.flag
+		if s.flag == "" {
+			from = "default of " + s.env
+		}
 		if e := getenv(s.env); e != "" {
 			v, from = e, s.env
 		}
@@ -105,6 +145,17 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 	}
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
+	}
+	if c.TokensFile != "" {
+		b, err := os.ReadFile(c.TokensFile)
+		if err != nil {
+			return Config{}, fmt.Errorf("NQ_TOKENS_FILE: %w", err)
+		}
+		more, err := auth.ParseTokens(string(b))
+		if err != nil {
+			return Config{}, fmt.Errorf("NQ_TOKENS_FILE %s: %w", c.TokensFile, err)
+		}
+		c.Tokens = append(c.Tokens, more...)
 	}
 	return c, c.validate()
 }
@@ -123,8 +174,26 @@ func (c Config) validate() error {
 	bad := func(name, format string, a ...any) {
 		errs = append(errs, name+": "+fmt.Sprintf(format, a...))
 	}
-	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+	if host, _, err := net.SplitHostPort(c.Addr); err != nil {
 		bad("NQ_ADDR", "want host:port, got %q", c.Addr)
+	} else if len(c.Tokens) == 0 && !c.AllowInsecureBind && !IsLoopback(host) {
+		bad("NQ_ADDR", "%s is reachable from other machines and no tokens are configured: set NQ_TOKENS or NQ_TOKENS_FILE, listen on 127.0.0.1, or set NQ_ALLOW_INSECURE_BIND=1 to serve every route to anyone", c.Addr)
+	}
+	seen := map[string]bool{}
+	for _, t := range c.Tokens {
+		if seen[t.Name] {
+			bad("NQ_TOKENS_FILE", "token name %q is also in NQ_TOKENS", t.Name)
+		}
+		seen[t.Name] = true
+	}
+	if c.StreamTokenMaxTTL < 10*time.Second || c.StreamTokenMaxTTL > 24*time.Hour {
+		bad("NQ_STREAM_TOKEN_MAX_TTL", "want 10s to 24h, got %s", c.StreamTokenMaxTTL)
+	}
+	if c.MaxEventBytes < 256 || c.MaxEventBytes > c.MaxBodyBytes {
+		bad("NQ_MAX_EVENT_BYTES", "want 256 to NQ_MAX_BODY_BYTES (%d), got %d", c.MaxBodyBytes, c.MaxEventBytes)
+	}
+	if c.MaxStreamsPerClient < 0 {
+		bad("NQ_MAX_STREAMS_PER_CLIENT", "must not be negative")
 	}
 	if c.RedisURL != "" {
 		u, err := url.Parse(c.RedisURL)
@@ -193,6 +262,62 @@ func (c Config) validate() error {
 		return errors.New(strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// IsLoopback reports whether a listen host only accepts connections from
+// this machine. An empty host listens on every interface.
+func IsLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func tokens(p *[]auth.Token) func(string) error {
+	return func(v string) error {
+		toks, err := auth.ParseTokens(v)
+		*p = toks
+		return err
+	}
+}
+
+func keys(p *[]auth.Key) func(string) error {
+	return func(v string) error {
+		ks, err := auth.ParseKeys(v)
+		*p = ks
+		return err
+	}
+}
+
+func boolean(p *bool) func(string) error {
+	return func(v string) error {
+		b, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			return fmt.Errorf("want 1, 0, true or false, got %q", v)
+		}
+		*p = b
+		return nil
+	}
+}
+
+// rate reads requests/window such as 600/1m; a bare 0 is no limit.
+func rate(p *Rate) func(string) error {
+	return func(v string) error {
+		v = strings.TrimSpace(v)
+		if v == "0" {
+			*p = Rate{}
+			return nil
+		}
+		n, w, ok := strings.Cut(v, "/")
+		requests, err1 := strconv.Atoi(n)
+		window, err2 := time.ParseDuration(w)
+		if !ok || err1 != nil || err2 != nil || requests < 1 || window < time.Second {
+			return fmt.Errorf("want requests/window such as 600/1m (window at least 1s), or 0, got %q", v)
+		}
+		*p = Rate{Requests: requests, Window: window}
+		return nil
+	}
 }
 
 func str(p *string) func(string) error {

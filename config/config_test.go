@@ -1,10 +1,15 @@
 package config
 
 import (
+	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nqd-dev/nqd/auth"
 )
 
 func env(m map[string]string) func(string) string {
@@ -55,6 +60,85 @@ func TestLoadRejects(t *testing.T) {
 		_, err := Load(tt.args, env(tt.env), io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "\n") {
 			t.Errorf("Load(%v, %v) = %v, want a one-line error naming %s", tt.args, tt.env, err, tt.want)
+		}
+	}
+}
+
+const testSecret = "s3cr3t-s3cr3t-s3cr3t-s3cr3t-s3cr3t"
+
+func TestLoadAccess(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(file, []byte("# workers\nworker:write:"+auth.Hash("w-"+testSecret)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load([]string{"-addr", "0.0.0.0:8080"}, env(map[string]string{
+		"NQ_TOKENS":                 "ui:read:" + testSecret,
+		"NQ_TOKENS_FILE":            file,
+		"NQ_STREAM_TOKEN_KEYS":      "k2:" + testSecret + ",k1:" + testSecret,
+		"NQ_RATE_PER_TOKEN":         "50/10s",
+		"NQ_RATE_PER_ADDR":          "0",
+		"NQ_MAX_STREAMS_PER_CLIENT": "3",
+	}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tok := range c.Tokens {
+		names = append(names, tok.Name+":"+tok.Scope.String())
+	}
+	if got := strings.Join(names, ","); got != "ui:read,worker:write" {
+		t.Errorf("tokens %s, want ui:read,worker:write", got)
+	}
+	if len(c.StreamTokenKeys) != 2 || c.StreamTokenKeys[0].ID != "k2" {
+		t.Errorf("stream keys %+v, want k2 first", c.StreamTokenKeys)
+	}
+	if c.RatePerToken != (Rate{50, 10 * time.Second}) || c.RatePerAddr != (Rate{}) || c.MaxStreamsPerClient != 3 {
+		t.Errorf("limits %+v %+v %d", c.RatePerToken, c.RatePerAddr, c.MaxStreamsPerClient)
+	}
+	secretBytes := strings.Trim(fmt.Sprint([]byte(testSecret[:8])), "[]")
+	for _, verb := range []string{"%v", "%+v", "%#v"} {
+		if printed := fmt.Sprintf(verb, c); strings.Contains(printed, testSecret) || strings.Contains(printed, secretBytes) {
+			t.Errorf("Config printed with %s shows a secret: %s", verb, printed)
+		}
+	}
+}
+
+func TestLoopbackWithoutTokens(t *testing.T) {
+	for _, addr := range []string{"127.0.0.1:8080", "localhost:8080", "[::1]:8080"} {
+		if _, err := Load([]string{"-addr", addr}, env(nil), io.Discard); err != nil {
+			t.Errorf("open on %s: %v", addr, err)
+		}
+	}
+	for _, addr := range []string{":8080", "0.0.0.0:8080", "192.0.2.1:8080"} {
+		if _, err := Load([]string{"-addr", addr}, env(nil), io.Discard); err == nil || !strings.Contains(err.Error(), "NQ_ALLOW_INSECURE_BIND") {
+			t.Errorf("open on %s: %v, want a refusal naming NQ_ALLOW_INSECURE_BIND", addr, err)
+		}
+		if _, err := Load([]string{"-addr", addr}, env(map[string]string{"NQ_ALLOW_INSECURE_BIND": "1"}), io.Discard); err != nil {
+			t.Errorf("open on %s with the opt-in: %v", addr, err)
+		}
+	}
+}
+
+func TestLoadRejectsAccess(t *testing.T) {
+	tests := []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"NQ_TOKENS": "ui:read:short"}, "NQ_TOKENS"},
+		{map[string]string{"NQ_TOKENS": "ui:root:" + testSecret}, "NQ_TOKENS"},
+		{map[string]string{"NQ_TOKENS_FILE": "/nonexistent/tokens"}, "NQ_TOKENS_FILE"},
+		{map[string]string{"NQ_STREAM_TOKEN_KEYS": "k1:short"}, "NQ_STREAM_TOKEN_KEYS"},
+		{map[string]string{"NQ_RATE_PER_TOKEN": "lots"}, "NQ_RATE_PER_TOKEN"},
+		{map[string]string{"NQ_RATE_PER_ADDR": "10/1ms"}, "NQ_RATE_PER_ADDR"},
+		{map[string]string{"NQ_MAX_EVENT_BYTES": "2000000"}, "NQ_MAX_EVENT_BYTES"},
+		{map[string]string{"NQ_MAX_STREAMS_PER_CLIENT": "-1"}, "NQ_MAX_STREAMS_PER_CLIENT"},
+		{map[string]string{"NQ_ALLOW_INSECURE_BIND": "sure"}, "NQ_ALLOW_INSECURE_BIND"},
+		{map[string]string{"NQ_STREAM_TOKEN_MAX_TTL": "1s"}, "NQ_STREAM_TOKEN_MAX_TTL"},
+	}
+	for _, tt := range tests {
+		_, err := Load(nil, env(tt.env), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), testSecret) {
+			t.Errorf("Load(%v) = %v, want an error naming %s and no secret", tt.env, err, tt.want)
 		}
 	}
 }

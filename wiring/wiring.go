@@ -97,6 +97,10 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 		log.Warn().Str("store", cfg.Backend()).Msg("this store does not support the flow engine yet: flow and worker routes are off")
 	}
 
+	access, err := a.access()
+	if err != nil {
+		return nil, errors.Join(err, a.Close())
+	}
 	api := handlers.New(handlers.Deps{
 		Store:       a.Metrics.Store(st),
 		State:       states,
@@ -110,8 +114,10 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 		Limits: handlers.Limits{
 			MaxBodyBytes:   cfg.MaxBodyBytes,
 			MaxBatch:       cfg.MaxBatch,
+			MaxEventBytes:  cfg.MaxEventBytes,
 			RequestTimeout: cfg.RequestTimeout,
 		},
+		Access: access,
 	})
 	a.Handler = a.Metrics.Middleware(api.Routes())
 
