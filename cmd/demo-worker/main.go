@@ -1,0 +1,42 @@
+// Command demo-worker runs the steps of the example flows in
+// examples/flows against an nqd server, so a newcomer sees runs happen:
+//
+//	NQ_FLOWS_DIR=examples/flows go run ./cmd/server &
+//	go run ./cmd/demo-worker --url http://127.0.0.1:8080
+//
+// or simply `make demo`.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/nqd-dev/nqd/examples/demo"
+	"github.com/nqd-dev/nqd/worker"
+)
+
+func main() {
+	url := flag.String("url", "http://127.0.0.1:8080", "nqd's address")
+	queues := flag.String("queues", "default", "queues to take jobs from, comma-separated")
+	concurrency := flag.Int("concurrency", 8, "jobs run at once")
+	work := flag.Duration("work", 300*time.Millisecond, "how long each step pretends to work")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly}).With().Timestamp().Str("app", "demo-worker").Logger()
+	cfg := worker.Config{BaseURL: *url, Queues: strings.Split(*queues, ","), Concurrency: *concurrency, Logger: log}
+	log.Info().Str("url", *url).Strs("queues", cfg.Queues).Msg("taking jobs")
+	if err := worker.Run(ctx, cfg, demo.Handlers(demo.Options{Work: *work})); err != nil {
+		fmt.Fprintln(os.Stderr, "demo-worker:", err)
+		os.Exit(1)
+	}
+}
