@@ -1,0 +1,147 @@
+// Command nqbench measures nqd the same way every time: it starts its own
+// redis-server and nqd on loopback, drives them open loop (a fixed arrival
+// rate, latency counted from each operation's intended send time, recorded
+// in HdrHistograms) and compares nqd with plain Redis in the same run.
+//
+// Profiles: appends (HTTP appends against pipelined XADD + PUBLISH),
+// fanout (contexts × subscribers, append-to-receive latency, and a checker
+// that every client got every id once, in order) and idle (streams held
+// open, and nqd's memory per stream). With -markdown it rewrites the
+// generated part of BENCHMARKS.md.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// options are the command's flags.
+type options struct {
+	nqd, redis       string
+	profiles         string
+	duration         time.Duration
+	appendRate       float64
+	appendConns      int
+	contexts         int
+	fanoutRate       float64
+	fanoutContexts   int
+	fanoutSubs       int
+	idleConns        int
+	jsonOut, mdOut   string
+	command, version string
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.nqd, "nqd", "bin/nqd", "the nqd binary to measure")
+	flag.StringVar(&o.redis, "redis-server", "redis-server", "the redis-server binary")
+	flag.StringVar(&o.profiles, "profiles", "appends,fanout,idle", "comma-separated profiles to run")
+	flag.DurationVar(&o.duration, "duration", 20*time.Second, "length of each timed run")
+	flag.Float64Var(&o.appendRate, "append-rate", 2000, "offered appends per second in the appends profile")
+	flag.IntVar(&o.appendConns, "append-conns", 32, "appends in flight at most (and connections)")
+	flag.IntVar(&o.contexts, "contexts", 100, "contexts the appends profile spreads over")
+	flag.Float64Var(&o.fanoutRate, "fanout-rate", 200, "offered appends per second in the fan-out profile")
+	flag.IntVar(&o.fanoutContexts, "fanout-contexts", 100, "contexts in the fan-out profile")
+	flag.IntVar(&o.fanoutSubs, "fanout-subs", 10, "subscribers per context in the fan-out profile")
+	flag.IntVar(&o.idleConns, "idle-conns", 5000, "streams held open in the idle profile")
+	flag.StringVar(&o.jsonOut, "json", "", "also write the results as JSON to this file")
+	flag.StringVar(&o.mdOut, "markdown", "", "rewrite the generated part of this Markdown file (BENCHMARKS.md)")
+	flag.StringVar(&o.command, "command", "", "the command that reproduces this run, for the report")
+	flag.StringVar(&o.version, "version", "", "nqd's version, for the report")
+	flag.Parse()
+
+	// go-redis logs pool events of the baseline client to stderr, where
+	// they would break the progress line.
+	redis.SetLogger(quietLogger{})
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "nqbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	dir, err := os.MkdirTemp("", "nqbench-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	redisProc, redisAddr, err := startRedis(o.redis, dir)
+	if err != nil {
+		return err
+	}
+	defer redisProc.stop()
+	rep := report{Machine: describeMachine(o.redis), Command: o.command, Version: o.version, Duration: o.duration.String()}
+	var errs []error
+	for _, p := range strings.Split(o.profiles, ",") {
+		if ctx.Err() != nil {
+			break
+		}
+		// Each profile gets a fresh nqd, so that none inherits another's
+		// heap, connections or subscriptions.
+		nqdProc, base, err := startNQD(o.nqd, redisAddr)
+		if err != nil {
+			errs = append(errs, err)
+			break
+		}
+		e := env{base: base, redisAddr: redisAddr, nqdPID: nqdProc.pid(), redisPID: redisProc.pid()}
+		switch strings.TrimSpace(p) {
+		case "appends":
+			r, err := runAppends(ctx, e, o.appendRate, o.duration, o.appendConns, o.contexts)
+			rep.Appends = &r
+			errs = append(errs, named("appends", err))
+		case "fanout":
+			r, err := runFanout(ctx, e, o.fanoutRate, o.duration, o.fanoutContexts, o.fanoutSubs, o.appendConns)
+			rep.Fanout = &r
+			errs = append(errs, named("fanout", err))
+		case "idle":
+			r, err := runIdle(ctx, e, o.idleConns, 10)
+			rep.Idle = &r
+			errs = append(errs, named("idle", err))
+		case "flows":
+			// The flow throughput profile needs the demo worker; it joins
+			// here once cmd/demo-worker exists.
+			errs = append(errs, errors.New("flows: not available yet"))
+		default:
+			errs = append(errs, fmt.Errorf("unknown profile %q", p))
+		}
+		nqdProc.stop()
+	}
+	err = errors.Join(errs...)
+	if err != nil {
+		rep.Failures = err.Error()
+	}
+	fmt.Print(rep.text())
+	if o.jsonOut != "" {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		if werr := os.WriteFile(o.jsonOut, append(b, '\n'), 0o644); werr != nil {
+			err = errors.Join(err, werr)
+		}
+	}
+	if o.mdOut != "" {
+		err = errors.Join(err, rep.rewrite(o.mdOut))
+	}
+	return err
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+func named(profile string, err error) error {
+	if err != nil {
+		return fmt.Errorf("%s: %w", profile, err)
+	}
+	return nil
+}

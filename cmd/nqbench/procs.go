@@ -1,0 +1,194 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// startTimeout bounds how long redis-server or nqd may take to come up.
+const startTimeout = 30 * time.Second
+
+// child is a process the tool started and must end.
+type child struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func (c *child) stop() {
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(10 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-c.done
+	}
+}
+
+func (c *child) pid() int { return c.cmd.Process.Pid }
+
+func start(cmd *exec.Cmd) (*child, error) {
+	// The children die with the tool, however it ends.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &child{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(c.done)
+	}()
+	return c, nil
+}
+
+// startRedis runs redis-server on a free loopback port in dir, with no
+// persistence: the baseline and nqd then measure the same in-memory server.
+func startRedis(bin, dir string) (*child, string, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, "", err
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", dir, "--loglevel", "warning", "--logfile", "redis.log")
+	c, err := start(cmd)
+	if err != nil {
+		return nil, "", fmt.Errorf("start %s: %w", bin, err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer func() { _ = rdb.Close() }()
+	deadline := time.Now().Add(startTimeout)
+	for rdb.Ping(context.Background()).Err() != nil {
+		select {
+		case <-c.done:
+			return nil, "", fmt.Errorf("redis-server exited at start (see %s/redis.log)", dir)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			c.stop()
+			return nil, "", errors.New("redis-server did not answer PING in time")
+		}
+	}
+	return c, addr, nil
+}
+
+// startNQD runs the nqd binary on a free loopback port over the Redis at
+// redisAddr and returns it with its base URL once /healthz answers.
+func startNQD(bin, redisAddr string, extraEnv ...string) (*child, string, error) {
+	cmd := exec.Command(bin)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "NQ_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	// Logging every request would cost nqd more than some of what is
+	// measured, so only warnings are logged, and the address is chosen here
+	// rather than read from the info-level listening line.
+	port, err := freePort()
+	if err != nil {
+		return nil, "", err
+	}
+	cmd.Env = append(cmd.Env, "NQ_ADDR=127.0.0.1:"+strconv.Itoa(port), "NQ_LOG_FORMAT=json", "NQ_LOG_LEVEL=warn",
+		"NQ_REDIS_URL=redis://"+redisAddr+"/0")
+	cmd.Env = append(cmd.Env, extraEnv...)
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, "", err
+	}
+	c, err := start(cmd)
+	if err != nil {
+		return nil, "", fmt.Errorf("start %s: %w", bin, err)
+	}
+	go drainLog(stdout)
+	base := "http://127.0.0.1:" + strconv.Itoa(port)
+	deadline := time.Now().Add(startTimeout)
+	for {
+		resp, err := http.Get(base + "/healthz")
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return c, base, nil
+			}
+		}
+		select {
+		case <-c.done:
+			return nil, "", errors.New("nqd exited at start")
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			c.stop()
+			return nil, "", errors.New("nqd did not answer /healthz in time")
+		}
+	}
+}
+
+// drainLog passes nqd's errors through and drops the rest.
+func drainLog(r interface{ Read([]byte) (int, error) }) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var line struct {
+			Level   string `json:"level"`
+			Message string `json:"message"`
+			Error   string `json:"error"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Level == "error" {
+			fmt.Fprintf(os.Stderr, "nqd: %s: %s\n", line.Message, line.Error)
+		}
+	}
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = ln.Close() }()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// rssBytes reads a process's resident set size from /proc.
+func rssBytes(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(v)
+			kb, err := strconv.ParseInt(f[0], 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, errors.New("no VmRSS")
+}
+
+// cpuSeconds reads a process's user and system CPU time from /proc.
+func cpuSeconds(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command name, which may hold spaces, start after ')'.
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	utime, err1 := strconv.ParseFloat(f[11], 64)
+	stime, err2 := strconv.ParseFloat(f[12], 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, err
+	}
+	return (utime + stime) / 100, nil // USER_HZ is 100 on Linux
+}
