@@ -153,7 +153,9 @@ func TestWatchers(t *testing.T) {
 	m := metrics.New()
 	var live error
 	m.WatchLive(func() error { return live })
-	m.WatchCache(func() snapshots.Stats { return snapshots.Stats{Hits: 9, Misses: 1, Entries: 3, FoldTime: 2 * time.Second} })
+	m.WatchCache(func() snapshots.Stats {
+		return snapshots.Stats{Hits: 9, Misses: 1, Entries: 3, FoldTime: 2 * time.Second}
+	})
 	wantLines(t, scrape(t, m),
 		`nqd_live_feed_up 1`,
 		`nqd_cache_hits_total 9`,
