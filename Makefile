@@ -55,3 +55,22 @@ vuln:
 
 clean:
 	rm -rf bin
+
+.PHONY: demo
+## demo: nqd with the example flows (examples/flows), the demo worker, and a run of each flow; Ctrl-C stops both
+demo:
+	@set -e; \
+	$(GO) build -o bin/nqd ./cmd/server; \
+	$(GO) build -o bin/demo-worker ./cmd/demo-worker; \
+	NQ_FLOWS_DIR=examples/flows NQ_ADDR=127.0.0.1:8080 bin/nqd & nqd=$$!; \
+	trap 'kill $$nqd $$worker 2>/dev/null || true; wait' INT TERM EXIT; \
+	until curl -sf http://127.0.0.1:8080/healthz >/dev/null; do \
+		kill -0 $$nqd 2>/dev/null || { echo "nqd did not start"; exit 1; }; sleep 0.2; \
+	done; \
+	bin/demo-worker --url http://127.0.0.1:8080 & worker=$$!; \
+	for flow in example-flow diamond ml-training pipeline; do \
+		curl -sf -X POST -H 'Content-Type: application/json' -d '{}' http://127.0.0.1:8080/api/_flows/$$flow/start; echo; \
+	done; \
+	echo "runs: curl 'http://127.0.0.1:8080/api/_flows/diamond/runs'  events: curl http://127.0.0.1:8080/api/_events/flow/<runId>"; \
+	echo "Ctrl-C stops nqd and the worker"; \
+	wait
