@@ -101,7 +101,10 @@ func startNQD(bin, redisAddr string, extraEnv ...string) (*child, string, error)
 		return nil, "", err
 	}
 	cmd.Env = append(cmd.Env, "NQ_ADDR=127.0.0.1:"+strconv.Itoa(port), "NQ_LOG_FORMAT=json", "NQ_LOG_LEVEL=warn",
-		"NQ_REDIS_URL=redis://"+redisAddr+"/0")
+		"NQ_REDIS_URL=redis://"+redisAddr+"/0",
+		// One client offers all the load: nqd's per-client limits would
+		// measure themselves rather than nqd.
+		"NQ_RATE_PER_TOKEN=0", "NQ_RATE_PER_ADDR=0", "NQ_MAX_STREAMS_PER_CLIENT=0", "NQ_METRICS_PUBLIC=true")
 	cmd.Env = append(cmd.Env, extraEnv...)
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
