@@ -1,0 +1,177 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/worker"
+)
+
+var (
+	buildOnce sync.Once
+	binary    string
+	buildErr  error
+)
+
+// serverBinary builds ./cmd/server once per test binary.
+func serverBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "nqd-e2e-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binary = filepath.Join(dir, "nqd")
+		out, err := exec.Command("go", "build", "-o", binary, "../cmd/server").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("%v: %s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("build nqd: %v", buildErr)
+	}
+	return binary
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// process is nqd running as a child process.
+type process struct {
+	cmd  *exec.Cmd
+	out  *bytes.Buffer
+	done chan struct{}
+}
+
+// spawn starts nqd with env and waits until it answers /healthz.
+func spawn(t *testing.T, addr string, env []string) *process {
+	t.Helper()
+	p := &process{cmd: exec.Command(serverBinary(t)), out: &bytes.Buffer{}, done: make(chan struct{})}
+	flows, err := filepath.Abs("../examples/flows")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Env = append(os.Environ(), "NQ_ADDR="+addr, "NQ_FLOWS_DIR="+flows, "NQ_RATE_PER_ADDR=0", "NQ_LOG_LEVEL=warn", "NQ_LOG_FORMAT=json")
+	p.cmd.Env = append(p.cmd.Env, env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.kill(t)
+		if t.Failed() {
+			t.Logf("nqd output:\n%s", p.out)
+		}
+	})
+	waitFor(t, 30*time.Second, "nqd to answer", func() bool {
+		select {
+		case <-p.done:
+			t.Fatalf("nqd exited: %s", p.out)
+		default:
+		}
+		res, err := http.Get("http://" + addr + "/healthz")
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK
+	})
+	return p
+}
+
+// kill ends the process with SIGKILL: no shutdown code runs.
+func (p *process) kill(t *testing.T) {
+	t.Helper()
+	_ = p.cmd.Process.Kill()
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("nqd did not die")
+	}
+}
+
+// TestKillAndRestart: nqd dies by SIGKILL while a step runs and comes back
+// on the same store. The worker finishes the step against the new process,
+// dispatch resumes, and every step has run exactly once.
+func TestKillAndRestart(t *testing.T) {
+	for _, backend := range []struct {
+		name string
+		env  func(t *testing.T) []string
+	}{
+		{"bolt", func(t *testing.T) []string { return []string{"NQ_DATA_DIR=" + t.TempDir()} }},
+		{"redis", func(t *testing.T) []string {
+			return []string{"NQ_REDIS_URL=redis://" + redistest.Addr(t), "NQ_PREFIX=" + redistest.Prefix(t)}
+		}},
+	} {
+		t.Run(backend.name, func(t *testing.T) {
+			env := backend.env(t)
+			addr := freeAddr(t)
+			base := "http://" + addr
+			first := spawn(t, addr, env)
+
+			var mu sync.Mutex
+			ran := map[string]int{}
+			entered, release := make(chan struct{}), make(chan struct{})
+			handlers := demoHandlers()
+			for _, step := range []string{"ingest", "transform", "publish"} {
+				h := handlers[step]
+				handlers[step] = func(ctx context.Context, sc *worker.StepContext) (any, error) {
+					mu.Lock()
+					ran[step]++
+					mu.Unlock()
+					if step == "transform" {
+						close(entered)
+						<-release
+					}
+					return h(ctx, sc)
+				}
+			}
+			startWorker(t, base, 4, handlers)
+			run := startRun(t, base, "pipeline", nil)
+			select {
+			case <-entered:
+			case <-time.After(30 * time.Second):
+				t.Fatal("transform never ran")
+			}
+
+			first.kill(t)
+			spawn(t, addr, env)
+			close(release)
+			waitFor(t, 60*time.Second, "the run to complete", func() bool { return runs(t, base, "pipeline", "completed", 0, 1).Total == 1 })
+
+			mu.Lock()
+			defer mu.Unlock()
+			if ran["ingest"] != 1 || ran["transform"] != 1 || ran["publish"] != 1 {
+				t.Errorf("steps ran %v, want each once", ran)
+			}
+			k := events(t, base, run).kinds()
+			for _, step := range []string{"ingest", "transform", "publish"} {
+				if n := count(k, "step.completed "+step); n != 1 {
+					t.Errorf("step.completed %s %d times in %v", step, n, k)
+				}
+			}
+			if count(k, "flow.completed") != 1 || k[len(k)-1] != "flow.completed" {
+				t.Errorf("events = %v, want one flow.completed, last", k)
+			}
+		})
+	}
+}
