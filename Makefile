@@ -5,7 +5,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 BENCHTIME ?= 2s
 
-.PHONY: run build test test-short lint fuzz bench bench-appends golden tidy-check vuln clean
+.PHONY: run build test test-short lint fuzz bench bench-go golden tidy-check vuln clean
 
 ## run: start nqd on the embedded store in ./data (set NQ_REDIS_URL to use Redis)
 run:
@@ -32,14 +32,22 @@ lint:
 ## fuzz: longer runs of the fuzz targets
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzApply -fuzztime=30s ./reducers
+	$(GO) test -run='^$$' -fuzz=FuzzCheckpoint -fuzztime=30s ./reducers
+	$(GO) test -run='^$$' -fuzz=FuzzParseID -fuzztime=30s ./event
+	$(GO) test -run='^$$' -fuzz=FuzzUnmarshal -fuzztime=30s ./event
+	$(GO) test -run='^$$' -fuzz=FuzzDecodeStored -fuzztime=30s ./event
+	$(GO) test -run='^$$' -fuzz=FuzzDecodeNodeFields -fuzztime=30s ./event
+	$(GO) test -run='^$$' -fuzz=FuzzDecodeAppend -fuzztime=30s ./handlers
+	$(GO) test -run='^$$' -fuzz=FuzzResumePlan -fuzztime=30s ./stream
 
-## bench: store, handler and reducer benchmarks
-bench:
+## bench: load profiles on Redis against a plain-Redis baseline (about 3 minutes); rewrites BENCHMARKS.md
+bench: build
+	$(GO) run ./cmd/nqbench -nqd bin/nqd -duration 20s -json bin/bench.json -markdown BENCHMARKS.md \
+		-version $(VERSION) -command "make bench"
+
+## bench-go: store, handler and reducer go-test benchmarks
+bench-go:
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) ./store/... ./handlers/... ./reducers/...
-
-## bench-appends: HTTP appends on Redis against redis-benchmark XADD, as a ratio
-bench-appends:
-	./scripts/bench-appends.sh
 
 ## golden: rewrite golden files (review the diff before committing)
 golden:
