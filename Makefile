@@ -5,7 +5,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 BENCHTIME ?= 2s
 
-.PHONY: run build test test-short lint fuzz bench bench-go golden tidy-check vuln clean
+.PHONY: run build test test-short lint fuzz bench bench-go bench-appends golden tidy-check vuln clean
 
 ## run: start nqd on the embedded store in ./data (set NQ_REDIS_URL to use Redis)
 run:
@@ -44,6 +44,10 @@ fuzz:
 bench: build
 	$(GO) run ./cmd/nqbench -nqd bin/nqd -duration 20s -json bin/bench.json -markdown BENCHMARKS.md \
 		-version $(VERSION) -command "make bench"
+
+## bench-appends: go-test HTTP append benchmark on Redis against redis-benchmark XADD at the same concurrency
+bench-appends:
+	./scripts/bench-appends.sh
 
 ## bench-go: store, handler and reducer go-test benchmarks
 bench-go:
