@@ -1,0 +1,15 @@
+package redisstore_test
+
+import (
+	"testing"
+
+	"github.com/nqd-dev/nqd/store/redisstore"
+	"github.com/nqd-dev/nqd/store/storetest"
+)
+
+func TestKVConformance(t *testing.T) {
+	storetest.RunKV(t, func(t *testing.T) storetest.KVHarness {
+		s, _ := newTestStore(t, redisstore.Options{})
+		return storetest.KVHarness{KV: s}
+	})
+}
