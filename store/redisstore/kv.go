@@ -51,7 +51,7 @@ const versionField = "_v"
 // scanCount is the SCAN batch size: the keys read per pipeline.
 const scanCount = 500
 
-func (s *Store) kvPrefix() string         { return s.opts.Prefix + ":_kv:" }
+func (s *Store) kvPrefix() string        { return s.opts.Prefix + ":_kv:" }
 func (s *Store) kvKey(key string) string { return s.kvPrefix() + key }
 
 func checkKV(op, key string, fields map[string]string, needFields bool) error {
