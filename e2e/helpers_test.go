@@ -67,10 +67,19 @@ func startServer(t testing.TB, args []string) string {
 // startWorker runs the worker SDK with handlers until the test ends.
 func startWorker(t testing.TB, base string, concurrency int, handlers map[string]worker.Handler) {
 	t.Helper()
+	startWorkerWith(t, worker.Config{BaseURL: base, Concurrency: concurrency}, handlers)
+}
+
+// startWorkerWith runs the worker SDK with cfg (queue default, quick
+// heartbeats) until the test ends.
+func startWorkerWith(t testing.TB, cfg worker.Config, handlers map[string]worker.Handler) {
+	t.Helper()
+	cfg.Queues = []string{"default"}
+	cfg.Heartbeat = 200 * time.Millisecond
+	cfg.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		cfg := worker.Config{BaseURL: base, Queues: []string{"default"}, Concurrency: concurrency, Heartbeat: 200 * time.Millisecond, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)}
 		if err := worker.Run(ctx, cfg, handlers); err != nil {
 			t.Errorf("worker: %v", err)
 		}
