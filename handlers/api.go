@@ -5,6 +5,7 @@ package handlers
 
 import (
 	"context"
+	"io/fs"
 	"net/http"
 	"time"
 
@@ -107,6 +108,11 @@ type Deps struct {
 	Limits  Limits
 	// Access is who may call what and how much; the zero value is open.
 	Access Access
+	// Web is optional: the browser dashboard's files (web.FS), served at
+	// WebBase with index.html for every other path below it except /api/.
+	Web fs.FS
+	// WebBase is the dashboard's path, "" or "/" for the root.
+	WebBase string
 }
 
 // API serves nqd's HTTP routes. Build it with New and mount Routes.
@@ -123,6 +129,8 @@ type API struct {
 	limits   Limits
 	access   access
 	validate *validator.Validate
+	web      fs.FS
+	webBase  string
 }
 
 // New builds the API from d, filling in defaults for zero limits and clock.
@@ -147,6 +155,7 @@ func New(d Deps) *API {
 	return &API{
 		store: d.Store, state: d.State, stream: d.Stream, flows: d.Flows, metrics: d.Metrics, ready: d.Ready, cors: d.CORSOrigins,
 		log: d.Log, now: now, limits: lim, access: newAccess(d.Access, now), validate: newValidator(),
+		web: d.Web, webBase: d.WebBase,
 	}
 }
 
@@ -216,6 +225,11 @@ func (a *API) Routes() http.Handler {
 		r.Method(http.MethodGet, "/metrics", a.metrics)
 	} else if a.metrics != nil {
 		r.With(read).Method(http.MethodGet, "/metrics", a.metrics)
+	}
+
+	// The dashboard is public files; the API calls it makes carry the auth.
+	if a.web != nil {
+		a.webRoutes(r)
 	}
 
 	return r
