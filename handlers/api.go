@@ -95,6 +95,8 @@ type Deps struct {
 	// Flows is optional: without it the flow and worker routes are not
 	// mounted.
 	Flows FlowEngine
+	// KV is optional: without it the /api/_kv routes are not mounted.
+	KV KV
 	// Ready are further readiness checks beyond the store's Ping, such as
 	// the live feed; /readyz fails while any of them does.
 	Ready []func(context.Context) error
@@ -121,6 +123,7 @@ type API struct {
 	state    StateReader
 	stream   Streamer
 	flows    FlowEngine
+	kv       KV
 	metrics  http.Handler
 	ready    []func(context.Context) error
 	cors     []string
@@ -153,7 +156,7 @@ func New(d Deps) *API {
 		now = time.Now
 	}
 	return &API{
-		store: d.Store, state: d.State, stream: d.Stream, flows: d.Flows, metrics: d.Metrics, ready: d.Ready, cors: d.CORSOrigins,
+		store: d.Store, state: d.State, stream: d.Stream, flows: d.Flows, kv: d.KV, metrics: d.Metrics, ready: d.Ready, cors: d.CORSOrigins,
 		log: d.Log, now: now, limits: lim, access: newAccess(d.Access, now), validate: newValidator(),
 		web: d.Web, webBase: d.WebBase,
 	}
@@ -202,6 +205,9 @@ func (a *API) Routes() http.Handler {
 		if a.flows != nil {
 			a.flowRoutes(r)
 			a.workerRoutes(r)
+		}
+		if a.kv != nil {
+			a.kvRoutes(r)
 		}
 	})
 

@@ -12,11 +12,14 @@ import (
 
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/handlers"
+	"github.com/nqd-dev/nqd/store/boltstore"
 )
 
 func TestRoutesDocumented(t *testing.T) {
 	doc, _ := mustSpec(t)
-	routes, ok := handlers.New(handlers.Deps{Stream: fakeStreamer{}, Flows: engine.New(nil, engine.Options{}), Metrics: http.NotFoundHandler()}).Routes().(chi.Routes)
+	// The routes are walked, never called, so a nil KV store will do.
+	routes, ok := handlers.New(handlers.Deps{Stream: fakeStreamer{}, Flows: engine.New(nil, engine.Options{}), Metrics: http.NotFoundHandler(),
+		KV: (*boltstore.Store)(nil)}).Routes().(chi.Routes)
 	if !ok {
 		t.Fatal("Routes() is not a chi router")
 	}
