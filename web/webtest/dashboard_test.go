@@ -1,0 +1,457 @@
+// Package webtest drives the dashboard in headless Chromium against a real
+// nqd (the wiring, the embedded store, the example flows) and an in-process
+// worker, and writes the screenshots that docs/dashboard.md shows.
+package webtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+	"github.com/rs/zerolog"
+
+	"github.com/nqd-dev/nqd/config"
+	"github.com/nqd-dev/nqd/examples/demo"
+	"github.com/nqd-dev/nqd/handlers"
+	"github.com/nqd-dev/nqd/web"
+	"github.com/nqd-dev/nqd/wiring"
+	"github.com/nqd-dev/nqd/worker"
+)
+
+const chromium = "/usr/bin/chromium"
+
+// shots is where the screenshots go: committed, and linked from the docs.
+const shots = "../../docs/screenshots"
+
+func TestDashboard(t *testing.T) {
+	if _, err := exec.LookPath(chromium); err != nil {
+		if os.Getenv("NQD_REQUIRE_BROWSER") == "1" {
+			t.Fatalf("NQD_REQUIRE_BROWSER=1 but %s is missing", chromium)
+		}
+		t.Skipf("no %s: the dashboard's browser test needs Chromium", chromium)
+	}
+	srv := startServer(t)
+	startWorker(t, srv.URL)
+	b := newBrowser(t)
+
+	// Runs of the other example flows, so the flows page has numbers.
+	for _, flow := range []string{"pipeline", "pipeline", "diamond"} {
+		post(t, srv.URL+"/api/_flows/"+flow+"/start", `{}`)
+	}
+
+	t.Run("flows page", func(t *testing.T) {
+		b.do(t, chromedp.Navigate(srv.URL+"/"))
+		b.waitJS(t, `document.querySelectorAll('.flow-card').length === 4`)
+		b.waitJS(t, `Number(document.querySelector('[data-flow="pipeline"] [data-status="completed"] .n')?.textContent) === 2`)
+		b.shot(t, "flows")
+	})
+
+	var runID string
+	t.Run("start a run and watch it complete live", func(t *testing.T) {
+		b.do(t, chromedp.Click(chromedp.CSS(`[data-flow="example-flow"] h2 a`)))
+		b.waitJS(t, `location.pathname === '/flows/example-flow' && document.querySelectorAll('.diagram .node').length === 3`)
+		b.do(t, chromedp.Click(chromedp.ID("start-toggle")))
+		b.do(t, chromedp.SendKeys(chromedp.ID("start-input"), `{"source": `))
+		// Half-typed JSON is refused before anything is sent.
+		b.waitJS(t, `document.querySelector('#start-form button[type=submit]').disabled && document.getElementById('start-msg').textContent.startsWith('Not valid JSON')`)
+		b.do(t, chromedp.SendKeys(chromedp.ID("start-input"), `"browser"}`))
+		b.waitJS(t, `!document.querySelector('#start-form button[type=submit]').disabled`)
+		b.do(t, chromedp.Click(chromedp.CSS(`#start-form button[type=submit]`)))
+		b.waitJS(t, `location.pathname.startsWith('/runs/')`)
+		marker := b.evalString(t, `window.nqdMarker = 'same page'`)
+
+		// fetch_data fails once and is retried after its backoff; the page
+		// follows on its stream, with no reload.
+		b.waitJS(t, `document.querySelector('#run-status .badge')?.textContent === 'completed'`)
+		if got := b.evalString(t, `window.nqdMarker`); got != marker {
+			t.Fatal("the page reloaded while the run ran")
+		}
+		b.waitJS(t, `document.querySelector('#timeline [data-kind="flow.completed"]') !== null`)
+		b.waitJS(t, `document.querySelector('#timeline [data-kind="step.retry"], #timeline [data-kind="step.failed"]') !== null`)
+		b.waitJS(t, `document.querySelectorAll('.diagram .node[data-status="completed"]').length === 3`)
+		b.waitJS(t, `document.querySelector('#steps-done').textContent.includes('3/3')`)
+		runID = b.evalString(t, `location.pathname.split('/').pop()`)
+		var input struct {
+			State struct {
+				Input map[string]string `json:"input"`
+			} `json:"state"`
+		}
+		getJSON(t, srv.URL+"/api/_events/flow/"+runID+"/state", &input)
+		if input.State.Input["source"] != "browser" {
+			t.Errorf("the run's input is %v, want the JSON typed in the form", input.State.Input)
+		}
+		b.shot(t, "run")
+	})
+
+	t.Run("time travel", func(t *testing.T) {
+		if runID == "" {
+			t.Skip("no run")
+		}
+		b.waitJS(t, `document.getElementById('tt-state').dataset.status === 'completed'`)
+		first := b.evalString(t, `document.querySelector('#timeline li').dataset.id`)
+		b.do(t, chromedp.Focus(chromedp.ID("tt-slider")), chromedp.KeyEvent(kb.Home))
+		b.waitJS(t, fmt.Sprintf(`document.getElementById('tt-state').dataset.at === %q`, first))
+		b.waitJS(t, `document.getElementById('tt-state').dataset.status === 'running'`)
+		b.waitJS(t, `document.getElementById('tt-label').textContent.startsWith('Event 1 of ')`)
+		if state := b.evalString(t, `document.getElementById('tt-state').textContent`); strings.Contains(state, `"fetch_data"`) {
+			t.Errorf("the state at the first event already has steps: %s", state)
+		}
+		// One step right shows what that one event changed.
+		b.do(t, chromedp.KeyEvent(kb.ArrowRight))
+		b.waitJS(t, `document.getElementById('tt-label').textContent.startsWith('Event 2 of ')`)
+		b.waitJS(t, `document.querySelector('#tt-diff li') !== null`)
+		b.do(t, chromedp.Evaluate[chromedp.Void](`document.getElementById('time-travel').scrollIntoView()`))
+		b.shot(t, "time-travel")
+	})
+
+	t.Run("fire a webhook trigger from the page", func(t *testing.T) {
+		// A run paused on a webhook, written through the events API as a
+		// later engine would write it.
+		post(t, srv.URL+"/api/_events/flow/approval-1", `{"events": [
+			{"kind": "flow.started", "flowName": "example-flow", "data": {"input": {"order": 7}}},
+			{"kind": "step.started", "step": "await_approval", "attempt": 1},
+			{"kind": "log", "step": "await_approval", "data": {"level": "info", "msg": "waiting for a manager"}},
+			{"kind": "step.await.trigger", "step": "await_approval", "attempt": 1,
+			 "data": {"triggerId": "approve-1", "triggerType": "webhook", "timeout": 600000}}]}`)
+		b.do(t, chromedp.Navigate(srv.URL+"/runs/approval-1"))
+		b.waitJS(t, `document.querySelector('#awaits [data-await="await_approval"]') !== null`)
+		b.waitJS(t, `document.querySelector('.trigger-url').textContent.endsWith('/api/_flows/triggers/approve-1')`)
+		b.waitJS(t, `/times out in \d+ m/.test(document.querySelector('.countdown').textContent)`)
+		b.waitJS(t, `document.querySelector('#run-status .badge').textContent === 'awaiting'`)
+		b.shot(t, "awaits")
+
+		b.do(t, chromedp.SendKeys(chromedp.CSS(`form.fire textarea`), `{"approved": true}`),
+			chromedp.Click(chromedp.CSS(`form.fire button[type=submit]`)))
+		b.waitJS(t, `!['', 'Firing…'].includes(document.querySelector('.fire-msg').textContent) && !document.querySelector('.fire-msg').textContent.startsWith('The payload')`)
+		status, body := srv.trigger("approve-1")
+		if status == 0 {
+			t.Fatal("the page sent no trigger request")
+		}
+		if body != `{"approved":true}` {
+			t.Errorf("trigger body %q, want the payload typed", body)
+		}
+		msg := b.evalString(t, `document.querySelector('.fire-msg').textContent`)
+		want := "not available on this server"
+		if status != http.StatusNotFound {
+			want = "Fired"
+		}
+		if !strings.Contains(msg, want) {
+			t.Errorf("after a %d the page says %q, want %q", status, msg, want)
+		}
+	})
+
+	t.Run("run not found", func(t *testing.T) {
+		b.do(t, chromedp.Navigate(srv.URL+"/runs/no-such-run"))
+		b.waitJS(t, `document.getElementById('not-found')?.textContent.includes('Run not found')`)
+	})
+
+	t.Run("triggers page", func(t *testing.T) {
+		post(t, srv.URL+"/api/_events/trigger/approve-1", `{"events": [
+			{"kind": "trigger.registered", "correlationId": "approval-1", "data": {"type": "webhook", "config": {}}}]}`)
+		b.do(t, chromedp.Click(chromedp.CSS(`nav a[data-section="triggers"]`)))
+		b.waitJS(t, `document.querySelector('tr[data-trigger="approve-1"]') !== null`)
+		b.shot(t, "triggers")
+	})
+
+	t.Run("dark and phone", func(t *testing.T) {
+		if runID == "" {
+			t.Skip("no run")
+		}
+		b.do(t, darkMode, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2)), chromedp.Navigate(srv.URL+"/runs/"+runID))
+		b.waitJS(t, `document.querySelector('#run-status .badge')?.textContent === 'completed'`)
+		b.waitJS(t, `getComputedStyle(document.body).backgroundColor !== 'rgb(246, 247, 249)'`)
+		if w := b.evalString(t, `String(document.documentElement.scrollWidth <= innerWidth)`); w != "true" {
+			t.Error("the run page scrolls sideways on a phone")
+		}
+		b.shot(t, "run-phone-dark")
+		b.do(t, chromedp.EmulateViewport(1280, 860), chromedp.Navigate(srv.URL+"/flows/diamond"))
+		b.waitJS(t, `document.querySelectorAll('.diagram .node[data-status="completed"]').length === 4`)
+		b.shot(t, "flow-dark")
+	})
+
+	b.checkConsole(t)
+}
+
+// server is nqd under test, with a record of trigger requests.
+type server struct {
+	URL      string
+	mu       sync.Mutex
+	triggers map[string][2]string // id: status, body
+}
+
+func (s *server) trigger(id string) (int, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.triggers[id]
+	if !ok {
+		return 0, ""
+	}
+	var status int
+	fmt.Sscan(r[0], &status)
+	return status, r[1]
+}
+
+// startServer runs the real wiring with the example flows. The dashboard is
+// mounted as the wiring mounts it; until the wiring passes the files, the
+// test mounts them in front of its handler the same way.
+func startServer(t *testing.T) *server {
+	t.Helper()
+	args := []string{"-addr", "127.0.0.1:0", "-data-dir", t.TempDir(), "-flows-dir", "../../examples/flows",
+		"-rate-per-addr", "0", "-rate-per-token", "0", "-log-level", "warn"}
+	cfg, err := config.Load(args, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app, err := wiring.New(context.Background(), cfg, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := app.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	h := app.Handler
+	probe := httptest.NewRecorder()
+	h.ServeHTTP(probe, httptest.NewRequest(http.MethodGet, "/", nil))
+	if !strings.HasPrefix(probe.Header().Get("Content-Type"), "text/html") {
+		t.Log("the wiring does not mount the dashboard yet: mounting it in front")
+		dash := handlers.New(handlers.Deps{Web: web.FS}).Routes()
+		api := h
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if p := r.URL.Path; strings.HasPrefix(p, "/api/") || p == "/healthz" || p == "/readyz" || p == "/metrics" {
+				api.ServeHTTP(w, r)
+				return
+			}
+			dash.ServeHTTP(w, r)
+		})
+	}
+	s := &server{triggers: map[string][2]string{}}
+	inner := h
+	h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, ok := strings.CutPrefix(r.URL.Path, "/api/_flows/triggers/")
+		if !ok || r.Method != http.MethodPost {
+			inner.ServeHTTP(w, r)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		rec := &statusRecorder{ResponseWriter: w}
+		inner.ServeHTTP(rec, r)
+		s.mu.Lock()
+		s.triggers[id] = [2]string{fmt.Sprint(rec.status), string(body)}
+		s.mu.Unlock()
+	})
+	ts := httptest.NewServer(h)
+	t.Cleanup(ts.Close)
+	s.URL = ts.URL
+	return s
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+// startWorker runs the demo worker in-process, slow enough that a person
+// (and a screenshot) sees steps run.
+func startWorker(t *testing.T, base string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	cfg := worker.Config{BaseURL: base, Queues: []string{"default"}, Concurrency: 4, Heartbeat: 200 * time.Millisecond,
+		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)}
+	go func() { done <- worker.Run(ctx, cfg, demo.Handlers(demo.Options{Work: 150 * time.Millisecond, Epochs: 3})) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && ctx.Err() == nil {
+			t.Errorf("worker: %v", err)
+		}
+	})
+}
+
+// browser is one headless Chromium tab and what its console said.
+type browser struct {
+	ctx    context.Context
+	mu     sync.Mutex
+	errors []string
+}
+
+func newBrowser(t *testing.T) *browser {
+	t.Helper()
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(chromium),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("hide-scrollbars", true),
+		chromedp.WindowSize(1280, 860),
+	)
+	b := &browser{}
+	ctx, cancel := chromedp.NewContext(alloc, chromedp.WithListener(func(ev any) {
+		switch ev := ev.(type) {
+		case *runtime.EventConsoleAPICalled:
+			if ev.Type == runtime.ConsoleAPICalledTypeError || ev.Type == runtime.ConsoleAPICalledTypeAssert {
+				b.record(fmt.Sprintf("console.%s: %s", ev.Type, args(ev.Args)))
+			}
+		case *runtime.EventExceptionThrown:
+			d := ev.ExceptionDetails
+			msg := d.Text
+			if d.Exception != nil {
+				msg += " " + d.Exception.Description
+			}
+			b.record(fmt.Sprintf("exception at %s:%d: %s", d.URL, d.LineNumber+1, msg))
+		}
+	}))
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1280, 860), lightMode); err != nil {
+		t.Fatalf("start Chromium: %v", err)
+	}
+	b.ctx = ctx
+	return b
+}
+
+func args(objs []*runtime.RemoteObject) string {
+	var parts []string
+	for _, o := range objs {
+		if len(o.Value) > 0 {
+			parts = append(parts, string(o.Value))
+		} else {
+			parts = append(parts, o.Description)
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+func (b *browser) record(msg string) {
+	b.mu.Lock()
+	b.errors = append(b.errors, msg)
+	b.mu.Unlock()
+}
+
+func (b *browser) checkConsole(t *testing.T) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, e := range b.errors {
+		t.Errorf("browser console: %s", e)
+	}
+}
+
+// do runs actions with a deadline, so that a missing element fails the
+// test instead of hanging it.
+func (b *browser) do(t *testing.T, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		t.Fatalf("browser: %v", err)
+	}
+}
+
+// waitJS waits until the expression is truthy in the page.
+func (b *browser) waitJS(t *testing.T, expr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(25*time.Second))); err != nil {
+		page, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`location.href + '\n' + document.querySelector('main').innerText.slice(0, 1500)`))
+		t.Fatalf("waiting for %s: %v\npage: %s", expr, err, page)
+	}
+}
+
+func (b *browser) evalString(t *testing.T, expr string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+	if err != nil {
+		t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return v
+}
+
+// shot writes a screenshot of the viewport to docs/screenshots/<name>.png.
+func (b *browser) shot(t *testing.T, name string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	if err := os.MkdirAll(shots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(shots, name+".png"), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func media(scheme string) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		_, err := cdp.Call(ctx, t, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: scheme}},
+		})
+		return chromedp.Void{}, err
+	}
+}
+
+var (
+	lightMode = media("light")
+	darkMode  = media("dark")
+)
+
+func post(t *testing.T, url, body string) {
+	t.Helper()
+	res, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	if res.StatusCode/100 != 2 {
+		t.Fatalf("POST %s: %d %s", url, res.StatusCode, raw)
+	}
+}
+
+func getJSON(t *testing.T, url string, out any) {
+	t.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if err := json.NewDecoder(res.Body).Decode(out); err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+}
