@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
 	"github.com/nqd-dev/nqd/store/storetest"
 )
@@ -33,5 +34,11 @@ func TestKVConformance(t *testing.T) {
 		clock := &testClock{t: time.UnixMilli(1764106747116)}
 		s := newTestStore(t, tempPath(t), boltstore.Options{Now: clock.Now})
 		return storetest.KVHarness{KV: s, Advance: clock.Advance}
+	})
+}
+
+func BenchmarkKV(b *testing.B) {
+	storetest.RunKVBenchmarks(b, func(b *testing.B) store.KV {
+		return newTestStore(b, tempPath(b), boltstore.Options{})
 	})
 }

@@ -567,3 +567,48 @@ func sign(x float64) int {
 	}
 	return 0
 }
+
+// RunKVBenchmarks measures the KV operations a worker pool and a sweeper
+// use against fresh stores from newKV.
+func RunKVBenchmarks(b *testing.B, newKV func(b *testing.B) store.KV) {
+	b.Run("CompareAndSwap", func(b *testing.B) {
+		kv := newKV(b)
+		v, err := kv.Put(b.Context(), "job", map[string]string{"state": "pending"}, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			if v, err = kv.CompareAndSwap(b.Context(), "job", store.Condition{Version: v}, map[string]string{"state": "claimed"}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("SetFieldsParallel", func(b *testing.B) {
+		kv := newKV(b)
+		b.RunParallel(func(pb *testing.PB) {
+			key := "job-" + strconv.Itoa(rand.IntN(1<<30))
+			for pb.Next() {
+				if _, err := kv.SetFields(b.Context(), key, map[string]string{"state": "running", "updated_at": "1764106747116"}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+	b.Run("Scan1000Filtered", func(b *testing.B) {
+		kv := newKV(b)
+		for i := range 1000 {
+			f := map[string]string{"state": "running", "updated_at": strconv.Itoa(i)}
+			if _, err := kv.Put(b.Context(), "tasks.email.job-"+strconv.Itoa(i), f, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+		q := store.ScanQuery{Prefix: "tasks.", Filter: &store.Filter{Field: "updated_at", Op: store.OpLt, Value: "100"}}
+		for b.Loop() {
+			got, err := kv.Scan(b.Context(), q)
+			if err != nil || len(got) != 100 {
+				b.Fatalf("Scan: %d records, %v; want 100", len(got), err)
+			}
+		}
+	})
+}
