@@ -23,6 +23,10 @@
 //	<p>:engine:timers:due             sorted set: kind:flow:run:step, score = due ms
 //	<p>:engine:flows:defs             hash: flow name -> definition JSON
 //
+// and for the KV state store (store.KV, see kv.go):
+//
+//	<p>:_kv:<key>                     hash: a record's fields and its version _v; PEXPIRE holds its TTL
+//
 // The engine's own keys have three parts after the prefix because two-part
 // keys are context streams (<p>:<type>:<id>): a client appending to a
 // context named like one of them could otherwise break it.
