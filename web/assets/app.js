@@ -383,11 +383,11 @@ function runPage(root, id) {
       flowName = name;
       replace(crumbs, link('./', 'Flows'), ' / ', link(flowHref(name), name), ' / ', h('span', {}, shortId(id)));
       title(`Run ${shortId(id)}`, name);
-      api(`_flows/${enc(name)}/diagram`).then(d => { graph = diagram(d); replace(diagramBox, graph.el); graph.show(state.steps); })
+      api(`_flows/${enc(name)}/diagram`).then(d => { graph = diagram(d); replace(diagramBox, graph.el); graph.show(state.steps); renderHead(); })
         .catch(() => replace(diagramBox, h('p', {class: 'empty small'}, 'This run\'s flow has no stored definition, so there is no diagram.')));
     }
     const steps = Object.values(state.steps || {});
-    const total = graph ? graph.el.querySelectorAll('.node').length : steps.length;
+    const total = Math.max(steps.length, graph ? graph.el.querySelectorAll('.node').length : 0);
     const done = doneSteps(state);
     const start = Date.parse(state.startedAt);
     const ended = ENDED.has(state.status);
@@ -512,7 +512,7 @@ function awaitCard(key, a, countdowns) {
     }}, area, h('div', {class: 'row'}, fire, msg));
   }
   return h('article', {class: 'await', 'data-await': key},
-    h('div', {class: 'row'}, h('code', {}, a.step), badge(a.type || 'await'), h('span', {class: 'spacer'}), clockEl),
+    h('div', {class: 'row'}, h('code', {}, a.step), h('span', {class: 'badge s-waiting'}, d.triggerType || a.type || 'await'), h('span', {class: 'spacer'}), clockEl),
     h('p', {class: 'small muted'}, `Waiting since ${clock(a.registeredAt)}`, d.eventKind ? ` for ${d.eventKind}` : ''),
     url ? h('p', {class: 'url'}, h('code', {class: 'trigger-url'}, `POST ${url}`),
       h('button', {type: 'button', class: 'ghost small', onclick: e => copy(url, e.currentTarget)}, 'Copy')) : null,

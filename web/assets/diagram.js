@@ -3,7 +3,7 @@
 // step it subscribes to), drawn as SVG that scales to its container.
 import {h} from './lib.js';
 
-const W = 156, H = 52, GAP_X = 84, GAP_Y = 30, PAD = 28, LOOP = 26;
+const W = 156, H = 52, GAP_Y = 30, PAD = 28, LOOP = 26;
 
 /** layers gives each node the length of the longest emit path from a root to it. */
 function layers(diagram) {
@@ -24,25 +24,45 @@ function layers(diagram) {
   return layer;
 }
 
-/** diagram draws a flow and answers {el, show(steps)}: show colours nodes by step status. */
-export function diagram(d) {
+/**
+ * diagram draws a flow and answers {el, show(steps)}: show colours nodes by
+ * step status. Left to right on wide screens; top to bottom on narrow ones,
+ * where a row of steps would shrink past reading.
+ */
+export function diagram(d, vertical = matchMedia('(max-width: 760px)').matches) {
   const layer = layers(d);
   const cols = [];
   for (const n of d.nodes) (cols[layer.get(n.id)] ||= []).push(n);
-  const rows = Math.max(1, ...cols.map(c => (c ? c.length : 0)));
+  const across = Math.max(1, ...cols.map(c => (c ? c.length : 0)));
   const hasLoop = d.edges.some(e => e.type === 'await');
-  const top = PAD + (hasLoop ? LOOP + 14 : 0);
-  const width = PAD * 2 + cols.length * W + Math.max(0, cols.length - 1) * GAP_X;
-  const height = top + PAD + rows * H + (rows - 1) * GAP_Y;
+  // Room between layers for the longest edge label, within reason.
+  const longest = Math.max(0, ...d.edges.filter(e => e.type === 'emit').map(e => e.label.length));
+  const gapX = Math.min(220, Math.max(84, longest * 7 + 28));
+  const gapY = vertical ? 64 : GAP_Y;
+  const top = PAD + (hasLoop && !vertical ? LOOP + 14 : 0);
+  const right = hasLoop && vertical ? LOOP + 40 : 0;
   const pos = new Map();
-  cols.forEach((col, i) => {
-    if (!col) return;
-    const offset = ((rows - col.length) * (H + GAP_Y)) / 2;
-    col.forEach((n, j) => pos.set(n.id, {x: PAD + i * (W + GAP_X), y: top + offset + j * (H + GAP_Y)}));
-  });
+  let width, height;
+  if (vertical) {
+    width = PAD * 2 + right + across * W + (across - 1) * 16;
+    height = PAD * 2 + cols.length * H + Math.max(0, cols.length - 1) * gapY;
+    cols.forEach((col, i) => {
+      if (!col) return;
+      const offset = ((across - col.length) * (W + 16)) / 2;
+      col.forEach((n, j) => pos.set(n.id, {x: PAD + offset + j * (W + 16), y: PAD + i * (H + gapY)}));
+    });
+  } else {
+    width = PAD * 2 + cols.length * W + Math.max(0, cols.length - 1) * gapX;
+    height = top + PAD + across * H + (across - 1) * gapY;
+    cols.forEach((col, i) => {
+      if (!col) return;
+      const offset = ((across - col.length) * (H + gapY)) / 2;
+      col.forEach((n, j) => pos.set(n.id, {x: PAD + i * (W + gapX), y: top + offset + j * (H + gapY)}));
+    });
+  }
 
   const svg = h('svg:svg', {
-    class: 'diagram', viewBox: `0 0 ${width} ${height}`, role: 'img',
+    class: `diagram${vertical ? ' vertical' : ''}`, viewBox: `0 0 ${width} ${height}`, role: 'img',
     'aria-label': `Diagram of ${d.nodes.length} steps`, preserveAspectRatio: 'xMidYMin meet',
     style: `max-width:${width}px`,
   });
@@ -53,24 +73,34 @@ export function diagram(d) {
   for (const e of d.edges) {
     const a = pos.get(e.from), b = pos.get(e.to);
     if (!a || !b) continue;
-    let path, lx, ly;
+    let path, lx, ly, anchor = 'middle';
     if (e.type === 'await' || e.from === e.to) {
-      const x = a.x + W / 2, y = a.y;
-      path = `M${x - 26},${y} C${x - 40},${y - LOOP - 18} ${x + 40},${y - LOOP - 18} ${x + 26},${y}`;
-      lx = x; ly = y - LOOP - 10;
-    } else if (b.x > a.x) {
+      if (vertical) {
+        const x = a.x + W, y = a.y + H / 2;
+        path = `M${x},${y - 14} C${x + LOOP + 18},${y - 30} ${x + LOOP + 18},${y + 30} ${x},${y + 14}`;
+        lx = x + 6; ly = y - 24; anchor = 'start';
+      } else {
+        const x = a.x + W / 2, y = a.y;
+        path = `M${x - 26},${y} C${x - 40},${y - LOOP - 18} ${x + 40},${y - LOOP - 18} ${x + 26},${y}`;
+        lx = x; ly = y - LOOP - 10;
+      }
+    } else if (vertical && b.y > a.y) {
+      const x1 = a.x + W / 2, y1 = a.y + H, x2 = b.x + W / 2, y2 = b.y, my = (y1 + y2) / 2;
+      path = `M${x1},${y1} C${x1},${my} ${x2},${my} ${x2},${y2 - 2}`;
+      lx = (x1 + x2) / 2; ly = my + 4; // on the line, over a halo
+    } else if (!vertical && b.x > a.x) {
       const x1 = a.x + W, y1 = a.y + H / 2, x2 = b.x, y2 = b.y + H / 2, mx = (x1 + x2) / 2;
       path = `M${x1},${y1} C${mx},${y1} ${mx},${y2} ${x2 - 2},${y2}`;
       lx = mx; ly = (y1 + y2) / 2 - 6;
     } else {
-      // A back edge (a cycle) goes around below.
-      const x1 = a.x + W / 2, y1 = a.y + H, x2 = b.x + W / 2, y2 = b.y + H, low = Math.max(y1, y2) + GAP_Y;
-      path = `M${x1},${y1} C${x1},${low} ${x2},${low} ${x2},${y2 + 2}`;
-      lx = (x1 + x2) / 2; ly = low - 4;
+      // A back edge (a cycle) goes around the side.
+      const x1 = a.x, y1 = a.y + H / 2, x2 = b.x, y2 = b.y + H / 2, side = Math.min(x1, x2) - 24;
+      path = `M${x1},${y1} C${side},${y1} ${side},${y2} ${x2 - 2},${y2}`;
+      lx = side; ly = (y1 + y2) / 2; anchor = 'end';
     }
     svg.append(h('svg:g', {class: `edge e-${e.type}`},
       h('svg:path', {d: path, 'marker-end': 'url(#arrow)'}),
-      h('svg:text', {x: lx, y: ly, 'text-anchor': 'middle', class: 'edge-label'}, e.label + (e.timeout ? ` · ${Math.round(e.timeout / 1000)} s` : ''))));
+      h('svg:text', {x: lx, y: ly, 'text-anchor': anchor, class: 'edge-label'}, e.label + (e.timeout ? ` · ${Math.round(e.timeout / 1000)} s` : ''))));
   }
 
   const nodes = new Map();

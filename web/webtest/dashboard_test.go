@@ -51,7 +51,7 @@ func TestDashboard(t *testing.T) {
 	b := newBrowser(t)
 
 	// Runs of the other example flows, so the flows page has numbers.
-	for _, flow := range []string{"pipeline", "pipeline", "diamond"} {
+	for _, flow := range []string{"pipeline", "pipeline", "diamond", "ml-training"} {
 		post(t, srv.URL+"/api/_flows/"+flow+"/start", `{}`)
 	}
 
@@ -175,7 +175,8 @@ func TestDashboard(t *testing.T) {
 		}
 		b.do(t, darkMode, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2)), chromedp.Navigate(srv.URL+"/runs/"+runID))
 		b.waitJS(t, `document.querySelector('#run-status .badge')?.textContent === 'completed'`)
-		b.waitJS(t, `getComputedStyle(document.body).backgroundColor !== 'rgb(246, 247, 249)'`)
+		b.waitJS(t, `document.querySelectorAll('.diagram.vertical .node[data-status="completed"]').length === 3`)
+		b.waitJS(t, `getComputedStyle(document.documentElement).backgroundColor === 'rgb(15, 18, 23)'`)
 		if w := b.evalString(t, `String(document.documentElement.scrollWidth <= innerWidth)`); w != "true" {
 			t.Error("the run page scrolls sideways on a phone")
 		}
