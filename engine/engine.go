@@ -187,6 +187,9 @@ func (s *stepState) active() bool { return s.Status == stepQueued || s.Status ==
 type run struct {
 	meta  store.RunMeta
 	state runState
+	// readStatus is the status the record had when it was read ("" for a
+	// new run): the store moves the run out of that status's index.
+	readStatus string
 }
 
 func (e *Engine) readRun(ctx context.Context, flow, id string) (*run, error) {
@@ -194,7 +197,7 @@ func (e *Engine) readRun(ctx context.Context, flow, id string) (*run, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &run{meta: m}
+	r := &run{meta: m, readStatus: m.Status}
 	if len(m.State) > 0 {
 		if err := json.Unmarshal(m.State, &r.state); err != nil {
 			return nil, fmt.Errorf("engine: run %s state: %w", id, err)
@@ -219,14 +222,13 @@ func (r *run) ended() bool {
 
 // update returns the RunUpdate that writes r's new record.
 func (r *run) update() (store.RunUpdate, error) {
-	prev := r.meta.Status
 	st, err := json.Marshal(r.state)
 	if err != nil {
 		return store.RunUpdate{}, err
 	}
 	m := r.meta
 	m.State = st
-	return store.RunUpdate{Meta: m, PrevStatus: prev}, nil
+	return store.RunUpdate{Meta: m, PrevStatus: r.readStatus}, nil
 }
 
 // retry runs decide until its update is not refused by a concurrent one.
