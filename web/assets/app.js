@@ -1,7 +1,7 @@
 // The nqd dashboard: a router over four pages (flows, a flow, a run,
 // triggers). Each page renders into <main> and returns a function that
 // stops its timers and streams when the page is left.
-import {h, replace, api, ApiError, enc, onServerState, shortId, duration, ago, clock, badge, json, parseInput, loading, failure, every, debounce} from './lib.js';
+import {h, replace, api, ApiError, enc, onServerState, onAuthNeeded, token, setToken, shortId, duration, ago, clock, badge, json, parseInput, loading, failure, every, debounce} from './lib.js';
 import {diagram} from './diagram.js';
 
 const base = new URL(document.baseURI).pathname; // "/" or "/ui/"
@@ -80,6 +80,30 @@ const serverEl = document.getElementById('server');
 onServerState(ok => {
   serverEl.className = ok ? 'server' : 'server down';
   serverEl.textContent = ok ? '' : 'Server unreachable';
+});
+
+// nqd with API tokens configured refuses the page until it has one.
+const signOut = document.getElementById('signout');
+signOut.hidden = !token();
+signOut.addEventListener('click', () => { setToken(''); signOut.hidden = true; render(true); });
+onAuthNeeded(() => {
+  if (document.getElementById('signin')) return;
+  leave();
+  leave = () => {};
+  const input = h('input', {id: 'token-input', type: 'password', autocomplete: 'current-password', required: true, 'aria-describedby': 'signin-msg'});
+  const had = token();
+  replace(main, h('form', {class: 'panel signin', id: 'signin', onsubmit: e => {
+    e.preventDefault();
+    setToken(input.value.trim());
+    signOut.hidden = false;
+    render(true);
+  }},
+  h('h1', {}, 'Sign in'),
+  h('p', {id: 'signin-msg', class: had ? 'error-text' : 'muted'}, had ? 'nqd refused that token. Try another one.' : 'This nqd requires an API token with the read scope (write to start runs, admin to cancel them).'),
+  h('label', {for: 'token-input'}, 'API token'), input,
+  h('div', {class: 'row'}, h('button', {type: 'submit', class: 'primary'}, 'Sign in'), h('span', {class: 'small muted'}, 'Kept for this tab only.'))));
+  setToken('');
+  input.focus();
 });
 
 // --- flows ------------------------------------------------------------------------
@@ -267,37 +291,56 @@ function startForm(name) {
  * with Last-Event-ID (the server sets retry:), so reconnection is left to it.
  */
 function watchRun(id, onState, onEvent = () => {}, onStatus = () => {}) {
-  let closed = false;
-  let shown = null;
+  let closed = false, shown = null, es = null, lastId = '', retry = 0;
   const load = debounce(80, async () => {
     try {
       const res = await api(`_events/flow/${enc(id)}/state`);
       if (!closed) { shown = res.state; onState(res.state, res.lastEventId); }
     } catch { /* the stream's status shows the trouble */ }
   });
-  const es = new EventSource(`/api/_events/flow/${enc(id)}/stream`);
-  es.onopen = () => onStatus('live');
-  es.onerror = () => onStatus(es.readyState === EventSource.CLOSED ? 'closed' : 'reconnecting');
-  es.onmessage = m => {
-    let msg;
-    try { msg = JSON.parse(m.data); } catch { return; }
-    if (msg.record) onEvent(msg.record);
-    load();
-  };
-  es.addEventListener('reset', m => {
-    let msg = {};
-    try { msg = JSON.parse(m.data); } catch { /* keep {} */ }
-    onEvent(null, {reset: msg.position});
-    load();
-  });
-  es.addEventListener('truncated', m => {
-    let msg = {};
-    try { msg = JSON.parse(m.data); } catch { /* keep {} */ }
-    onEvent(null, {truncated: msg.limit});
-  });
+  const parse = m => { try { return JSON.parse(m.data); } catch { return {}; } };
+  // open (re)connects. The browser itself resumes a dropped connection; a
+  // closed one (say, an expired stream token) is reopened here after the
+  // last event seen.
+  async function open() {
+    if (closed) return;
+    if (token()) {
+      // A browser cannot set headers on an EventSource: the stream token
+      // travels in a cookie scoped to the stream routes.
+      try {
+        await api('_auth/stream-token', {method: 'POST', body: {type: 'flow', id, ttl: 3600, cookie: true}});
+      } catch {
+        onStatus('closed');
+        retry = setTimeout(open, 5000);
+        return;
+      }
+    }
+    if (closed) return;
+    es = new EventSource(`/api/_events/flow/${enc(id)}/stream${lastId ? `?lastEventId=${enc(lastId)}` : ''}`);
+    es.onopen = () => onStatus('live');
+    es.onerror = () => {
+      if (es.readyState !== EventSource.CLOSED) { onStatus('reconnecting'); return; }
+      onStatus('closed');
+      retry = setTimeout(open, 3000);
+    };
+    es.onmessage = m => {
+      const msg = parse(m);
+      if (m.lastEventId) lastId = m.lastEventId;
+      if (msg.record) onEvent(msg.record);
+      load();
+    };
+    es.addEventListener('reset', m => {
+      const msg = parse(m);
+      lastId = msg.position || '';
+      onEvent(null, {reset: msg.position});
+      load();
+    });
+    es.addEventListener('truncated', m => onEvent(null, {truncated: parse(m).limit}));
+  }
+  open();
   load();
   return {
-    close() { closed = true; es.close(); },
+    close() { closed = true; clearTimeout(retry); es?.close(); },
     show() { if (shown) onState(shown); },
   };
 }

@@ -43,13 +43,26 @@ export class ApiError extends Error {
   get unreachable() { return this.status === 0; }
 }
 
+// The API token, when nqd requires one. It lives in sessionStorage: it is
+// gone when the tab closes, and other sites cannot read it.
+const TOKEN_KEY = 'nqd-token';
+/** token is the API token the page sends, or ''. */
+export function token() { return sessionStorage.getItem(TOKEN_KEY) || ''; }
+/** setToken stores the API token; '' forgets it. */
+export function setToken(t) { if (t) sessionStorage.setItem(TOKEN_KEY, t); else sessionStorage.removeItem(TOKEN_KEY); }
+
+const authListeners = new Set();
+/** onAuthNeeded calls fn when the API refuses the page's credentials. */
+export function onAuthNeeded(fn) { authListeners.add(fn); }
+
 /** api calls the nqd API (same origin) and answers its JSON body. */
 export async function api(path, {method = 'GET', body, signal} = {}) {
   let res;
+  const headers = body === undefined ? {} : {'Content-Type': 'application/json'};
+  if (token()) headers.Authorization = `Bearer ${token()}`;
   try {
     res = await fetch('/api/' + path.replace(/^\//, ''), {
-      method, signal,
-      headers: body === undefined ? {} : {'Content-Type': 'application/json'},
+      method, signal, headers,
       body: body === undefined ? undefined : (typeof body === 'string' ? body : JSON.stringify(body)),
     });
   } catch (err) {
@@ -61,6 +74,7 @@ export async function api(path, {method = 'GET', body, signal} = {}) {
   const text = await res.text();
   let data = null;
   try { data = text ? JSON.parse(text) : null; } catch { /* not JSON: keep null */ }
+  if (res.status === 401) for (const fn of authListeners) fn();
   if (!res.ok) throw new ApiError(res.status, data);
   return data;
 }

@@ -46,8 +46,8 @@ func TestDashboard(t *testing.T) {
 		}
 		t.Skipf("no %s: the dashboard's browser test needs Chromium", chromium)
 	}
-	srv := startServer(t)
-	startWorker(t, srv.URL)
+	srv := startServer(t, nil)
+	startWorker(t, srv.URL, "")
 	b := newBrowser(t)
 
 	// Runs of the other example flows, so the flows page has numbers.
@@ -189,6 +189,43 @@ func TestDashboard(t *testing.T) {
 	b.checkConsole(t)
 }
 
+// With API tokens configured the page asks for one, then works as before:
+// its API calls carry it, and its streams a stream token in a cookie.
+func TestDashboardSignIn(t *testing.T) {
+	if _, err := exec.LookPath(chromium); err != nil {
+		if os.Getenv("NQD_REQUIRE_BROWSER") == "1" {
+			t.Fatalf("NQD_REQUIRE_BROWSER=1 but %s is missing", chromium)
+		}
+		t.Skipf("no %s: the dashboard's browser test needs Chromium", chromium)
+	}
+	const secret = "0123456789abcdef0123456789abcdef-ops"
+	srv := startServer(t, map[string]string{"NQ_TOKENS": "ops:admin:" + secret})
+	startWorker(t, srv.URL, secret)
+	b := newBrowser(t)
+
+	res, err := http.Get(srv.URL + "/api/_flows")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("GET /api/_flows with no token: %d, want 401", res.StatusCode)
+	}
+
+	b.do(t, chromedp.Navigate(srv.URL+"/flows/pipeline"))
+	b.waitJS(t, `document.getElementById('signin') !== null`)
+	b.do(t, chromedp.SendKeys(chromedp.ID("token-input"), "not-the-token"), chromedp.Click(chromedp.CSS(`#signin button[type=submit]`)))
+	b.waitJS(t, `document.getElementById('signin-msg')?.textContent.includes('refused')`)
+	b.do(t, chromedp.SendKeys(chromedp.ID("token-input"), secret), chromedp.Click(chromedp.CSS(`#signin button[type=submit]`)))
+	b.waitJS(t, `document.querySelectorAll('.diagram .node').length === 3`)
+
+	b.do(t, chromedp.Click(chromedp.ID("start-toggle")), chromedp.Click(chromedp.CSS(`#start-form button[type=submit]`)))
+	b.waitJS(t, `location.pathname.startsWith('/runs/')`)
+	b.waitJS(t, `document.querySelector('#run-status .badge')?.textContent === 'completed'`)
+	b.waitJS(t, `document.querySelector('#timeline [data-kind="flow.completed"]') !== null && document.querySelector('.live').textContent === 'live'`)
+	b.checkConsole(t)
+}
+
 // server is nqd under test, with a record of trigger requests.
 type server struct {
 	URL      string
@@ -211,15 +248,15 @@ func (s *server) trigger(id string) (int, string) {
 // startServer runs the real wiring with the example flows. The dashboard is
 // mounted as the wiring mounts it; until the wiring passes the files, the
 // test mounts them in front of its handler the same way.
-func startServer(t *testing.T) *server {
+func startServer(t *testing.T, env map[string]string) *server {
 	t.Helper()
 	args := []string{"-addr", "127.0.0.1:0", "-data-dir", t.TempDir(), "-flows-dir", "../../examples/flows",
 		"-rate-per-addr", "0", "-rate-per-token", "0", "-log-level", "warn"}
-	cfg, err := config.Load(args, func(string) string { return "" }, io.Discard)
+	cfg, err := config.Load(args, func(k string) string { return env[k] }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	app, err := wiring.New(context.Background(), cfg, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	app, err := wiring.New(context.Background(), cfg, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,18 +321,32 @@ func (r *statusRecorder) Write(b []byte) (int, error) {
 
 // startWorker runs the demo worker in-process, slow enough that a person
 // (and a screenshot) sees steps run.
-func startWorker(t *testing.T, base string) {
+func startWorker(t *testing.T, base, token string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	cfg := worker.Config{BaseURL: base, Queues: []string{"default"}, Concurrency: 4, Heartbeat: 200 * time.Millisecond,
+		Client: &http.Client{Transport: bearer(token)},
 		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)}
-	go func() { done <- worker.Run(ctx, cfg, demo.Handlers(demo.Options{Work: 150 * time.Millisecond, Epochs: 3})) }()
+	go func() {
+		done <- worker.Run(ctx, cfg, demo.Handlers(demo.Options{Work: 150 * time.Millisecond, Epochs: 3}))
+	}()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil && ctx.Err() == nil {
+		if err := <-done; err != nil {
 			t.Errorf("worker: %v", err)
 		}
 	})
+}
+
+// bearer sends an API token with every request, when there is one.
+type bearer string
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	if b != "" {
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer "+string(b))
+	}
+	return http.DefaultTransport.RoundTrip(r)
 }
 
 // browser is one headless Chromium tab and what its console said.
