@@ -42,6 +42,7 @@ func withTokens(t testing.TB, access handlers.Access) func(*handlers.Deps) {
 		}
 		d.Access = access
 		d.Flows = engine.New(d.Store.(engine.Store), engine.Options{Logger: d.Log})
+		d.KV = d.Store.(handlers.KV)
 		sh := stream.NewHandler(stream.Options{Store: d.Store.(stream.Source), Log: d.Log, TrustLive: true})
 		t.Cleanup(sh.Close)
 		d.Stream = sh
@@ -85,11 +86,18 @@ var routeScopes = map[string]auth.Scope{
 	"POST /api/_workers/jobs/{queue}/{jobId}/events":    auth.Write,
 	"POST /api/_workers/jobs/{queue}/{jobId}/complete":  auth.Write,
 	"POST /api/_workers/jobs/{queue}/{jobId}/fail":      auth.Write,
+	"GET /api/_kv":                                      auth.Read,
+	"GET /api/_kv/{key}":                                auth.Read,
+	"PUT /api/_kv/{key}":                                auth.Write,
+	"DELETE /api/_kv/{key}":                             auth.Write,
+	"GET /api/_kv/{key}/fields/{field}":                 auth.Read,
+	"POST /api/_kv/{key}/fields":                        auth.Write,
+	"POST /api/_kv/{key}/cas":                           auth.Write,
 }
 
 // concrete fills a route pattern's parameters.
 var concrete = strings.NewReplacer("{type}", "flow", "{id}", "run-1", "{name}", "demo", "{runId}", "run-1",
-	"{queue}", "q1", "{jobId}", "run-1:a")
+	"{queue}", "q1", "{jobId}", "run-1:a", "{key}", "k1", "{field}", "f1")
 
 func TestEveryRouteNeedsItsScope(t *testing.T) {
 	api := newTestAPI(t, withTokens(t, handlers.Access{}))

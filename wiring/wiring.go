@@ -105,6 +105,7 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 		Store:       a.Metrics.Store(st),
 		State:       states,
 		Flows:       flowEngine,
+		KV:          kvStore(st),
 		Stream:      a.Stream,
 		Ready:       ready,
 		CORSOrigins: cfg.CORSOrigins,
@@ -132,6 +133,15 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 		ErrorLog:          nil,
 	}
 	return a, nil
+}
+
+// kvStore is the store's KV record store, or nil (routes off) when the
+// backend has none.
+func kvStore(st store.Store) handlers.KV {
+	if kv, ok := st.(handlers.KV); ok {
+		return kv
+	}
+	return nil
 }
 
 // newMetrics builds the Prometheus registry. The store the API appends

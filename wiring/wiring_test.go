@@ -278,3 +278,17 @@ func waitLine(t *testing.T, lines <-chan string, match func(string) bool) {
 		}
 	}
 }
+
+func TestKVThroughWiring(t *testing.T) {
+	base, _ := mustStartApp(t, testConfig(t))
+	if code, body := do(t, "PUT", base+"/api/_kv/job-1", `{"fields":{"state":"pending"}}`); code != http.StatusOK && code != http.StatusCreated {
+		t.Fatalf("put: %d %v", code, body)
+	}
+	code, _ := do(t, "POST", base+"/api/_kv/job-1/cas", `{"field":"state","expected":"pending","set":{"state":"claimed"}}`)
+	if code != http.StatusOK {
+		t.Fatalf("first claim: got %d, want 200", code)
+	}
+	if code, _ := do(t, "POST", base+"/api/_kv/job-1/cas", `{"field":"state","expected":"pending","set":{"state":"claimed"}}`); code != http.StatusConflict {
+		t.Fatalf("second claim: got %d, want 409", code)
+	}
+}
