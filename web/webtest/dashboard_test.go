@@ -60,6 +60,16 @@ func TestDashboard(t *testing.T) {
 		b.waitJS(t, `document.querySelectorAll('.flow-card').length === 4`)
 		b.waitJS(t, `Number(document.querySelector('[data-flow="pipeline"] [data-status="completed"] .n')?.textContent) === 2`)
 		b.shot(t, "flows")
+
+		b.do(t, chromedp.Click(chromedp.CSS(`[data-flow="pipeline"] h2 a`)))
+		b.waitJS(t, `document.querySelectorAll('.diagram .node[data-status="completed"]').length === 3`)
+		b.waitJS(t, `document.querySelectorAll('table.runs tbody tr').length === 2`)
+		b.shot(t, "flow")
+		// The runs filter pages over one status.
+		b.do(t, chromedp.Click(chromedp.CSS(`[data-filter="failed"]`)))
+		b.waitJS(t, `document.querySelector('table.runs') === null && document.querySelector('.empty').textContent === 'No failed runs.'`)
+		b.do(t, chromedp.NavigateBack())
+		b.waitJS(t, `location.pathname === '/' && document.querySelectorAll('.flow-card').length === 4`)
 	})
 
 	var runID string
