@@ -358,7 +358,7 @@ function runPage(root, id) {
   const diagramBox = h('div', {class: 'panel-body'});
   const stepsBox = h('div', {}, loading('Loading steps'));
   const awaitsBox = h('div', {});
-  const timeline = h('ol', {class: 'timeline', id: 'timeline', tabindex: '0', 'aria-label': 'Events, oldest first'});
+  const timeline = h('ol', {class: 'timeline', id: 'timeline', tabindex: '0', 'aria-label': 'Events, oldest first. Arrow keys move, Enter shows the state at an event.'});
   const timelineCount = h('span', {class: 'muted small'});
   const levelSel = h('select', {id: 'log-level', 'aria-label': 'Lowest log level shown'},
     ['debug', 'info', 'warn', 'error'].map(l => h('option', {value: l, selected: l === 'debug'}, l === 'debug' ? 'all levels' : `${l} and up`)));
@@ -383,6 +383,17 @@ function runPage(root, id) {
   const levels = {debug: 0, info: 1, warn: 2, warning: 2, error: 3};
 
   levelSel.addEventListener('change', () => state && renderLogs());
+  // Arrow keys walk the timeline; Enter shows the state at an event.
+  timeline.addEventListener('keydown', e => {
+    const cur = document.activeElement?.closest?.('#timeline li');
+    let next = null;
+    if (e.key === 'ArrowDown') next = cur ? cur.nextElementSibling : timeline.firstElementChild;
+    else if (e.key === 'ArrowUp') next = cur ? cur.previousElementSibling : timeline.lastElementChild;
+    else if (e.key === 'Enter' && cur) { e.preventDefault(); cur.click(); return; }
+    else return;
+    e.preventDefault();
+    next?.focus();
+  });
 
   function renderLogs() {
     const min = levels[levelSel.value] ?? 0;
@@ -395,13 +406,20 @@ function runPage(root, id) {
 
   function renderSteps() {
     const steps = Object.entries(state.steps || {}).sort((a, b) => Date.parse(a[1].startedAt || 0) - Date.parse(b[1].startedAt || 0));
+    // Steps of the flow that have not started yet are pending; ended runs leave them out.
+    if (graph && !ENDED.has(state.status)) {
+      for (const n of graph.el.querySelectorAll('.node')) {
+        const name = n.dataset.step;
+        if (!state.steps?.[name]) steps.push([name, {status: 'pending', attempt: 0}]);
+      }
+    }
     replace(stepsBox, steps.length
       ? h('div', {class: 'table-wrap'}, h('table', {class: 'steps'},
         h('thead', {}, h('tr', {}, h('th', {}, 'Step'), h('th', {}, 'Status'), h('th', {}, 'Attempt'), h('th', {}, 'Duration'))),
         h('tbody', {}, steps.map(([name, s]) => [
           h('tr', {'data-step': name, 'data-status': s.status},
             h('td', {}, h('code', {}, name)), h('td', {}, badge(s.status)),
-            h('td', {}, s.maxAttempts ? `${s.attempt} of ${s.maxAttempts}` : String(s.attempt)),
+            h('td', {}, s.maxAttempts ? `${s.attempt} of ${s.maxAttempts}` : s.attempt ? String(s.attempt) : '—'),
             h('td', {}, s.duration ? duration(s.duration) : s.status === 'running' ? duration(Date.now() - Date.parse(s.startedAt)) : '—')),
           s.error ? h('tr', {class: 'err-row'}, h('td', {colspan: 4}, h('span', {class: 'error-text small'}, s.error, s.nextRetryAt ? ` · retry at ${clock(s.nextRetryAt)}` : ''))) : null,
         ]))))
@@ -426,7 +444,7 @@ function runPage(root, id) {
       flowName = name;
       replace(crumbs, link('./', 'Flows'), ' / ', link(flowHref(name), name), ' / ', h('span', {}, shortId(id)));
       title(`Run ${shortId(id)}`, name);
-      api(`_flows/${enc(name)}/diagram`).then(d => { graph = diagram(d); replace(diagramBox, graph.el); graph.show(state.steps); renderHead(); })
+      api(`_flows/${enc(name)}/diagram`).then(d => { graph = diagram(d); replace(diagramBox, graph.el); graph.show(state.steps); renderHead(); renderSteps(); })
         .catch(() => replace(diagramBox, h('p', {class: 'empty small'}, 'This run\'s flow has no stored definition, so there is no diagram.')));
     }
     const steps = Object.values(state.steps || {});
@@ -486,7 +504,9 @@ function runPage(root, id) {
     events.push(rec);
     const kind = rec.kind || rec.type;
     const follow = timeline.scrollTop + timeline.clientHeight >= timeline.scrollHeight - 24;
-    timeline.append(h('li', {class: `ev k-${kind.split('.')[0]}`, 'data-kind': kind, 'data-id': rec.id},
+    const k = events.length;
+    timeline.append(h('li', {class: `ev k-${kind.split('.')[0]}`, 'data-kind': kind, 'data-id': rec.id, tabindex: '-1',
+      title: 'Show the state at this event', onclick: () => tt.goTo(k)},
       h('span', {class: 'ev-t', title: rec.ts}, `+${duration(Date.parse(rec.ts) - t0())}`),
       h('span', {class: 'ev-kind'}, kind),
       rec.step ? h('code', {class: 'ev-step'}, rec.step) : null,
@@ -568,9 +588,12 @@ function parsePayload(text) {
 }
 
 function triggerError(err) {
-  if (err instanceof ApiError && err.status === 404 && err.code !== 'trigger_not_found') {
+  // nqd's router answers a missing route with "No route for …"; a trigger
+  // route that exists answers 404 for an id nothing awaits.
+  if (err instanceof ApiError && (err.status === 405 || (err.status === 404 && /^No route/.test(err.message)))) {
     return 'Firing triggers is not available on this server: it has no trigger route yet.';
   }
+  if (err instanceof ApiError && err.status === 404) return 'No step awaits a trigger with this id.';
   if (err instanceof ApiError && err.status === 410) return 'This trigger has expired or already fired.';
   return err.message;
 }
@@ -634,6 +657,15 @@ function timeTravel(id) {
   });
 
   return {
+    /** goTo shows the state at event k (1-based) and brings the section into view. */
+    goTo(k) {
+      slider.value = String(k);
+      following = k === events.length;
+      latest.disabled = following;
+      show(k);
+      slider.focus({preventScroll: true});
+      slider.closest('section').scrollIntoView({behavior: 'smooth', block: 'start'});
+    },
     el: h('div', {class: 'tt'},
       h('div', {class: 'row'}, h('label', {for: 'tt-slider', class: 'small'}, 'Event'), slider, latest),
       label,

@@ -34,11 +34,13 @@ export function replace(el, ...children) {
 
 /** ApiError is an answer of the API that was not a success. */
 export class ApiError extends Error {
+  // nqd answers errors as {"error": {code, message, fields}}.
   constructor(status, body) {
-    super(body?.message || body?.statusMessage || (status ? `HTTP ${status}` : 'The server cannot be reached.'));
+    const e = body?.error && typeof body.error === 'object' ? body.error : body;
+    super(e?.message || (status ? `HTTP ${status}` : 'The server cannot be reached.'));
     this.status = status;
-    this.code = body?.code;
-    this.fields = body?.fields;
+    this.code = e?.code;
+    this.fields = e?.fields;
   }
   get unreachable() { return this.status === 0; }
 }

@@ -128,6 +128,10 @@ func TestDashboard(t *testing.T) {
 		b.waitJS(t, `document.querySelector('#tt-diff li') !== null`)
 		b.do(t, chromedp.Evaluate[chromedp.Void](`document.getElementById('time-travel').scrollIntoView()`))
 		b.shot(t, "time-travel")
+
+		// An event of the timeline, chosen with the keyboard, shows the state there.
+		b.do(t, chromedp.Focus(chromedp.ID("timeline")), chromedp.KeyEvent(kb.ArrowUp), chromedp.KeyEvent(kb.Enter))
+		b.waitJS(t, `document.getElementById('tt-state').dataset.status === 'completed' && document.querySelector('#tt-diff').textContent.includes('status')`)
 	})
 
 	t.Run("fire a webhook trigger from the page", func(t *testing.T) {
