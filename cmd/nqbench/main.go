@@ -6,7 +6,8 @@
 // Profiles: appends (HTTP appends against pipelined XADD + PUBLISH),
 // fanout (contexts × subscribers, append-to-receive latency, and a checker
 // that every client got every id once, in order) and idle (streams held
-// open, and nqd's memory per stream). With -markdown it rewrites the
+// open, and nqd's memory per stream) and flows (runs of a three-step flow
+// carried out by the demo worker's handlers). With -markdown it rewrites the
 // generated part of BENCHMARKS.md.
 package main
 
@@ -37,6 +38,9 @@ type options struct {
 	fanoutContexts   int
 	fanoutSubs       int
 	idleConns        int
+	flowsDir         string
+	flowRate         float64
+	flowWorkers      int
 	jsonOut, mdOut   string
 	command, version string
 }
@@ -45,7 +49,7 @@ func main() {
 	var o options
 	flag.StringVar(&o.nqd, "nqd", "bin/nqd", "the nqd binary to measure")
 	flag.StringVar(&o.redis, "redis-server", "redis-server", "the redis-server binary")
-	flag.StringVar(&o.profiles, "profiles", "appends,fanout,idle", "comma-separated profiles to run")
+	flag.StringVar(&o.profiles, "profiles", "appends,fanout,idle,flows", "comma-separated profiles to run")
 	flag.DurationVar(&o.duration, "duration", 20*time.Second, "length of each timed run")
 	flag.Float64Var(&o.appendRate, "append-rate", 2000, "offered appends per second in the appends profile")
 	flag.IntVar(&o.appendConns, "append-conns", 32, "appends in flight at most (and connections)")
@@ -54,6 +58,9 @@ func main() {
 	flag.IntVar(&o.fanoutContexts, "fanout-contexts", 100, "contexts in the fan-out profile")
 	flag.IntVar(&o.fanoutSubs, "fanout-subs", 10, "subscribers per context in the fan-out profile")
 	flag.IntVar(&o.idleConns, "idle-conns", 5000, "streams held open in the idle profile")
+	flag.StringVar(&o.flowsDir, "flows-dir", "examples/flows", "flow definitions nqd loads in the flows profile (must hold `pipeline`)")
+	flag.Float64Var(&o.flowRate, "flow-rate", 100, "offered run starts per second in the flows profile")
+	flag.IntVar(&o.flowWorkers, "flow-workers", 16, "steps the in-process demo worker runs at once")
 	flag.StringVar(&o.jsonOut, "json", "", "also write the results as JSON to this file")
 	flag.StringVar(&o.mdOut, "markdown", "", "rewrite the generated part of this Markdown file (BENCHMARKS.md)")
 	flag.StringVar(&o.command, "command", "", "the command that reproduces this run, for the report")
@@ -90,7 +97,11 @@ func run(ctx context.Context, o options) error {
 		}
 		// Each profile gets a fresh nqd, so that none inherits another's
 		// heap, connections or subscriptions.
-		nqdProc, base, err := startNQD(o.nqd, redisAddr)
+		var extra []string
+		if strings.TrimSpace(p) == "flows" {
+			extra = append(extra, "NQ_FLOWS_DIR="+o.flowsDir)
+		}
+		nqdProc, base, err := startNQD(o.nqd, redisAddr, extra...)
 		if err != nil {
 			errs = append(errs, err)
 			break
@@ -110,9 +121,9 @@ func run(ctx context.Context, o options) error {
 			rep.Idle = &r
 			errs = append(errs, named("idle", err))
 		case "flows":
-			// The flow throughput profile needs the demo worker; it joins
-			// here once cmd/demo-worker exists.
-			errs = append(errs, errors.New("flows: not available yet"))
+			r, err := runFlows(ctx, e, o.flowRate, o.duration, o.appendConns, o.flowWorkers)
+			rep.Flows = &r
+			errs = append(errs, named("flows", err))
 		default:
 			errs = append(errs, fmt.Errorf("unknown profile %q", p))
 		}

@@ -34,6 +34,7 @@ type report struct {
 	Appends  *appendsResult `json:"appends,omitempty"`
 	Fanout   *fanoutResult  `json:"fanout,omitempty"`
 	Idle     *idleResult    `json:"idle,omitempty"`
+	Flows    *flowsResult   `json:"flows,omitempty"`
 	Failures string         `json:"failures,omitempty"`
 }
 
@@ -76,6 +77,10 @@ func (r report) text() string {
 		line("fanout", f.Appends)
 		line("fanout", f.Delivery)
 	}
+	if f := r.Flows; f != nil {
+		line("flows", f.Start)
+		line("flows", f.Completion)
+	}
 	_ = w.Flush()
 	if a := r.Appends; a != nil {
 		fmt.Fprintf(&b, "appends: nqd/baseline p50 %.2fx, p99 %.2fx, throughput %.2fx\n", a.P50Ratio, a.P99Ratio, a.ThroughputRatio)
@@ -87,6 +92,9 @@ func (r report) text() string {
 	if i := r.Idle; i != nil {
 		fmt.Fprintf(&b, "idle: %d streams over %d contexts: %.1f KB RSS, %.1f KB heap, %.2f goroutines per stream\n",
 			i.Connections, i.Contexts, i.RSSPerConn/1024, i.HeapPerConn/1024, i.GoroutinesPer)
+	}
+	if f := r.Flows; f != nil {
+		fmt.Fprintf(&b, "flows: %d of %d runs of %s completed: %.0f runs/s, %.0f steps/s\n", f.Completed, f.Started, f.Flow, f.RunsPerSec, f.StepsPerSec)
 	}
 	if r.Failures != "" {
 		fmt.Fprintf(&b, "FAILED: %s\n", r.Failures)
@@ -137,7 +145,14 @@ func (r report) markdown() string {
 		fmt.Fprintf(&b, "| %d | %d | %.1f s | %.1f KB | %.1f KB | %.2f |\n\n", i.Connections, i.Contexts, i.OpenTime, i.RSSPerConn/1024, i.HeapPerConn/1024, i.GoroutinesPer)
 		fmt.Fprintf(&b, "RSS is nqd's resident set (from /proc) with the streams open minus before, over the streams; heap and goroutines come from nqd's own `/metrics`. Targets.md T7: ≤ 20 KB per idle connection.\n\n")
 	}
-	b.WriteString("The flow throughput profile joins when the demo worker exists.\n\n")
+	if f := r.Flows; f != nil {
+		fmt.Fprintf(&b, "## Flow runs end to end\n\n")
+		fmt.Fprintf(&b, "Runs of the %d-step `%s` flow (`examples/flows`) started open loop over HTTP; the demo worker's handlers, in the tool's process, claim and complete the steps over HTTP with %d steps at once. Completion latency runs from a run's intended start to its `flow.completed` event's timestamp; runs/s counts from the first intended start to the last completion.\n\n", f.Steps, f.Flow, f.Workers)
+		b.WriteString(header)
+		line(f.Start)
+		line(f.Completion)
+		fmt.Fprintf(&b, "\n%d of %d runs completed: **%.0f runs/s, %.0f steps/s**.\n\n", f.Completed, f.Started, f.RunsPerSec, f.StepsPerSec)
+	}
 	if r.Failures != "" {
 		fmt.Fprintf(&b, "**This run failed:** %s\n\n", r.Failures)
 	}
