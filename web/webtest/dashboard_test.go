@@ -40,12 +40,7 @@ const chromium = "/usr/bin/chromium"
 const shots = "../../docs/screenshots"
 
 func TestDashboard(t *testing.T) {
-	if _, err := exec.LookPath(chromium); err != nil {
-		if os.Getenv("NQD_REQUIRE_BROWSER") == "1" {
-			t.Fatalf("NQD_REQUIRE_BROWSER=1 but %s is missing", chromium)
-		}
-		t.Skipf("no %s: the dashboard's browser test needs Chromium", chromium)
-	}
+	needChromium(t)
 	srv := startServer(t, nil)
 	startWorker(t, srv.URL, "")
 	b := newBrowser(t)
@@ -206,12 +201,7 @@ func TestDashboard(t *testing.T) {
 // With API tokens configured the page asks for one, then works as before:
 // its API calls carry it, and its streams a stream token in a cookie.
 func TestDashboardSignIn(t *testing.T) {
-	if _, err := exec.LookPath(chromium); err != nil {
-		if os.Getenv("NQD_REQUIRE_BROWSER") == "1" {
-			t.Fatalf("NQD_REQUIRE_BROWSER=1 but %s is missing", chromium)
-		}
-		t.Skipf("no %s: the dashboard's browser test needs Chromium", chromium)
-	}
+	needChromium(t)
 	const secret = "0123456789abcdef0123456789abcdef-ops"
 	srv := startServer(t, map[string]string{"NQ_TOKENS": "ops:admin:" + secret})
 	startWorker(t, srv.URL, secret)
@@ -240,9 +230,34 @@ func TestDashboardSignIn(t *testing.T) {
 	b.checkConsole(t)
 }
 
+// A page whose server goes away says so, and keeps what it showed.
+func TestDashboardServerUnreachable(t *testing.T) {
+	needChromium(t)
+	srv := startServer(t, nil)
+	b := newBrowser(t)
+	b.do(t, chromedp.Navigate(srv.URL+"/"))
+	b.waitJS(t, `document.querySelectorAll('.flow-card').length === 4 && document.getElementById('server').textContent === ''`)
+	srv.Close()
+	b.waitJS(t, `document.getElementById('server').textContent === 'Server unreachable'`)
+	b.waitJS(t, `document.querySelectorAll('.flow-card').length === 4`)
+	b.checkConsole(t)
+}
+
+// needChromium skips the test without Chromium, unless CI demands it.
+func needChromium(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath(chromium); err != nil {
+		if os.Getenv("NQD_REQUIRE_BROWSER") == "1" {
+			t.Fatalf("NQD_REQUIRE_BROWSER=1 but %s is missing", chromium)
+		}
+		t.Skipf("no %s: the dashboard's browser tests need Chromium", chromium)
+	}
+}
+
 // server is nqd under test, with a record of trigger requests.
 type server struct {
 	URL      string
+	Close    func() // stops serving; the test's cleanup calls it too
 	mu       sync.Mutex
 	triggers map[string][2]string // id: status, body
 }
@@ -312,7 +327,7 @@ func startServer(t *testing.T, env map[string]string) *server {
 	})
 	ts := httptest.NewServer(h)
 	t.Cleanup(ts.Close)
-	s.URL = ts.URL
+	s.URL, s.Close = ts.URL, ts.Close
 	return s
 }
 
