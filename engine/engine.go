@@ -25,6 +25,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/nqd-dev/nqd/auth"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/flows"
 	"github.com/nqd-dev/nqd/store"
@@ -58,7 +59,14 @@ type Options struct {
 	// PollInterval is how often a long-polling claim looks for work that
 	// another instance enqueued; default 200ms.
 	PollInterval time.Duration
-	Logger       zerolog.Logger
+	// Triggers signs and verifies trigger ids; default a key that lives as
+	// long as the process (ids do not survive a restart and other instances
+	// refuse them), so a deployment sets its own keys.
+	Triggers *auth.TriggerSigner
+	// TriggerMaxAge is how long a trigger without a timeout stays valid;
+	// default 7 days.
+	TriggerMaxAge time.Duration
+	Logger        zerolog.Logger
 }
 
 // Engine runs flows. It is safe for concurrent use.
@@ -92,6 +100,12 @@ func New(st Store, opts Options) *Engine {
 	}
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = 200 * time.Millisecond
+	}
+	if opts.Triggers == nil {
+		opts.Triggers, _ = auth.NewTriggerSigner(auth.RandomKey())
+	}
+	if opts.TriggerMaxAge <= 0 {
+		opts.TriggerMaxAge = 7 * 24 * time.Hour
 	}
 	return &Engine{st: st, opts: opts, log: opts.Logger, defs: map[string]cachedDef{}, wake: make(chan struct{})}
 }
@@ -164,6 +178,9 @@ type runState struct {
 	Steps map[string]*stepState `json:"steps"`
 	// Emits holds each emitted event's first payload, by event name.
 	Emits map[string]json.RawMessage `json:"emits,omitempty"`
+	// Awaits holds every await the run registered, by await id (a
+	// trigger's is its trigger id).
+	Awaits map[string]*awaitState `json:"awaits,omitempty"`
 }
 
 // Engine step statuses: a queued step has a job (waiting or claimed), a
@@ -179,9 +196,13 @@ type stepState struct {
 	Status  string `json:"status"`
 	Attempt int    `json:"attempt"`
 	Queue   string `json:"queue"`
+	// Await is the id of the await an awaiting step waits on.
+	Await string `json:"await,omitempty"`
 }
 
-func (s *stepState) active() bool { return s.Status == stepQueued || s.Status == stepRetrying }
+func (s *stepState) active() bool {
+	return s.Status == stepQueued || s.Status == stepRetrying || s.Status == stepAwaiting
+}
 
 // run is a run's record as read, with its decoded state.
 type run struct {
@@ -190,6 +211,9 @@ type run struct {
 	// readStatus is the status the record had when it was read ("" for a
 	// new run): the store moves the run out of that status's index.
 	readStatus string
+	// cancelled lists the triggers end withdrew, whose streams get
+	// trigger.cancelled once the end is committed.
+	cancelled []string
 }
 
 func (e *Engine) readRun(ctx context.Context, flow, id string) (*run, error) {

@@ -190,12 +190,21 @@ func TestExampleFlowRetries(t *testing.T) {
 			}
 			return []string{"fetch_data.completed"}, "", true
 		}})
+		if m, err := st.RunMeta(t.Context(), "example-flow", started.FlowID); err != nil || m.Status != store.RunAwaiting {
+			t.Fatalf("before the approval: run meta = %+v, %v; want awaiting", m, err)
+		}
+		if _, err := e.FireTrigger(t.Context(), triggerOf(t, st, started.FlowID), json.RawMessage(`{"approved":true}`), engine.TriggerSource{}); err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range work(t, e, c, nil) {
+			runs[k] += v
+		}
 		want := []string{
 			"flow.started",
 			"step.started fetch_data", "step.failed fetch_data willRetry=true",
 			"step.retry fetch_data", "step.started fetch_data", "emit fetch_data", "step.completed fetch_data",
-			"step.started process_data", "emit process_data", "step.completed process_data",
-			"step.started await_approval", "step.completed await_approval",
+			"step.started process_data", "emit process_data", "step.await.trigger await_approval", "step.completed process_data",
+			"step.resumed await_approval", "step.started await_approval", "step.completed await_approval",
 			"flow.completed",
 		}
 		if diff := cmp.Diff(want, kinds(t, st, started.FlowID)); diff != "" {

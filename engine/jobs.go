@@ -206,6 +206,9 @@ func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event) ([]event
 		return nil, err
 	}
 	var out []event.Event
+	// One clock reading for every retry, so that a trigger a ready step
+	// registers keeps its id.
+	now := e.nowMS()
 	err = e.retry(ctx, func() error {
 		r, err := e.readRun(ctx, j.Flow, j.Run)
 		if err != nil {
@@ -217,26 +220,24 @@ func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event) ([]event
 		if _, seen := r.state.Emits[name]; seen {
 			return nil // a redelivered emit: fan-in already counted it
 		}
-		now := e.nowMS()
 		r.state.Emits[name] = payload
 		if r.meta.EmittedEvents == nil {
 			r.meta.EmittedEvents = map[string]int64{}
 		}
 		r.meta.EmittedEvents[name] = now
-		var jobs []store.Job
+		fx := effects{events: []event.Event{ev}}
 		for _, step := range ready(d, r, name) {
-			s := d.Steps[step]
-			r.state.Steps[step] = &stepState{Status: stepQueued, Attempt: 1, Queue: s.Queue}
-			jobs = append(jobs, store.Job{
-				ID: store.JobID(r.meta.Run, step), Queue: s.Queue, Flow: r.meta.Flow, Run: r.meta.Run,
-				Step: step, Input: stepInput(d, r, step), Attempt: 1, ReadyAt: now,
-			})
+			e.plan(r, d, step, stepInput(d, r, step), now, &fx)
 		}
+		r.settle()
 		u, err := r.update()
 		if err != nil {
 			return err
 		}
-		u.Events, u.Enqueue = []event.Event{ev}, jobs
+		fx.into(&u)
+		if err := e.register(ctx, &fx); err != nil {
+			return err
+		}
 		res, err := e.commit(ctx, u)
 		out = res.Events
 		return err
@@ -278,6 +279,7 @@ func (e *Engine) Complete(ctx context.Context, ack store.JobAck, result json.Raw
 			u, err = e.end(r, store.RunCompleted, now)
 			evs = append(evs, flowEvent(r, "flow.completed", "", map[string]any{"duration": now - r.meta.StartedAt}))
 		} else {
+			r.settle()
 			u, err = r.update()
 		}
 		if err != nil {
@@ -376,7 +378,11 @@ func (e *Engine) fail(ctx context.Context, ack store.JobAck, msg string, retriab
 		// end lists the failing job among those to withdraw; the ack
 		// deletes it already.
 		u.Remove = removeRef(u.Remove, j.ID)
-		return e.ackCommit(ctx, u)
+		if err := e.ackCommit(ctx, u); err != nil {
+			return err
+		}
+		e.closeTriggers(ctx, r, "run failed")
+		return nil
 	})
 }
 
@@ -414,6 +420,9 @@ func (e *Engine) Tick(ctx context.Context) error {
 }
 
 func (e *Engine) fire(ctx context.Context, t store.Timer) error {
+	if t.Kind == timerAwait || t.Kind == timerTimeout {
+		return e.fireAwaitTimer(ctx, t)
+	}
 	d, err := e.Definition(ctx, t.Flow)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err

@@ -43,18 +43,20 @@ func (e *Engine) Start(ctx context.Context, flow string, input json.RawMessage, 
 	out := Started{ID: store.JobID(id, d.Entry), Queue: entry.Queue, Step: d.Entry, FlowID: id}
 	now := e.nowMS()
 	r := &run{
-		meta: store.RunMeta{Flow: flow, Run: id, Status: store.RunRunning, StartedAt: now, StepCount: len(d.Steps)},
-		state: runState{
-			Input: input,
-			Steps: map[string]*stepState{d.Entry: {Status: stepQueued, Attempt: 1, Queue: entry.Queue}},
-		},
+		meta:  store.RunMeta{Flow: flow, Run: id, Status: store.RunRunning, StartedAt: now, StepCount: len(d.Steps)},
+		state: runState{Input: input, Steps: map[string]*stepState{}},
 	}
+	fx := effects{events: []event.Event{flowEvent(r, "flow.started", "", map[string]any{"name": flow, "input": input})}}
+	e.plan(r, d, d.Entry, input, now, &fx)
+	r.settle()
 	u, err := r.update()
 	if err != nil {
 		return Started{}, err
 	}
-	u.Events = []event.Event{flowEvent(r, "flow.started", "", map[string]any{"name": flow, "input": input})}
-	u.Enqueue = []store.Job{{ID: out.ID, Queue: entry.Queue, Flow: flow, Run: id, Step: d.Entry, Input: input, Attempt: 1, ReadyAt: now}}
+	fx.into(&u)
+	if err := e.register(ctx, &fx); err != nil {
+		return Started{}, err
+	}
 	_, err = e.commit(ctx, u)
 	if errors.Is(err, errRace) && idempotencyKey != "" {
 		out.Replayed = true
@@ -91,10 +93,24 @@ func (e *Engine) Cancel(ctx context.Context, flow, runID, reason string) (previo
 			return err
 		}
 		u.Events = []event.Event{flowEvent(r, "flow.cancelled", "", data)}
-		_, err = e.commit(ctx, u)
-		return err
+		if _, err = e.commit(ctx, u); err != nil {
+			return err
+		}
+		e.closeTriggers(ctx, r, reason)
+		return nil
 	})
 	return previous, err
+}
+
+// closeTriggers writes trigger.cancelled to the triggers an ended run
+// withdrew.
+func (e *Engine) closeTriggers(ctx context.Context, r *run, reason string) {
+	if reason == "" {
+		reason = "run " + r.meta.Status
+	}
+	for _, id := range r.cancelled {
+		e.closeTrigger(ctx, id, "trigger.cancelled", "cancelled", map[string]any{"reason": reason})
+	}
 }
 
 // end marks r ended with status and returns the update that withdraws its
@@ -108,6 +124,14 @@ func (e *Engine) end(r *run, status string, now int64) (store.RunUpdate, error) 
 			remove = append(remove, store.JobRef{Queue: s.Queue, ID: store.JobID(r.meta.Run, name)})
 		case stepRetrying:
 			timers = append(timers, retryTimer(r, name))
+		case stepAwaiting:
+			timers = append(timers, awaitTimers(r, name)...)
+			if aw := r.state.Awaits[s.Await]; aw != nil && aw.Status == awaitWaiting {
+				aw.Status = awaitCancelled
+				if aw.Type == "trigger" {
+					r.cancelled = append(r.cancelled, s.Await)
+				}
+			}
 		}
 	}
 	r.meta.Status, r.meta.CompletedAt = status, now
@@ -154,6 +178,12 @@ func (e *Engine) ClearHistory(ctx context.Context, flow string) (int, error) {
 		page, err := e.st.ListRuns(ctx, flow, store.RunRunning, 0, 100)
 		if err != nil {
 			return 0, err
+		}
+		if len(page.Runs) == 0 {
+			page, err = e.st.ListRuns(ctx, flow, store.RunAwaiting, 0, 100)
+			if err != nil {
+				return 0, err
+			}
 		}
 		if len(page.Runs) == 0 {
 			break

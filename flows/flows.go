@@ -98,14 +98,26 @@ func (p *RetryPolicy) Retriable(msg string) bool {
 	return len(p.RetriableErrors) == 0 || slices.Contains(p.RetriableErrors, msg)
 }
 
-// Await declares that a step waits (seed 001 §6.5). The engine records it for
-// the diagram; the awaits feature acts on it.
+// Await declares that a step waits before it runs (seed 001 §6.5): when the
+// step is due the engine registers the await instead of queueing the step,
+// and queues it once the await resolves, with the resolution in its input.
 type Await struct {
 	Type        string `json:"type"` // time, event or trigger
 	EventKind   string `json:"eventKind,omitempty"`
 	TriggerType string `json:"triggerType,omitempty"`
-	Delay       int64  `json:"delay,omitempty"`
-	Timeout     int64  `json:"timeout,omitempty"`
+	// Delay is a time await's wait in milliseconds.
+	Delay int64 `json:"delay,omitempty"`
+	// Timeout bounds the wait in milliseconds; 0 waits until the engine's
+	// longest trigger life for triggers and forever for events.
+	Timeout int64 `json:"timeout,omitempty"`
+	// OnTimeout names the step that runs when the await times out; without
+	// it a timeout fails the step and the run.
+	OnTimeout string `json:"onTimeout,omitempty"`
+	// Where is an event await's condition in CEL over `event` and `input`,
+	// e.g. `event.data.orderId == input.orderId`.
+	Where string `json:"where,omitempty"`
+	// Schema is an optional JSON Schema a trigger's payload must satisfy.
+	Schema json.RawMessage `json:"schema,omitempty"`
 }
 
 // ValidationError lists the fields of a definition that break a rule, keyed
@@ -204,6 +216,20 @@ func (d *Definition) Validate() error {
 		if a := s.Await; a != nil && a.Type != "time" && a.Type != "event" && a.Type != "trigger" {
 			bad[at+".await.type"] = "must be time, event or trigger"
 		}
+		if a := s.Await; a != nil {
+			if a.Delay < 0 || a.Timeout < 0 {
+				bad[at+".await"] = "delay and timeout must not be negative"
+			}
+			if _, ok := d.Steps[a.OnTimeout]; a.OnTimeout != "" && !ok {
+				bad[at+".await.onTimeout"] = "names no step"
+			}
+			if a.Type == "event" && a.EventKind == "" {
+				bad[at+".await.eventKind"] = "required for an event await"
+			}
+			if len(a.Schema) > 0 && !json.Valid(a.Schema) {
+				bad[at+".await.schema"] = "must be a JSON Schema object"
+			}
+		}
 		if s.Timeout < 0 {
 			bad[at+".timeout"] = "must not be negative"
 		}
@@ -223,9 +249,13 @@ func (d *Definition) Validate() error {
 	return nil
 }
 
-// next lists the steps that subscribe to something step emits.
+// next lists the steps that subscribe to something step emits, and the
+// step its await runs on timeout.
 func (d *Definition) next(step string) []string {
 	var out []string
+	if a := d.Steps[step].Await; a != nil && a.OnTimeout != "" {
+		out = append(out, a.OnTimeout)
+	}
 	for _, e := range d.Steps[step].Emits {
 		for _, s := range d.Subscribers(e) {
 			if !slices.Contains(out, s) {

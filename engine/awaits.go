@@ -1,0 +1,484 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+
+	"github.com/nqd-dev/nqd/auth"
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/flows"
+	"github.com/nqd-dev/nqd/store"
+)
+
+// This file is the awaits feature (seed 001 §6): a step that declares an
+// await is not queued when it is due; the engine registers the await in the
+// run's record and queues the step once the await resolves. The run record
+// is the continuation: the await, the input to run the step with and, once
+// a trigger fired, the answer a replayed POST gets. Every resolution is one
+// versioned UpdateRun, so of any number of concurrent resolutions (trigger
+// POSTs, timers on several instances) exactly one wins.
+
+// Errors of the trigger endpoint beyond the store's sentinels.
+var (
+	// ErrTriggerInvalid: the trigger id is not one this server signed.
+	ErrTriggerInvalid = fmt.Errorf("engine: trigger id not valid: %w", auth.ErrInvalidToken)
+	// ErrTriggerGone: the trigger expired, was canceled or timed out.
+	ErrTriggerGone = errors.New("engine: trigger expired or canceled")
+	// ErrPayloadInvalid: the payload breaks the trigger's schema.
+	ErrPayloadInvalid = fmt.Errorf("engine: payload does not match the trigger's schema: %w", store.ErrInvalid)
+)
+
+// Timer kinds beside "retry".
+const (
+	timerAwait   = "await"   // a time await's resume time
+	timerTimeout = "timeout" // any await's deadline
+)
+
+// Await statuses in the run record.
+const (
+	awaitWaiting   = "waiting"
+	awaitResumed   = "resumed"
+	awaitTimeout   = "timeout"
+	awaitCancelled = "cancelled"
+)
+
+// Step statuses of the awaits feature: an awaiting step has a pending
+// await, a timed-out one ended by its await's deadline.
+const (
+	stepAwaiting = "awaiting"
+	stepTimedOut = "timeout"
+)
+
+// awaitState is one await of a run, keyed by its id in runState.Awaits.
+type awaitState struct {
+	Type         string          `json:"type"`
+	Step         string          `json:"step"`
+	Status       string          `json:"status"`
+	RegisteredAt int64           `json:"registeredAt"`
+	ResumeAt     int64           `json:"resumeAt,omitempty"` // time awaits
+	Deadline     int64           `json:"deadline,omitempty"` // 0: none
+	EventKind    string          `json:"eventKind,omitempty"`
+	Where        string          `json:"where,omitempty"`
+	TriggerType  string          `json:"triggerType,omitempty"`
+	Input        json.RawMessage `json:"input,omitempty"` // the step's input, resumed with
+	// Outcome is the first trigger POST's answer, given again to replays.
+	Outcome json.RawMessage `json:"outcome,omitempty"`
+}
+
+// effects are what one decision writes beside the run record.
+type effects struct {
+	events []event.Event
+	jobs   []store.Job
+	timers []store.Timer
+	// triggers are trigger.registered events to append, each to its own
+	// stream, before the decision is committed.
+	triggers []event.Event
+}
+
+func (fx *effects) into(u *store.RunUpdate) {
+	u.Events = append(u.Events, fx.events...)
+	u.Enqueue = append(u.Enqueue, fx.jobs...)
+	u.SetTimers = append(u.SetTimers, fx.timers...)
+}
+
+// plan queues step of r with input, or registers its await when it
+// declares one. now must be the same on every retry of the decision, so
+// that a trigger id it issues names the same trigger each time.
+func (e *Engine) plan(r *run, d *flows.Definition, step string, input json.RawMessage, now int64, fx *effects) {
+	s := d.Steps[step]
+	if s.Await == nil {
+		r.state.Steps[step] = &stepState{Status: stepQueued, Attempt: 1, Queue: s.Queue}
+		fx.jobs = append(fx.jobs, store.Job{
+			ID: store.JobID(r.meta.Run, step), Queue: s.Queue, Flow: r.meta.Flow, Run: r.meta.Run,
+			Step: step, Input: input, Attempt: 1, ReadyAt: now,
+		})
+		return
+	}
+	a := s.Await
+	aw := &awaitState{Type: a.Type, Step: step, Status: awaitWaiting, RegisteredAt: now, Input: input}
+	if a.Timeout > 0 {
+		aw.Deadline = now + a.Timeout
+	}
+	seq := strconv.Itoa(len(r.state.Awaits))
+	id := awaitID(r.meta.Run, step, seq)
+	var data map[string]any
+	switch a.Type {
+	case "time":
+		aw.ResumeAt = now + a.Delay
+		fx.timers = append(fx.timers, store.Timer{Kind: timerAwait, Flow: r.meta.Flow, Run: r.meta.Run, Step: step, Due: aw.ResumeAt})
+		data = map[string]any{"resumeAt": isoMS(aw.ResumeAt), "reason": "step await"}
+	case "event":
+		aw.EventKind, aw.Where = a.EventKind, a.Where
+		data = map[string]any{"eventKind": a.EventKind}
+		if a.Where != "" {
+			data["condition"] = a.Where
+		}
+	case "trigger":
+		if aw.Deadline == 0 {
+			aw.Deadline = now + e.opts.TriggerMaxAge.Milliseconds()
+		}
+		aw.TriggerType = a.TriggerType
+		if aw.TriggerType == "" {
+			aw.TriggerType = "webhook"
+		}
+		id = e.opts.Triggers.Issue(r.meta.Run+"\x00"+step+"\x00"+seq, time.UnixMilli(aw.Deadline))
+		data = map[string]any{"triggerId": id, "triggerType": aw.TriggerType}
+		cfg := map[string]any{"flowName": r.meta.Flow, "runId": r.meta.Run, "step": step, "expiresAt": isoMS(aw.Deadline)}
+		if len(a.Schema) > 0 {
+			cfg["schema"] = a.Schema
+		}
+		fx.triggers = append(fx.triggers, event.Event{
+			Kind: "trigger.registered", Subject: id, Trigger: id, Flow: r.meta.Run, FlowName: r.meta.Flow, Step: step,
+			CorrelationID: r.meta.Run, Data: mustJSON(map[string]any{"type": aw.TriggerType, "config": cfg}),
+		})
+	}
+	if a.Timeout > 0 {
+		data["timeout"] = a.Timeout
+	}
+	if aw.Deadline > 0 {
+		fx.timers = append(fx.timers, store.Timer{Kind: timerTimeout, Flow: r.meta.Flow, Run: r.meta.Run, Step: step, Due: aw.Deadline})
+	}
+	if r.state.Awaits == nil {
+		r.state.Awaits = map[string]*awaitState{}
+	}
+	r.state.Awaits[id] = aw
+	r.state.Steps[step] = &stepState{Status: stepAwaiting, Queue: s.Queue, Await: id}
+	fx.events = append(fx.events, flowEvent(r, "step.await."+a.Type, step, data))
+}
+
+// awaitID names a time or event await; trigger awaits are named by their
+// signed trigger id.
+func awaitID(run, step, seq string) string {
+	sum := sha256.Sum256([]byte(run + "\x00" + step + "\x00" + seq))
+	return "aw-" + hex.EncodeToString(sum[:12])
+}
+
+// register appends each trigger.registered of fx to its trigger's stream.
+// It runs before the decision is committed, so a trigger the run names can
+// always be found; the idempotency key makes a retried decision register
+// it once.
+func (e *Engine) register(ctx context.Context, fx *effects) error {
+	for _, ev := range fx.triggers {
+		_, err := e.st.Append(ctx, store.Context{Type: "trigger", ID: ev.Trigger}, []event.Event{ev}, store.AppendOptions{IdempotencyKey: "registered"})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// settle sets r's status from its steps: awaiting when every step still
+// going waits on an await.
+func (r *run) settle() {
+	if r.ended() {
+		return
+	}
+	moving, waiting := false, false
+	for _, s := range r.state.Steps {
+		switch s.Status {
+		case stepQueued, stepRetrying:
+			moving = true
+		case stepAwaiting:
+			waiting = true
+		}
+	}
+	r.meta.Status = store.RunRunning
+	if waiting && !moving {
+		r.meta.Status = store.RunAwaiting
+	}
+}
+
+// withResume adds the await's resolution to a step's input as `_resume`
+// (seed 001 §6.5), when the input is an object.
+func withResume(input json.RawMessage, resume map[string]any) json.RawMessage {
+	var m map[string]json.RawMessage
+	if len(input) == 0 {
+		m = map[string]json.RawMessage{}
+	} else if err := json.Unmarshal(input, &m); err != nil || m == nil {
+		return input
+	}
+	m["_resume"] = mustJSON(resume)
+	return mustJSON(m)
+}
+
+// resume resolves await id of r: step.resumed, and the step queued with the
+// resolution in its input.
+func (e *Engine) resume(r *run, id string, reason string, resolution map[string]any, now int64) store.RunUpdate {
+	aw := r.state.Awaits[id]
+	aw.Status = awaitResumed
+	s := r.state.Steps[aw.Step]
+	s.Status, s.Attempt, s.Await = stepQueued, 1, ""
+	r.settle()
+	resolution["awaitType"] = aw.Type
+	ev := flowEvent(r, "step.resumed", aw.Step, map[string]any{"reason": reason, "awaitDuration": now - aw.RegisteredAt})
+	ev.Meta = mustJSON(map[string]any{"awaitType": aw.Type})
+	u, _ := r.update()
+	u.Events = []event.Event{ev}
+	u.Enqueue = []store.Job{{
+		ID: store.JobID(r.meta.Run, aw.Step), Queue: s.Queue, Flow: r.meta.Flow, Run: r.meta.Run, Step: aw.Step,
+		Input: withResume(aw.Input, resolution), Attempt: 1, ReadyAt: now,
+	}}
+	u.ClearTimers = awaitTimers(r, aw.Step)
+	return u
+}
+
+func awaitTimers(r *run, step string) []store.Timer {
+	return []store.Timer{
+		{Kind: timerAwait, Flow: r.meta.Flow, Run: r.meta.Run, Step: step},
+		{Kind: timerTimeout, Flow: r.meta.Flow, Run: r.meta.Run, Step: step},
+	}
+}
+
+// pendingAwait returns the waiting await of step, if any.
+func (r *run) pendingAwait(step string) (string, *awaitState) {
+	s := r.state.Steps[step]
+	if s == nil || s.Status != stepAwaiting {
+		return "", nil
+	}
+	aw := r.state.Awaits[s.Await]
+	if aw == nil || aw.Status != awaitWaiting {
+		return "", nil
+	}
+	return s.Await, aw
+}
+
+// fireAwaitTimer handles a due "await" or "timeout" timer: a time await
+// resumes, any other await past its deadline times out.
+func (e *Engine) fireAwaitTimer(ctx context.Context, t store.Timer) error {
+	d, err := e.Definition(ctx, t.Flow)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	now := e.nowMS()
+	var gone []string
+	var waited int64
+	err = e.retry(ctx, func() error {
+		gone = nil
+		r, err := e.readRun(ctx, t.Flow, t.Run)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		id, aw := r.pendingAwait(t.Step)
+		var u store.RunUpdate
+		switch {
+		case aw == nil || r.ended() || d == nil:
+			u, err = r.update()
+		case t.Kind == timerAwait && aw.Type == "time":
+			u = e.resume(r, id, "Time reached", map[string]any{"resumeAt": isoMS(aw.ResumeAt)}, now)
+		case t.Kind == timerTimeout:
+			var fx effects
+			u, err = e.timeout(r, d, id, now, &fx)
+			if err == nil && aw.Type == "trigger" {
+				gone, waited = []string{id}, now-aw.RegisteredAt
+			}
+			if err == nil {
+				err = e.register(ctx, &fx)
+			}
+		default:
+			u, err = r.update()
+		}
+		if err != nil {
+			return err
+		}
+		u.ClearTimers = append(u.ClearTimers, t)
+		_, err = e.commit(ctx, u)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	for _, id := range gone {
+		e.closeTrigger(ctx, id, "trigger.timeout", "timeout", map[string]any{"duration": waited})
+	}
+	return nil
+}
+
+// timeout ends await id of r at its deadline: step.await.timeout, then the
+// step's onTimeout step, or the step and the run fail.
+func (e *Engine) timeout(r *run, d *flows.Definition, id string, now int64, fx *effects) (store.RunUpdate, error) {
+	aw := r.state.Awaits[id]
+	aw.Status = awaitTimeout
+	s := r.state.Steps[aw.Step]
+	s.Status, s.Await = stepTimedOut, ""
+	fx.events = append(fx.events, flowEvent(r, "step.await.timeout", aw.Step, map[string]any{
+		"awaitType": aw.Type, "duration": now - aw.RegisteredAt,
+	}))
+	var a *flows.Await
+	if st, ok := d.Steps[aw.Step]; ok {
+		a = st.Await
+	}
+	if a != nil && a.OnTimeout != "" {
+		if _, fired := r.state.Steps[a.OnTimeout]; !fired {
+			in := withResume(aw.Input, map[string]any{"awaitType": aw.Type, "timedOut": true, "step": aw.Step})
+			e.plan(r, d, a.OnTimeout, in, now, fx)
+		}
+	}
+	var u store.RunUpdate
+	var err error
+	if !r.anyActive() && (a == nil || a.OnTimeout == "") {
+		u, err = e.end(r, store.RunFailed, now)
+		fx.events = append(fx.events, flowEvent(r, "flow.failed", "", map[string]any{
+			"error": fmt.Sprintf("step %s: await timed out", aw.Step), "duration": now - r.meta.StartedAt,
+		}))
+	} else if !r.anyActive() {
+		u, err = e.end(r, store.RunCompleted, now)
+		fx.events = append(fx.events, flowEvent(r, "flow.completed", "", map[string]any{"duration": now - r.meta.StartedAt}))
+	} else {
+		r.settle()
+		u, err = r.update()
+	}
+	if err != nil {
+		return u, err
+	}
+	u.ClearTimers = append(u.ClearTimers, awaitTimers(r, aw.Step)...)
+	fx.into(&u)
+	return u, nil
+}
+
+// closeTrigger appends a trigger's last event (timeout or cancel) to its
+// stream, once.
+func (e *Engine) closeTrigger(ctx context.Context, id, kind, key string, data map[string]any) {
+	ev := event.Event{Kind: kind, Subject: id, Trigger: id, Data: mustJSON(data)}
+	_, err := e.st.Append(ctx, store.Context{Type: "trigger", ID: id}, []event.Event{ev}, store.AppendOptions{IdempotencyKey: key})
+	if err != nil {
+		e.log.Error().Err(err).Str("trigger", id).Str("kind", kind).Msg("trigger event not written")
+	}
+}
+
+// TriggerSource is where a trigger POST came from, recorded in
+// trigger.fired.
+type TriggerSource struct {
+	Addr    string            `json:"addr,omitempty"`
+	Headers map[string]string `json:"headers,omitempty"`
+}
+
+// TriggerOutcome is the answer to a trigger POST; a replay gets the first
+// POST's answer with Replayed set.
+type TriggerOutcome struct {
+	TriggerID string `json:"triggerId"`
+	Status    string `json:"status"`
+	FlowName  string `json:"flowName"`
+	RunID     string `json:"runId"`
+	Step      string `json:"step"`
+	FiredAt   string `json:"firedAt"`
+	Replayed  bool   `json:"replayed"`
+}
+
+// FireTrigger resolves the trigger await named by id with payload (a JSON
+// value): trigger.fired on the trigger's stream, step.resumed on the run's,
+// and the step queued with the payload as `_resume.payload`. It fires once:
+// a repeat returns the first outcome with Replayed and changes nothing.
+// Errors: ErrTriggerInvalid (not signed by this server), store.ErrNotFound
+// (no such trigger), ErrTriggerGone (expired, timed out, canceled or its
+// run ended), ErrPayloadInvalid.
+func (e *Engine) FireTrigger(ctx context.Context, id string, payload json.RawMessage, src TriggerSource) (TriggerOutcome, error) {
+	if !auth.LooksLikeTriggerID(id) {
+		return TriggerOutcome{}, fmt.Errorf("engine: trigger %q: %w", id, store.ErrNotFound)
+	}
+	now := e.opts.Now()
+	_, verr := e.opts.Triggers.Verify(id, now)
+	if errors.Is(verr, auth.ErrInvalidToken) {
+		return TriggerOutcome{}, ErrTriggerInvalid
+	}
+	reg, err := e.triggerRecord(ctx, id)
+	if err != nil {
+		return TriggerOutcome{}, err
+	}
+	d, err := e.Definition(ctx, reg.FlowName)
+	if err != nil {
+		return TriggerOutcome{}, err
+	}
+	if len(payload) == 0 {
+		payload = json.RawMessage(`null`)
+	}
+	var out TriggerOutcome
+	fired := false
+	err = e.retry(ctx, func() error {
+		fired = false
+		r, err := e.readRun(ctx, reg.FlowName, reg.Flow)
+		if err != nil {
+			return err
+		}
+		aw := r.state.Awaits[id]
+		switch {
+		case aw == nil:
+			return fmt.Errorf("engine: trigger %s: %w", id, store.ErrNotFound)
+		case aw.Status == awaitResumed && len(aw.Outcome) > 0:
+			if err := json.Unmarshal(aw.Outcome, &out); err != nil {
+				return err
+			}
+			out.Replayed = true
+			return nil
+		case aw.Status != awaitWaiting || r.ended() || verr != nil:
+			return ErrTriggerGone
+		}
+		if err := checkSchema(d, aw.Step, payload); err != nil {
+			return err
+		}
+		out = TriggerOutcome{TriggerID: id, Status: "fired", FlowName: r.meta.Flow, RunID: r.meta.Run, Step: aw.Step, FiredAt: isoMS(now.UnixMilli())}
+		aw.Outcome = mustJSON(out)
+		u := e.resume(r, id, "Trigger fired", map[string]any{"triggerId": id, "payload": payload}, now.UnixMilli())
+		if _, err := e.commit(ctx, u); err != nil {
+			return err
+		}
+		fired = true
+		return nil
+	})
+	if err != nil {
+		return TriggerOutcome{}, err
+	}
+	// The fire is decided; trigger.fired follows it, once, by its
+	// idempotency key, also when a replay finds the first POST's
+	// append missing.
+	if fired || out.Replayed {
+		ev := event.Event{Kind: "trigger.fired", Subject: id, Trigger: id, Flow: out.RunID, FlowName: out.FlowName, Step: out.Step,
+			CorrelationID: out.RunID, Data: mustJSON(map[string]any{"payload": payload, "source": src})}
+		if _, err := e.st.Append(ctx, store.Context{Type: "trigger", ID: id}, []event.Event{ev}, store.AppendOptions{IdempotencyKey: "fired"}); err != nil {
+			e.log.Error().Err(err).Str("trigger", id).Msg("trigger.fired not written")
+		}
+	}
+	return out, nil
+}
+
+// triggerRecord reads a trigger's registration from its stream.
+func (e *Engine) triggerRecord(ctx context.Context, id string) (event.Event, error) {
+	evs, err := e.st.Range(ctx, store.Context{Type: "trigger", ID: id}, store.RangeQuery{Limit: 1})
+	if err != nil {
+		return event.Event{}, err
+	}
+	if len(evs) == 0 || evs[0].Kind != "trigger.registered" || evs[0].FlowName == "" || evs[0].Flow == "" {
+		return event.Event{}, fmt.Errorf("engine: trigger %s: %w", id, store.ErrNotFound)
+	}
+	return evs[0], nil
+}
+
+// checkSchema validates a trigger payload against the step's schema.
+func checkSchema(d *flows.Definition, step string, payload json.RawMessage) error {
+	s, ok := d.Steps[step]
+	if !ok || s.Await == nil || len(s.Await.Schema) == 0 {
+		return nil
+	}
+	var sch openapi3.Schema
+	if err := json.Unmarshal(s.Await.Schema, &sch); err != nil {
+		return fmt.Errorf("%w: %v", ErrPayloadInvalid, err)
+	}
+	var v any
+	if err := json.Unmarshal(payload, &v); err != nil {
+		return fmt.Errorf("%w: %v", ErrPayloadInvalid, err)
+	}
+	if err := sch.VisitJSON(v, openapi3.MultiErrors()); err != nil {
+		return fmt.Errorf("%w: %v", ErrPayloadInvalid, err)
+	}
+	return nil
+}
