@@ -4,9 +4,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"testing/fstest"
+
+	"github.com/go-chi/chi/v5"
 
 	"github.com/nqd-dev/nqd/handlers"
 	"github.com/nqd-dev/nqd/web"
@@ -130,5 +133,37 @@ func TestEmbeddedDashboardIsSelfContained(t *testing.T) {
 		if rec := webGet(t, h, "/"+u); rec.Code != http.StatusOK {
 			t.Errorf("GET /%s: %d", u, rec.Code)
 		}
+	}
+}
+
+// openapi.yaml describes the API; the dashboard's files are not part of it,
+// so TestRoutesDocumented builds its router without them. This keeps that
+// honest: the dashboard adds exactly its two file routes and nothing else.
+func TestWebAddsOnlyItsFileRoutes(t *testing.T) {
+	routes := func(d handlers.Deps) map[string]bool {
+		r, ok := handlers.New(d).Routes().(chi.Routes)
+		if !ok {
+			t.Fatal("Routes() is not a chi router")
+		}
+		out := map[string]bool{}
+		err := chi.Walk(r, func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+			out[method+" "+route] = true
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	with, without := routes(handlers.Deps{Web: site}), routes(handlers.Deps{})
+	var added []string
+	for r := range with {
+		if !without[r] {
+			added = append(added, r)
+		}
+	}
+	slices.Sort(added)
+	if want := []string{"GET /*", "GET /assets/*"}; !slices.Equal(added, want) {
+		t.Errorf("the dashboard adds %v, want %v", added, want)
 	}
 }

@@ -62,8 +62,8 @@ export function diagram(d, vertical = matchMedia('(max-width: 760px)').matches) 
   }
 
   const svg = h('svg:svg', {
-    class: `diagram${vertical ? ' vertical' : ''}`, viewBox: `0 0 ${width} ${height}`, role: 'img',
-    'aria-label': `Diagram of ${d.nodes.length} steps`, preserveAspectRatio: 'xMidYMin meet',
+    class: `diagram${vertical ? ' vertical' : ''}`, viewBox: `0 0 ${width} ${height}`, role: 'none',
+    preserveAspectRatio: 'xMidYMin meet',
     style: `max-width:${width}px`,
   });
   svg.append(h('svg:defs', {},
@@ -118,7 +118,7 @@ export function diagram(d, vertical = matchMedia('(max-width: 760px)').matches) 
   }
 
   return {
-    el: h('div', {class: 'diagram-wrap', role: 'list', 'aria-label': 'Steps of the flow'}, svg),
+    el: h('div', {class: 'diagram-wrap', role: 'list', 'aria-label': `Diagram of ${d.nodes.length} steps`}, svg),
     /** show colours each node by the step of that name in a run's state. */
     show(steps) {
       for (const [id, {g, status, node}] of nodes) {
