@@ -57,7 +57,9 @@ func (s *TriggerSigner) Verify(id string, now time.Time) (time.Time, error) {
 	if !ok {
 		return time.Time{}, ErrInvalidToken
 	}
-	sum, err := b64.DecodeString(parts[4])
+	// Strict: a non-canonical encoding of the same bytes would name another
+	// stream with a valid signature.
+	sum, err := b64.Strict().DecodeString(parts[4])
 	if err != nil || !hmac.Equal(sum, mac(secret, strings.Join(parts[:4], "."))[:16]) {
 		return time.Time{}, ErrInvalidToken
 	}

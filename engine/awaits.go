@@ -1,13 +1,17 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
@@ -481,4 +485,122 @@ func checkSchema(d *flows.Definition, step string, payload json.RawMessage) erro
 		return fmt.Errorf("%w: %v", ErrPayloadInvalid, err)
 	}
 	return nil
+}
+
+// WaitQuery selects pending awaits; zero fields select all.
+type WaitQuery struct {
+	Kind string // time, event or trigger
+	Flow string
+	// EventKind keeps event awaits waiting for this event kind.
+	EventKind string
+	// Before keeps awaits due (resume time or deadline) before it, epoch ms.
+	Before int64
+	Limit  int // default and cap 1000
+}
+
+// Wait is one pending await: who waits on what, until when.
+type Wait struct {
+	AwaitID      string `json:"awaitId"`
+	Kind         string `json:"kind"`
+	FlowName     string `json:"flowName"`
+	RunID        string `json:"runId"`
+	Step         string `json:"step"`
+	RegisteredAt string `json:"registeredAt"`
+	ResumeAt     string `json:"resumeAt,omitempty"`
+	Deadline     string `json:"deadline,omitempty"`
+	EventKind    string `json:"eventKind,omitempty"`
+	Condition    string `json:"condition,omitempty"`
+	TriggerID    string `json:"triggerId,omitempty"`
+	TriggerType  string `json:"triggerType,omitempty"`
+	due          int64
+}
+
+// Waits lists the pending awaits of runs still going, soonest due first. It
+// reads the run records, which a resume changes in the same step as it
+// appends step.resumed, so a resumed await is never listed.
+func (e *Engine) Waits(ctx context.Context, q WaitQuery) ([]Wait, error) {
+	if q.Limit <= 0 || q.Limit > 1000 {
+		q.Limit = 1000
+	}
+	var names []string
+	if q.Flow != "" {
+		names = []string{q.Flow}
+	} else {
+		defs, err := e.st.Definitions(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for name := range defs {
+			names = append(names, name)
+		}
+	}
+	var out []Wait
+	for _, flow := range names {
+		for _, status := range []string{store.RunAwaiting, store.RunRunning} {
+			for off := 0; ; off += 100 {
+				page, err := e.st.ListRuns(ctx, flow, status, off, 100)
+				if err != nil {
+					return nil, err
+				}
+				for _, m := range page.Runs {
+					r, err := e.readRun(ctx, flow, m.Run)
+					if errors.Is(err, store.ErrNotFound) {
+						continue
+					}
+					if err != nil {
+						return nil, err
+					}
+					out = append(out, r.waits(q)...)
+				}
+				if len(page.Runs) < 100 {
+					break
+				}
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Wait) int {
+		if c := cmp.Compare(dueOrMax(a.due), dueOrMax(b.due)); c != 0 {
+			return c
+		}
+		return strings.Compare(a.AwaitID, b.AwaitID)
+	})
+	if len(out) > q.Limit {
+		out = out[:q.Limit]
+	}
+	return out, nil
+}
+
+func dueOrMax(ms int64) int64 {
+	if ms == 0 {
+		return math.MaxInt64
+	}
+	return ms
+}
+
+func (r *run) waits(q WaitQuery) []Wait {
+	var out []Wait
+	for id, aw := range r.state.Awaits {
+		if aw.Status != awaitWaiting || (q.Kind != "" && aw.Type != q.Kind) || (q.EventKind != "" && aw.EventKind != q.EventKind) {
+			continue
+		}
+		w := Wait{AwaitID: id, Kind: aw.Type, FlowName: r.meta.Flow, RunID: r.meta.Run, Step: aw.Step,
+			RegisteredAt: isoMS(aw.RegisteredAt), EventKind: aw.EventKind, Condition: aw.Where, TriggerType: aw.TriggerType}
+		if aw.ResumeAt > 0 {
+			w.ResumeAt, w.due = isoMS(aw.ResumeAt), aw.ResumeAt
+		}
+		if aw.Deadline > 0 {
+			w.Deadline = isoMS(aw.Deadline)
+			if w.due == 0 || aw.Deadline < w.due {
+				w.due = aw.Deadline
+			}
+		}
+		if aw.Type == "trigger" {
+			w.TriggerID = id
+		}
+		if q.Before > 0 && (w.due == 0 || w.due >= q.Before) {
+			continue
+		}
+		out = append(out, w)
+	}
+	return out
 }

@@ -203,6 +203,7 @@ func (a *API) Routes() http.Handler {
 			r.With(read).Get("/{id}/state/diff", a.getStateDiff)
 		})
 		if a.flows != nil {
+			a.awaitRoutes(r)
 			a.flowRoutes(r)
 			a.workerRoutes(r)
 		}

@@ -36,6 +36,8 @@ type FlowEngine interface {
 	Report(ctx context.Context, ack store.JobAck, evs []event.Event) ([]event.Event, error)
 	Complete(ctx context.Context, ack store.JobAck, result json.RawMessage) error
 	Fail(ctx context.Context, ack store.JobAck, msg string, retriable *bool) error
+	FireTrigger(ctx context.Context, id string, payload json.RawMessage, src engine.TriggerSource) (engine.TriggerOutcome, error)
+	Waits(ctx context.Context, q engine.WaitQuery) ([]engine.Wait, error)
 }
 
 // flowRoutes mounts the flow definition and run routes (contract §4,

@@ -1,0 +1,143 @@
+package handlers
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/nqd-dev/nqd/auth"
+	"github.com/nqd-dev/nqd/engine"
+	"github.com/nqd-dev/nqd/event"
+)
+
+// CodeGone answers a trigger that expired, was canceled or whose run ended
+// (410).
+const CodeGone = "gone"
+
+// awaitRoutes mounts the trigger webhook and the waits listing (seed 001
+// §6.3). A trigger POST carries no API token: its signed, single-use
+// trigger id is its credential, so it is mounted without a scope.
+func (a *API) awaitRoutes(r chi.Router) {
+	r.Post("/api/_flows/triggers/{id}", a.fireTrigger)
+	r.With(a.require(auth.Read)).Get("/api/_flows/waits", a.listWaits)
+}
+
+// triggerError answers the trigger endpoint's refusals (contract §6).
+func triggerError(err error) error {
+	switch {
+	case errors.Is(err, engine.ErrTriggerInvalid):
+		return &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Message: "The trigger id is not valid."}
+	case errors.Is(err, engine.ErrTriggerGone):
+		return &Error{Status: http.StatusGone, Code: CodeGone, Message: "The trigger expired, was canceled or its run ended."}
+	case errors.Is(err, engine.ErrPayloadInvalid):
+		return &Error{Status: http.StatusUnprocessableEntity, Code: CodeValidation, Message: "The payload does not match the trigger's schema.",
+			Fields: map[string]string{"payload": strings.TrimPrefix(err.Error(), engine.ErrPayloadInvalid.Error()+": ")}}
+	}
+	return flowError(err)
+}
+
+// sourceHeaders are not recorded in trigger.fired: they may carry
+// credentials.
+var sourceHeaders = map[string]bool{"Authorization": true, "Cookie": true, "Proxy-Authorization": true}
+
+func triggerSource(r *http.Request) engine.TriggerSource {
+	src := engine.TriggerSource{Addr: r.RemoteAddr, Headers: map[string]string{}}
+	for name, vals := range r.Header {
+		if sourceHeaders[name] || len(vals) == 0 || len(src.Headers) >= 32 {
+			continue
+		}
+		v := vals[0]
+		if len(v) > 256 {
+			v = v[:256]
+		}
+		src.Headers[name] = v
+	}
+	return src
+}
+
+func (a *API) fireTrigger(w http.ResponseWriter, r *http.Request) {
+	id := chi.URLParam(r, "id")
+	if !event.ValidContextID(id) {
+		writeError(w, r, &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "No such trigger."})
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.limits.MaxEventBytes))
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	payload := json.RawMessage(`null`)
+	if len(bytes.TrimSpace(body)) > 0 {
+		if !json.Valid(body) {
+			writeError(w, r, badRequest("The body must be JSON, the trigger's payload."))
+			return
+		}
+		payload = body
+	}
+	out, err := a.flows.FireTrigger(r.Context(), id, payload, triggerSource(r))
+	if err != nil {
+		writeError(w, r, triggerError(err))
+		return
+	}
+	if out.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	writeJSON(w, r, http.StatusOK, out)
+}
+
+// waitsBody is the answer of GET /api/_flows/waits.
+type waitsBody struct {
+	Count int           `json:"count"`
+	Items []engine.Wait `json:"items"`
+}
+
+func (a *API) listWaits(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	wq := engine.WaitQuery{Kind: q.Get("kind"), Flow: q.Get("flowName"), EventKind: q.Get("event")}
+	switch wq.Kind {
+	case "", "time", "event", "trigger":
+	default:
+		writeError(w, r, invalidField("kind", "must be time, event or trigger"))
+		return
+	}
+	if wq.Flow != "" && !event.ValidName(wq.Flow) {
+		writeError(w, r, invalidField("flowName", "must match ^[A-Za-z0-9][A-Za-z0-9._~-]{0,127}$"))
+		return
+	}
+	if v := q.Get("before"); v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			t, terr := time.Parse(time.RFC3339Nano, v)
+			if terr != nil {
+				writeError(w, r, invalidField("before", "epoch milliseconds or an RFC 3339 time"))
+				return
+			}
+			ms = t.UnixMilli()
+		}
+		wq.Before = ms
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			writeError(w, r, invalidField("limit", "1 to 1000"))
+			return
+		}
+		wq.Limit = n
+	}
+	items, err := a.flows.Waits(r.Context(), wq)
+	if err != nil {
+		writeError(w, r, flowError(err))
+		return
+	}
+	if items == nil {
+		items = []engine.Wait{}
+	}
+	writeJSON(w, r, http.StatusOK, waitsBody{Count: len(items), Items: items})
+}
