@@ -1,7 +1,7 @@
 // The nqd dashboard: a router over four pages (flows, a flow, a run,
 // triggers). Each page renders into <main> and returns a function that
 // stops its timers and streams when the page is left.
-import {h, replace, api, ApiError, enc, onServerState, onAuthNeeded, token, setToken, shortId, duration, ago, clock, badge, json, parseInput, loading, failure, every, debounce} from './lib.js';
+import {h, replace, api, ApiError, enc, onServerState, onAuthNeeded, token, setToken, shortId, duration, ago, clock, badge, json, parseInput, loading, failure, every, debounce, throttle} from './lib.js';
 import {diagram} from './diagram.js';
 
 const base = new URL(document.baseURI).pathname; // "/" or "/ui/"
@@ -292,10 +292,13 @@ function startForm(name) {
  */
 function watchRun(id, onState, onEvent = () => {}, onStatus = () => {}) {
   let closed = false, shown = null, es = null, lastId = '', retry = 0;
-  const load = debounce(80, async () => {
+  let asked = 0;
+  const load = throttle(150, async () => {
+    const mine = ++asked;
     try {
       const res = await api(`_events/flow/${enc(id)}/state`);
-      if (!closed) { shown = res.state; onState(res.state, res.lastEventId); }
+      // An answer overtaken by a later request's would show an older state.
+      if (!closed && mine === asked) { shown = res.state; onState(res.state, res.lastEventId); }
     } catch { /* the stream's status shows the trouble */ }
   });
   const parse = m => { try { return JSON.parse(m.data); } catch { return {}; } };
@@ -405,7 +408,9 @@ function runPage(root, id) {
   }
 
   function renderSteps() {
-    const steps = Object.entries(state.steps || {}).sort((a, b) => Date.parse(a[1].startedAt || 0) - Date.parse(b[1].startedAt || 0));
+    // Started steps in start order, then the rest (awaiting, queued).
+    const at = st => (st.startedAt ? Date.parse(st.startedAt) : Infinity);
+    const steps = Object.entries(state.steps || {}).sort((a, b) => (at(a[1]) - at(b[1])) || 0);
     // Steps of the flow that have not started yet are pending; ended runs leave them out.
     if (graph && !ENDED.has(state.status)) {
       for (const n of graph.el.querySelectorAll('.node')) {

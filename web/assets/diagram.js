@@ -1,9 +1,15 @@
 // The flow diagram: the nodes and edges of GET /api/_flows/:name/diagram,
 // laid out left to right in layers (a step one layer right of the latest
 // step it subscribes to), drawn as SVG that scales to its container.
-import {h} from './lib.js';
+import {h, duration} from './lib.js';
 
 const W = 156, H = 52, GAP_Y = 30, PAD = 28, LOOP = 26;
+
+/** edgeLabel names an edge; an await's clock glyph becomes a word, which every font has. */
+function edgeLabel(e) {
+  const label = e.type === 'await' ? `awaits ${e.label.replace(/^\u23f1\s*/u, '')}` : e.label;
+  return label + (e.timeout ? ` · ${duration(e.timeout)}` : '');
+}
 
 /** layers gives each node the length of the longest emit path from a root to it. */
 function layers(diagram) {
@@ -100,7 +106,7 @@ export function diagram(d, vertical = matchMedia('(max-width: 760px)').matches) 
     }
     svg.append(h('svg:g', {class: `edge e-${e.type}`},
       h('svg:path', {d: path, 'marker-end': 'url(#arrow)'}),
-      h('svg:text', {x: lx, y: ly, 'text-anchor': anchor, class: 'edge-label'}, e.label + (e.timeout ? ` · ${Math.round(e.timeout / 1000)} s` : ''))));
+      h('svg:text', {x: lx, y: ly, 'text-anchor': anchor, class: 'edge-label'}, edgeLabel(e))));
   }
 
   const nodes = new Map();

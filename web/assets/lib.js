@@ -183,3 +183,18 @@ export function debounce(ms, fn) {
   let timer = 0;
   return (...args) => { clearTimeout(timer); timer = setTimeout(() => fn(...args), ms); };
 }
+
+/**
+ * throttle runs fn at once, then at most once per ms while calls keep
+ * coming, and once more after the last: unlike debounce, a steady stream of
+ * calls cannot starve it.
+ */
+export function throttle(ms, fn) {
+  let timer = 0, last = 0;
+  const run = () => { timer = 0; last = Date.now(); fn(); };
+  return () => {
+    if (timer) return; // the scheduled run will see the latest
+    const wait = last + ms - Date.now();
+    if (wait <= 0) run(); else timer = setTimeout(run, wait);
+  };
+}

@@ -91,6 +91,13 @@ func TestDashboard(t *testing.T) {
 		b.waitJS(t, `document.querySelector('#timeline [data-kind="step.retry"], #timeline [data-kind="step.failed"]') !== null`)
 		b.waitJS(t, `document.querySelectorAll('.diagram .node[data-status="completed"]').length === 3`)
 		b.waitJS(t, `document.querySelector('#steps-done').textContent.includes('3/3')`)
+		// The logs filter hides the demo's one info line at warn and up.
+		b.waitJS(t, `document.querySelectorAll('.logs .log[data-level="info"]').length === 1`)
+		b.do(t, chromedp.SetValue(chromedp.ID("log-level"), "warn"),
+			chromedp.Evaluate[chromedp.Void](`document.getElementById('log-level').dispatchEvent(new Event('change'))`))
+		b.waitJS(t, `document.querySelector('.logs') === null && document.querySelector('#log-level').closest('section').textContent.includes('No logs at this level.')`)
+		b.do(t, chromedp.SetValue(chromedp.ID("log-level"), "debug"),
+			chromedp.Evaluate[chromedp.Void](`document.getElementById('log-level').dispatchEvent(new Event('change'))`))
 		runID = b.evalString(t, `location.pathname.split('/').pop()`)
 		var input struct {
 			State struct {
@@ -130,38 +137,11 @@ func TestDashboard(t *testing.T) {
 	})
 
 	t.Run("fire a webhook trigger from the page", func(t *testing.T) {
-		// A run paused on a webhook, written through the events API as a
-		// later engine would write it.
-		post(t, srv.URL+"/api/_events/flow/approval-1", `{"events": [
-			{"kind": "flow.started", "flowName": "example-flow", "data": {"input": {"order": 7}}},
-			{"kind": "step.started", "step": "await_approval", "attempt": 1},
-			{"kind": "log", "step": "await_approval", "data": {"level": "info", "msg": "waiting for a manager"}},
-			{"kind": "step.await.trigger", "step": "await_approval", "attempt": 1,
-			 "data": {"triggerId": "approve-1", "triggerType": "webhook", "timeout": 600000}}]}`)
-		b.do(t, chromedp.Navigate(srv.URL+"/runs/approval-1"))
-		b.waitJS(t, `document.querySelector('#awaits [data-await="await_approval"]') !== null`)
-		b.waitJS(t, `document.querySelector('.trigger-url').textContent.endsWith('/api/_flows/triggers/approve-1')`)
-		b.waitJS(t, `/times out in \d+ m/.test(document.querySelector('.countdown').textContent)`)
-		b.waitJS(t, `document.querySelector('#run-status .badge').textContent === 'awaiting'`)
-		b.shot(t, "awaits")
-
-		b.do(t, chromedp.SendKeys(chromedp.CSS(`form.fire textarea`), `{"approved": true}`),
-			chromedp.Click(chromedp.CSS(`form.fire button[type=submit]`)))
-		b.waitJS(t, `!['', 'Firing…'].includes(document.querySelector('.fire-msg').textContent) && !document.querySelector('.fire-msg').textContent.startsWith('The payload')`)
-		status, body := srv.trigger("approve-1")
-		if status == 0 {
-			t.Fatal("the page sent no trigger request")
-		}
-		if body != `{"approved":true}` {
-			t.Errorf("trigger body %q, want the payload typed", body)
-		}
-		msg := b.evalString(t, `document.querySelector('.fire-msg').textContent`)
-		want := "not available on this server"
-		if status != http.StatusNotFound {
-			want = "Fired"
-		}
-		if !strings.Contains(msg, want) {
-			t.Errorf("after a %d the page says %q, want %q", status, msg, want)
+		if srv.hasTriggerRoute(t) {
+			fireTrigger(t, b, srv)
+		} else {
+			t.Log("this nqd has no trigger route: checking the page's message for that")
+			fireWithoutTriggerRoute(t, b, srv)
 		}
 	})
 
@@ -243,6 +223,62 @@ func TestDashboardServerUnreachable(t *testing.T) {
 	b.checkConsole(t)
 }
 
+// approvalFlow awaits a webhook between its two steps.
+const approvalFlow = `{"entry": "prepare", "steps": {
+	"prepare": {"queue": "default", "emits": ["prepared"]},
+	"approve": {"queue": "default", "subscribes": ["prepared"],
+		"await": {"type": "trigger", "triggerType": "webhook", "timeout": 600000}}}}`
+
+// fireTrigger starts a run that awaits a webhook, fires it from the page
+// and watches the run finish.
+func fireTrigger(t *testing.T, b *browser, srv *server) {
+	put(t, srv.URL+"/api/_flows/approval", approvalFlow)
+	b.do(t, chromedp.Navigate(srv.URL+"/flows/approval"))
+	b.waitJS(t, `document.querySelectorAll('.diagram .node').length === 2`)
+	b.do(t, chromedp.Click(chromedp.ID("start-toggle")), chromedp.Click(chromedp.CSS(`#start-form button[type=submit]`)))
+	b.waitJS(t, `document.querySelector('#awaits form.fire') !== null`)
+	b.waitJS(t, `document.querySelector('.trigger-url').textContent.includes('/api/_flows/triggers/')`)
+	b.waitJS(t, `/times out in \d+ m/.test(document.querySelector('.countdown').textContent)`)
+	b.waitJS(t, `document.querySelector('#run-status .badge').textContent === 'awaiting'`)
+	b.shot(t, "awaits")
+
+	id := b.evalString(t, `document.querySelector('#awaits form.fire').dataset.trigger`)
+	b.do(t, chromedp.SendKeys(chromedp.CSS(`form.fire textarea`), `{"approved": true}`),
+		chromedp.Click(chromedp.CSS(`form.fire button[type=submit]`)))
+	b.waitJS(t, `document.querySelector('.fire-msg')?.textContent.startsWith('Fired') || document.querySelector('#run-status .badge').textContent === 'completed'`)
+	status, body := srv.trigger(id)
+	if status/100 != 2 || body != `{"approved":true}` {
+		t.Fatalf("the page's trigger request got %d with body %q", status, body)
+	}
+	b.waitJS(t, `document.querySelector('#run-status .badge').textContent === 'completed'`)
+	b.waitJS(t, `document.querySelector('#awaits .empty') !== null && document.querySelector('tr[data-step="approve"]').dataset.status === 'completed'`)
+}
+
+// fireWithoutTriggerRoute checks the await panel against a server without
+// the trigger route: a run paused on a webhook, written through the events
+// API as the engine writes it, and a fire that the page reports as not
+// available.
+func fireWithoutTriggerRoute(t *testing.T, b *browser, srv *server) {
+	post(t, srv.URL+"/api/_events/flow/approval-1", `{"events": [
+		{"kind": "flow.started", "flowName": "example-flow", "data": {"input": {"order": 7}}},
+		{"kind": "log", "step": "await_approval", "data": {"level": "info", "msg": "waiting for a manager"}},
+		{"kind": "step.await.trigger", "step": "await_approval", "attempt": 1,
+		 "data": {"triggerId": "approve-1", "triggerType": "webhook", "timeout": 600000}}]}`)
+	b.do(t, chromedp.Navigate(srv.URL+"/runs/approval-1"))
+	b.waitJS(t, `document.querySelector('#awaits [data-await="await_approval"]') !== null`)
+	b.waitJS(t, `document.querySelector('.trigger-url').textContent.endsWith('/api/_flows/triggers/approve-1')`)
+	b.waitJS(t, `/times out in \d+ m/.test(document.querySelector('.countdown').textContent)`)
+	b.waitJS(t, `document.querySelector('#run-status .badge').textContent === 'awaiting'`)
+	b.shot(t, "awaits")
+
+	b.do(t, chromedp.SendKeys(chromedp.CSS(`form.fire textarea`), `{"approved": true}`),
+		chromedp.Click(chromedp.CSS(`form.fire button[type=submit]`)))
+	b.waitJS(t, `document.querySelector('.fire-msg').textContent.includes('not available on this server')`)
+	if status, body := srv.trigger("approve-1"); status != http.StatusNotFound || body != `{"approved":true}` {
+		t.Errorf("the page's trigger request got %d with body %q, want a 404 with the payload", status, body)
+	}
+}
+
 // needChromium skips the test without Chromium, unless CI demands it.
 func needChromium(t *testing.T) {
 	t.Helper()
@@ -252,6 +288,19 @@ func needChromium(t *testing.T) {
 		}
 		t.Skipf("no %s: the dashboard's browser tests need Chromium", chromium)
 	}
+}
+
+// hasTriggerRoute reports whether this nqd serves POST
+// /api/_flows/triggers/:id; the router answers a missing route "No route".
+func (s *server) hasTriggerRoute(t *testing.T) bool {
+	t.Helper()
+	res, err := http.Post(s.URL+"/api/_flows/triggers/probe", "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	return !(res.StatusCode == http.StatusNotFound && strings.Contains(string(raw), "No route"))
 }
 
 // server is nqd under test, with a record of trigger requests.
@@ -357,7 +406,7 @@ func startWorker(t *testing.T, base, token string) {
 		Client: &http.Client{Transport: bearer(token)},
 		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)}
 	go func() {
-		done <- worker.Run(ctx, cfg, demo.Handlers(demo.Options{Work: 150 * time.Millisecond, Epochs: 3}))
+		done <- worker.Run(ctx, cfg, handlersFor())
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -365,6 +414,19 @@ func startWorker(t *testing.T, base, token string) {
 			t.Errorf("worker: %v", err)
 		}
 	})
+}
+
+// handlersFor is the demo worker's handlers, slow enough that a person
+// (and a screenshot) sees steps run, plus the approval flow's.
+func handlersFor() map[string]worker.Handler {
+	hs := demo.Handlers(demo.Options{Work: 150 * time.Millisecond, Epochs: 3})
+	hs["prepare"] = func(_ context.Context, sc *worker.StepContext) (any, error) {
+		return nil, sc.Emit("prepared", map[string]any{"order": 7})
+	}
+	hs["approve"] = func(_ context.Context, sc *worker.StepContext) (any, error) {
+		return map[string]any{"approved": true}, nil
+	}
+	return hs
 }
 
 // bearer sends an API token with every request, when there is one.
@@ -522,6 +584,24 @@ func post(t *testing.T, url, body string) {
 	raw, _ := io.ReadAll(res.Body)
 	if res.StatusCode/100 != 2 {
 		t.Fatalf("POST %s: %d %s", url, res.StatusCode, raw)
+	}
+}
+
+func put(t *testing.T, url, body string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPut, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	if res.StatusCode/100 != 2 {
+		t.Fatalf("PUT %s: %d %s", url, res.StatusCode, raw)
 	}
 }
 
