@@ -23,6 +23,25 @@ func TestExampleFlows(t *testing.T) {
 		example := startRun(t, base, "example-flow", map[string]any{"url": "https://example.com"})
 		diamond := startRun(t, base, "diamond", nil)
 		training := startRun(t, base, "ml-training", map[string]any{"epochs": 3})
+		// The approval is a person's: fire the trigger the run waits on,
+		// as curl would.
+		var waits struct {
+			Items []struct {
+				RunID     string `json:"runId"`
+				TriggerID string `json:"triggerId"`
+			} `json:"items"`
+		}
+		waitFor(t, 30*time.Second, "example-flow to await its approval", func() bool {
+			call(t, "GET", base+"/api/_flows/waits?kind=trigger&flowName=example-flow", nil, &waits)
+			return len(waits.Items) == 1 && waits.Items[0].RunID == example
+		})
+		var fired struct {
+			Status string `json:"status"`
+		}
+		call(t, "POST", base+"/api/_flows/triggers/"+waits.Items[0].TriggerID, map[string]any{"approved": true, "by": "ops"}, &fired)
+		if fired.Status != "fired" {
+			t.Errorf("trigger POST answered %+v", fired)
+		}
 		for _, flow := range []string{"example-flow", "diamond", "ml-training"} {
 			waitFor(t, 30*time.Second, flow+" to complete", func() bool { return runs(t, base, flow, "completed", 0, 1).Total == 1 })
 		}
@@ -34,7 +53,10 @@ func TestExampleFlows(t *testing.T) {
 				"step.started fetch_data", "emit fetch_data", "step.completed fetch_data",
 			},
 			"process_data":   {"step.started process_data", "emit process_data", "step.completed process_data"},
-			"await_approval": {"step.started await_approval", "log await_approval", "step.completed await_approval"},
+			"await_approval": {
+				"step.await.trigger await_approval", "step.resumed await_approval",
+				"step.started await_approval", "log await_approval", "step.completed await_approval",
+			},
 		}
 		ex := events(t, base, example)
 		if diff := cmp.Diff(want, ex.bySteps()); diff != "" {

@@ -260,9 +260,31 @@ func (s *State) Get(key string, v any) (bool, error) {
 	return true, json.Unmarshal(raw, v)
 }
 
-// AwaitHooks are where the awaits feature plugs in; until then a handler
-// awaits by emitting and letting a subscribed step continue.
-type AwaitHooks struct{}
+// Resume is how the await a step declared resolved (seed 001 §6.5): the
+// engine queues an awaiting step once its await resolves and hands the
+// resolution in the input's `_resume`.
+type Resume struct {
+	AwaitType string          `json:"awaitType"`
+	TriggerID string          `json:"triggerId,omitempty"`
+	Payload   json.RawMessage `json:"payload,omitempty"` // a trigger's POST body
+	Event     json.RawMessage `json:"event,omitempty"`   // the event an event await matched
+	ResumeAt  string          `json:"resumeAt,omitempty"`
+	// TimedOut is set in the input of an await's onTimeout step.
+	TimedOut bool   `json:"timedOut,omitempty"`
+	Step     string `json:"step,omitempty"` // the step whose await timed out
+}
+
+// Resume returns the resolution of the step's await, and false when the
+// step declared none.
+func (sc *StepContext) Resume() (Resume, bool) {
+	var in struct {
+		Resume *Resume `json:"_resume"`
+	}
+	if json.Unmarshal(sc.Job.Input, &in) != nil || in.Resume == nil {
+		return Resume{}, false
+	}
+	return *in.Resume, true
+}
 
 type client struct {
 	base string

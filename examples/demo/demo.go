@@ -6,6 +6,7 @@ package demo
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -87,13 +88,21 @@ func processData(_ context.Context, sc *worker.StepContext) (any, error) {
 	return out, sc.Emit("process_data.completed", out)
 }
 
-// awaitApproval approves at once: awaits (seed 001 §6) come with a later
-// release of nqd.
+// awaitApproval runs once the approval trigger its step awaits was fired
+// (POST /api/_flows/triggers/<id>), with the POST's body as the decision.
 func awaitApproval(_ context.Context, sc *worker.StepContext) (any, error) {
-	if err := sc.Log("info", "approved automatically: awaits are not supported yet"); err != nil {
+	var decision struct {
+		Approved *bool  `json:"approved"`
+		By       string `json:"by"`
+	}
+	if r, ok := sc.Resume(); ok && len(r.Payload) > 0 {
+		_ = json.Unmarshal(r.Payload, &decision)
+	}
+	approved := decision.Approved == nil || *decision.Approved
+	if err := sc.Log("info", fmt.Sprintf("approval decided: approved=%v by %q", approved, decision.By)); err != nil {
 		return nil, err
 	}
-	return map[string]any{"approved": true}, nil
+	return map[string]any{"approved": approved, "by": decision.By}, nil
 }
 
 func start(_ context.Context, sc *worker.StepContext) (any, error) {
