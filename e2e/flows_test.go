@@ -52,7 +52,7 @@ func TestExampleFlows(t *testing.T) {
 				"step.started fetch_data", "step.failed fetch_data willRetry=true", "step.retry fetch_data",
 				"step.started fetch_data", "emit fetch_data", "step.completed fetch_data",
 			},
-			"process_data":   {"step.started process_data", "emit process_data", "step.completed process_data"},
+			"process_data": {"step.started process_data", "emit process_data", "step.completed process_data"},
 			"await_approval": {
 				"step.await.trigger await_approval", "step.resumed await_approval",
 				"step.started await_approval", "log await_approval", "step.completed await_approval",

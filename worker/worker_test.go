@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -61,8 +64,14 @@ func TestRunExampleAndDiamond(t *testing.T) {
 			}
 			return nil, sc.Emit("fetch_data.completed", map[string]any{"rows": 3})
 		},
-		"process_data":   emitting("process_data.completed"),
-		"await_approval": func(context.Context, *worker.StepContext) (any, error) { return "approved", nil },
+		"process_data": emitting("process_data.completed"),
+		"await_approval": func(_ context.Context, sc *worker.StepContext) (any, error) {
+			r, ok := sc.Resume()
+			if !ok || r.AwaitType != "trigger" || string(r.Payload) != `{"approved":true}` {
+				return nil, worker.Permanent(fmt.Errorf("resumed with %+v, %v; want the trigger's payload", r, ok))
+			}
+			return "approved", nil
+		},
 		"start": func(_ context.Context, sc *worker.StepContext) (any, error) {
 			if err := sc.Emit("step.a.trigger", 1); err != nil {
 				return nil, err
@@ -90,6 +99,19 @@ func TestRunExampleAndDiamond(t *testing.T) {
 	dia, err := e.Start(ctx, "diamond", nil, "")
 	if err != nil {
 		t.Fatal(err)
+	}
+	waitStatus(t, st, "example-flow", ex.FlowID, store.RunAwaiting)
+	waits, err := e.Waits(ctx, engine.WaitQuery{Kind: "trigger"})
+	if err != nil || len(waits) != 1 {
+		t.Fatalf("waits = %+v, %v; want the approval", waits, err)
+	}
+	res, err := srv.Client().Post(srv.URL+"/api/_flows/triggers/"+waits[0].TriggerID, "application/json", strings.NewReader(`{"approved":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("trigger POST: %d", res.StatusCode)
 	}
 	waitStatus(t, st, "example-flow", ex.FlowID, store.RunCompleted)
 	waitStatus(t, st, "diamond", dia.FlowID, store.RunCompleted)
