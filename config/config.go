@@ -55,6 +55,7 @@ type Config struct {
 	TokensFile          string
 	StreamTokenKeys     []auth.Key    // the first signs; none: a key per process
 	StreamTokenMaxTTL   time.Duration // longest life of a stream token
+	TriggerKeys         []auth.Key    // sign trigger ids, the first signs; none: a key per process
 	AllowInsecureBind   bool          // serve a non-loopback address without tokens
 	RatePerToken        Rate          // appends, starts and trigger POSTs per token
 	RatePerAddr         Rate          // the same per client address
@@ -114,6 +115,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 		{"", "NQ_TOKENS", "API tokens name:scope:secret or name:scope:sha256:<hex>, comma-separated", "", tokens(&c.Tokens)},
 		{"tokens-file", "NQ_TOKENS_FILE", "file of API tokens, one name:scope:sha256:<hex> a line", "", str(&c.TokensFile)},
 		{"", "NQ_STREAM_TOKEN_KEYS", "stream token signing keys id:secret, comma-separated; the first signs", "", keys(&c.StreamTokenKeys)},
+		{"", "NQ_TRIGGER_KEYS", "trigger id signing keys id:secret, comma-separated; the first signs", "", keys(&c.TriggerKeys)},
 		{"stream-token-max-ttl", "NQ_STREAM_TOKEN_MAX_TTL", "longest life of a stream token", "1h", dur(&c.StreamTokenMaxTTL)},
 		{"allow-insecure-bind", "NQ_ALLOW_INSECURE_BIND", "serve a non-loopback address with no tokens configured", "false", boolean(&c.AllowInsecureBind)},
 		{"rate-per-token", "NQ_RATE_PER_TOKEN", "appends, starts and trigger POSTs per token, as requests/window (0: no limit)", "6000/1m", rate(&c.RatePerToken)},
