@@ -431,15 +431,27 @@ function runPage(root, id) {
       : h('p', {class: 'empty small'}, 'No step has started yet.'));
   }
 
+  // Await cards persist across state updates, so a payload being typed
+  // survives the events that arrive meanwhile.
+  const awaitCards = new Map();
   function renderAwaits() {
-    countdowns = [];
     const waiting = Object.entries(state.awaits || {}).filter(([, a]) => a.status === 'waiting');
     const done = Object.values(state.awaits || {}).length - waiting.length;
+    const keys = new Set(waiting.map(([key]) => key));
+    for (const key of awaitCards.keys()) if (!keys.has(key)) awaitCards.delete(key);
+    for (const [key, a] of waiting) {
+      if (!awaitCards.has(key)) {
+        const ticks = [];
+        awaitCards.set(key, {el: awaitCard(key, a, ticks), tick: ticks[0]});
+      }
+    }
+    countdowns = [...awaitCards.values()].map(c => c.tick);
     if (!waiting.length) {
       replace(awaitsBox, h('p', {class: 'empty small'}, done ? `No await is pending (${done} resolved or timed out).` : 'This run awaits nothing.'));
       return;
     }
-    replace(awaitsBox, waiting.map(([key, a]) => awaitCard(key, a, countdowns)));
+    const cards = [...awaitCards.values()].map(c => c.el);
+    if (cards.length !== awaitsBox.children.length || cards.some((el, i) => awaitsBox.children[i] !== el)) replace(awaitsBox, cards);
   }
 
   function renderHead() {
