@@ -7,6 +7,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/nqd-dev/nqd/auth"
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/flows"
 )
@@ -14,8 +15,8 @@ import (
 // StartEngine builds the flow engine on st, stores the definitions found in
 // flowsDir (none when it is empty) so every instance sees them, and starts
 // the loop that fires due retries. stop ends the loop and waits for it.
-func StartEngine(ctx context.Context, st engine.Store, flowsDir string, log zerolog.Logger) (e *engine.Engine, stop func(), err error) {
-	e = engine.New(st, engine.Options{Logger: log})
+func StartEngine(ctx context.Context, st engine.Store, flowsDir string, triggers *auth.TriggerSigner, log zerolog.Logger) (e *engine.Engine, stop func(), err error) {
+	e = engine.New(st, engine.Options{Logger: log, Triggers: triggers})
 	if flowsDir != "" {
 		defs, err := flows.LoadDir(flowsDir)
 		if err != nil {

@@ -87,7 +87,11 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 
 	var flowEngine handlers.FlowEngine
 	if es, ok := st.(engine.Store); ok {
-		eng, stop, err := StartEngine(ctx, es, cfg.FlowsDir, log)
+		signer, err := TriggerSigner(cfg, log)
+		if err != nil {
+			return nil, errors.Join(err, a.Close())
+		}
+		eng, stop, err := StartEngine(ctx, es, cfg.FlowsDir, signer, log)
 		if err != nil {
 			return nil, errors.Join(err, a.Close())
 		}
