@@ -749,10 +749,37 @@ function triggersPage(root) {
   h('h2', {}, 'Fire a trigger'),
   h('div', {class: 'form-grid'}, h('label', {for: 'fire-id'}, 'Trigger id'), idInput, h('label', {for: 'fire-payload'}, 'Payload (JSON)'), area),
   h('div', {class: 'row'}, h('button', {type: 'submit', class: 'primary'}, 'Fire'), msg));
+  const waits = h('div', {}, loading('Loading awaits'));
+  const waitsPanel = h('section', {class: 'panel', 'aria-labelledby': 'waits-h'}, h('header', {}, h('h2', {id: 'waits-h'}, 'Waiting now')), waits);
   replace(root,
-    h('div', {class: 'page-head'}, h('h1', {}, 'Triggers'), h('p', {class: 'muted'}, 'Triggers registered with nqd, newest first, and what became of them.')),
-    h('section', {class: 'panel'}, list), form);
-  return every(5000, async () => {
+    h('div', {class: 'page-head'}, h('h1', {}, 'Triggers'), h('p', {class: 'muted'}, 'What runs wait for, and the triggers registered with nqd, newest first.')),
+    waitsPanel,
+    h('section', {class: 'panel', 'aria-labelledby': 'trig-h'}, h('header', {}, h('h2', {id: 'trig-h'}, 'Registered triggers')), list), form);
+  const fill = id => { idInput.value = id; area.focus(); form.scrollIntoView({behavior: 'smooth', block: 'center'}); };
+  const stopWaits = every(3000, async () => {
+    let page;
+    try {
+      page = await api('_flows/waits?limit=100');
+    } catch (err) {
+      // A server without awaits has no such route: the panel has nothing to say.
+      if (err instanceof ApiError && err.status === 404) { waitsPanel.hidden = true; return; }
+      replace(waits, failure(err, 'Awaits'));
+      throw err;
+    }
+    waitsPanel.hidden = false;
+    replace(waits, !page.items.length
+      ? h('p', {class: 'empty small'}, 'No run is waiting.')
+      : h('div', {class: 'table-wrap'}, h('table', {class: 'waits'},
+        h('thead', {}, h('tr', {}, h('th', {}, 'Run'), h('th', {}, 'Step'), h('th', {}, 'Waits for'), h('th', {}, 'Since'), h('th', {}, 'Until'), h('th', {}, h('span', {class: 'sr'}, 'Fire')))),
+        h('tbody', {}, page.items.map(w => h('tr', {'data-await': w.awaitId},
+          h('td', {}, link(runHref(w.runId), shortId(w.runId)), ' ', h('span', {class: 'muted small'}, w.flowName)),
+          h('td', {}, h('code', {}, w.step)),
+          h('td', {}, w.kind === 'trigger' ? `${w.triggerType || 'trigger'}` : w.kind === 'event' ? h('code', {}, w.eventKind) : 'time'),
+          h('td', {}, ago(w.registeredAt)),
+          h('td', {title: w.resumeAt || w.deadline || ''}, w.resumeAt || w.deadline ? `in ${duration(Date.parse(w.resumeAt || w.deadline) - Date.now())}` : '—'),
+          h('td', {}, w.triggerId ? h('button', {type: 'button', class: 'ghost small', 'data-trigger': w.triggerId, onclick: () => fill(w.triggerId)}, 'Fire…') : null)))))));
+  });
+  const stopList = every(5000, async () => {
     let page;
     try {
       page = await api('_events/trigger/list?limit=50');
@@ -777,6 +804,7 @@ function triggersPage(root) {
           h('td', {}, ago(t.createdAt)));
       })))));
   });
+  return () => { stopWaits(); stopList(); };
 }
 
 function notFoundPage(root) {

@@ -160,6 +160,14 @@ func TestDashboard(t *testing.T) {
 			{"kind": "trigger.registered", "correlationId": "approval-1", "data": {"type": "webhook", "config": {}}}]}`)
 		b.do(t, chromedp.Click(chromedp.CSS(`nav a[data-section="triggers"]`)))
 		b.waitJS(t, `document.querySelector('tr[data-trigger="approve-1"]') !== null`)
+		if srv.hasTriggerRoute(t) {
+			// A run left waiting for its approval is listed, ready to fire.
+			post(t, srv.URL+"/api/_flows/example-flow/start", `{}`)
+			b.waitJS(t, `document.querySelector('table.waits tbody tr') !== null`)
+			b.do(t, chromedp.Click(chromedp.CSS(`table.waits tbody tr button`)))
+			b.waitJS(t, `document.getElementById('fire-id').value === document.querySelector('table.waits tbody tr button').dataset.trigger`)
+			b.do(t, chromedp.Evaluate[chromedp.Void](`scrollTo(0, 0)`))
+		}
 		b.shot(t, "triggers")
 	})
 
