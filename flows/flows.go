@@ -13,6 +13,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/nqd-dev/nqd/cond"
 	"github.com/nqd-dev/nqd/event"
 )
 
@@ -225,6 +226,11 @@ func (d *Definition) Validate() error {
 			}
 			if a.Type == "event" && a.EventKind == "" {
 				bad[at+".await.eventKind"] = "required for an event await"
+			}
+			if a.Type == "event" && a.Where != "" {
+				if _, err := cond.Compile(a.Where); err != nil {
+					bad[at+".await.where"] = err.Error()
+				}
 			}
 			if len(a.Schema) > 0 && !json.Valid(a.Schema) {
 				bad[at+".await.schema"] = "must be a JSON Schema object"
