@@ -39,6 +39,9 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeNodeFields -fuzztime=30s ./event
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeAppend -fuzztime=30s ./handlers
 	$(GO) test -run='^$$' -fuzz=FuzzResumePlan -fuzztime=30s ./stream
+	$(GO) test -run='^$$' -fuzz=FuzzTriggerID -fuzztime=30s ./auth
+	$(GO) test -run='^$$' -fuzz=FuzzParseTokens -fuzztime=30s ./auth
+	$(GO) test -run='^$$' -fuzz=FuzzFilterOrder -fuzztime=30s ./store
 
 ## bench: load profiles on Redis against a plain-Redis baseline (about 3 minutes); rewrites BENCHMARKS.md
 bench: build
