@@ -43,6 +43,9 @@ type Options struct {
 	SubscriptionBuffer int
 	// Logger receives the store's diagnostics; the zero value discards them.
 	Logger zerolog.Logger
+	// Retention sets when finished runs become due for the reaper; the
+	// zero value keeps every run.
+	Retention store.Retention
 }
 
 const (

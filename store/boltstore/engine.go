@@ -165,7 +165,12 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 	if err := checkUpdate(u); err != nil {
 		return store.AppendResult{}, err
 	}
-	hook := func(tx *bolt.Tx) error { return applyRunUpdate(tx, u) }
+	hook := func(tx *bolt.Tx) error {
+		if err := applyRunUpdate(tx, u); err != nil {
+			return err
+		}
+		return setExpiry(tx, u.Meta.Flow, u.Meta.Run, s.opts.Retention.ExpiresAt(u.Meta))
+	}
 	if len(u.Events) == 0 {
 		if err := ctx.Err(); err != nil {
 			return store.AppendResult{}, err
@@ -736,6 +741,9 @@ func (s *Store) DeleteRuns(ctx context.Context, flow string) (int, error) {
 						return err
 					}
 				}
+			}
+			if err := setExpiry(tx, flow, id, 0); err != nil {
+				return err
 			}
 			n++
 		}

@@ -18,3 +18,14 @@ func TestEngineConformance(t *testing.T) {
 		return s
 	})
 }
+
+func TestRetentionConformance(t *testing.T) {
+	storetest.RunRetention(t, func(t *testing.T) storetest.RetentionStore {
+		s, err := boltstore.Open(filepath.Join(t.TempDir(), "nqd.db"), boltstore.Options{Retention: storetest.RetentionPolicy})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	})
+}

@@ -351,6 +351,7 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 	for _, t := range u.SetTimers {
 		args = append(args, timerName(t), t.Due)
 	}
+	args = append(args, keyAt(s.expiringKey()), m.Flow+":"+m.Run, s.opts.Retention.ExpiresAt(m))
 
 	reply, err := runUpdateScript.Run(ctx, s.client, keys, args...).Slice()
 	if err != nil {
@@ -464,6 +465,9 @@ func (s *Store) DeleteRuns(ctx context.Context, flow string) (int, error) {
 			p.ZRem(ctx, s.indexKey(store.Index{Type: "flow"}), run)
 		}
 		p.Del(ctx, index)
+		for _, run := range runs {
+			p.ZRem(ctx, s.expiringKey(), flow+":"+run)
+		}
 		for _, st := range runStatuses {
 			p.Del(ctx, s.statusKey(flow, st))
 		}

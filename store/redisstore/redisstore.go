@@ -22,6 +22,8 @@
 //	<p>:queue:<q>:jobs                hash: job id -> "<attempt> <score> <leaseUntil> <lease>\n<job JSON>"
 //	<p>:engine:timers:due             sorted set: kind:flow:run:step, score = due ms
 //	<p>:engine:flows:defs             hash: flow name -> definition JSON
+//	<p>:engine:runs:expiring          sorted set: <flow>:<run> of finished runs, score = when retention
+//	                                  ends (ms); written by run_update.lua, emptied by delete_run.lua
 //
 // and for the KV state store (store.KV, see kv.go):
 //
@@ -76,6 +78,9 @@ type Options struct {
 	LiveProbeInterval time.Duration
 	// Logger receives the live path's reconnects and undecodable entries.
 	Logger zerolog.Logger
+	// Retention sets when finished runs become due for the reaper; the
+	// zero value keeps every run.
+	Retention store.Retention
 }
 
 const (

@@ -26,7 +26,9 @@
 --   r, then r removals: ready position, jobs position, job id;
 --   q, then q jobs: ready position, jobs position, job id, score, value;
 --   c, then c timer names to clear;
---   s, then s timer name/due pairs to set.
+--   s, then s timer name/due pairs to set;
+--   the retention set's position, the run's member there (<flow>:<run>) and
+--   its due time ("0": not due, the member leaves the set).
 --
 -- A job's value is "<attempt> <score> <leaseUntil> <lease>\n<job JSON>".
 --
@@ -124,5 +126,11 @@ end
 for _ = 1, tonumber(arg()) do
   local name, due = arg(), arg()
   redis.call('ZADD', KEYS[4], due, name)
+end
+local expiring, expMember, expAt = tonumber(arg()), arg(), tonumber(arg())
+if expAt > 0 then
+  redis.call('ZADD', KEYS[expiring], expAt, expMember)
+else
+  redis.call('ZREM', KEYS[expiring], expMember)
 end
 return out
