@@ -24,6 +24,9 @@ type appendReq struct {
 	// wrapping store.ErrConflict ends the append with that error and writes
 	// nothing; any other error fails the transaction.
 	hook func(tx *bolt.Tx) error
+	// kinds records the events in the kind index (Append's events, not a
+	// run update's).
+	kinds bool
 
 	res  store.AppendResult
 	err  error
@@ -39,6 +42,7 @@ func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, 
 	if err != nil {
 		return store.AppendResult{}, err
 	}
+	r.kinds = true
 	if err := ctx.Err(); err != nil {
 		return store.AppendResult{}, err
 	}
@@ -205,6 +209,11 @@ func (s *Store) apply(tx *bolt.Tx, r *appendReq, nowMS uint64) error {
 	}
 	if err := indexEvents(tx, r.c, out, n == 0); err != nil {
 		return err
+	}
+	if r.kinds {
+		if err := s.indexKinds(tx, r.c, out, r.bodies, nowMS); err != nil {
+			return err
+		}
 	}
 	if r.key != "" {
 		if err := rememberIdempotent(tx, r.ck, r.key, nowMS+uint64(s.opts.IdempotencyWindow.Milliseconds()), keys); err != nil {

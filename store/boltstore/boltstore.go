@@ -46,6 +46,9 @@ type Options struct {
 	// Retention sets when finished runs become due for the reaper; the
 	// zero value keeps every run.
 	Retention store.Retention
+	// KindWindow is how long the kind index keeps an event; default
+	// store.DefaultKindWindow.
+	KindWindow time.Duration
 }
 
 const (

@@ -76,10 +76,17 @@ func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, 
 		}
 	}
 
-	args := make([]any, 0, 6+2*len(evs))
+	kinds := make([]any, len(evs))
+	for i, e := range evs {
+		kinds[i] = keyAt(s.kindKey(e.Kind))
+	}
+
+	args := make([]any, 0, 8+3*len(evs))
 	args = append(args, s.channel(c), c.ID, s.opts.MaxLen, idem, s.opts.IdempotencyWindow.Milliseconds(), len(evs))
 	args = append(args, bodies...)
 	args = append(args, joins...)
+	args = append(args, s.kindWindow().Milliseconds(), c.Type)
+	args = append(args, kinds...)
 	reply, err := appendScript.Run(ctx, s.client, keys, args...).Slice()
 	if err != nil {
 		return store.AppendResult{}, mapErr(ctx, "append", err)

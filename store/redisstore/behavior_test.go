@@ -159,6 +159,9 @@ func TestKeysAreTheDocumentedOnes(t *testing.T) {
 		prefix + ":triggers",
 		prefix + ":webhook:hook.1~x",
 		prefix + ":webhooks",
+		prefix + ":engine:kind:flow.started",
+		prefix + ":engine:kind:flow.start",
+		prefix + ":engine:kind:trigger.registered",
 	}
 	slices.Sort(want)
 	if d := gocmp.Diff(want, keys); d != "" {

@@ -21,6 +21,8 @@
 //	                                  end once claimed)
 //	<p>:queue:<q>:jobs                hash: job id -> "<attempt> <score> <leaseUntil> <lease>\n<job JSON>"
 //	<p>:engine:timers:due             sorted set: kind:flow:run:step, score = due ms
+//	<p>:engine:kind:<kind>            stream: the events of kind appended with Append ("t" context type,
+//	                                  "c" context id, "s" entry id, "e" body), trimmed to KindWindow
 //	<p>:engine:flows:defs             hash: flow name -> definition JSON
 //	<p>:engine:runs:expiring          sorted set: <flow>:<run> of finished runs, score = when retention
 //	                                  ends (ms); written by run_update.lua, emptied by delete_run.lua
@@ -67,6 +69,9 @@ type Options struct {
 	// IdempotencyWindow is how long an idempotency key is remembered;
 	// default 24h.
 	IdempotencyWindow time.Duration
+	// KindWindow is how long the kind index keeps an event; default
+	// store.DefaultKindWindow.
+	KindWindow time.Duration
 	// MaxLen caps each stream approximately (XADD MAXLEN ~); 0 keeps every
 	// event.
 	MaxLen int64

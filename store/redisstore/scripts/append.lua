@@ -17,6 +17,10 @@
 -- ARGV[7...]   n bodies (the stored record: a JSON object without id and ts)
 -- then         n positions in KEYS of the named index each event joins, "0"
 --              for none
+-- then         the kind index window in ms, the context type, and n positions
+--              in KEYS of each event's kind index, <p>:engine:kind:<kind> (a
+--              stream of "t" type, "c" id, "s" entry id, "e" body, trimmed
+--              by MINID to the window)
 --
 -- Returns {0, id...} for a new append, or {1, id, body, id, body...} when the
 -- idempotency key was seen; body is "" for an entry trimmed since.
@@ -56,6 +60,8 @@ local maxlen = tonumber(ARGV[3])
 local idem = tonumber(ARGV[4])
 local window = tonumber(ARGV[5])
 local n = tonumber(ARGV[6])
+local kindWindow = tonumber(ARGV[7 + 2 * n])
+local ctype = ARGV[8 + 2 * n]
 
 if idem > 0 then
   local seen = redis.call('GET', KEYS[idem])
@@ -99,6 +105,10 @@ for i = 1, n do
   local ix = tonumber(ARGV[6 + n + i])
   if ix > 0 then
     redis.call('ZADD', KEYS[ix], 'NX', ms, member)
+  end
+  local kx = tonumber(ARGV[8 + 2 * n + i])
+  if kx > 0 then
+    redis.call('XADD', KEYS[kx], 'MINID', '~', math.max(ms - kindWindow, 0), '*', 't', ctype, 'c', member, 's', id, 'e', body)
   end
 end
 

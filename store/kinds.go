@@ -1,0 +1,40 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/nqd-dev/nqd/event"
+)
+
+// This file is the kind index: every event appended with Store.Append, from
+// any context, is also recorded under its kind for a while, in the same
+// atomic step as the append. Event awaits read it to find the events they
+// wait for: one registered just after a matching event still finds it by
+// reading back over its look-back window, and one registered long before
+// finds the events that arrived since. Events the engine writes with
+// UpdateRun (a run's own lifecycle) are not indexed.
+
+// DefaultKindWindow is how long the kind index keeps an event unless a
+// backend is configured otherwise.
+const DefaultKindWindow = time.Hour
+
+// KindEntry is one event found in the kind index.
+type KindEntry struct {
+	// Seq is the entry's position in its kind's index; later appends have
+	// larger ones, so it is a cursor for the next read.
+	Seq     event.ID
+	Context Context
+	// Event is the record as stored, with the id and time of its own
+	// stream.
+	Event event.Event
+}
+
+// KindIndex reads the kind index.
+type KindIndex interface {
+	// KindEvents returns up to limit (1 to 1000) entries of kind after
+	// position after (the zero ID: from the oldest kept), oldest first.
+	// Entries older than the backend's window may be gone. Errors:
+	// ErrInvalid, ErrUnavailable, ErrClosed.
+	KindEvents(ctx context.Context, kind string, after event.ID, limit int) ([]KindEntry, error)
+}

@@ -1,0 +1,104 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/store"
+)
+
+// KindStore is a backend with the kind index.
+type KindStore interface {
+	EngineStore
+	store.KindIndex
+}
+
+var kindScenarios = []struct {
+	name string
+	run  func(t *testing.T, s KindStore)
+}{
+	{"AppendsAreIndexedByKind", testKindsIndexed},
+	{"RunUpdatesAreNotIndexed", testKindsSkipRunUpdates},
+	{"Invalid", testKindsInvalid},
+}
+
+// RunKinds runs the kind index's conformance scenarios against fresh stores
+// from newStore.
+func RunKinds(t *testing.T, newStore func(t *testing.T) KindStore) {
+	for _, sc := range kindScenarios {
+		t.Run(sc.name, func(t *testing.T) { sc.run(t, newStore(t)) })
+	}
+}
+
+func testKindsIndexed(t *testing.T, s KindStore) {
+	ctx := context.Background()
+	a := store.Context{Type: "order", ID: "o1"}
+	b := store.Context{Type: "payment", ID: "p1"}
+	var want []event.Event
+	var wantCtx []store.Context
+	for i, c := range []store.Context{a, b, a} {
+		res, err := s.Append(ctx, c, []event.Event{
+			{Kind: "order.paid", Subject: c.ID, Data: []byte(`{"n":` + string(rune('0'+i)) + `}`)},
+			{Kind: "order.noise", Subject: c.ID},
+		}, store.AppendOptions{})
+		must(t, err)
+		want = append(want, res.Events[0])
+		wantCtx = append(wantCtx, c)
+	}
+	got, err := s.KindEvents(ctx, "order.paid", event.ID{}, 1000)
+	must(t, err)
+	if len(got) != len(want) {
+		t.Fatalf("got %d entries, want %d: %+v", len(got), len(want), got)
+	}
+	for i, en := range got {
+		if en.Context != wantCtx[i] || en.Event.ID != want[i].ID || en.Event.Kind != "order.paid" || string(en.Event.Data) != string(want[i].Data) {
+			t.Errorf("entry %d = %+v in %v, want %+v in %v", i, en.Event, en.Context, want[i], wantCtx[i])
+		}
+		if i > 0 && en.Seq.Compare(got[i-1].Seq) <= 0 {
+			t.Errorf("entry %d position %v not after %v", i, en.Seq, got[i-1].Seq)
+		}
+	}
+	page, err := s.KindEvents(ctx, "order.paid", got[0].Seq, 1)
+	must(t, err)
+	if len(page) != 1 || page[0].Seq != got[1].Seq {
+		t.Fatalf("page after %v = %+v, want the second entry", got[0].Seq, page)
+	}
+	rest, err := s.KindEvents(ctx, "order.paid", got[2].Seq, 10)
+	must(t, err)
+	if len(rest) != 0 {
+		t.Fatalf("after the last entry: %+v", rest)
+	}
+	none, err := s.KindEvents(ctx, "order.never", event.ID{}, 10)
+	must(t, err)
+	if len(none) != 0 {
+		t.Fatalf("unknown kind: %+v", none)
+	}
+}
+
+func testKindsSkipRunUpdates(t *testing.T, s KindStore) {
+	ctx := context.Background()
+	_, err := s.UpdateRun(ctx, store.RunUpdate{
+		Meta:   newRun("f", "r1", 1),
+		Events: []event.Event{{Kind: "order.paid", Subject: "r1", Flow: "r1", FlowName: "f"}},
+	})
+	must(t, err)
+	got, err := s.KindEvents(ctx, "order.paid", event.ID{}, 10)
+	must(t, err)
+	if len(got) != 0 {
+		t.Fatalf("a run update's event was indexed: %+v", got)
+	}
+}
+
+func testKindsInvalid(t *testing.T, s KindStore) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		kind  string
+		limit int
+	}{{"", 10}, {"ok", 0}, {"ok", 1001}} {
+		if _, err := s.KindEvents(ctx, c.kind, event.ID{}, c.limit); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("KindEvents(%q, %d) = %v, want ErrInvalid", c.kind, c.limit, err)
+		}
+	}
+}
