@@ -122,6 +122,10 @@ type RunUpdate struct {
 	// SetTimers adds or moves timers; ClearTimers deletes them.
 	SetTimers   []Timer
 	ClearTimers []Timer
+	// Consume marks entries of the kind index consumed (see KindIndex); the
+	// update is refused with ErrConflict if one already is, so of many
+	// waiters one takes an event.
+	Consume []KindRef
 }
 
 // RunPage is one page of a flow's runs, newest first.

@@ -28,6 +28,14 @@ type KindEntry struct {
 	// Event is the record as stored, with the id and time of its own
 	// stream.
 	Event event.Event
+	// Consumed is set once a RunUpdate consumed the entry.
+	Consumed bool
+}
+
+// KindRef names an entry of the kind index.
+type KindRef struct {
+	Kind string
+	Seq  event.ID
 }
 
 // KindIndex reads the kind index.

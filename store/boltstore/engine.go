@@ -219,6 +219,9 @@ func applyRunUpdate(tx *bolt.Tx, u store.RunUpdate) error {
 	if cur.Version != u.Meta.Version {
 		return fmt.Errorf("%w: run %s is at version %d, not %d", errConflict, rk, cur.Version, u.Meta.Version)
 	}
+	if err := checkUnconsumed(tx, u.Consume); err != nil {
+		return err
+	}
 	if a := u.Ack; a != nil {
 		j, ok, err := getJob(tx, a.Queue, a.ID)
 		if err != nil {
@@ -232,6 +235,9 @@ func applyRunUpdate(tx *bolt.Tx, u store.RunUpdate) error {
 		}
 	}
 
+	if err := markConsumed(tx, u.Meta.Run, u.Consume); err != nil {
+		return err
+	}
 	m := u.Meta
 	m.Version = cur.Version + 1
 	body, err := json.Marshal(m)

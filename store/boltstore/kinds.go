@@ -18,6 +18,10 @@ var _ store.KindIndex = (*Store)(nil)
 // values are "<type>\x00<id>\x00" + the 16-byte stream id + the stored body.
 var bKinds = []byte("kinds")
 
+// bConsumed marks entries of the kind index consumed: a bucket per kind,
+// keyed by position like the index, trimmed with it.
+var bConsumed = []byte("consumed")
+
 // kindTrimLimit bounds the expired entries one append removes, so cleaning
 // never makes one append slow.
 const kindTrimLimit = 64
@@ -52,9 +56,18 @@ func (s *Store) indexKinds(tx *bolt.Tx, c store.Context, evs []event.Event, bodi
 		for k, _ := cur.First(); k != nil && len(dead) < kindTrimLimit && parseIDKey(k).MS+window < nowMS; k, _ = cur.Next() {
 			dead = append(dead, k)
 		}
+		var taken *bolt.Bucket
+		if c := tx.Bucket(bConsumed); c != nil {
+			taken = c.Bucket([]byte(e.Kind))
+		}
 		for _, k := range dead {
 			if err := b.Delete(k); err != nil {
 				return err
+			}
+			if taken != nil {
+				if err := taken.Delete(k); err != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -87,6 +100,10 @@ func (s *Store) KindEvents(ctx context.Context, kind string, after event.ID, lim
 		if b == nil {
 			return nil
 		}
+		var taken *bolt.Bucket
+		if c := tx.Bucket(bConsumed); c != nil {
+			taken = c.Bucket([]byte(kind))
+		}
 		cur := b.Cursor()
 		k, v := cur.Seek(idKey(after))
 		if k != nil && parseIDKey(k) == after {
@@ -97,6 +114,7 @@ func (s *Store) KindEvents(ctx context.Context, kind string, after event.ID, lim
 			if err != nil {
 				return err
 			}
+			en.Consumed = taken != nil && taken.Get(k) != nil
 			out = append(out, en)
 		}
 		return nil
@@ -118,4 +136,40 @@ func decodeKindEntry(k, v []byte) (store.KindEntry, error) {
 		return store.KindEntry{}, fmt.Errorf("kind entry %s: %w", parseIDKey(k), err)
 	}
 	return store.KindEntry{Seq: parseIDKey(k), Context: store.Context{Type: string(typ), ID: string(id)}, Event: ev}, nil
+}
+
+// checkUnconsumed returns store.ErrConflict if one of refs is consumed.
+func checkUnconsumed(tx *bolt.Tx, refs []store.KindRef) error {
+	all := tx.Bucket(bConsumed)
+	if all == nil {
+		return nil
+	}
+	for _, r := range refs {
+		if b := all.Bucket([]byte(r.Kind)); b != nil && b.Get(idKey(r.Seq)) != nil {
+			return fmt.Errorf("%w: event %s %v already consumed", errConflict, r.Kind, r.Seq)
+		}
+	}
+	return nil
+}
+
+// markConsumed marks refs consumed by run, after checkUnconsumed passed in
+// the same transaction.
+func markConsumed(tx *bolt.Tx, run string, refs []store.KindRef) error {
+	if len(refs) == 0 {
+		return nil
+	}
+	all, err := tx.CreateBucketIfNotExists(bConsumed)
+	if err != nil {
+		return err
+	}
+	for _, r := range refs {
+		b, err := all.CreateBucketIfNotExists([]byte(r.Kind))
+		if err != nil {
+			return err
+		}
+		if err := b.Put(idKey(r.Seq), []byte(run)); err != nil {
+			return err
+		}
+	}
+	return nil
 }

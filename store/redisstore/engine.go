@@ -290,6 +290,11 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 		return store.AppendResult{}, invalid("update run", "%v", err)
 	}
 	args := []any{s.channel(c), m.Run, s.opts.MaxLen, m.Version, m.Status, m.StartedAt}
+	args = append(args, len(u.Consume))
+	for _, k := range u.Consume {
+		args = append(args, keyAt(s.consumedKey(k)))
+	}
+	args = append(args, s.kindWindow().Milliseconds())
 	// The run leaves the index of the status its stored record names, which
 	// the script reads; u.PrevStatus is only a hint of it.
 	statuses := runStatuses

@@ -18,6 +18,12 @@ var _ store.KindIndex = (*Store)(nil)
 // whose ids hold no colon.
 func (s *Store) kindKey(kind string) string { return s.opts.Prefix + ":engine:kind:" + kind }
 
+// consumedKey marks an entry of the kind index consumed; run_update.lua
+// sets it, expiring with the window.
+func (s *Store) consumedKey(k store.KindRef) string {
+	return s.opts.Prefix + ":engine:consumed:" + k.Kind + ":" + formatID(k.Seq)
+}
+
 func (s *Store) kindWindow() time.Duration {
 	if s.opts.KindWindow > 0 {
 		return s.opts.KindWindow
@@ -43,12 +49,23 @@ func (s *Store) KindEvents(ctx context.Context, kind string, after event.ID, lim
 		return nil, mapErr(ctx, "kind events", err)
 	}
 	out := make([]store.KindEntry, 0, len(msgs))
-	for _, m := range msgs {
+	taken := make([]*redis.IntCmd, len(msgs))
+	pipe := s.client.Pipeline()
+	for i, m := range msgs {
 		en, err := decodeKindEntry(m)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, en)
+		taken[i] = pipe.Exists(ctx, s.consumedKey(store.KindRef{Kind: kind, Seq: en.Seq}))
+	}
+	if len(msgs) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, mapErr(ctx, "kind events", err)
+		}
+	}
+	for i := range out {
+		out[i].Consumed = taken[i].Val() == 1
 	}
 	return out, nil
 }

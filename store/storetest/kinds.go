@@ -3,6 +3,8 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/nqd-dev/nqd/event"
@@ -22,6 +24,7 @@ var kindScenarios = []struct {
 	{"AppendsAreIndexedByKind", testKindsIndexed},
 	{"RunUpdatesAreNotIndexed", testKindsSkipRunUpdates},
 	{"Invalid", testKindsInvalid},
+	{"ConsumeOnce", testKindsConsumeOnce},
 }
 
 // RunKinds runs the kind index's conformance scenarios against fresh stores
@@ -100,5 +103,56 @@ func testKindsInvalid(t *testing.T, s KindStore) {
 		if _, err := s.KindEvents(ctx, c.kind, event.ID{}, c.limit); !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("KindEvents(%q, %d) = %v, want ErrInvalid", c.kind, c.limit, err)
 		}
+	}
+}
+
+func testKindsConsumeOnce(t *testing.T, s KindStore) {
+	ctx := context.Background()
+	_, err := s.Append(ctx, store.Context{Type: "order", ID: "o1"}, []event.Event{{Kind: "order.paid", Subject: "o1"}}, store.AppendOptions{})
+	must(t, err)
+	got, err := s.KindEvents(ctx, "order.paid", event.ID{}, 10)
+	must(t, err)
+	if len(got) != 1 || got[0].Consumed {
+		t.Fatalf("entries = %+v, want one unconsumed", got)
+	}
+	ref := store.KindRef{Kind: "order.paid", Seq: got[0].Seq}
+	var wg sync.WaitGroup
+	wins := make(chan string, 8)
+	for i := range 8 {
+		wg.Go(func() {
+			run := fmt.Sprintf("r%d", i)
+			_, err := s.UpdateRun(ctx, store.RunUpdate{Meta: newRun("f", run, 1), Consume: []store.KindRef{ref},
+				Events: []event.Event{{Kind: "step.resumed", Subject: run, Flow: run, FlowName: "f"}}})
+			switch {
+			case err == nil:
+				wins <- run
+			case !errors.Is(err, store.ErrConflict):
+				t.Errorf("run %s: %v", run, err)
+			}
+		})
+	}
+	wg.Wait()
+	close(wins)
+	var winners []string
+	for w := range wins {
+		winners = append(winners, w)
+	}
+	if len(winners) != 1 {
+		t.Fatalf("winners = %v, want exactly one", winners)
+	}
+	// A loser wrote nothing: its run does not exist.
+	for i := range 8 {
+		run := fmt.Sprintf("r%d", i)
+		if run == winners[0] {
+			continue
+		}
+		if _, err := s.RunMeta(ctx, "f", run); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("losing run %s: %v, want ErrNotFound", run, err)
+		}
+	}
+	got, err = s.KindEvents(ctx, "order.paid", event.ID{}, 10)
+	must(t, err)
+	if !got[0].Consumed {
+		t.Fatalf("entry not marked consumed: %+v", got[0])
 	}
 }

@@ -18,6 +18,9 @@
 -- ARGV, read in order:
 --   channel, run id, MAXLEN ("0": unbounded), the version read, the new
 --   status, startedAt (the status index score);
+--   m, then m positions in KEYS of consumption markers
+--   (<p>:engine:consumed:<kind>:<entry>) that must not exist yet, then
+--   their TTL in ms;
 --   k, then k status/position pairs: the index of each status the run may
 --   be in, so the run leaves the one its stored record names;
 --   f, then f field/value pairs of the record ("" deletes the field);
@@ -42,6 +45,9 @@ end
 
 local channel, member, maxlen = arg(), arg(), tonumber(arg())
 local version, status, started = tonumber(arg()), arg(), arg()
+local consumed = {}
+for i = 1, tonumber(arg()) do consumed[i] = KEYS[tonumber(arg())] end
+local consumedTTL = arg()
 local statusKeys = {}
 for _ = 1, tonumber(arg()) do
   local name, pos = arg(), tonumber(arg())
@@ -51,6 +57,11 @@ end
 local cur = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
 if cur ~= version then
   return {1, 'run is at version ' .. cur .. ', not ' .. version}
+end
+for _, k in ipairs(consumed) do
+  if redis.call('EXISTS', k) == 1 then
+    return {1, 'event ' .. k .. ' already consumed'}
+  end
 end
 local prev = redis.call('HGET', KEYS[1], 'status')
 
@@ -86,6 +97,10 @@ redis.call('HSET', KEYS[1], 'version', string.format('%d', cur + 1))
 if prev ~= status then
   if prev and statusKeys[prev] then redis.call('ZREM', statusKeys[prev], member) end
   redis.call('ZADD', statusKeys[status], started, member)
+end
+
+for _, k in ipairs(consumed) do
+  redis.call('SET', k, member, 'PX', consumedTTL)
 end
 
 local out = {0}
