@@ -49,6 +49,13 @@ type Config struct {
 	CacheBytes      int64 // approximate bytes of cached states
 	CheckpointEvery int   // events between persisted state checkpoints; 0 disables
 
+	// Retention of finished runs by terminal status; 0 keeps them forever.
+	RetainCompleted   time.Duration
+	RetainFailed      time.Duration
+	RetainCancelled   time.Duration
+	ArchiveDir        string        // archive runs here before they expire; empty: no archive
+	RetentionInterval time.Duration // how often due runs are looked for
+
 	// Access control and abuse limits. Tokens hold only hashes and
 	// StreamTokenKeys unexported secrets, so printing a Config leaks neither.
 	Tokens              []auth.Token // NQ_TOKENS then NQ_TOKENS_FILE; none: every route is open
@@ -111,6 +118,11 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 		{"cache-entries", "NQ_CACHE_ENTRIES", "contexts whose reduced state is cached", "1000", integer(&c.CacheEntries)},
 		{"cache-bytes", "NQ_CACHE_BYTES", "approximate bytes of cached reduced states", "104857600", i64(&c.CacheBytes)},
 		{"checkpoint-every", "NQ_CHECKPOINT_EVERY", "events between persisted state checkpoints (0: none)", "1000", integer(&c.CheckpointEvery)},
+		{"retain-completed", "NQ_RETAIN_COMPLETED", "how long a completed run is kept after it finished, e.g. 168h (0: forever)", "0", dur(&c.RetainCompleted)},
+		{"retain-failed", "NQ_RETAIN_FAILED", "how long a failed run is kept after it finished, e.g. 720h (0: forever)", "0", dur(&c.RetainFailed)},
+		{"retain-cancelled", "NQ_RETAIN_CANCELLED", "how long a cancelled run is kept after it finished (0: forever)", "0", dur(&c.RetainCancelled)},
+		{"archive-dir", "NQ_ARCHIVE_DIR", "directory finished runs are archived to before they expire (empty: no archive)", "", str(&c.ArchiveDir)},
+		{"retention-interval", "NQ_RETENTION_INTERVAL", "how often runs whose retention ended are looked for", "1m", dur(&c.RetentionInterval)},
 		{"sse-max-lifetime", "NQ_SSE_MAX_LIFETIME", "rotate SSE connections after this long, with jitter (0: never)", "0", dur(&c.SSEMaxLifetime)},
 		{"", "NQ_TOKENS", "API tokens name:scope:secret or name:scope:sha256:<hex>, comma-separated", "", tokens(&c.Tokens)},
 		{"tokens-file", "NQ_TOKENS_FILE", "file of API tokens, one name:scope:sha256:<hex> a line", "", str(&c.TokensFile)},
@@ -235,6 +247,14 @@ func (c Config) validate() error {
 	}
 	if c.StreamMaxLen < 0 {
 		bad("NQ_STREAM_MAXLEN", "must not be negative")
+	}
+	for name, d := range map[string]time.Duration{"NQ_RETAIN_COMPLETED": c.RetainCompleted, "NQ_RETAIN_FAILED": c.RetainFailed, "NQ_RETAIN_CANCELLED": c.RetainCancelled} {
+		if d < 0 {
+			bad(name, "must not be negative")
+		}
+	}
+	if c.RetentionInterval < time.Second {
+		bad("NQ_RETENTION_INTERVAL", "want at least 1s, got %s", c.RetentionInterval)
 	}
 	if c.CacheEntries < 1 {
 		bad("NQ_CACHE_ENTRIES", "want at least 1, got %d", c.CacheEntries)

@@ -97,6 +97,11 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 		}
 		a.closers = append(a.closers, func() error { stop(); return nil })
 		flowEngine = eng
+		stopReaper, err := StartRetention(ctx, st, cfg, log)
+		if err != nil {
+			return nil, errors.Join(err, a.Close())
+		}
+		a.closers = append(a.closers, func() error { stopReaper(); return nil })
 	} else {
 		log.Warn().Str("store", cfg.Backend()).Msg("this store does not support the flow engine yet: flow and worker routes are off")
 	}
@@ -176,6 +181,7 @@ func (a *App) openStore(ctx context.Context) (store.Store, error) {
 			IdempotencyWindow: a.cfg.IdempotencyWindow,
 			MaxLen:            a.cfg.StreamMaxLen,
 			Logger:            a.log,
+			Retention:         RetentionPolicy(a.cfg),
 		})
 		if err != nil {
 			return nil, err
@@ -191,6 +197,7 @@ func (a *App) openStore(ctx context.Context) (store.Store, error) {
 		st, err := boltstore.Open(path, boltstore.Options{
 			IdempotencyWindow: a.cfg.IdempotencyWindow,
 			Logger:            a.log,
+			Retention:         RetentionPolicy(a.cfg),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("open the embedded store %s: %w", path, err)

@@ -1,0 +1,46 @@
+package wiring
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/rs/zerolog"
+
+	"github.com/nqd-dev/nqd/archive"
+	"github.com/nqd-dev/nqd/config"
+	"github.com/nqd-dev/nqd/retention"
+	"github.com/nqd-dev/nqd/store"
+)
+
+// RetentionPolicy is the store's retention of finished runs from cfg.
+func RetentionPolicy(cfg config.Config) store.Retention {
+	return store.Retention{Completed: cfg.RetainCompleted, Failed: cfg.RetainFailed, Cancelled: cfg.RetainCancelled}
+}
+
+// StartRetention runs the reaper over st when any retention is configured,
+// archiving into cfg.ArchiveDir when it is set. stop ends the reaper and waits
+// for its sweep to return.
+func StartRetention(ctx context.Context, st store.Store, cfg config.Config, log zerolog.Logger) (stop func(), err error) {
+	if RetentionPolicy(cfg) == (store.Retention{}) {
+		return func() {}, nil
+	}
+	rs, ok := st.(retention.Store)
+	if !ok {
+		return nil, fmt.Errorf("the %s store cannot expire runs", cfg.Backend())
+	}
+	opts := retention.Options{Logger: log.With().Str("component", "retention").Logger()}
+	if cfg.ArchiveDir != "" {
+		dir, err := archive.NewDir(cfg.ArchiveDir, nil)
+		if err != nil {
+			return nil, fmt.Errorf("NQ_ARCHIVE_DIR: %w", err)
+		}
+		opts.Archive = dir
+	} else {
+		log.Warn().Msg("runs expire without an archive: set NQ_ARCHIVE_DIR to keep them")
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Go(func() { retention.New(rs, opts).Run(ctx, cfg.RetentionInterval) })
+	return func() { cancel(); wg.Wait() }, nil
+}

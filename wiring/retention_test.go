@@ -1,0 +1,57 @@
+package wiring_test
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/nqd-dev/nqd/archive"
+	"github.com/nqd-dev/nqd/config"
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/store"
+	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/wiring"
+)
+
+func TestStartRetentionArchivesThenExpires(t *testing.T) {
+	cfg := config.Config{RetainCompleted: time.Hour, ArchiveDir: t.TempDir(), RetentionInterval: time.Second}
+	st, err := boltstore.Open(filepath.Join(t.TempDir(), "nqd.db"), boltstore.Options{Retention: wiring.RetentionPolicy(cfg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	finished := time.Now().Add(-2 * time.Hour).UnixMilli()
+	m := store.RunMeta{Flow: "f", Run: "r1", Status: store.RunCompleted, StartedAt: finished, CompletedAt: finished}
+	if _, err := st.UpdateRun(t.Context(), store.RunUpdate{Meta: m, Events: []event.Event{{Kind: "flow.completed", Subject: "r1", Flow: "r1", FlowName: "f"}}}); err != nil {
+		t.Fatal(err)
+	}
+
+	stop, err := wiring.StartRetention(t.Context(), st, cfg, zerolog.New(zerolog.NewTestWriter(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	arch, err := archive.NewDir(cfg.ArchiveDir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		info, err := st.Info(t.Context(), store.Context{Type: "flow", ID: "r1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Length == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the run was not expired within 20s")
+		}
+		time.Sleep(20 * time.Millisecond) // polling a condition, not waiting for it to settle
+	}
+	if man, err := arch.Verify(t.Context(), store.Context{Type: "flow", ID: "r1"}); err != nil || man.Events != 1 {
+		t.Fatalf("archive of the expired run: %+v, %v", man, err)
+	}
+}
