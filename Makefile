@@ -5,7 +5,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 BENCHTIME ?= 2s
 
-.PHONY: run build test test-short lint fuzz bench bench-go bench-appends golden tidy-check vuln clean
+.PHONY: run build test test-short lint fuzz bench bench-go bench-appends screenshots golden tidy-check vuln clean
 
 ## run: start nqd on the embedded store in ./data (set NQ_REDIS_URL to use Redis)
 run:
@@ -55,6 +55,10 @@ bench-appends:
 ## bench-go: store, handler and reducer go-test benchmarks
 bench-go:
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) ./store/... ./handlers/... ./reducers/...
+
+## screenshots: rewrite docs/screenshots from the dashboard's browser tests
+screenshots:
+	NQD_SCREENSHOTS=1 NQD_REQUIRE_BROWSER=1 $(GO) test -count=1 -run Dashboard ./web/webtest
 
 ## golden: rewrite golden files (review the diff before committing)
 golden:

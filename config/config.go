@@ -44,6 +44,7 @@ type Config struct {
 	SSEMaxLifetime time.Duration // 0: SSE connections are not rotated
 
 	FlowsDir string // flow definitions (*.json, *.yaml) loaded at start
+	WebBase  string // path the dashboard is served at
 
 	CacheEntries    int   // contexts whose reduced state is cached
 	CacheBytes      int64 // approximate bytes of cached states
@@ -114,6 +115,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 		{"cors-origins", "NQ_CORS_ORIGINS", "comma-separated browser origins allowed to call the API (empty: same origin only)", "", list(&c.CORSOrigins)},
 		{"sse-heartbeat", "NQ_SSE_HEARTBEAT", "longest silence on an SSE connection before a comment line", "15s", dur(&c.SSEHeartbeat)},
 		{"sse-max-backfill", "NQ_SSE_MAX_BACKFILL", "most events an SSE backfill sends (the newest, after `event: truncated`)", "10000", integer(&c.SSEMaxBackfill)},
+		{"web-base", "NQ_WEB_BASE", "path the browser dashboard is served at (empty: /)", "", str(&c.WebBase)},
 		{"flows-dir", "NQ_FLOWS_DIR", "directory of flow definitions (*.json, *.yaml, *.yml) stored at start (empty: none)", "", str(&c.FlowsDir)},
 		{"cache-entries", "NQ_CACHE_ENTRIES", "contexts whose reduced state is cached", "1000", integer(&c.CacheEntries)},
 		{"cache-bytes", "NQ_CACHE_BYTES", "approximate bytes of cached reduced states", "104857600", i64(&c.CacheBytes)},
@@ -255,6 +257,9 @@ func (c Config) validate() error {
 	}
 	if c.RetentionInterval < time.Second {
 		bad("NQ_RETENTION_INTERVAL", "want at least 1s, got %s", c.RetentionInterval)
+	}
+	if c.WebBase != "" && (!strings.HasPrefix(c.WebBase, "/") || strings.HasPrefix(c.WebBase, "/api") || strings.ContainsAny(c.WebBase, "*{}? ")) {
+		bad("NQ_WEB_BASE", "want a path such as /ui, not under /api, got %q", c.WebBase)
 	}
 	if c.CacheEntries < 1 {
 		bad("NQ_CACHE_ENTRIES", "want at least 1, got %d", c.CacheEntries)

@@ -27,6 +27,7 @@ import (
 	"github.com/nqd-dev/nqd/store/boltstore"
 	"github.com/nqd-dev/nqd/store/redisstore"
 	"github.com/nqd-dev/nqd/stream"
+	"github.com/nqd-dev/nqd/web"
 )
 
 // App is an assembled nqd: its store, its handler and its listener.
@@ -115,6 +116,8 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 		State:       states,
 		Flows:       flowEngine,
 		KV:          kvStore(st),
+		Web:         web.FS,
+		WebBase:     cfg.WebBase,
 		Stream:      a.Stream,
 		Ready:       ready,
 		CORSOrigins: cfg.CORSOrigins,
