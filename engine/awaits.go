@@ -44,6 +44,7 @@ var (
 const (
 	timerAwait   = "await"   // a time await's resume time
 	timerTimeout = "timeout" // any await's deadline
+	timerEvent   = "event"   // an event await's next look for its event
 )
 
 // Await statuses in the run record.
@@ -121,6 +122,7 @@ func (e *Engine) plan(r *run, d *flows.Definition, step string, input json.RawMe
 		data = map[string]any{"resumeAt": isoMS(aw.ResumeAt), "reason": "step await"}
 	case "event":
 		aw.EventKind, aw.Where = a.EventKind, a.Where
+		fx.timers = append(fx.timers, store.Timer{Kind: timerEvent, Flow: r.meta.Flow, Run: r.meta.Run, Step: step, Due: now})
 		data = map[string]any{"eventKind": a.EventKind}
 		if a.Where != "" {
 			data["condition"] = a.Where
@@ -238,6 +240,7 @@ func awaitTimers(r *run, step string) []store.Timer {
 	return []store.Timer{
 		{Kind: timerAwait, Flow: r.meta.Flow, Run: r.meta.Run, Step: step},
 		{Kind: timerTimeout, Flow: r.meta.Flow, Run: r.meta.Run, Step: step},
+		{Kind: timerEvent, Flow: r.meta.Flow, Run: r.meta.Run, Step: step},
 	}
 }
 

@@ -66,7 +66,14 @@ type Options struct {
 	// TriggerMaxAge is how long a trigger without a timeout stays valid;
 	// default 7 days.
 	TriggerMaxAge time.Duration
-	Logger        zerolog.Logger
+	// EventLookback is how far before its registration an event await
+	// looks for a matching event; default 1 minute. It must stay within
+	// the store's kind window.
+	EventLookback time.Duration
+	// EventPoll is how often a pending event await looks for new events;
+	// default 1s.
+	EventPoll time.Duration
+	Logger    zerolog.Logger
 }
 
 // Engine runs flows. It is safe for concurrent use.
@@ -80,6 +87,12 @@ type Engine struct {
 
 	wakeMu sync.Mutex
 	wake   chan struct{}
+
+	// conds caches compiled event await conditions by source; cursors
+	// holds, by await id, the last kind index entry an event await
+	// looked at on this instance.
+	conds   sync.Map
+	cursors sync.Map
 }
 
 type cachedDef struct {
@@ -106,6 +119,12 @@ func New(st Store, opts Options) *Engine {
 	}
 	if opts.TriggerMaxAge <= 0 {
 		opts.TriggerMaxAge = 7 * 24 * time.Hour
+	}
+	if opts.EventLookback <= 0 {
+		opts.EventLookback = time.Minute
+	}
+	if opts.EventPoll <= 0 {
+		opts.EventPoll = time.Second
 	}
 	return &Engine{st: st, opts: opts, log: opts.Logger, defs: map[string]cachedDef{}, wake: make(chan struct{})}
 }

@@ -423,6 +423,9 @@ func (e *Engine) fire(ctx context.Context, t store.Timer) error {
 	if t.Kind == timerAwait || t.Kind == timerTimeout {
 		return e.fireAwaitTimer(ctx, t)
 	}
+	if t.Kind == timerEvent {
+		return e.fireEventTimer(ctx, t)
+	}
 	d, err := e.Definition(ctx, t.Flow)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err
