@@ -97,6 +97,8 @@ type Deps struct {
 	Flows FlowEngine
 	// KV is optional: without it the /api/_kv routes are not mounted.
 	KV KV
+	// Archive is optional: without it `source=archive` answers 404.
+	Archive ArchiveReader
 	// Ready are further readiness checks beyond the store's Ping, such as
 	// the live feed; /readyz fails while any of them does.
 	Ready []func(context.Context) error
@@ -124,6 +126,7 @@ type API struct {
 	stream   Streamer
 	flows    FlowEngine
 	kv       KV
+	archive  ArchiveReader
 	metrics  http.Handler
 	ready    []func(context.Context) error
 	cors     []string
@@ -156,7 +159,7 @@ func New(d Deps) *API {
 		now = time.Now
 	}
 	return &API{
-		store: d.Store, state: d.State, stream: d.Stream, flows: d.Flows, kv: d.KV, metrics: d.Metrics, ready: d.Ready, cors: d.CORSOrigins,
+		store: d.Store, state: d.State, stream: d.Stream, flows: d.Flows, kv: d.KV, archive: d.Archive, metrics: d.Metrics, ready: d.Ready, cors: d.CORSOrigins,
 		log: d.Log, now: now, limits: lim, access: newAccess(d.Access, now), validate: newValidator(),
 		web: d.Web, webBase: d.WebBase,
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/go-playground/validator/v10"
 	"github.com/rs/zerolog/hlog"
 
+	"github.com/nqd-dev/nqd/archive"
 	"github.com/nqd-dev/nqd/auth"
 	"github.com/nqd-dev/nqd/store"
 )
@@ -34,6 +35,7 @@ const (
 	CodeTimeout          = "timeout"
 	CodeCanceled         = "canceled"
 	CodeInternal         = "internal"
+	CodeArchiveCorrupt   = "archive_corrupt"
 )
 
 // retryAfterSeconds is what a 503 asks clients to wait: long enough for a
@@ -94,6 +96,9 @@ var codes = []struct {
 	{auth.ErrExpired, http.StatusUnauthorized, CodeUnauthorized, "The token has expired; get a new one."},
 	{auth.ErrUnauthenticated, http.StatusUnauthorized, CodeUnauthorized, "A valid token is required: send Authorization: Bearer <token>."},
 	{auth.ErrForbidden, http.StatusForbidden, CodeForbidden, "The token does not allow this."},
+	// A 502: the archive is storage behind nqd, and its copy is bad; the
+	// request was fine and repeating it will not help.
+	{archive.ErrCorrupt, http.StatusBadGateway, CodeArchiveCorrupt, "The archived copy does not match its manifest and cannot be read."},
 	{store.ErrNotFound, http.StatusNotFound, CodeNotFound, "The resource does not exist."},
 	{store.ErrConflict, http.StatusConflict, CodeConflict, "The request conflicts with what is stored, such as an idempotency key reused for a different request."},
 	{store.ErrInvalid, http.StatusBadRequest, CodeBadRequest, "The request breaks a storage rule."},

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/nqd-dev/nqd/archive"
 	"github.com/nqd-dev/nqd/store"
 )
 
@@ -39,6 +40,7 @@ func TestWriteError(t *testing.T) {
 			"attempt": "at least 0",
 		}},
 		{"api error", invalidField("limit", "must be an integer"), 400, CodeValidation, map[string]string{"limit": "must be an integer"}},
+		{"corrupt archive", fmt.Errorf("archive: flow:r1: checksum differs: %w", archive.ErrCorrupt), 502, CodeArchiveCorrupt, nil},
 		{"anything else", errors.New(detail), 500, CodeInternal, nil},
 	}
 	for _, tt := range tests {

@@ -81,6 +81,7 @@ type contextBody struct {
 // getContext answers a context's events oldest first, after fromId, with the
 // stream's length and last id. The length and last id are read first and the
 // events only up to that id, so the three agree even while others append.
+// `source=archive` answers the same from the context's archive.
 func (a *API) getContext(w http.ResponseWriter, r *http.Request) {
 	c, err := a.contextParam(r)
 	if err != nil {
@@ -100,12 +101,22 @@ func (a *API) getContext(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	at, err := pointParam(q, "at", event.MaxID)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	src, err := a.sourceOf(r, c)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
 	if q.Has("at") {
-		a.getContextAt(w, r, c, after, limit)
+		a.getContextAt(w, r, c, src, at, after, limit)
 		return
 	}
 
-	info, err := a.store.Info(r.Context(), c)
+	info, err := src.Info(r.Context())
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -117,7 +128,7 @@ func (a *API) getContext(w http.ResponseWriter, r *http.Request) {
 	}
 	last := info.LastID.String()
 	body.LastEventID = &last
-	evs, err := a.store.Range(r.Context(), c, store.RangeQuery{After: after, Through: info.LastID, Limit: limit})
+	evs, err := src.Range(r.Context(), store.RangeQuery{After: after, Through: info.LastID, Limit: limit})
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -125,8 +136,8 @@ func (a *API) getContext(w http.ResponseWriter, r *http.Request) {
 	if evs != nil {
 		body.Events = evs
 	}
-	if a.state != nil {
-		if body.State, err = a.state.StateAt(r.Context(), c, info.LastID); err != nil {
+	if src.Reduces() {
+		if body.State, err = src.StateAt(r.Context(), info.LastID); err != nil {
 			writeError(w, r, err)
 			return
 		}

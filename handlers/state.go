@@ -79,17 +79,8 @@ func positionOf(s reducers.State) *string {
 // getContextAt answers the context route as of `at` (time travel): the state,
 // eventCount and lastEventId are those of the events up to at, and events
 // stop there too.
-func (a *API) getContextAt(w http.ResponseWriter, r *http.Request, c store.Context, after event.ID, limit int) {
-	at, err := pointParam(r.URL.Query(), "at", event.MaxID)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	if a.state == nil {
-		writeError(w, r, errNoState)
-		return
-	}
-	st, err := a.state.StateAt(r.Context(), c, at)
+func (a *API) getContextAt(w http.ResponseWriter, r *http.Request, c store.Context, src contextSource, at, after event.ID, limit int) {
+	st, err := src.StateAt(r.Context(), at)
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -101,7 +92,7 @@ func (a *API) getContextAt(w http.ResponseWriter, r *http.Request, c store.Conte
 	if st.Count() > 0 {
 		// Through the state's position rather than at, so the events agree
 		// with the state even if events up to at are still being appended.
-		evs, err := a.store.Range(r.Context(), c, store.RangeQuery{After: after, Through: st.Position(), Limit: limit})
+		evs, err := src.Range(r.Context(), store.RangeQuery{After: after, Through: st.Position(), Limit: limit})
 		if err != nil {
 			writeError(w, r, err)
 			return
@@ -132,11 +123,12 @@ func (a *API) getState(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	if a.state == nil {
-		writeError(w, r, errNoState)
+	src, err := a.sourceOf(r, c)
+	if err != nil {
+		writeError(w, r, err)
 		return
 	}
-	st, err := a.state.StateAt(r.Context(), c, at)
+	st, err := src.StateAt(r.Context(), at)
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -176,16 +168,17 @@ func (a *API) getStateDiff(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	if a.state == nil {
-		writeError(w, r, errNoState)
-		return
-	}
-	x, err := a.state.StateAt(r.Context(), c, from)
+	src, err := a.sourceOf(r, c)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	y, err := a.state.StateAt(r.Context(), c, to)
+	x, err := src.StateAt(r.Context(), from)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	y, err := src.StateAt(r.Context(), to)
 	if err != nil {
 		writeError(w, r, err)
 		return
