@@ -111,11 +111,16 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 	if err != nil {
 		return nil, errors.Join(err, a.Close())
 	}
+	archived, err := ArchiveReader(cfg)
+	if err != nil {
+		return nil, errors.Join(err, a.Close())
+	}
 	api := handlers.New(handlers.Deps{
 		Store:       a.Metrics.Store(st),
 		State:       states,
 		Flows:       flowEngine,
 		KV:          kvStore(st),
+		Archive:     archived,
 		Web:         web.FS,
 		WebBase:     cfg.WebBase,
 		Stream:      a.Stream,
