@@ -57,6 +57,10 @@ type Config struct {
 	ArchiveDir        string        // archive runs here before they expire; empty: no archive
 	RetentionInterval time.Duration // how often due runs are looked for
 
+	// The sweeper of runs the engine will not move on by itself.
+	SweepInterval time.Duration // time between sweeps
+	StallAfter    time.Duration // idle time after which a run with nothing pending counts as stuck
+
 	// Access control and abuse limits. Tokens hold only hashes and
 	// StreamTokenKeys unexported secrets, so printing a Config leaks neither.
 	Tokens              []auth.Token // NQ_TOKENS then NQ_TOKENS_FILE; none: every route is open
@@ -125,6 +129,8 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 		{"retain-cancelled", "NQ_RETAIN_CANCELLED", "how long a cancelled run is kept after it finished (0: forever)", "0", dur(&c.RetainCancelled)},
 		{"archive-dir", "NQ_ARCHIVE_DIR", "directory finished runs are archived to before they expire (empty: no archive)", "", str(&c.ArchiveDir)},
 		{"retention-interval", "NQ_RETENTION_INTERVAL", "how often runs whose retention ended are looked for", "1m", dur(&c.RetentionInterval)},
+		{"sweep-interval", "NQ_SWEEP_INTERVAL", "time between sweeps for overdue awaits, stuck runs and orphaned run records", "30s", dur(&c.SweepInterval)},
+		{"stall-after", "NQ_STALL_AFTER", "how long a run with no pending await and no leased job may go without an event before it is flagged stuck", "5m", dur(&c.StallAfter)},
 		{"sse-max-lifetime", "NQ_SSE_MAX_LIFETIME", "rotate SSE connections after this long, with jitter (0: never)", "0", dur(&c.SSEMaxLifetime)},
 		{"", "NQ_TOKENS", "API tokens name:scope:secret or name:scope:sha256:<hex>, comma-separated", "", tokens(&c.Tokens)},
 		{"tokens-file", "NQ_TOKENS_FILE", "file of API tokens, one name:scope:sha256:<hex> a line", "", str(&c.TokensFile)},
@@ -257,6 +263,12 @@ func (c Config) validate() error {
 	}
 	if c.RetentionInterval < time.Second {
 		bad("NQ_RETENTION_INTERVAL", "want at least 1s, got %s", c.RetentionInterval)
+	}
+	if c.SweepInterval < time.Second {
+		bad("NQ_SWEEP_INTERVAL", "want at least 1s, got %s", c.SweepInterval)
+	}
+	if c.StallAfter < time.Second {
+		bad("NQ_STALL_AFTER", "want at least 1s, got %s", c.StallAfter)
 	}
 	if c.WebBase != "" && (!strings.HasPrefix(c.WebBase, "/") || strings.HasPrefix(c.WebBase, "/api") || strings.ContainsAny(c.WebBase, "*{}? ")) {
 		bad("NQ_WEB_BASE", "want a path such as /ui, not under /api, got %q", c.WebBase)

@@ -142,3 +142,22 @@ func TestLoadRejectsAccess(t *testing.T) {
 		}
 	}
 }
+
+func TestLoadSweeper(t *testing.T) {
+	c, err := Load(nil, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.SweepInterval != 30*time.Second || c.StallAfter != 5*time.Minute {
+		t.Errorf("sweeper defaults = %s, %s; want 30s, 5m", c.SweepInterval, c.StallAfter)
+	}
+	c, err = Load([]string{"-stall-after", "90s"}, env(map[string]string{"NQ_SWEEP_INTERVAL": "5s"}), io.Discard)
+	if err != nil || c.SweepInterval != 5*time.Second || c.StallAfter != 90*time.Second {
+		t.Errorf("Load = %s, %s, %v; want 5s, 90s", c.SweepInterval, c.StallAfter, err)
+	}
+	for _, name := range []string{"NQ_SWEEP_INTERVAL", "NQ_STALL_AFTER"} {
+		if _, err := Load(nil, env(map[string]string{name: "10ms"}), io.Discard); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s=10ms: err = %v, want it named", name, err)
+		}
+	}
+}
