@@ -3,6 +3,7 @@ package wiring
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/rs/zerolog"
@@ -33,4 +34,27 @@ func StartEngine(ctx context.Context, st engine.Store, flowsDir string, triggers
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = e.Run(loopCtx) })
 	return e, func() { cancel(); wg.Wait() }, nil
+}
+
+// engineQueues lists the queues the stored flow definitions name, for the
+// queue-depth metrics.
+func engineQueues(e *engine.Engine) func(context.Context) ([]string, error) {
+	return func(ctx context.Context) ([]string, error) {
+		defs, err := e.Definitions(ctx)
+		if err != nil {
+			return nil, err
+		}
+		seen := map[string]bool{}
+		var queues []string
+		for _, d := range defs {
+			for _, st := range d.Steps {
+				if st.Queue != "" && !seen[st.Queue] {
+					seen[st.Queue] = true
+					queues = append(queues, st.Queue)
+				}
+			}
+		}
+		slices.Sort(queues)
+		return queues, nil
+	}
 }

@@ -35,3 +35,25 @@ func TestMetricsServed(t *testing.T) {
 		}
 	}
 }
+
+// TestQueueDepthServed: a started run's entry job shows in the queue-depth
+// series of its queue.
+func TestQueueDepthServed(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.FlowsDir = "../flows/testdata"
+	base, _ := mustStartApp(t, cfg)
+	if code, body := do(t, "POST", base+"/api/_flows/diamond/start", `{}`); code != http.StatusOK {
+		t.Fatalf("start: %d %v", code, body)
+	}
+	res, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	for _, want := range []string{`nqd_queue_jobs{queue="default"} 1`, `nqd_queue_due{queue="default"} 1`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
