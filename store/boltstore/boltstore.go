@@ -12,6 +12,9 @@
 //	indexes/<type>[:<name>]/n            uint64 member count
 //	idem/<type>:<id>/<key>               expiry ms, then the 16-byte ids
 //	idemexp/<expiry ms><type>:<id>\x00<key>
+//	watched/<kind>                       empty: a kind the kind index records
+//	kinds/<kind>/<ms><seq>               the kind index (see kinds.go)
+//	consumed/<kind>/<ms><seq>            run id that consumed the entry
 package boltstore
 
 import (

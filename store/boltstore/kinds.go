@@ -22,19 +22,34 @@ var bKinds = []byte("kinds")
 // keyed by position like the index, trimmed with it.
 var bConsumed = []byte("consumed")
 
+// bWatched holds the kinds the index records, as keys with empty values.
+var bWatched = []byte("watched")
+
 // kindTrimLimit bounds the expired entries one append removes, so cleaning
 // never makes one append slow.
 const kindTrimLimit = 64
 
-// indexKinds records evs (just appended to c, ids set) under their kinds
-// and drops entries that left the window.
+// indexKinds records the events of watched kinds among evs (just appended
+// to c, ids set) under their kinds and drops entries that left the window.
+// Reading the watched set in the append's transaction orders it with
+// WatchKinds: an append committed after it sees the kind.
 func (s *Store) indexKinds(tx *bolt.Tx, c store.Context, evs []event.Event, bodies [][]byte, nowMS uint64) error {
-	all, err := tx.CreateBucketIfNotExists(bKinds)
-	if err != nil {
-		return err
+	watched := tx.Bucket(bWatched)
+	if watched == nil {
+		return nil
 	}
+	var all *bolt.Bucket
 	window := uint64(s.kindWindow().Milliseconds())
 	for i, e := range evs {
+		if watched.Get([]byte(e.Kind)) == nil {
+			continue
+		}
+		if all == nil {
+			var err error
+			if all, err = tx.CreateBucketIfNotExists(bKinds); err != nil {
+				return err
+			}
+		}
 		b, err := all.CreateBucketIfNotExists([]byte(e.Kind))
 		if err != nil {
 			return err
@@ -72,6 +87,38 @@ func (s *Store) indexKinds(tx *bolt.Tx, c store.Context, evs []event.Event, bodi
 		}
 	}
 	return nil
+}
+
+// WatchKinds adds kinds to the watched set. Errors: store.ErrInvalid,
+// store.ErrUnavailable, store.ErrClosed.
+func (s *Store) WatchKinds(ctx context.Context, kinds ...string) error {
+	for _, k := range kinds {
+		if !event.ValidKind(k) {
+			return invalid("watch kinds: kind %q", k)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(kinds) == 0 {
+		return nil
+	}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists(bWatched)
+		if err != nil {
+			return err
+		}
+		for _, k := range kinds {
+			if b.Get([]byte(k)) != nil {
+				continue
+			}
+			if err := b.Put([]byte(k), []byte{}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return dbErr(err)
 }
 
 func (s *Store) kindWindow() time.Duration {

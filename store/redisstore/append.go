@@ -38,7 +38,7 @@ func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, 
 	}
 
 	stream := s.streamKey(c)
-	keys := []string{stream, s.indexKey(store.Index{Type: c.Type})}
+	keys := []string{stream, s.indexKey(store.Index{Type: c.Type}), s.watchedKey()}
 	// keyAt returns the KEYS position (1-based, as Lua counts) of k, adding it
 	// once: a batch of starts of one flow needs its index key only once.
 	keyAt := func(k string) int {
@@ -81,11 +81,11 @@ func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, 
 		kinds[i] = keyAt(s.kindKey(e.Kind))
 	}
 
-	args := make([]any, 0, 8+3*len(evs))
+	args := make([]any, 0, 9+3*len(evs))
 	args = append(args, s.channel(c), c.ID, s.opts.MaxLen, idem, s.opts.IdempotencyWindow.Milliseconds(), len(evs))
 	args = append(args, bodies...)
 	args = append(args, joins...)
-	args = append(args, s.kindWindow().Milliseconds(), c.Type)
+	args = append(args, s.kindWindow().Milliseconds(), c.Type, len(s.kindKey("")))
 	args = append(args, kinds...)
 	reply, err := appendScript.Run(ctx, s.client, keys, args...).Slice()
 	if err != nil {

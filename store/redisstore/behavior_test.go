@@ -139,6 +139,9 @@ func TestKeysAreTheDocumentedOnes(t *testing.T) {
 	hook := store.Context{Type: "webhook", ID: "hook.1~x"}
 	const idemKey = "a key with spaces, : * { } and \n"
 
+	if err := s.WatchKinds(t.Context(), "flow.started", "trigger.registered"); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.Append(t.Context(), run, []event.Event{
 		{Kind: "flow.started", Subject: run.ID, FlowName: "billing"},
 		{Kind: "flow.start", Subject: run.ID, FlowName: "billing"},
@@ -159,8 +162,8 @@ func TestKeysAreTheDocumentedOnes(t *testing.T) {
 		prefix + ":triggers",
 		prefix + ":webhook:hook.1~x",
 		prefix + ":webhooks",
+		prefix + ":engine:kinds:watched",
 		prefix + ":engine:kind:flow.started",
-		prefix + ":engine:kind:flow.start",
 		prefix + ":engine:kind:trigger.registered",
 	}
 	slices.Sort(want)

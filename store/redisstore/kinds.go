@@ -18,6 +18,32 @@ var _ store.KindIndex = (*Store)(nil)
 // whose ids hold no colon.
 func (s *Store) kindKey(kind string) string { return s.opts.Prefix + ":engine:kind:" + kind }
 
+// watchedKey is the set of kinds append.lua indexes; other kinds cost it
+// one SISMEMBER per batch and kind.
+func (s *Store) watchedKey() string { return s.opts.Prefix + ":engine:kinds:watched" }
+
+// WatchKinds adds kinds to the watched set, for every instance on this
+// Redis. Errors: store.ErrInvalid, store.ErrUnavailable, store.ErrClosed.
+func (s *Store) WatchKinds(ctx context.Context, kinds ...string) error {
+	if err := s.checkOpen("watch kinds"); err != nil {
+		return err
+	}
+	if len(kinds) == 0 {
+		return nil
+	}
+	members := make([]any, len(kinds))
+	for i, k := range kinds {
+		if !event.ValidKind(k) {
+			return invalid("watch kinds", "kind %q", k)
+		}
+		members[i] = k
+	}
+	if err := s.client.SAdd(ctx, s.watchedKey(), members...).Err(); err != nil {
+		return mapErr(ctx, "watch kinds", err)
+	}
+	return nil
+}
+
 // consumedKey marks an entry of the kind index consumed; run_update.lua
 // sets it, expiring with the window.
 func (s *Store) consumedKey(k store.KindRef) string {

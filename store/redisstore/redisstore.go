@@ -22,7 +22,9 @@
 //	<p>:queue:<q>:jobs                hash: job id -> "<attempt> <score> <leaseUntil> <lease>\n<job JSON>"
 //	<p>:engine:timers:due             sorted set: kind:flow:run:step, score = due ms
 //	<p>:engine:kind:<kind>            stream: the events of kind appended with Append ("t" context type,
-//	                                  "c" context id, "s" entry id, "e" body), trimmed to KindWindow
+//	                                  "c" context id, "s" entry id, "e" body), trimmed to KindWindow;
+//	                                  written only for watched kinds
+//	<p>:engine:kinds:watched          set: the kinds the kind index records (WatchKinds)
 //	<p>:engine:flows:defs             hash: flow name -> definition JSON
 //	<p>:engine:runs:expiring          sorted set: <flow>:<run> of finished runs, score = when retention
 //	                                  ends (ms); written by run_update.lua, emptied by delete_run.lua

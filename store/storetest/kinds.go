@@ -22,6 +22,8 @@ var kindScenarios = []struct {
 	run  func(t *testing.T, s KindStore)
 }{
 	{"AppendsAreIndexedByKind", testKindsIndexed},
+	{"UnwatchedKindsAreNotIndexed", testKindsUnwatched},
+	{"WatchInvalid", testKindsWatchInvalid},
 	{"RunUpdatesAreNotIndexed", testKindsSkipRunUpdates},
 	{"Invalid", testKindsInvalid},
 	{"ConsumeOnce", testKindsConsumeOnce},
@@ -37,6 +39,8 @@ func RunKinds(t *testing.T, newStore func(t *testing.T) KindStore) {
 
 func testKindsIndexed(t *testing.T, s KindStore) {
 	ctx := context.Background()
+	must(t, s.WatchKinds(ctx, "order.paid", "order.never"))
+	must(t, s.WatchKinds(ctx, "order.paid")) // again: no-op
 	a := store.Context{Type: "order", ID: "o1"}
 	b := store.Context{Type: "payment", ID: "p1"}
 	var want []event.Event
@@ -80,8 +84,59 @@ func testKindsIndexed(t *testing.T, s KindStore) {
 	}
 }
 
+// testKindsUnwatched checks that only watched kinds are indexed, and only
+// from the time they are watched on.
+func testKindsUnwatched(t *testing.T, s KindStore) {
+	ctx := context.Background()
+	c := store.Context{Type: "order", ID: "o1"}
+	appendPaid := func() event.Event {
+		t.Helper()
+		res, err := s.Append(ctx, c, []event.Event{
+			{Kind: "order.paid", Subject: c.ID},
+			{Kind: "order.noise", Subject: c.ID},
+		}, store.AppendOptions{})
+		must(t, err)
+		return res.Events[0]
+	}
+	appendPaid()
+	got, err := s.KindEvents(ctx, "order.paid", event.ID{}, 10)
+	must(t, err)
+	if len(got) != 0 {
+		t.Fatalf("an unwatched kind was indexed: %+v", got)
+	}
+	must(t, s.WatchKinds(ctx, "order.paid"))
+	want := appendPaid()
+	got, err = s.KindEvents(ctx, "order.paid", event.ID{}, 10)
+	must(t, err)
+	if len(got) != 1 || got[0].Event.ID != want.ID {
+		t.Fatalf("after watching: %+v, want only %v", got, want.ID)
+	}
+	noise, err := s.KindEvents(ctx, "order.noise", event.ID{}, 10)
+	must(t, err)
+	if len(noise) != 0 {
+		t.Fatalf("the unwatched kind of the batch was indexed: %+v", noise)
+	}
+}
+
+func testKindsWatchInvalid(t *testing.T, s KindStore) {
+	ctx := context.Background()
+	if err := s.WatchKinds(ctx, "order.paid", ""); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("WatchKinds with an empty kind = %v, want ErrInvalid", err)
+	}
+	// A refused call watches none of its kinds.
+	_, err := s.Append(ctx, store.Context{Type: "order", ID: "o1"}, []event.Event{{Kind: "order.paid", Subject: "o1"}}, store.AppendOptions{})
+	must(t, err)
+	got, err := s.KindEvents(ctx, "order.paid", event.ID{}, 10)
+	must(t, err)
+	if len(got) != 0 {
+		t.Fatalf("a refused WatchKinds watched its valid kind: %+v", got)
+	}
+	must(t, s.WatchKinds(ctx))
+}
+
 func testKindsSkipRunUpdates(t *testing.T, s KindStore) {
 	ctx := context.Background()
+	must(t, s.WatchKinds(ctx, "order.paid"))
 	_, err := s.UpdateRun(ctx, store.RunUpdate{
 		Meta:   newRun("f", "r1", 1),
 		Events: []event.Event{{Kind: "order.paid", Subject: "r1", Flow: "r1", FlowName: "f"}},
@@ -108,6 +163,7 @@ func testKindsInvalid(t *testing.T, s KindStore) {
 
 func testKindsConsumeOnce(t *testing.T, s KindStore) {
 	ctx := context.Background()
+	must(t, s.WatchKinds(ctx, "order.paid"))
 	_, err := s.Append(ctx, store.Context{Type: "order", ID: "o1"}, []event.Event{{Kind: "order.paid", Subject: "o1"}}, store.AppendOptions{})
 	must(t, err)
 	got, err := s.KindEvents(ctx, "order.paid", event.ID{}, 10)

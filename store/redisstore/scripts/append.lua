@@ -5,8 +5,10 @@
 --
 -- KEYS[1]      the stream, <p>:<type>:<id>
 -- KEYS[2]      the type index, <p>:<type>s
--- KEYS[3...]   the idempotency result key (if any) and the named indexes the
---              batch's events join; ARGV says which is where
+-- KEYS[3]      the watched kinds, <p>:engine:kinds:watched (a set of kinds)
+-- KEYS[4...]   the idempotency result key (if any), the named indexes the
+--              batch's events join and their kind indexes; ARGV says which
+--              is where
 -- ARGV[1]      the live channel, <p>:<type>:<id>:live (a channel is not a
 --              key, so it travels as an argument)
 -- ARGV[2]      the context id, the member the indexes gain
@@ -17,10 +19,11 @@
 -- ARGV[7...]   n bodies (the stored record: a JSON object without id and ts)
 -- then         n positions in KEYS of the named index each event joins, "0"
 --              for none
--- then         the kind index window in ms, the context type, and n positions
+-- then         the kind index window in ms, the context type, the length of
+--              the kind index keys' prefix <p>:engine:kind:, and n positions
 --              in KEYS of each event's kind index, <p>:engine:kind:<kind> (a
 --              stream of "t" type, "c" id, "s" entry id, "e" body, trimmed
---              by MINID to the window)
+--              by MINID to the window), written only for watched kinds
 --
 -- Returns {0, id...} for a new append, or {1, id, body, id, body...} when the
 -- idempotency key was seen; body is "" for an entry trimmed since.
@@ -62,6 +65,19 @@ local window = tonumber(ARGV[5])
 local n = tonumber(ARGV[6])
 local kindWindow = tonumber(ARGV[7 + 2 * n])
 local ctype = ARGV[8 + 2 * n]
+local kindFrom = tonumber(ARGV[9 + 2 * n]) + 1
+
+-- watched caches, by KEYS position, whether a kind index is written: one
+-- SISMEMBER per distinct kind of the batch.
+local watched = {}
+local function isWatched(kx)
+  local w = watched[kx]
+  if w == nil then
+    w = redis.call('SISMEMBER', KEYS[3], string.sub(KEYS[kx], kindFrom)) == 1
+    watched[kx] = w
+  end
+  return w
+end
 
 if idem > 0 then
   local seen = redis.call('GET', KEYS[idem])
@@ -106,8 +122,8 @@ for i = 1, n do
   if ix > 0 then
     redis.call('ZADD', KEYS[ix], 'NX', ms, member)
   end
-  local kx = tonumber(ARGV[8 + 2 * n + i])
-  if kx > 0 then
+  local kx = tonumber(ARGV[9 + 2 * n + i])
+  if kx > 0 and isWatched(kx) then
     redis.call('XADD', KEYS[kx], 'MINID', '~', math.max(ms - kindWindow, 0), '*', 't', ctype, 'c', member, 's', id, 'e', body)
   end
 end
