@@ -158,13 +158,18 @@ func (e *Engine) Definition(ctx context.Context, name string) (*flows.Definition
 	return d, nil
 }
 
-// PutDefinition validates d and stores it for every instance.
+// PutDefinition validates d and stores it for every instance. The kinds
+// its event awaits wait for are watched first (see store.KindIndex), so the
+// kind index holds every such event appended once the definition exists.
 func (e *Engine) PutDefinition(ctx context.Context, d *flows.Definition) error {
 	if err := d.Validate(); err != nil {
 		return err
 	}
 	body, err := json.Marshal(d)
 	if err != nil {
+		return err
+	}
+	if err := e.watchKinds(ctx, d); err != nil {
 		return err
 	}
 	return e.st.PutDefinition(ctx, d.Name, body)

@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
+	"slices"
 
 	"github.com/nqd-dev/nqd/cond"
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/flows"
 	"github.com/nqd-dev/nqd/store"
 )
 
@@ -19,12 +22,50 @@ import (
 // later.
 //
 // No event is lost to the race with registration: the index keeps every
-// appended event for the store's kind window whether or not a waiter
-// exists, and the await, once committed, reads it back from before its own
-// registration, so an event that came first is found on the first look and
-// one that comes later on a later one. Consumption is the store's: of many
+// appended event of a watched kind for the store's kind window whether or
+// not a waiter exists, and the await, once committed, reads it back from
+// before its own registration, so an event that came first is found on the
+// first look and one that comes later on a later one. A kind is watched
+// when a definition awaiting it is stored (PutDefinition, which the
+// definitions of NQ_FLOWS_DIR go through too), before any run of it can
+// register the await; so look-back finds every event appended after the
+// definition was stored, and only events older than the definition are
+// missing, which no look-back promised. Run watches the kinds of
+// definitions stored before the store knew of watching. Consumption is the store's: of many
 // waiters one takes an entry, and an await, resolved once by its versioned
 // record, takes one entry.
+
+// watchKinds watches the kinds d's event awaits wait for.
+func (e *Engine) watchKinds(ctx context.Context, d *flows.Definition) error {
+	ki, ok := e.st.(store.KindIndex)
+	if !ok {
+		return nil
+	}
+	var kinds []string
+	for _, name := range slices.Sorted(maps.Keys(d.Steps)) {
+		if a := d.Steps[name].Await; a != nil && a.Type == "event" && !slices.Contains(kinds, a.EventKind) {
+			kinds = append(kinds, a.EventKind)
+		}
+	}
+	if len(kinds) == 0 {
+		return nil
+	}
+	return ki.WatchKinds(ctx, kinds...)
+}
+
+// watchStoredKinds watches the event kinds of every stored definition.
+func (e *Engine) watchStoredKinds(ctx context.Context) error {
+	defs, err := e.Definitions(ctx)
+	if err != nil {
+		return err
+	}
+	for _, d := range defs {
+		if err := e.watchKinds(ctx, d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // eventPage is how many kind index entries one read takes.
 const eventPage = 100

@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"testing"
@@ -20,6 +21,8 @@ func eventEngine(t *testing.T, st engine.Store, c *clock) *engine.Engine {
 	awaitFlow(t, e, "paid", &flows.Await{Type: "event", EventKind: "order.paid", Where: `event.data.orderId == input.orderId`})
 	return e
 }
+
+func (c *clock) set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
 
 // publish appends an order.paid for orderID and returns its id.
 func publish(t *testing.T, st engine.Store, orderID string) event.ID {
@@ -104,9 +107,10 @@ func TestEventAwaitLookback(t *testing.T) {
 		for i, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
 				order := fmt.Sprintf("o-%d", i)
+				c := &clock{}
+				e := eventEngine(t, st, c) // stored first: its kind is watched
 				id := publish(t, st, order)
-				c := &clock{t: id.Time().Add(tc.before)}
-				e := eventEngine(t, st, c)
+				c.set(id.Time().Add(tc.before))
 				s, err := e.Start(t.Context(), "paid", json.RawMessage(fmt.Sprintf(`{"orderId":%q}`, order)), "")
 				if err != nil {
 					t.Fatal(err)
@@ -163,10 +167,11 @@ func TestEventAwaitAfterRegistration(t *testing.T) {
 
 func TestEventAwaitConsumesOnce(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, st engine.Store) {
+		c := &clock{}
+		e := eventEngine(t, st, c)
 		first := publish(t, st, "shared")
 		second := publish(t, st, "shared")
-		c := &clock{t: second.Time()}
-		e := eventEngine(t, st, c)
+		c.set(second.Time())
 		start := func() string {
 			s, err := e.Start(t.Context(), "paid", json.RawMessage(`{"orderId":"shared"}`), "")
 			if err != nil {
@@ -204,9 +209,10 @@ func TestEventAwaitConsumesOnce(t *testing.T) {
 
 func TestEventAwaitTwoEnginesOneEvent(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, st engine.Store) {
-		id := publish(t, st, "race")
-		c := &clock{t: id.Time()}
+		c := &clock{}
 		e1 := eventEngine(t, st, c)
+		id := publish(t, st, "race")
+		c.set(id.Time())
 		e2 := engine.New(st, engine.Options{Now: c.Now, Lease: 10 * time.Second, EventLookback: lookback})
 		var runs []string
 		for range 4 {
@@ -233,6 +239,65 @@ func TestEventAwaitTwoEnginesOneEvent(t *testing.T) {
 		}
 		if resumed != 1 {
 			t.Fatalf("%d resumes for one event, want 1", resumed)
+		}
+	})
+}
+
+// paidIndexed reports whether an order.paid appended now is indexed.
+func paidIndexed(t *testing.T, st engine.Store, order string) bool {
+	t.Helper()
+	id := publish(t, st, order)
+	entries, err := st.(store.KindIndex).KindEvents(t.Context(), "order.paid", event.ID{}, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, en := range entries {
+		if en.Event.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+func TestEventAwaitWatchesItsKind(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, st engine.Store) {
+		if paidIndexed(t, st, "before") {
+			t.Fatal("indexed before any definition awaits the kind")
+		}
+		eventEngine(t, st, &clock{t: time.Now()})
+		if !paidIndexed(t, st, "after") {
+			t.Fatal("not indexed once a definition awaiting it is stored")
+		}
+	})
+}
+
+func TestEventAwaitRunWatchesStoredDefinitions(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, st engine.Store) {
+		// Stored past the engine, as by a version that did not watch kinds.
+		d := &flows.Definition{Name: "paid", Entry: "start", Steps: map[string]flows.Step{
+			"start": {Queue: "default", Emits: []string{"started"}},
+			"wait":  {Queue: "default", Subscribes: []string{"started"}, Await: &flows.Await{Type: "event", EventKind: "order.paid"}},
+		}}
+		body, err := json.Marshal(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.PutDefinition(t.Context(), d.Name, body); err != nil {
+			t.Fatal(err)
+		}
+		if paidIndexed(t, st, "before") {
+			t.Fatal("indexed before the engine ran")
+		}
+		e := engine.New(st, engine.Options{Interval: time.Hour})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- e.Run(ctx) }()
+		defer func() { cancel(); <-done }()
+		deadline := time.Now().Add(10 * time.Second)
+		for n := 0; !paidIndexed(t, st, fmt.Sprintf("after-%d", n)); n++ {
+			if time.Now().After(deadline) {
+				t.Fatal("Run did not watch the stored definition's kind")
+			}
 		}
 	})
 }

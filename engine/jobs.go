@@ -475,8 +475,15 @@ func (e *Engine) redispatch(r *run, d *flows.Definition, t store.Timer) (store.R
 	return u, nil
 }
 
-// Run fires due retries every Interval until ctx ends.
+// Run fires due retries every Interval until ctx ends. It first watches
+// the event kinds of the stored definitions, for those stored before their
+// kinds were watched.
 func (e *Engine) Run(ctx context.Context) error {
+	if err := e.watchStoredKinds(ctx); err != nil && ctx.Err() == nil {
+		// Definitions stored through PutDefinition are watched already;
+		// this only catches older ones up, so it must not stop the engine.
+		e.log.Error().Err(err).Msg("watching the event kinds of stored flows failed")
+	}
 	tk := time.NewTicker(e.opts.Interval)
 	defer tk.Stop()
 	for {
