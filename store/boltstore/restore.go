@@ -1,0 +1,116 @@
+package boltstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/store"
+)
+
+var _ store.Restorer = (*Store)(nil)
+
+// Restore writes evs with their ids as c's stream, and record as its run
+// record, in one transaction. Errors: store.ErrConflict, store.ErrInvalid,
+// store.ErrUnavailable, store.ErrClosed.
+func (s *Store) Restore(ctx context.Context, c store.Context, evs []event.Event, record *store.RunMeta) error {
+	bodies, err := checkRestore(c, evs, record)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	ck := contextKey(c)
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		streams := tx.Bucket(bStreams)
+		if b := streams.Bucket(ck); b != nil {
+			if k, _ := b.Cursor().First(); k != nil {
+				return fmt.Errorf("%w: %s has events", errConflict, c)
+			}
+		}
+		if getUint64(tx.Bucket(bLengths).Get(ck)) != 0 {
+			return fmt.Errorf("%w: %s has events", errConflict, c)
+		}
+		var runs *bolt.Bucket
+		var rk []byte
+		if record != nil {
+			var err error
+			if runs, err = tx.CreateBucketIfNotExists(bRuns); err != nil {
+				return err
+			}
+			rk = runKey(record.Flow, record.Run)
+			if runs.Get(rk) != nil {
+				return fmt.Errorf("%w: run %s has a record", errConflict, rk)
+			}
+		}
+
+		stream, err := streams.CreateBucketIfNotExists(ck)
+		if err != nil {
+			return err
+		}
+		for i, e := range evs {
+			if err := stream.Put(idKey(e.ID), bodies[i]); err != nil {
+				return err
+			}
+		}
+		if err := tx.Bucket(bLengths).Put(ck, putUint64(uint64(len(evs)))); err != nil {
+			return err
+		}
+		if err := indexEvents(tx, c, evs, true); err != nil {
+			return err
+		}
+		if record == nil {
+			return nil
+		}
+		m := *record
+		m.Version = max(m.Version, 1) // a stored record has been written at least once
+		body, err := json.Marshal(m)
+		if err != nil {
+			return err
+		}
+		if err := runs.Put(rk, body); err != nil {
+			return err
+		}
+		return indexAdd(tx, statusIndex(m.Flow, m.Status), m.Run, m.StartedAt)
+	})
+	if errors.Is(err, store.ErrConflict) {
+		return err
+	}
+	return dbErr(err)
+}
+
+// checkRestore checks a restore before any write and encodes the events'
+// stored bodies.
+func checkRestore(c store.Context, evs []event.Event, record *store.RunMeta) ([][]byte, error) {
+	if err := checkContext(c); err != nil {
+		return nil, err
+	}
+	if len(evs) == 0 {
+		return nil, invalid("restore of %s: no events", c)
+	}
+	if record != nil && (c.Type != "flow" || record.Run != c.ID || !event.ValidName(record.Flow) || !event.ValidName(record.Status)) {
+		return nil, invalid("restore of %s: record of run %q of flow %q, status %q", c, record.Run, record.Flow, record.Status)
+	}
+	bodies := make([][]byte, len(evs))
+	var last event.ID
+	for i, e := range evs {
+		if e.ID.IsZero() || e.ID.Compare(last) <= 0 {
+			return nil, invalid("restore of %s: event %d: id %s does not follow %s", c, i, e.ID, last)
+		}
+		last = e.ID
+		if !event.ValidKind(e.Kind) {
+			return nil, invalid("restore of %s: event %d: kind %q", c, i, e.Kind)
+		}
+		body, err := e.MarshalBody()
+		if err != nil {
+			return nil, invalid("restore of %s: event %d: %v", c, i, err)
+		}
+		bodies[i] = body
+	}
+	return bodies, nil
+}
