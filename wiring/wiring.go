@@ -98,6 +98,11 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 		}
 		a.closers = append(a.closers, func() error { stop(); return nil })
 		flowEngine = eng
+		stopSweeper, err := StartSweeper(ctx, eng, st, cfg, a.Metrics, log)
+		if err != nil {
+			return nil, errors.Join(err, a.Close())
+		}
+		a.closers = append(a.closers, func() error { stopSweeper(); return nil })
 		if qs, ok := st.(store.QueueStats); ok {
 			if err := a.Metrics.WatchQueues(qs, engineQueues(eng)); err != nil {
 				return nil, errors.Join(err, a.Close())

@@ -1,0 +1,36 @@
+package wiring
+
+import (
+	"context"
+	"sync"
+
+	"github.com/rs/zerolog"
+
+	"github.com/nqd-dev/nqd/config"
+	"github.com/nqd-dev/nqd/engine"
+	"github.com/nqd-dev/nqd/metrics"
+	"github.com/nqd-dev/nqd/store"
+	"github.com/nqd-dev/nqd/sweeper"
+)
+
+// StartSweeper runs the sweeper over e every cfg.SweepInterval, under a lease
+// in st's KV store when it has one (so of many instances one sweeps), and
+// exports its counters on m when m is set. stop ends the sweeper, waits for
+// its sweep to return and releases the lease.
+func StartSweeper(ctx context.Context, e *engine.Engine, st store.Store, cfg config.Config, m *metrics.Metrics, log zerolog.Logger) (stop func(), err error) {
+	kv, _ := st.(store.KV)
+	log = log.With().Str("component", "sweeper").Logger()
+	if kv == nil {
+		log.Warn().Str("store", cfg.Backend()).Msg("no KV store for the sweeper's lease: every instance sweeps")
+	}
+	sw := sweeper.New(e, kv, sweeper.Options{Interval: cfg.SweepInterval, StallAfter: cfg.StallAfter, Logger: log})
+	if m != nil {
+		if err := m.Register(sw.Collector()); err != nil {
+			return nil, err
+		}
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Go(func() { sw.Run(ctx) })
+	return func() { cancel(); wg.Wait() }, nil
+}

@@ -1,0 +1,69 @@
+package wiring_test
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/nqd-dev/nqd/config"
+	"github.com/nqd-dev/nqd/engine"
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/flows"
+	"github.com/nqd-dev/nqd/metrics"
+	"github.com/nqd-dev/nqd/store"
+	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/wiring"
+)
+
+// TestStartSweeperRepairsOrphan: a terminal event that reached the stream
+// without its record write is repaired by the sweeper's first sweep, which
+// runs when it starts, well within one interval.
+func TestStartSweeperRepairsOrphan(t *testing.T) {
+	cfg := config.Config{SweepInterval: time.Hour, StallAfter: time.Hour}
+	st, err := boltstore.Open(filepath.Join(t.TempDir(), "nqd.db"), boltstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	log := zerolog.New(zerolog.NewTestWriter(t))
+	e := engine.New(st, engine.Options{Logger: log})
+	d := &flows.Definition{Name: "f", Entry: "a", Steps: map[string]flows.Step{"a": {Queue: "default"}}}
+	if err := e.PutDefinition(t.Context(), d); err != nil {
+		t.Fatal(err)
+	}
+	s, err := e.Start(t.Context(), "f", json.RawMessage(`{}`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := event.Event{Kind: "flow.completed", Subject: s.FlowID, Flow: s.FlowID, FlowName: "f", Data: json.RawMessage(`{}`)}
+	if _, err := st.Append(t.Context(), store.Context{Type: "flow", ID: s.FlowID}, []event.Event{end}, store.AppendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	m := metrics.New()
+	stop, err := wiring.StartSweeper(t.Context(), e, st, cfg, m, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		meta, err := st.RunMeta(t.Context(), "f", s.FlowID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if meta.Status == store.RunCompleted {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status = %s after 20s, want the record repaired to completed", meta.Status)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a condition, not waiting for it to settle
+	}
+	if _, err := st.Get(t.Context(), "nqd.sweeper.lease"); err != nil {
+		t.Errorf("the sweeper took no lease in the KV store: %v", err)
+	}
+}
