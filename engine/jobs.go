@@ -125,7 +125,7 @@ func progressKind(kind string) bool {
 // the run, flow, step and attempt of the job. An emit records its event for
 // fan-in and queues every step that now has all its subscriptions, once per
 // run: a repeated emit of the same event is stored once. Errors:
-// ErrLeaseLost, ErrRunEnded, store.ErrInvalid.
+// ErrLeaseLost, ErrRunEnded, ErrStateInvalid (a *StateError), store.ErrInvalid.
 func (e *Engine) Report(ctx context.Context, ack store.JobAck, evs []event.Event) ([]event.Event, error) {
 	j, err := e.held(ctx, ack)
 	if err != nil {
@@ -142,6 +142,15 @@ func (e *Engine) Report(ctx context.Context, ack store.JobAck, evs []event.Event
 			if len(ev.Meta) == 0 {
 				ev.Meta = mustJSON(map[string]any{"attempt": j.Attempt, "jobId": j.ID})
 			}
+		}
+	}
+	if isStateWrite(evs) {
+		d, err := e.Definition(ctx, j.Flow)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return nil, err
+		}
+		if err := checkState(d, evs); err != nil {
+			return nil, err
 		}
 	}
 	var out []event.Event

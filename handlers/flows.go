@@ -59,7 +59,11 @@ func (a *API) flowRoutes(r chi.Router) {
 // flowError turns the engine's own failures into answers.
 func flowError(err error) error {
 	var ve *flows.ValidationError
+	var se *engine.StateError
 	switch {
+	case errors.As(err, &se):
+		return &Error{Status: http.StatusUnprocessableEntity, Code: CodeValidation, Message: "The state does not match the flow's state schema; nothing was stored.",
+			Fields: map[string]string{"state." + se.Key: se.Reason}}
 	case errors.As(err, &ve):
 		return &Error{Status: http.StatusUnprocessableEntity, Code: CodeValidation, Message: "The flow definition is invalid.", Fields: ve.Fields}
 	case errors.Is(err, engine.ErrLeaseLost):
