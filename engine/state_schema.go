@@ -114,4 +114,3 @@ func isStateWrite(evs []event.Event) bool {
 	}
 	return false
 }
-
