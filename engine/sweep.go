@@ -208,7 +208,8 @@ func (e *Engine) queuedJobs(ctx context.Context, r *run, now int64) (map[string]
 	return jobs, false, nil
 }
 
-// stall writes flow.stalled and re-dispatches r's steps: each queued step's
+// stall writes flow.stalled (ui-contract's {reason, previousStatus,
+// stalledAt}, with idleMs and the re-dispatched steps) and re-dispatches r's steps: each queued step's
 // job is queued again (its lost or expired delivery does not count as an
 // attempt, so the step's retry policy still has all its tries), and each
 // retrying step's retry timer is made due now.
@@ -239,9 +240,11 @@ func (e *Engine) stall(ctx context.Context, r *run, d *flows.Definition, jobs ma
 	}
 	slices.Sort(steps)
 	u.Events = []event.Event{flowEvent(r, "flow.stalled", "", map[string]any{
-		"idleMs": idle,
-		"reason": fmt.Sprintf("no event for %s, no pending await and no leased job", after),
-		"steps":  steps,
+		"idleMs":         idle,
+		"reason":         fmt.Sprintf("no event for %s, no pending await and no leased job", after),
+		"previousStatus": r.meta.Status,
+		"stalledAt":      isoMS(now),
+		"steps":          steps,
 	})}
 	_, err = e.commit(ctx, u)
 	return err

@@ -107,14 +107,15 @@ func TestSweepFlagsStuckRunOnceAndRedispatches(t *testing.T) {
 			t.Fatalf("flow.stalled = %d events, want 1", len(stalled))
 		}
 		var d struct {
-			IdleMs int64    `json:"idleMs"`
-			Reason string   `json:"reason"`
-			Steps  []string `json:"steps"`
+			IdleMs         int64    `json:"idleMs"`
+			Reason         string   `json:"reason"`
+			PreviousStatus string   `json:"previousStatus"`
+			Steps          []string `json:"steps"`
 		}
 		if err := json.Unmarshal(stalled[0].Data, &d); err != nil {
 			t.Fatal(err)
 		}
-		if d.IdleMs < stallAfter.Milliseconds() || d.Reason == "" || len(d.Steps) != 1 || d.Steps[0] != "start" {
+		if d.IdleMs < stallAfter.Milliseconds() || d.Reason == "" || d.PreviousStatus != store.RunRunning || len(d.Steps) != 1 || d.Steps[0] != "start" {
 			t.Errorf("flow.stalled data = %s", stalled[0].Data)
 		}
 		// The re-dispatched job is handed out again at the same attempt.
