@@ -43,7 +43,8 @@
 // Every append is one Lua script (scripts/append.lua) that stores, publishes
 // and indexes the batch atomically; every engine decision is one as well
 // (scripts/run_update.lua: record, status index, events, jobs and timers),
-// as are claims, heartbeats and timer pickups. Every key reaches a script
+// as are claims, heartbeats and timer pickups, and the restore of an
+// archived run (scripts/restore.lua). Every key reaches a script
 // through KEYS[]. Every name that becomes part of a key is
 // checked against the rules of contract §1 before any command is sent.
 package redisstore

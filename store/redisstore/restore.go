@@ -1,0 +1,119 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/store"
+)
+
+//go:embed scripts/restore.lua
+var restoreLua string
+
+var restoreScript = redis.NewScript(restoreLua)
+
+var _ store.Restorer = (*Store)(nil)
+
+// Restore writes evs with their ids as c's stream, and record as its run
+// record, in one script (scripts/restore.lua). The stream is not trimmed to
+// MaxLen: an archived run comes back whole. Errors: store.ErrConflict,
+// store.ErrInvalid, store.ErrUnavailable, store.ErrClosed.
+func (s *Store) Restore(ctx context.Context, c store.Context, evs []event.Event, record *store.RunMeta) error {
+	if err := s.checkOpen("restore"); err != nil {
+		return err
+	}
+	if !c.Valid() {
+		return invalid("restore", "context %q", c)
+	}
+	if len(evs) == 0 {
+		return invalid("restore", "%s: no events", c)
+	}
+	if record != nil && (c.Type != "flow" || record.Run != c.ID || !event.ValidName(record.Flow) || !event.ValidName(record.Status)) {
+		return invalid("restore", "%s: record of run %q of flow %q, status %q", c, record.Run, record.Flow, record.Status)
+	}
+
+	keys := []string{s.streamKey(c), s.indexKey(store.Index{Type: c.Type})}
+	keyAt := func(k string) int {
+		for i, have := range keys {
+			if have == k {
+				return i + 1
+			}
+		}
+		keys = append(keys, k)
+		return len(keys)
+	}
+
+	ids := make([]any, len(evs))
+	bodies := make([]any, len(evs))
+	joins := make([]any, len(evs))
+	var last event.ID
+	for i, e := range evs {
+		if e.ID.IsZero() || e.ID.Compare(last) <= 0 {
+			return invalid("restore", "%s: event %d: id %s does not follow %s", c, i, e.ID, last)
+		}
+		last = e.ID
+		if !event.ValidKind(e.Kind) {
+			return invalid("restore", "%s: event %d: kind %q", c, i, e.Kind)
+		}
+		b, err := e.MarshalBody()
+		if err != nil {
+			return invalid("restore", "%s: event %d: %v", c, i, err)
+		}
+		ids[i], bodies[i], joins[i] = formatID(e.ID), b, 0
+		if ix, ok := joinedIndex(e); ok {
+			if !ix.Valid() {
+				return invalid("restore", "%s: event %d: index name %q", c, i, ix.Name)
+			}
+			joins[i] = keyAt(s.indexKey(ix))
+		}
+	}
+
+	args := make([]any, 0, 8+3*len(evs))
+	args = append(args, c.ID, len(evs))
+	args = append(args, ids...)
+	args = append(args, bodies...)
+	args = append(args, joins...)
+	if record == nil {
+		args = append(args, 0, 0, 0)
+	} else {
+		fields, err := restoredFields(*record)
+		if err != nil {
+			return invalid("restore", "%s: record: %v", c, err)
+		}
+		args = append(args, keyAt(s.metaKey(record.Flow, record.Run)), keyAt(s.statusKey(record.Flow, record.Status)), record.StartedAt)
+		args = append(args, len(fields)/2)
+		args = append(args, fields...)
+	}
+
+	reply, err := restoreScript.Run(ctx, s.client, keys, args...).Slice()
+	if err != nil {
+		return mapErr(ctx, "restore", err)
+	}
+	if code, _ := reply[0].(int64); code != 0 {
+		reason, _ := reply[1].(string)
+		return fmt.Errorf("redisstore: restore of %s: %w: %s", c, store.ErrConflict, reason)
+	}
+	return nil
+}
+
+// restoredFields is the record hash run_update.lua would have left: the
+// fields metaFields writes, without the empty ones it deletes, and the
+// version, at least 1 because a stored record has been written once.
+func restoredFields(m store.RunMeta) ([]any, error) {
+	all, err := metaFields(m)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]any, 0, len(all)+2)
+	for i := 0; i < len(all); i += 2 {
+		if all[i+1] != "" {
+			out = append(out, all[i], all[i+1])
+		}
+	}
+	return append(out, "version", strconv.FormatInt(max(m.Version, 1), 10)), nil
+}
