@@ -1,0 +1,63 @@
+package boltstore
+
+import (
+	"bytes"
+	"context"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/store"
+)
+
+var _ store.Trimmer = (*Store)(nil)
+
+// Trim removes c's events below before, keeping the newest, and lowers the
+// stream's length to match. Errors: ErrInvalid, ErrClosed, ErrUnavailable.
+func (s *Store) Trim(ctx context.Context, c store.Context, before event.ID) (int64, error) {
+	if err := checkContext(c); err != nil {
+		return 0, err
+	}
+	if before.IsZero() {
+		return 0, invalid("trim before the zero id")
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	var n int64
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		ck := contextKey(c)
+		stream := tx.Bucket(bStreams).Bucket(ck)
+		if stream == nil {
+			return nil
+		}
+		cur := stream.Cursor()
+		last, _ := cur.Last()
+		if last == nil {
+			return nil
+		}
+		// Append reads the last key for the next id, so it must survive.
+		bound := idKey(before)
+		if bytes.Compare(bound, last) > 0 {
+			bound = last
+		}
+		// Delete leaves a bbolt cursor in no defined place, so each round
+		// starts again from the first key.
+		for k, _ := cur.First(); k != nil && bytes.Compare(k, bound) < 0; k, _ = cur.First() {
+			if err := cur.Delete(); err != nil {
+				return err
+			}
+			n++
+		}
+		if n == 0 {
+			return nil
+		}
+		lengths := tx.Bucket(bLengths)
+		left := getUint64(lengths.Get(ck)) - uint64(n)
+		return lengths.Put(ck, putUint64(left))
+	})
+	if err != nil {
+		return 0, dbErr(err)
+	}
+	return n, nil
+}
