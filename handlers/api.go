@@ -99,6 +99,9 @@ type Deps struct {
 	KV KV
 	// Archive is optional: without it `source=archive` answers 404.
 	Archive ArchiveReader
+	// Restorer is optional: with Archive it restores archived runs; without
+	// either the restore route answers 404.
+	Restorer Restorer
 	// Ready are further readiness checks beyond the store's Ping, such as
 	// the live feed; /readyz fails while any of them does.
 	Ready []func(context.Context) error
@@ -127,6 +130,7 @@ type API struct {
 	flows    FlowEngine
 	kv       KV
 	archive  ArchiveReader
+	restorer Restorer
 	metrics  http.Handler
 	ready    []func(context.Context) error
 	cors     []string
@@ -159,7 +163,7 @@ func New(d Deps) *API {
 		now = time.Now
 	}
 	return &API{
-		store: d.Store, state: d.State, stream: d.Stream, flows: d.Flows, kv: d.KV, archive: d.Archive, metrics: d.Metrics, ready: d.Ready, cors: d.CORSOrigins,
+		store: d.Store, state: d.State, stream: d.Stream, flows: d.Flows, kv: d.KV, archive: d.Archive, restorer: d.Restorer, metrics: d.Metrics, ready: d.Ready, cors: d.CORSOrigins,
 		log: d.Log, now: now, limits: lim, access: newAccess(d.Access, now), validate: newValidator(),
 		web: d.Web, webBase: d.WebBase,
 	}
@@ -189,7 +193,7 @@ func (a *API) Routes() http.Handler {
 	// Set before any sub-router exists so that every one inherits them.
 	r.NotFound(notFound)
 	r.MethodNotAllowed(methodNotAllowed(r))
-	read, write := a.require(auth.Read), a.require(auth.Write)
+	read, write, admin := a.require(auth.Read), a.require(auth.Write), a.require(auth.Admin)
 
 	r.Group(func(r chi.Router) {
 		r.Use(middleware.Timeout(a.limits.RequestTimeout))
@@ -204,6 +208,7 @@ func (a *API) Routes() http.Handler {
 			r.With(write, a.limitRate).Post("/{id}", a.appendEvents)
 			r.With(read).Get("/{id}/state", a.getState)
 			r.With(read).Get("/{id}/state/diff", a.getStateDiff)
+			r.With(admin).Post("/{id}/restore", a.restoreContext)
 		})
 		if a.flows != nil {
 			a.awaitRoutes(r)

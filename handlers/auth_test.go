@@ -69,6 +69,7 @@ var routeScopes = map[string]auth.Scope{
 	"POST /api/_events/{type}/{id}":                     auth.Write,
 	"GET /api/_events/{type}/{id}/state":                auth.Read,
 	"GET /api/_events/{type}/{id}/state/diff":           auth.Read,
+	"POST /api/_events/{type}/{id}/restore":             auth.Admin,
 	"GET /api/_events/{type}/{id}/stream":               auth.Read,
 	"GET /api/_events/sse":                              auth.Read,
 	"GET /api/_flows":                                   auth.Read,

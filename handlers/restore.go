@@ -1,0 +1,89 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/nqd-dev/nqd/archive"
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/store"
+)
+
+// Restorer brings an archived context back into the store with its ids; see
+// store.Restorer.
+type Restorer interface {
+	Restore(ctx context.Context, c store.Context, evs []event.Event, record *store.RunMeta) error
+}
+
+// errNoRestore answers a restore on a server that has an archive but no
+// store able to take a run back.
+var errNoRestore = &Error{
+	Status:  http.StatusNotFound,
+	Code:    CodeNotFound,
+	Message: "This server cannot restore archived runs into its store.",
+}
+
+// errRestoreOver answers a restore of a context the store still holds: a
+// restore brings back what is gone and never merges into what is there.
+var errRestoreOver = &Error{
+	Status:  http.StatusConflict,
+	Code:    CodeConflict,
+	Message: "The context has events or a run record in the store; only a context that is gone can be restored.",
+}
+
+// restoreBody answers a restore: what the store now holds of the context.
+type restoreBody struct {
+	Type        string `json:"type"`
+	ID          string `json:"id"`
+	EventCount  int    `json:"eventCount"`
+	LastEventID string `json:"lastEventId"`
+}
+
+// restoreContext writes an archived context back into the store, its events
+// with their original ids so that links to them (lastEventId, time travel
+// points) stay valid, and a run's record so it is listed again.
+func (a *API) restoreContext(w http.ResponseWriter, r *http.Request) {
+	c, err := a.contextParam(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if a.archive == nil {
+		writeError(w, r, errNoArchive)
+		return
+	}
+	if a.restorer == nil {
+		writeError(w, r, errNoRestore)
+		return
+	}
+	m, evs, err := a.archive.Get(r.Context(), c)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if len(evs) == 0 {
+		// Archives are of finished contexts, which have events; an empty
+		// one has lost them.
+		writeError(w, r, fmt.Errorf("%w: archive of %s holds no events", archive.ErrCorrupt, c))
+		return
+	}
+	var record *store.RunMeta
+	if len(m.Record) > 0 {
+		record = new(store.RunMeta)
+		if err := json.Unmarshal(m.Record, record); err != nil {
+			writeError(w, r, fmt.Errorf("%w: record of %s: %v", archive.ErrCorrupt, c, err))
+			return
+		}
+	}
+	if err := a.restorer.Restore(r.Context(), c, evs, record); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			err = errRestoreOver
+		}
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, r, http.StatusCreated, restoreBody{Type: c.Type, ID: c.ID, EventCount: len(evs), LastEventID: evs[len(evs)-1].ID.String()})
+}
