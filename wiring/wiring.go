@@ -125,12 +125,14 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 	if err != nil {
 		return nil, errors.Join(err, a.Close())
 	}
+	restorer, _ := st.(handlers.Restorer) // both stores restore; nil keeps the route at 404
 	api := handlers.New(handlers.Deps{
 		Store:       a.Metrics.Store(st),
 		State:       states,
 		Flows:       flowEngine,
 		KV:          kvStore(st),
 		Archive:     archived,
+		Restorer:    restorer,
 		Web:         web.FS,
 		WebBase:     cfg.WebBase,
 		Stream:      a.Stream,
