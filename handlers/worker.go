@@ -88,17 +88,27 @@ func jobAck(r *http.Request, lease string) (store.JobAck, error) {
 	return store.JobAck{Queue: q, ID: id, Lease: lease}, nil
 }
 
+// leased is a worker's request about a job it holds.
+type leased interface{ lease() string }
+
+// decodeJob reads a worker's request about the job in the URL into req and
+// names the job and the lease it holds.
+func (a *API) decodeJob(w http.ResponseWriter, r *http.Request, req leased) (store.JobAck, error) {
+	if err := a.decodeBody(w, r, req); err != nil {
+		return store.JobAck{}, err
+	}
+	return jobAck(r, req.lease())
+}
+
 type leaseRequest struct {
 	Lease string `json:"lease" validate:"required,max=128"`
 }
 
+func (q *leaseRequest) lease() string { return q.Lease }
+
 func (a *API) heartbeatJob(w http.ResponseWriter, r *http.Request) {
 	var req leaseRequest
-	if err := a.decodeBody(w, r, &req); err != nil {
-		writeError(w, r, err)
-		return
-	}
-	ack, err := jobAck(r, req.Lease)
+	ack, err := a.decodeJob(w, r, &req)
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -116,6 +126,8 @@ type reportRequest struct {
 	Events []json.RawMessage `json:"events" validate:"required,min=1,max=1000"`
 }
 
+func (q *reportRequest) lease() string { return q.Lease }
+
 type reportBody struct {
 	Events []event.Event `json:"events"`
 }
@@ -124,11 +136,7 @@ type reportBody struct {
 // the like. The engine fills in run, flow, step and attempt.
 func (a *API) reportJob(w http.ResponseWriter, r *http.Request) {
 	var req reportRequest
-	if err := a.decodeBody(w, r, &req); err != nil {
-		writeError(w, r, err)
-		return
-	}
-	ack, err := jobAck(r, req.Lease)
+	ack, err := a.decodeJob(w, r, &req)
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -159,13 +167,11 @@ type completeRequest struct {
 	Result json.RawMessage `json:"result"`
 }
 
+func (q *completeRequest) lease() string { return q.Lease }
+
 func (a *API) completeJob(w http.ResponseWriter, r *http.Request) {
 	var req completeRequest
-	if err := a.decodeBody(w, r, &req); err != nil {
-		writeError(w, r, err)
-		return
-	}
-	ack, err := jobAck(r, req.Lease)
+	ack, err := a.decodeJob(w, r, &req)
 	if err == nil {
 		err = a.flows.Complete(r.Context(), ack, req.Result)
 	}
@@ -182,13 +188,11 @@ type failRequest struct {
 	Retriable *bool  `json:"retriable"`
 }
 
+func (q *failRequest) lease() string { return q.Lease }
+
 func (a *API) failJob(w http.ResponseWriter, r *http.Request) {
 	var req failRequest
-	if err := a.decodeBody(w, r, &req); err != nil {
-		writeError(w, r, err)
-		return
-	}
-	ack, err := jobAck(r, req.Lease)
+	ack, err := a.decodeJob(w, r, &req)
 	if err == nil {
 		err = a.flows.Fail(r.Context(), ack, req.Error, req.Retriable)
 	}
