@@ -68,10 +68,14 @@ func (d *Dir) Put(ctx context.Context, c store.Context, record json.RawMessage, 
 		return Manifest{}, err
 	}
 	dataPath, manifestPath := d.paths(c)
+	return d.write(ctx, c, dataPath, manifestPath, Manifest{Type: c.Type, ID: c.ID, Record: record}, events)
+}
+
+// write stores events at dataPath and then m, completed, at manifestPath.
+func (d *Dir) write(ctx context.Context, c store.Context, dataPath, manifestPath string, m Manifest, events iter.Seq2[event.Event, error]) (Manifest, error) {
 	if err := os.MkdirAll(filepath.Dir(dataPath), 0o750); err != nil {
 		return Manifest{}, fmt.Errorf("archive: %w", err)
 	}
-	m := Manifest{Type: c.Type, ID: c.ID, Record: record}
 	tmp, err := os.CreateTemp(filepath.Dir(dataPath), ".put-*")
 	if err != nil {
 		return Manifest{}, fmt.Errorf("archive: %w", err)
@@ -173,6 +177,10 @@ func (c *countWriter) Write(p []byte) (int, error) {
 
 func (d *Dir) manifest(c store.Context) (Manifest, error) {
 	_, manifestPath := d.paths(c)
+	return readManifest(c, manifestPath)
+}
+
+func readManifest(c store.Context, manifestPath string) (Manifest, error) {
 	body, err := os.ReadFile(manifestPath)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Manifest{}, fmt.Errorf("archive: %s: %w", c, store.ErrNotFound)
@@ -223,6 +231,13 @@ func (d *Dir) read(ctx context.Context, c store.Context, fn func(event.Event)) (
 		return Manifest{}, err
 	}
 	dataPath, _ := d.paths(c)
+	return readData(ctx, c, m, dataPath, func(e event.Event) bool { fn(e); return true })
+}
+
+// readData decodes the events of m's file at dataPath in order, handing each
+// to fn until fn returns false. Only a read to the end checks the file
+// against m: the checksum covers the whole file.
+func readData(ctx context.Context, c store.Context, m Manifest, dataPath string, fn func(event.Event) bool) (Manifest, error) {
 	f, err := os.Open(dataPath)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Manifest{}, fmt.Errorf("archive: %s: events missing: %w", c, ErrCorrupt)
@@ -261,7 +276,9 @@ func (d *Dir) read(ctx context.Context, c store.Context, fn func(event.Event)) (
 		}
 		last = e.ID.String()
 		n++
-		fn(e)
+		if !fn(e) {
+			return m, nil
+		}
 	}
 	if err := sc.Err(); err != nil {
 		return Manifest{}, corrupt("%v", err)
