@@ -41,14 +41,19 @@ func (s *Store) Trim(ctx context.Context, c store.Context, before event.ID) (int
 		if bytes.Compare(bound, last) > 0 {
 			bound = last
 		}
-		// Delete leaves a bbolt cursor in no defined place, so each round
-		// starts again from the first key.
-		for k, _ := cur.First(); k != nil && bytes.Compare(k, bound) < 0; k, _ = cur.First() {
-			if err := cur.Delete(); err != nil {
+		// Deleting while iterating moves a bbolt cursor, and restarting
+		// from the first key after each delete walks the emptied pages
+		// again, so the keys are collected first.
+		var keys [][]byte
+		for k, _ := cur.First(); k != nil && bytes.Compare(k, bound) < 0; k, _ = cur.Next() {
+			keys = append(keys, bytes.Clone(k))
+		}
+		for _, k := range keys {
+			if err := stream.Delete(k); err != nil {
 				return err
 			}
-			n++
 		}
+		n = int64(len(keys))
 		if n == 0 {
 			return nil
 		}
