@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/nqd-dev/nqd/auth"
+	"github.com/nqd-dev/nqd/event"
 )
 
 // prefixRe keeps the key prefix free of the characters that structure keys.
@@ -31,12 +32,13 @@ type Config struct {
 	LogLevel  string // trace, debug, info, warn, error
 	LogFormat string // auto, json, console
 
-	MaxBodyBytes      int64
-	MaxBatch          int
-	RequestTimeout    time.Duration
-	ShutdownTimeout   time.Duration
-	IdempotencyWindow time.Duration
-	StreamMaxLen      int64 // 0: streams are not trimmed
+	MaxBodyBytes       int64
+	MaxBatch           int
+	RequestTimeout     time.Duration
+	ShutdownTimeout    time.Duration
+	IdempotencyWindow  time.Duration
+	StreamMaxLen       int64            // 0: streams are not trimmed
+	StreamMaxLenByType map[string]int64 // overrides StreamMaxLen per context type
 
 	CORSOrigins    []string      // browser origins allowed to call the API
 	SSEHeartbeat   time.Duration // longest silence on an SSE connection
@@ -116,6 +118,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 		{"shutdown-timeout", "NQ_SHUTDOWN_TIMEOUT", "time given to open requests on shutdown", "10s", dur(&c.ShutdownTimeout)},
 		{"idempotency-window", "NQ_IDEMPOTENCY_WINDOW", "how long an Idempotency-Key is remembered", "24h", dur(&c.IdempotencyWindow)},
 		{"stream-maxlen", "NQ_STREAM_MAXLEN", "approximate cap on events per stream (0: no cap)", "0", i64(&c.StreamMaxLen)},
+		{"stream-maxlen-by-type", "NQ_STREAM_MAXLEN_BY_TYPE", "per context type caps, e.g. flow=100000,trigger=1000 (0: no cap for that type)", "", typeCaps(&c.StreamMaxLenByType)},
 		{"cors-origins", "NQ_CORS_ORIGINS", "comma-separated browser origins allowed to call the API (empty: same origin only)", "", list(&c.CORSOrigins)},
 		{"sse-heartbeat", "NQ_SSE_HEARTBEAT", "longest silence on an SSE connection before a comment line", "15s", dur(&c.SSEHeartbeat)},
 		{"sse-max-backfill", "NQ_SSE_MAX_BACKFILL", "most events an SSE backfill sends (the newest, after `event: truncated`)", "10000", integer(&c.SSEMaxBackfill)},
@@ -361,6 +364,25 @@ func rate(p *Rate) func(string) error {
 
 func str(p *string) func(string) error {
 	return func(v string) error { *p = strings.TrimSpace(v); return nil }
+}
+
+func typeCaps(p *map[string]int64) func(string) error {
+	return func(v string) error {
+		caps := map[string]int64{}
+		for _, part := range strings.Split(v, ",") {
+			if part = strings.TrimSpace(part); part == "" {
+				continue
+			}
+			typ, n, ok := strings.Cut(part, "=")
+			limit, err := strconv.ParseInt(strings.TrimSpace(n), 10, 64)
+			if !ok || err != nil || limit < 0 || !event.ValidType(strings.TrimSpace(typ)) {
+				return fmt.Errorf("want type=count pairs such as flow=100000,trigger=1000, got %q", part)
+			}
+			caps[strings.TrimSpace(typ)] = limit
+		}
+		*p = caps
+		return nil
+	}
 }
 
 func list(p *[]string) func(string) error {

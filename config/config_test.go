@@ -55,6 +55,8 @@ func TestLoadRejects(t *testing.T) {
 		{env: map[string]string{"NQ_MAX_BODY_BYTES": "1"}, want: "NQ_MAX_BODY_BYTES"},
 		{env: map[string]string{"NQ_CORS_ORIGINS": "https://ok.example, ui.example"}, want: "NQ_CORS_ORIGINS"},
 		{env: map[string]string{"NQ_SSE_HEARTBEAT": "5m"}, want: "NQ_SSE_HEARTBEAT"},
+		{env: map[string]string{"NQ_STREAM_MAXLEN_BY_TYPE": "flow=10,Bad=3"}, want: "NQ_STREAM_MAXLEN_BY_TYPE"},
+		{env: map[string]string{"NQ_STREAM_MAXLEN_BY_TYPE": "flow"}, want: "NQ_STREAM_MAXLEN_BY_TYPE"},
 	}
 	for _, tt := range tests {
 		_, err := Load(tt.args, env(tt.env), io.Discard)
@@ -159,5 +161,15 @@ func TestLoadSweeper(t *testing.T) {
 		if _, err := Load(nil, env(map[string]string{name: "10ms"}), io.Discard); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s=10ms: err = %v, want it named", name, err)
 		}
+	}
+}
+
+func TestStreamMaxLenByType(t *testing.T) {
+	c, err := Load(nil, env(map[string]string{"NQ_STREAM_MAXLEN_BY_TYPE": "flow=100000, trigger=1000"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.StreamMaxLenByType["flow"] != 100000 || c.StreamMaxLenByType["trigger"] != 1000 || len(c.StreamMaxLenByType) != 2 {
+		t.Fatalf("StreamMaxLenByType = %v", c.StreamMaxLenByType)
 	}
 }

@@ -200,6 +200,7 @@ func (a *App) openStore(ctx context.Context) (store.Store, error) {
 			Prefix:            a.cfg.Prefix,
 			IdempotencyWindow: a.cfg.IdempotencyWindow,
 			MaxLen:            a.cfg.StreamMaxLen,
+			MaxLenByType:      a.cfg.StreamMaxLenByType,
 			Logger:            a.log,
 			Retention:         RetentionPolicy(a.cfg),
 		})

@@ -82,7 +82,7 @@ func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, 
 	}
 
 	args := make([]any, 0, 9+3*len(evs))
-	args = append(args, s.channel(c), c.ID, s.opts.MaxLen, idem, s.opts.IdempotencyWindow.Milliseconds(), len(evs))
+	args = append(args, s.channel(c), c.ID, s.maxLen(c.Type), idem, s.opts.IdempotencyWindow.Milliseconds(), len(evs))
 	args = append(args, bodies...)
 	args = append(args, joins...)
 	args = append(args, s.kindWindow().Milliseconds(), c.Type, len(s.kindKey("")))
@@ -174,4 +174,12 @@ func rangeEnd(id event.ID) string {
 // formatID is the text of an id as a Redis range bound.
 func formatID(id event.ID) string {
 	return strconv.FormatUint(id.MS, 10) + "-" + strconv.FormatUint(id.Seq, 10)
+}
+
+// maxLen is the approximate cap on the streams of a context type.
+func (s *Store) maxLen(typ string) int64 {
+	if n, ok := s.opts.MaxLenByType[typ]; ok {
+		return n
+	}
+	return s.opts.MaxLen
 }

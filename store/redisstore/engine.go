@@ -289,7 +289,7 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 	if err != nil {
 		return store.AppendResult{}, invalid("update run", "%v", err)
 	}
-	args := []any{s.channel(c), m.Run, s.opts.MaxLen, m.Version, m.Status, m.StartedAt}
+	args := []any{s.channel(c), m.Run, s.maxLen(c.Type), m.Version, m.Status, m.StartedAt}
 	args = append(args, len(u.Consume))
 	for _, k := range u.Consume {
 		args = append(args, keyAt(s.consumedKey(k)))

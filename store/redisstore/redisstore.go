@@ -78,6 +78,9 @@ type Options struct {
 	// MaxLen caps each stream approximately (XADD MAXLEN ~); 0 keeps every
 	// event.
 	MaxLen int64
+	// MaxLenByType overrides MaxLen for the streams of a context type (0
+	// keeps every event of that type).
+	MaxLenByType map[string]int64
 	// SubscriptionBuffer is the channel size of a subscription that asks for
 	// none; default 256.
 	SubscriptionBuffer int
@@ -126,6 +129,11 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 	}
 	if opts.MaxLen < 0 {
 		return nil, fmt.Errorf("redisstore: negative MaxLen: %w", store.ErrInvalid)
+	}
+	for typ, n := range opts.MaxLenByType {
+		if !event.ValidType(typ) || n < 0 {
+			return nil, fmt.Errorf("redisstore: MaxLenByType %q=%d: %w", typ, n, store.ErrInvalid)
+		}
 	}
 	if opts.SubscriptionBuffer <= 0 {
 		opts.SubscriptionBuffer = defaultSubscriptionBuffer
