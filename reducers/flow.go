@@ -294,7 +294,9 @@ func (s *FlowState) Validate() error {
 }
 
 // Init returns the state of a run with no events.
-func (Flow) Init() State { return &FlowState{Status: FlowRunning} }
+func (Flow) Init() State { return newFlowState() }
+
+func newFlowState() *FlowState { return &FlowState{Status: FlowRunning} }
 
 // Apply folds one event into s. See Reducer.
 func (r Flow) Apply(s State, ev event.Event) (State, error) {
@@ -303,30 +305,10 @@ func (r Flow) Apply(s State, ev event.Event) (State, error) {
 
 // Fold folds evs into s. See Reducer.
 func (r Flow) Fold(s State, evs []event.Event) (State, error) {
-	prev, ok := s.(*FlowState)
-	switch {
-	case s == nil || (ok && prev == nil):
-		prev = &FlowState{Status: FlowRunning}
-	case !ok:
-		return s, ErrStateType
-	}
-	if len(evs) == 0 {
-		return prev, nil
-	}
-	if err := prev.check(evs[0]); err != nil {
-		return prev, err
-	}
-	next := *prev
-	f := flowFold{s: &next, lim: r.Limits}
-	for i, ev := range evs {
-		if i > 0 {
-			if err := next.check(ev); err != nil {
-				return &next, fmt.Errorf("event %d: %w", i, err)
-			}
-		}
-		f.apply(ev)
-	}
-	return &next, nil
+	return foldCopy(s, evs, newFlowState, func(next *FlowState) func(event.Event) {
+		f := &flowFold{s: next, lim: r.Limits}
+		return f.apply
+	})
 }
 
 // flowFold applies events to a private copy of a state. The copy starts out

@@ -79,41 +79,24 @@ func (r Generic) Apply(s State, ev event.Event) (State, error) {
 
 // Fold folds evs into s. See Reducer.
 func (r Generic) Fold(s State, evs []event.Event) (State, error) {
-	prev, ok := s.(*GenericState)
-	switch {
-	case s == nil || (ok && prev == nil):
-		prev = &GenericState{}
-	case !ok:
-		return s, ErrStateType
-	}
-	if len(evs) == 0 {
-		return prev, nil
-	}
-	if err := prev.check(evs[0]); err != nil {
-		return prev, err
-	}
-	next := *prev
-	own := false
-	for i, ev := range evs {
-		if i > 0 {
-			if err := next.check(ev); err != nil {
-				return &next, fmt.Errorf("event %d: %w", i, err)
+	newState := func() *GenericState { return &GenericState{} }
+	return foldCopy(s, evs, newState, func(next *GenericState) func(event.Event) {
+		own := false // whether next.kinds is this fold's own copy yet
+		return func(ev event.Event) {
+			next.advance(ev)
+			t := Time{ev.Time()}
+			if next.count == 1 {
+				next.First, next.FirstAt = ev.ID, t
 			}
+			next.LastAt = t
+			if _, seen := next.kinds[ev.Kind]; !seen && len(next.kinds) >= r.Limits.names() {
+				next.OtherKinds++
+				return
+			}
+			if !own {
+				next.kinds, own = cloneOrEmpty(next.kinds), true
+			}
+			next.kinds[ev.Kind]++
 		}
-		next.advance(ev)
-		t := Time{ev.Time()}
-		if next.count == 1 {
-			next.First, next.FirstAt = ev.ID, t
-		}
-		next.LastAt = t
-		if _, seen := next.kinds[ev.Kind]; !seen && len(next.kinds) >= r.Limits.names() {
-			next.OtherKinds++
-			continue
-		}
-		if !own {
-			next.kinds, own = cloneOrEmpty(next.kinds), true
-		}
-		next.kinds[ev.Kind]++
-	}
-	return &next, nil
+	})
 }

@@ -250,3 +250,41 @@ func firstInt(ns ...int64) int64 {
 	}
 	return 0
 }
+
+// foldCopy is the shape every reducer's Fold shares: s must be nil (a fresh
+// state from init) or a P; every event must follow the one before it (see
+// check); and the events go into a copy of the state, never into s, so a
+// state once returned never changes. start makes the function that applies
+// one event to the copy, holding whatever the fold needs to know about which
+// parts of the copy are its own.
+func foldCopy[S any, P interface {
+	*S
+	State
+	check(event.Event) error
+}](s State, evs []event.Event, init func() P, start func(next P) func(event.Event)) (State, error) {
+	prev, ok := s.(P)
+	switch {
+	case s == nil || (ok && prev == nil):
+		prev = init()
+	case !ok:
+		return s, ErrStateType
+	}
+	if len(evs) == 0 {
+		return prev, nil
+	}
+	if err := prev.check(evs[0]); err != nil {
+		return prev, err
+	}
+	next := P(new(S))
+	*next = *prev
+	apply := start(next)
+	for i, ev := range evs {
+		if i > 0 {
+			if err := next.check(ev); err != nil {
+				return next, fmt.Errorf("event %d: %w", i, err)
+			}
+		}
+		apply(ev)
+	}
+	return next, nil
+}

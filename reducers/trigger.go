@@ -100,7 +100,9 @@ func (s *TriggerState) Validate() error {
 }
 
 // Init returns the state of a trigger with no events.
-func (Trigger) Init() State { return &TriggerState{Status: TriggerRegistered} }
+func (Trigger) Init() State { return newTriggerState() }
+
+func newTriggerState() *TriggerState { return &TriggerState{Status: TriggerRegistered} }
 
 // Apply folds one event into s. See Reducer.
 func (r Trigger) Apply(s State, ev event.Event) (State, error) {
@@ -110,29 +112,7 @@ func (r Trigger) Apply(s State, ev event.Event) (State, error) {
 // Fold folds evs into s. See Reducer. A trigger state has no shared parts,
 // so copying it per event costs one struct copy.
 func (r Trigger) Fold(s State, evs []event.Event) (State, error) {
-	prev, ok := s.(*TriggerState)
-	switch {
-	case s == nil || (ok && prev == nil):
-		prev = &TriggerState{Status: TriggerRegistered}
-	case !ok:
-		return s, ErrStateType
-	}
-	if len(evs) == 0 {
-		return prev, nil
-	}
-	if err := prev.check(evs[0]); err != nil {
-		return prev, err
-	}
-	next := *prev
-	for i, ev := range evs {
-		if i > 0 {
-			if err := next.check(ev); err != nil {
-				return &next, fmt.Errorf("event %d: %w", i, err)
-			}
-		}
-		next.apply(ev)
-	}
-	return &next, nil
+	return foldCopy(s, evs, newTriggerState, func(next *TriggerState) func(event.Event) { return next.apply })
 }
 
 func (s *TriggerState) apply(ev event.Event) {
