@@ -102,6 +102,11 @@ type Deps struct {
 	// Restorer is optional: with Archive it restores archived runs; without
 	// either the restore route answers 404.
 	Restorer Restorer
+	// Compactor is optional: without it the compact route answers 404.
+	Compactor Compactor
+	// History is optional: when set the read routes take events from it
+	// rather than Store, so that events compaction trimmed still answer.
+	History History
 	// Ready are further readiness checks beyond the store's Ping, such as
 	// the live feed; /readyz fails while any of them does.
 	Ready []func(context.Context) error
@@ -131,6 +136,8 @@ type API struct {
 	kv       KV
 	archive  ArchiveReader
 	restorer Restorer
+	compact  Compactor
+	history  History
 	metrics  http.Handler
 	ready    []func(context.Context) error
 	cors     []string
@@ -163,7 +170,7 @@ func New(d Deps) *API {
 		now = time.Now
 	}
 	return &API{
-		store: d.Store, state: d.State, stream: d.Stream, flows: d.Flows, kv: d.KV, archive: d.Archive, restorer: d.Restorer, metrics: d.Metrics, ready: d.Ready, cors: d.CORSOrigins,
+		store: d.Store, state: d.State, stream: d.Stream, flows: d.Flows, kv: d.KV, archive: d.Archive, restorer: d.Restorer, compact: d.Compactor, history: d.History, metrics: d.Metrics, ready: d.Ready, cors: d.CORSOrigins,
 		log: d.Log, now: now, limits: lim, access: newAccess(d.Access, now), validate: newValidator(),
 		web: d.Web, webBase: d.WebBase,
 	}
@@ -209,6 +216,7 @@ func (a *API) Routes() http.Handler {
 			r.With(read).Get("/{id}/state", a.getState)
 			r.With(read).Get("/{id}/state/diff", a.getStateDiff)
 			r.With(admin).Post("/{id}/restore", a.restoreContext)
+			r.With(admin).Post("/{id}/compact", a.compactContext)
 		})
 		if a.flows != nil {
 			a.awaitRoutes(r)

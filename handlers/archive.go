@@ -45,7 +45,11 @@ type contextSource interface {
 func (a *API) sourceOf(r *http.Request, c store.Context) (contextSource, error) {
 	switch r.URL.Query().Get("source") {
 	case "", "live":
-		return liveSource{store: a.store, state: a.state, c: c}, nil
+		src := liveSource{store: a.store, history: a.store, state: a.state, c: c}
+		if a.history != nil {
+			src.history = a.history
+		}
+		return src, nil
 	case "archive":
 		if a.archive == nil {
 			return nil, errNoArchive
@@ -60,11 +64,14 @@ func (a *API) sourceOf(r *http.Request, c store.Context) (contextSource, error) 
 }
 
 // liveSource reads a context from the store and its states from the
-// snapshot cache.
+// snapshot cache. Its events come from history, which reads through to the
+// archive once compaction trimmed the stream; its Info stays the store's, so
+// eventCount is the live stream's length.
 type liveSource struct {
-	store Reader
-	state StateReader // nil: the server does not reduce
-	c     store.Context
+	store   Reader
+	history History
+	state   StateReader // nil: the server does not reduce
+	c       store.Context
 }
 
 func (s liveSource) Info(ctx context.Context) (store.StreamInfo, error) {
@@ -72,7 +79,7 @@ func (s liveSource) Info(ctx context.Context) (store.StreamInfo, error) {
 }
 
 func (s liveSource) Range(ctx context.Context, q store.RangeQuery) ([]event.Event, error) {
-	return s.store.Range(ctx, s.c, q)
+	return s.history.Range(ctx, s.c, q)
 }
 
 func (s liveSource) StateAt(ctx context.Context, at event.ID) (reducers.State, error) {

@@ -70,6 +70,7 @@ var routeScopes = map[string]auth.Scope{
 	"GET /api/_events/{type}/{id}/state":                auth.Read,
 	"GET /api/_events/{type}/{id}/state/diff":           auth.Read,
 	"POST /api/_events/{type}/{id}/restore":             auth.Admin,
+	"POST /api/_events/{type}/{id}/compact":             auth.Admin,
 	"GET /api/_events/{type}/{id}/stream":               auth.Read,
 	"GET /api/_events/sse":                              auth.Read,
 	"GET /api/_flows":                                   auth.Read,
