@@ -58,7 +58,11 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 	if checkpointEvery == 0 {
 		checkpointEvery = -1 // snapshots reads 0 as its default
 	}
-	states := snapshots.New(st, snapshots.Options{
+	history, compactor, err := Compaction(st, cfg)
+	if err != nil {
+		return nil, errors.Join(err, a.Close())
+	}
+	states := snapshots.New(history, snapshots.Options{
 		MaxEntries:      cfg.CacheEntries,
 		MaxBytes:        cfg.CacheBytes,
 		CheckpointEvery: checkpointEvery,
@@ -126,7 +130,7 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 		return nil, errors.Join(err, a.Close())
 	}
 	restorer, _ := st.(handlers.Restorer) // both stores restore; nil keeps the route at 404
-	api := handlers.New(handlers.Deps{
+	deps := handlers.Deps{
 		Store:       a.Metrics.Store(st),
 		State:       states,
 		Flows:       flowEngine,
@@ -148,7 +152,11 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 			RequestTimeout: cfg.RequestTimeout,
 		},
 		Access: access,
-	})
+	}
+	if compactor != nil { // a nil *Compactor in the interface would not read as off
+		deps.Compactor, deps.History = compactor, history
+	}
+	api := handlers.New(deps)
 	a.Handler = a.Metrics.Middleware(api.Routes())
 
 	ln, err := net.Listen("tcp", cfg.Addr)
