@@ -16,6 +16,7 @@ import (
 	"github.com/nqd-dev/nqd/config"
 	"github.com/nqd-dev/nqd/examples/demo"
 	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/internal/wait"
 	"github.com/nqd-dev/nqd/wiring"
 	"github.com/nqd-dev/nqd/worker"
 )
@@ -155,13 +156,7 @@ func runs(t testing.TB, base, flow, status string, offset, limit int) runsPage {
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up after %v waiting for %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	wait.For(t, within, 20*time.Millisecond, what, cond)
 }
 
 // runEvents is a run's stream as the API serves it, with its reduced state.

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/wait"
 )
 
 // waitFor bounds every wait: generous for a loaded 2-core machine under
@@ -25,13 +26,7 @@ const waitFor = 30 * time.Second
 // eventually polls cond until it holds, failing the test after waitFor.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, waitFor)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	wait.For(t, waitFor, 10*time.Millisecond, what, cond)
 }
 
 // client is shared by the appenders; its timeout bounds an append stuck on a

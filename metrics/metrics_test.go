@@ -13,6 +13,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/wait"
 	"github.com/nqd-dev/nqd/metrics"
 	"github.com/nqd-dev/nqd/snapshots"
 	"github.com/nqd-dev/nqd/store"
@@ -185,11 +186,7 @@ func readUntil(t *testing.T, r io.Reader, s string) {
 // observer is told after the client has read.
 func waitScrape(t *testing.T, m *metrics.Metrics, line string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(scrape(t, m), "\n"+line+"\n") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %q within 10s", line)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	wait.For(t, 10*time.Second, 5*time.Millisecond, "scrape line "+line, func() bool {
+		return strings.Contains(scrape(t, m), "\n"+line+"\n")
+	})
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/wait"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
 )
@@ -324,11 +325,5 @@ func wantFrame(t *testing.T, ev event.Event) string {
 // eventually waits until cond holds, failing after waitFor.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, waitFor)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	wait.For(t, waitFor, 2*time.Millisecond, what, cond)
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/internal/wait"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/redisstore"
 )
@@ -30,13 +31,7 @@ const waitTimeout = 10 * time.Second
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true within %s", what, waitTimeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	wait.For(t, waitTimeout, 10*time.Millisecond, what, cond)
 }
 
 // next receives one event or fails at the deadline.
