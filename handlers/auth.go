@@ -140,9 +140,11 @@ func streamContext(r *http.Request) (typ, id string) {
 // after the scope check, so only a verified token has a budget.
 func (a *API) limitRate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, _ := auth.FromContext(r.Context())
+		// A request with no token (a trigger webhook) is limited by its
+		// address only, not in one bucket shared by every anonymous caller.
+		p, perr := auth.FromContext(r.Context())
 		limited := a.access.addrRate != nil && a.access.addrRate.OnLimit(w, r, "addr:"+clientAddr(r))
-		if !limited && a.access.tokenRate != nil && !p.Open {
+		if !limited && a.access.tokenRate != nil && perr == nil && !p.Open && p.Name != "" {
 			limited = a.access.tokenRate.OnLimit(w, r, "token:"+p.Name)
 		}
 		if limited {

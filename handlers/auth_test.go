@@ -419,3 +419,20 @@ func decodeJSON(res *http.Response, v any) error {
 	defer res.Body.Close()
 	return json.NewDecoder(res.Body).Decode(v)
 }
+
+// TestTriggerWebhooksLimitedByAddress: a trigger POST carries no token, so
+// only the per-address budget applies to it; anonymous callers do not share
+// one per-token bucket.
+func TestTriggerWebhooksLimitedByAddress(t *testing.T) {
+	api := newTestAPI(t, withTokens(t, handlers.Access{
+		PerAddr:  handlers.Rate{Requests: 2, Window: time.Hour},
+		PerToken: handlers.Rate{Requests: 1, Window: time.Hour},
+	}))
+	var got []int
+	for range 3 {
+		got = append(got, api.do(t, post("/api/_flows/triggers/tg1.k.0.nonce.mac", `{"approved":true}`)).Code)
+	}
+	if got[0] == http.StatusTooManyRequests || got[1] == http.StatusTooManyRequests || got[2] != http.StatusTooManyRequests {
+		t.Fatalf("statuses %v: want the per-address budget of 2, then 429", got)
+	}
+}

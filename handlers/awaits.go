@@ -23,9 +23,10 @@ const CodeGone = "gone"
 
 // awaitRoutes mounts the trigger webhook and the waits listing (seed 001
 // §6.3). A trigger POST carries no API token: its signed, single-use
-// trigger id is its credential, so it is mounted without a scope.
+// trigger id is its credential, so it is mounted without a scope, limited
+// by the caller's address.
 func (a *API) awaitRoutes(r chi.Router) {
-	r.Post("/api/_flows/triggers/{id}", a.fireTrigger)
+	r.With(a.limitRate).Post("/api/_flows/triggers/{id}", a.fireTrigger)
 	r.With(a.require(auth.Read)).Get("/api/_flows/waits", a.listWaits)
 }
 
