@@ -15,9 +15,11 @@ run:
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/nqd ./cmd/server
 
-## test: every test with the race detector; Redis tests start their own redis-server
+## test: every test with the race detector; Redis tests start their own redis-server.
+## One package at a time: several packages start servers, browsers and load of
+## their own, and on a small machine running them side by side only slows each.
 test:
-	$(GO) test -race -count=1 -cover -timeout 20m $(PKGS)
+	$(GO) test -race -count=1 -cover -p 1 -timeout 20m $(PKGS)
 
 ## test-short: the tests without the race detector, for a quick loop
 test-short:

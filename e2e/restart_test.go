@@ -161,8 +161,20 @@ func TestKillAndRestart(t *testing.T) {
 
 			first.kill(t)
 			spawn(t, addr, env)
+			var last []string // the run's events at the last look, for a failure's log
+			t.Cleanup(func() {
+				if t.Failed() {
+					t.Logf("the run's events at the last look: %v", last)
+				}
+			})
 			close(release)
-			waitFor(t, 60*time.Second, "the run to complete", func() bool { return runs(t, base, "pipeline", "completed", 0, 1).Total == 1 })
+			waitFor(t, 90*time.Second, "the run to complete", func() bool {
+				if runs(t, base, "pipeline", "completed", 0, 1).Total == 1 {
+					return true
+				}
+				last = events(t, base, run).kinds()
+				return false
+			})
 
 			mu.Lock()
 			defer mu.Unlock()
