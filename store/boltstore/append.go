@@ -43,6 +43,12 @@ func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, 
 		return store.AppendResult{}, err
 	}
 	r.kinds = true
+	return s.submit(ctx, r)
+}
+
+// submit hands r to the writer and waits for its outcome. Errors: ErrClosed,
+// or ctx's error if it ends before the hand-over (then nothing was written).
+func (s *Store) submit(ctx context.Context, r *appendReq) (store.AppendResult, error) {
 	if err := ctx.Err(); err != nil {
 		return store.AppendResult{}, err
 	}

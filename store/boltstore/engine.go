@@ -186,18 +186,7 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 		return store.AppendResult{}, err
 	}
 	r.hook = hook
-	if err := ctx.Err(); err != nil {
-		return store.AppendResult{}, err
-	}
-	select {
-	case s.reqs <- r:
-	case <-s.quit:
-		return store.AppendResult{}, errClosed
-	case <-ctx.Done():
-		return store.AppendResult{}, ctx.Err()
-	}
-	<-r.done
-	return r.res, r.err
+	return s.submit(ctx, r)
 }
 
 var errConflict = fmt.Errorf("boltstore: %w", store.ErrConflict)
