@@ -63,6 +63,9 @@ type Config struct {
 	SweepInterval time.Duration // time between sweeps
 	StallAfter    time.Duration // idle time after which a run with nothing pending counts as stuck
 
+	// JobLease is how long a worker holds a claimed job without a heartbeat.
+	JobLease time.Duration
+
 	// Access control and abuse limits. Tokens hold only hashes and
 	// StreamTokenKeys unexported secrets, so printing a Config leaks neither.
 	Tokens              []auth.Token // NQ_TOKENS then NQ_TOKENS_FILE; none: every route is open
@@ -134,6 +137,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 		{"retention-interval", "NQ_RETENTION_INTERVAL", "how often runs whose retention ended are looked for", "1m", dur(&c.RetentionInterval)},
 		{"sweep-interval", "NQ_SWEEP_INTERVAL", "time between sweeps for overdue awaits, stuck runs and orphaned run records", "30s", dur(&c.SweepInterval)},
 		{"stall-after", "NQ_STALL_AFTER", "how long a run with no pending await and no leased job may go without an event before it is flagged stuck", "5m", dur(&c.StallAfter)},
+		{"job-lease", "NQ_JOB_LEASE", "how long a worker holds a claimed job without a heartbeat before it goes to another worker", "30s", dur(&c.JobLease)},
 		{"sse-max-lifetime", "NQ_SSE_MAX_LIFETIME", "rotate SSE connections after this long, with jitter (0: never)", "0", dur(&c.SSEMaxLifetime)},
 		{"", "NQ_TOKENS", "API tokens name:scope:secret or name:scope:sha256:<hex>, comma-separated", "", tokens(&c.Tokens)},
 		{"tokens-file", "NQ_TOKENS_FILE", "file of API tokens, one name:scope:sha256:<hex> a line", "", str(&c.TokensFile)},
@@ -272,6 +276,9 @@ func (c Config) validate() error {
 	}
 	if c.StallAfter < time.Second {
 		bad("NQ_STALL_AFTER", "want at least 1s, got %s", c.StallAfter)
+	}
+	if c.JobLease < time.Second {
+		bad("NQ_JOB_LEASE", "want at least 1s, got %s", c.JobLease)
 	}
 	if c.WebBase != "" && (!strings.HasPrefix(c.WebBase, "/") || strings.HasPrefix(c.WebBase, "/api") || strings.ContainsAny(c.WebBase, "*{}? ")) {
 		bad("NQ_WEB_BASE", "want a path such as /ui, not under /api, got %q", c.WebBase)

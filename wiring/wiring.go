@@ -96,7 +96,7 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 		if err != nil {
 			return nil, errors.Join(err, a.Close())
 		}
-		eng, stop, err := StartEngine(ctx, es, cfg.FlowsDir, signer, log)
+		eng, stop, err := StartEngine(ctx, es, cfg.FlowsDir, cfg.JobLease, signer, log)
 		if err != nil {
 			return nil, errors.Join(err, a.Close())
 		}
