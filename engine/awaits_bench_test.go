@@ -66,7 +66,7 @@ func BenchmarkTriggerToResumed(b *testing.B) {
 				for _, j := range jobs {
 					ack := store.JobAck{Queue: j.Queue, ID: j.ID, Lease: j.Lease}
 					if j.Step == "start" {
-						if _, err := e.Report(b.Context(), ack, emitEvents("started")); err != nil {
+						if _, err := e.Report(b.Context(), ack, emitEvents("started"), ""); err != nil {
 							b.Fatal(err)
 						}
 					}

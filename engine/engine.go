@@ -222,6 +222,10 @@ type stepState struct {
 	Queue   string `json:"queue"`
 	// Await is the id of the await an awaiting step waits on.
 	Await string `json:"await,omitempty"`
+	// Acked says which lease last finished an attempt of the step and how
+	// (ackedBy), so that a worker repeating that report gets its answer
+	// again instead of a conflict.
+	Acked string `json:"acked,omitempty"`
 }
 
 func (s *stepState) active() bool {

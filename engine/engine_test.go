@@ -105,7 +105,7 @@ func work(t *testing.T, e *engine.Engine, c *clock, handlers map[string]handler)
 		for _, j := range jobs {
 			runs[j.Step]++
 			ack := store.JobAck{Queue: j.Queue, ID: j.ID, Lease: j.Lease}
-			if _, err := e.Report(ctx, ack, []event.Event{{Kind: "step.started"}}); err != nil {
+			if _, err := e.Report(ctx, ack, []event.Event{{Kind: "step.started"}}, ""); err != nil {
 				t.Fatalf("report %s: %v", j.ID, err)
 			}
 			var emits []string
@@ -118,7 +118,7 @@ func work(t *testing.T, e *engine.Engine, c *clock, handlers map[string]handler)
 			}
 			for _, name := range emits {
 				ev := event.Event{Kind: "emit", Data: json.RawMessage(fmt.Sprintf(`{"event":%q,"payload":{"from":%q}}`, name, j.Step))}
-				if _, err := e.Report(ctx, ack, []event.Event{ev}); err != nil {
+				if _, err := e.Report(ctx, ack, []event.Event{ev}, ""); err != nil {
 					t.Fatalf("emit %s: %v", name, err)
 				}
 			}
@@ -304,7 +304,7 @@ func TestCancelStopsDispatch(t *testing.T) {
 			t.Fatalf("claim = %v, %v", jobs, err)
 		}
 		ack := store.JobAck{Queue: "default", ID: jobs[0].ID, Lease: jobs[0].Lease}
-		if _, err := e.Report(ctx, ack, []event.Event{{Kind: "emit", Data: json.RawMessage(`{"event":"step.a.trigger"}`)}}); err != nil {
+		if _, err := e.Report(ctx, ack, []event.Event{{Kind: "emit", Data: json.RawMessage(`{"event":"step.a.trigger"}`)}}, ""); err != nil {
 			t.Fatal(err)
 		}
 		prev, err := e.Cancel(ctx, "diamond", started.FlowID, "user")
@@ -426,7 +426,7 @@ func TestTwoEnginesRace(t *testing.T) {
 						ack := store.JobAck{Queue: j.Queue, ID: j.ID, Lease: j.Lease}
 						for _, name := range defaultEmits[j.Step] {
 							ev := event.Event{Kind: "emit", Data: json.RawMessage(fmt.Sprintf(`{"event":%q}`, name))}
-							if _, err := e.Report(ctx, ack, []event.Event{ev}); err != nil {
+							if _, err := e.Report(ctx, ack, []event.Event{ev}, ""); err != nil {
 								t.Error(err)
 							}
 						}

@@ -69,7 +69,7 @@ func runStart(t *testing.T, e *engine.Engine, run string) {
 			continue
 		}
 		ack := store.JobAck{Queue: jobs[0].Queue, ID: jobs[0].ID, Lease: jobs[0].Lease}
-		if _, err := e.Report(t.Context(), ack, emitEvents("started")); err != nil {
+		if _, err := e.Report(t.Context(), ack, emitEvents("started"), ""); err != nil {
 			t.Fatal(err)
 		}
 		if err := e.Complete(t.Context(), ack, nil); err != nil {

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -109,6 +111,37 @@ func (e *Engine) held(ctx context.Context, ack store.JobAck) (store.Job, error) 
 	return j, nil
 }
 
+// ackedBy is what stepState.Acked holds once the job held by lease ended
+// with outcome (stepCompleted or stepFailed). Only a digest of the lease is
+// kept: run records are archived and exported, and a lease is a credential.
+func ackedBy(lease, outcome string) string {
+	sum := sha256.Sum256([]byte(lease))
+	return outcome + ":" + hex.EncodeToString(sum[:12])
+}
+
+// repeated tells a worker's repeat of a report that succeeded (nil) from a
+// report with a lost lease (ErrLeaseLost): the job is gone once acked, so
+// the run's record is what remembers which lease finished the step, and how.
+func (e *Engine) repeated(ctx context.Context, ack store.JobAck, outcome string) error {
+	runID, step, _ := strings.Cut(ack.ID, ":")
+	// The job is gone, so the flow is read from the run's first event.
+	first, err := e.st.Range(ctx, store.Context{Type: "flow", ID: runID}, store.RangeQuery{Limit: 1})
+	if err != nil || len(first) == 0 || first[0].FlowName == "" {
+		return ErrLeaseLost
+	}
+	r, err := e.readRun(ctx, first[0].FlowName, runID)
+	if errors.Is(err, store.ErrNotFound) {
+		return ErrLeaseLost
+	}
+	if err != nil {
+		return err
+	}
+	if s := r.state.Steps[step]; s != nil && s.Acked == ackedBy(ack.Lease, outcome) {
+		return nil
+	}
+	return ErrLeaseLost
+}
+
 // Kinds a worker may append while it runs a step; the lifecycle kinds go
 // through Complete and Fail so the engine can act on them.
 func progressKind(kind string) bool {
@@ -121,19 +154,37 @@ func progressKind(kind string) bool {
 	return false
 }
 
+// ReportError is a worker's report the engine refuses: Field names the
+// offending part of the request (e.g. `events[2].kind`), Reason says why.
+type ReportError struct{ Field, Reason string }
+
+func (e *ReportError) Error() string { return "engine: " + e.Field + ": " + e.Reason }
+
+// Unwrap makes a ReportError a store.ErrInvalid.
+func (e *ReportError) Unwrap() error { return store.ErrInvalid }
+
 // Report appends a worker's progress events for the job it holds: each gets
 // the run, flow, step and attempt of the job. An emit records its event for
 // fan-in and queues every step that now has all its subscriptions, once per
-// run: a repeated emit of the same event is stored once. Errors:
-// ErrLeaseLost, ErrRunEnded, ErrStateInvalid (a *StateError), store.ErrInvalid.
-func (e *Engine) Report(ctx context.Context, ack store.JobAck, evs []event.Event) ([]event.Event, error) {
+// run: a repeated emit of the same event is stored once. With a key, a
+// repeat of the report for the same job and lease stores nothing new and
+// returns the first one's events (less its emits, which count once anyway).
+// Errors: ErrLeaseLost, ErrRunEnded, ErrStateInvalid (a *StateError), a
+// *ReportError.
+func (e *Engine) Report(ctx context.Context, ack store.JobAck, evs []event.Event, key string) ([]event.Event, error) {
 	j, err := e.held(ctx, ack)
 	if err != nil {
 		return nil, err
 	}
 	for i := range evs {
 		if !progressKind(evs[i].Kind) {
-			return nil, fmt.Errorf("engine: event %d: kind %q is not a progress event (complete or fail the job instead): %w", i, evs[i].Kind, store.ErrInvalid)
+			return nil, &ReportError{Field: fmt.Sprintf("events[%d].kind", i),
+				Reason: fmt.Sprintf("%q is not a progress event: complete or fail the job instead", evs[i].Kind)}
+		}
+		if evs[i].Kind == "emit" {
+			if name, _ := emitName(evs[i].Data); name == "" {
+				return nil, &ReportError{Field: fmt.Sprintf("events[%d].data.event", i), Reason: "required: the name of the emitted event"}
+			}
 		}
 		ev := &evs[i]
 		ev.Subject, ev.Flow, ev.FlowName, ev.Step = j.Run, j.Run, j.Flow, j.Step
@@ -155,11 +206,20 @@ func (e *Engine) Report(ctx context.Context, ack store.JobAck, evs []event.Event
 	}
 	var out []event.Event
 	var plain []event.Event
+	segment := 0
 	flush := func() error {
 		if len(plain) == 0 {
 			return nil
 		}
-		res, err := e.st.Append(ctx, store.Context{Type: "flow", ID: j.Run}, plain, store.AppendOptions{})
+		var opts store.AppendOptions
+		if key != "" {
+			// Emits split a report into several appends; each gets a key
+			// of its own, scoped to the job and lease so that keys of
+			// different workers never meet.
+			opts.IdempotencyKey = fmt.Sprintf("report:%s:%s:%d:%s", j.ID, ackedBy(ack.Lease, "lease"), segment, key)
+			segment++
+		}
+		res, err := e.st.Append(ctx, store.Context{Type: "flow", ID: j.Run}, plain, opts)
 		out = append(out, res.Events...)
 		plain = nil
 		return err
@@ -207,9 +267,6 @@ func emitName(data json.RawMessage) (string, json.RawMessage) {
 
 func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event) ([]event.Event, error) {
 	name, payload := emitName(ev.Data)
-	if name == "" {
-		return nil, fmt.Errorf("engine: emit without an event name: %w", store.ErrInvalid)
-	}
 	d, err := e.Definition(ctx, j.Flow)
 	if err != nil {
 		return nil, err
@@ -255,10 +312,14 @@ func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event) ([]event
 }
 
 // Complete finishes the job held by ack with result: step.completed, and
-// flow.completed when no step of the run is left to run. Errors:
+// flow.completed when no step of the run is left to run. Once it succeeded,
+// a repeat with the same lease succeeds again and writes nothing. Errors:
 // ErrLeaseLost, ErrRunEnded.
 func (e *Engine) Complete(ctx context.Context, ack store.JobAck, result json.RawMessage) error {
 	j, err := e.held(ctx, ack)
+	if errors.Is(err, ErrLeaseLost) {
+		return e.repeated(ctx, ack, stepCompleted)
+	}
 	if err != nil {
 		return err
 	}
@@ -276,7 +337,7 @@ func (e *Engine) Complete(ctx context.Context, ack store.JobAck, result json.Raw
 			s = &stepState{Queue: j.Queue}
 			r.state.Steps[j.Step] = s
 		}
-		s.Status, s.Attempt = stepCompleted, j.Attempt
+		s.Status, s.Attempt, s.Acked = stepCompleted, j.Attempt, ackedBy(ack.Lease, stepCompleted)
 		r.meta.CompletedSteps++
 		data := map[string]any{}
 		if len(result) > 0 {
@@ -324,14 +385,18 @@ func (e *Engine) ackCommit(ctx context.Context, u store.RunUpdate) error {
 // Fail reports that the job held by ack failed with msg. When the step's
 // retry policy allows another attempt and retriable is not false, the step
 // is retried after its backoff (step.failed with willRetry, then step.retry
-// when due); otherwise the step fails and so does the run. Errors:
-// ErrLeaseLost, ErrRunEnded.
+// when due); otherwise the step fails and so does the run. Once it
+// succeeded, a repeat with the same lease succeeds again and writes nothing.
+// Errors: ErrLeaseLost, ErrRunEnded.
 func (e *Engine) Fail(ctx context.Context, ack store.JobAck, msg string, retriable *bool) error {
 	return e.fail(ctx, ack, msg, retriable == nil || *retriable)
 }
 
 func (e *Engine) fail(ctx context.Context, ack store.JobAck, msg string, retriable bool) error {
 	j, err := e.held(ctx, ack)
+	if errors.Is(err, ErrLeaseLost) {
+		return e.repeated(ctx, ack, stepFailed)
+	}
 	if err != nil {
 		return err
 	}
@@ -355,7 +420,7 @@ func (e *Engine) fail(ctx context.Context, ack store.JobAck, msg string, retriab
 			s = &stepState{Queue: j.Queue}
 			r.state.Steps[j.Step] = s
 		}
-		s.Attempt = j.Attempt
+		s.Attempt, s.Acked = j.Attempt, ackedBy(ack.Lease, stepFailed)
 		meta := map[string]any{"jobId": j.ID, "maxAttempts": policy.MaxAttempts()}
 		if policy != nil {
 			meta["backoff"] = policy.Backoff

@@ -53,7 +53,7 @@ func TestDiamondWorkerKilledBetweenBranches(t *testing.T) {
 			ack := store.JobAck{Queue: j.Queue, ID: j.ID, Lease: j.Lease}
 			for _, name := range emits {
 				ev := event.Event{Kind: "emit", Data: json.RawMessage(fmt.Sprintf(`{"event":%q,"payload":{"from":%q}}`, name, j.Step))}
-				if _, err := e.Report(ctx, ack, []event.Event{ev}); err != nil {
+				if _, err := e.Report(ctx, ack, []event.Event{ev}, ""); err != nil {
 					t.Fatalf("emit %s: %v", name, err)
 				}
 			}

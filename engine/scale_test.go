@@ -86,7 +86,7 @@ func TestTwoInstancesOnRedis(t *testing.T) {
 						evs = append(evs, event.Event{Kind: "emit", Data: json.RawMessage(fmt.Sprintf(`{"event":%q,"payload":{"from":%q}}`, name, j.Step))})
 					}
 					if len(evs) > 0 {
-						if _, err := e.Report(wctx, ack, evs); err != nil {
+						if _, err := e.Report(wctx, ack, evs, ""); err != nil {
 							t.Errorf("report %s: %v", j.ID, err)
 						}
 					}

@@ -56,7 +56,7 @@ func TestStateSchema(t *testing.T) {
 			{set("status", `"training"`), set("loss", "0.3")}, // the good one goes too
 			{{Kind: "state.batch", Data: json.RawMessage(`{"operations":[{"type":"set","key":"accuracy","value":-1}]}`)}},
 		} {
-			_, err := e.Report(ctx, ack, bad)
+			_, err := e.Report(ctx, ack, bad, "")
 			var se *engine.StateError
 			if !errors.As(err, &se) || !errors.Is(err, engine.ErrStateInvalid) {
 				t.Fatalf("Report(%s) = %v, want a StateError", bad[len(bad)-1].Data, err)
@@ -66,7 +66,7 @@ func TestStateSchema(t *testing.T) {
 			t.Fatalf("%d state events stored after refused reports, want 0", n)
 		}
 		if _, err := e.Report(ctx, ack, []event.Event{set("status", `"training"`), set("accuracy", "0.95"),
-			{Kind: "state.batch", Data: json.RawMessage(`{"operations":[{"type":"set","key":"status","value":"complete"},{"type":"delete","key":"accuracy"}]}`)}}); err != nil {
+			{Kind: "state.batch", Data: json.RawMessage(`{"operations":[{"type":"set","key":"status","value":"complete"},{"type":"delete","key":"accuracy"}]}`)}}, ""); err != nil {
 			t.Fatalf("good state writes: %v", err)
 		}
 		if n := count(); n != 3 {

@@ -76,7 +76,7 @@ func awaitingRun(t *testing.T, e *engine.Engine, st engine.Store) (run, trigger 
 	if ack.ID == "" {
 		t.Fatalf("claim: no start job of run %s in %v", s.FlowID, jobs)
 	}
-	if _, err := e.Report(ctx, ack, []event.Event{{Kind: "emit", Data: json.RawMessage(`{"event":"started","payload":{}}`)}}); err != nil {
+	if _, err := e.Report(ctx, ack, []event.Event{{Kind: "emit", Data: json.RawMessage(`{"event":"started","payload":{}}`)}}, ""); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.Complete(ctx, ack, nil); err != nil {

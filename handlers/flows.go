@@ -33,7 +33,7 @@ type FlowEngine interface {
 	ClearHistory(ctx context.Context, flow string) (int, error)
 	Claim(ctx context.Context, queues []string, max int, wait time.Duration) ([]store.Job, error)
 	Heartbeat(ctx context.Context, ack store.JobAck) (engine.Beat, error)
-	Report(ctx context.Context, ack store.JobAck, evs []event.Event) ([]event.Event, error)
+	Report(ctx context.Context, ack store.JobAck, evs []event.Event, key string) ([]event.Event, error)
 	Complete(ctx context.Context, ack store.JobAck, result json.RawMessage) error
 	Fail(ctx context.Context, ack store.JobAck, msg string, retriable *bool) error
 	FireTrigger(ctx context.Context, id string, payload json.RawMessage, src engine.TriggerSource) (engine.TriggerOutcome, error)
@@ -60,7 +60,11 @@ func (a *API) flowRoutes(r chi.Router) {
 func flowError(err error) error {
 	var ve *flows.ValidationError
 	var se *engine.StateError
+	var re *engine.ReportError
 	switch {
+	case errors.As(err, &re):
+		return &Error{Status: http.StatusBadRequest, Code: CodeValidation, Message: "The report was refused; nothing was stored.",
+			Fields: map[string]string{re.Field: re.Reason}}
 	case errors.As(err, &se):
 		return &Error{Status: http.StatusUnprocessableEntity, Code: CodeValidation, Message: "The state does not match the flow's state schema; nothing was stored.",
 			Fields: map[string]string{"state." + se.Key: se.Reason}}

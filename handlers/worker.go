@@ -133,9 +133,15 @@ type reportBody struct {
 }
 
 // reportJob appends progress events: step.started, log, emit, state.* and
-// the like. The engine fills in run, flow, step and attempt.
+// the like. The engine fills in run, flow, step and attempt. An
+// Idempotency-Key makes a retried report store its events once.
 func (a *API) reportJob(w http.ResponseWriter, r *http.Request) {
 	var req reportRequest
+	opts, err := idempotencyOptions(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
 	ack, err := a.decodeJob(w, r, &req)
 	if err != nil {
 		writeError(w, r, err)
@@ -151,7 +157,7 @@ func (a *API) reportJob(w http.ResponseWriter, r *http.Request) {
 		}
 		evs = append(evs, ev)
 	}
-	stored, err := a.flows.Report(r.Context(), ack, evs)
+	stored, err := a.flows.Report(r.Context(), ack, evs, opts.IdempotencyKey)
 	if err != nil {
 		writeError(w, r, flowError(err))
 		return

@@ -1,0 +1,126 @@
+package engine_test
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nqd-dev/nqd/engine"
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/store"
+)
+
+// TestRepeatedReports: a worker that lost an answer repeats its report with
+// the same lease; the repeat must answer as the first did and store nothing.
+func TestRepeatedReports(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, st engine.Store) {
+		ctx := t.Context()
+		c := &clock{t: time.UnixMilli(1_700_000_000_000)}
+		e := newEngine(t, st, c)
+		mustDefine(t, e, "example-flow", "example-flow")
+		started, err := e.Start(ctx, "example-flow", nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		claim := func(step string) store.JobAck {
+			t.Helper()
+			jobs, err := e.Claim(ctx, []string{"default"}, 1, 0)
+			if err != nil || len(jobs) != 1 || jobs[0].Step != step {
+				t.Fatalf("claim = %+v, %v; want %s", jobs, err, step)
+			}
+			return store.JobAck{Queue: jobs[0].Queue, ID: jobs[0].ID, Lease: jobs[0].Lease}
+		}
+
+		fetch := claim("fetch_data")
+		batch := func() []event.Event {
+			return []event.Event{
+				{Kind: "step.started"},
+				{Kind: "log", Data: json.RawMessage(`{"level":"info","msg":"one"}`)},
+				{Kind: "emit", Data: json.RawMessage(`{"event":"fetch_data.completed","payload":{"rows":1}}`)},
+				{Kind: "state.set", Data: json.RawMessage(`{"key":"rows","value":1}`)},
+			}
+		}
+		first, err := e.Report(ctx, fetch, batch(), "report-1")
+		if err != nil || len(first) != 4 {
+			t.Fatalf("report = %d events, %v; want 4", len(first), err)
+		}
+		again, err := e.Report(ctx, fetch, batch(), "report-1")
+		if err != nil {
+			t.Fatalf("repeated report: %v", err)
+		}
+		if len(again) != 3 || again[0].ID != first[0].ID || again[2].ID != first[3].ID {
+			t.Errorf("repeated report answered %+v, want the first one's events but the emit", again)
+		}
+		// Another key is another report: its log is stored, its emit is
+		// not (an event counts once per run).
+		if _, err := e.Report(ctx, fetch, batch()[1:3], "report-2"); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Complete(ctx, fetch, json.RawMessage(`{"rows":1}`)); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Complete(ctx, fetch, json.RawMessage(`{"rows":1}`)); err != nil {
+			t.Errorf("repeated complete: %v, want success", err)
+		}
+		if err := e.Fail(ctx, fetch, "late", nil); !errors.Is(err, engine.ErrLeaseLost) {
+			t.Errorf("fail after complete with the same lease: %v, want ErrLeaseLost", err)
+		}
+
+		proc := claim("process_data")
+		if err := e.Fail(ctx, proc, "boom", nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Fail(ctx, proc, "boom", nil); err != nil {
+			t.Errorf("repeated fail: %v, want success", err)
+		}
+		if err := e.Complete(ctx, proc, nil); !errors.Is(err, engine.ErrLeaseLost) {
+			t.Errorf("complete after fail with the same lease: %v, want ErrLeaseLost", err)
+		}
+		if err := e.Complete(ctx, store.JobAck{Queue: "default", ID: proc.ID, Lease: "another"}, nil); !errors.Is(err, engine.ErrLeaseLost) {
+			t.Errorf("complete with a lease never given: %v, want ErrLeaseLost", err)
+		}
+
+		got := kinds(t, st, started.FlowID)
+		want := map[string]int{
+			"step.started fetch_data": 1, "log fetch_data": 2, "emit fetch_data": 1, "state.set fetch_data": 1,
+			"step.completed fetch_data": 1, "step.failed process_data willRetry=false": 1, "flow.failed": 1,
+		}
+		for k, n := range want {
+			if count(got, k) != n {
+				t.Errorf("%d × %q, want %d; events %v", count(got, k), k, n, got)
+			}
+		}
+	})
+}
+
+// TestBadReportNamesTheField: a refused report says which event and why.
+func TestBadReportNamesTheField(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, st engine.Store) {
+		ctx := t.Context()
+		c := &clock{t: time.UnixMilli(1_700_000_000_000)}
+		e := newEngine(t, st, c)
+		mustDefine(t, e, "example-flow", "example-flow")
+		if _, err := e.Start(ctx, "example-flow", nil, ""); err != nil {
+			t.Fatal(err)
+		}
+		jobs, err := e.Claim(ctx, []string{"default"}, 1, 0)
+		if err != nil || len(jobs) != 1 {
+			t.Fatal(jobs, err)
+		}
+		ack := store.JobAck{Queue: jobs[0].Queue, ID: jobs[0].ID, Lease: jobs[0].Lease}
+		for _, tc := range []struct {
+			evs   []event.Event
+			field string
+		}{
+			{[]event.Event{{Kind: "log"}, {Kind: "step.completed"}}, "events[1].kind"},
+			{[]event.Event{{Kind: "emit", Data: json.RawMessage(`{"payload":1}`)}}, "events[0].data.event"},
+		} {
+			_, err := e.Report(ctx, ack, tc.evs, "")
+			var re *engine.ReportError
+			if !errors.As(err, &re) || re.Field != tc.field || !errors.Is(err, store.ErrInvalid) {
+				t.Errorf("Report(%v) = %v, want a ReportError on %s", tc.evs, err, tc.field)
+			}
+		}
+	})
+}

@@ -1,0 +1,72 @@
+package handlers_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/nqd-dev/nqd/store"
+)
+
+// TestWorkerReportsRepeat: the reports of the worker protocol are safe to
+// repeat for the same lease, and a refused one names the field.
+func TestWorkerReportsRepeat(t *testing.T) {
+	for _, backend := range []string{"bolt", "redis"} {
+		t.Run(backend, func(t *testing.T) {
+			api, e, st := newAwaitAPI(t, backend)
+			s, err := e.Start(t.Context(), "approve", nil, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := api.do(t, post("/api/_workers/claim", `{"queues":["q1"],"max":1}`))
+			wantStatus(t, rec, http.StatusOK)
+			claimed := decode[struct{ Jobs []store.Job }](t, rec)
+			if len(claimed.Jobs) != 1 {
+				t.Fatalf("claimed %+v", claimed.Jobs)
+			}
+			j := claimed.Jobs[0]
+			base := "/api/_workers/jobs/q1/" + j.ID
+			lease := fmt.Sprintf(`"lease":%q`, j.Lease)
+
+			bad := api.do(t, post(base+"/events", `{`+lease+`,"events":[{"kind":"log"},{"kind":"step.completed"}]}`))
+			wantStatus(t, bad, http.StatusBadRequest)
+			if f := decode[errorBody](t, bad).Error.Fields["events[1].kind"]; f == "" {
+				t.Errorf("refused report names no field events[1].kind: %s", bad.Body)
+			}
+
+			report := post(base+"/events", `{`+lease+`,"events":[{"kind":"log","data":{"msg":"once"}},{"kind":"emit","data":{"event":"started"}}]}`)
+			report.header = http.Header{"Idempotency-Key": {"r-1"}}
+			type stored struct{ Events []struct{ ID string } }
+			first := api.do(t, report)
+			wantStatus(t, first, http.StatusOK)
+			second := api.do(t, report)
+			wantStatus(t, second, http.StatusOK)
+			a, b := decode[stored](t, first), decode[stored](t, second)
+			// The emit stored itself and the await it made due; a repeat
+			// answers the log again and stores nothing.
+			if len(a.Events) != 3 || len(b.Events) != 1 || a.Events[0].ID != b.Events[0].ID {
+				t.Errorf("repeated report answered %+v, first %+v; want the first one's log", b, a)
+			}
+
+			for range 2 {
+				wantStatus(t, api.do(t, post(base+"/complete", `{`+lease+`,"result":{"ok":true}}`)), http.StatusOK)
+			}
+			conflict := api.do(t, post(base+"/fail", `{`+lease+`,"error":"late"}`))
+			wantStatus(t, conflict, http.StatusConflict)
+
+			evs, err := st.Range(t.Context(), store.Context{Type: "flow", ID: s.FlowID}, store.RangeQuery{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := map[string]int{}
+			for _, ev := range evs {
+				n[ev.Kind]++
+			}
+			if n["log"] != 1 || n["emit"] != 1 || n["step.completed"] != 1 {
+				b, _ := json.Marshal(n)
+				t.Errorf("stored kinds %s; want one log, one emit, one step.completed", b)
+			}
+		})
+	}
+}
