@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"sync"
 	"testing"
@@ -77,7 +78,7 @@ func startWorkerWith(t testing.TB, cfg worker.Config, handlers map[string]worker
 	t.Helper()
 	cfg.Queues = []string{"default"}
 	cfg.Heartbeat = 200 * time.Millisecond
-	cfg.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	cfg.Logger = slog.New(slog.NewTextHandler(zerolog.NewTestWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -90,7 +91,8 @@ func TestRunExampleAndDiamond(t *testing.T) {
 		},
 	}
 	go func() {
-		_ = worker.Run(ctx, worker.Config{BaseURL: srv.URL, Queues: []string{"default"}, Logger: log}, hs)
+		slogger := slog.New(slog.NewTextHandler(zerolog.NewTestWriter(t), nil))
+		_ = worker.Run(ctx, worker.Config{BaseURL: srv.URL, Queues: []string{"default"}, Logger: slogger}, hs)
 	}()
 	ex, err := e.Start(ctx, "example-flow", nil, "")
 	if err != nil {

@@ -4,20 +4,19 @@
 //	NQ_FLOWS_DIR=examples/flows go run ./cmd/server &
 //	go run ./cmd/demo-worker --url http://127.0.0.1:8080
 //
-// or simply `make demo`.
+// or simply `make demo`. With tokens on the server, pass one of the write
+// scope in NQD_TOKEN.
 package main
 
 import (
 	"context"
 	"flag"
-	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/nqd-dev/nqd/examples/demo"
 	"github.com/nqd-dev/nqd/worker"
@@ -32,11 +31,11 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly}).With().Timestamp().Str("app", "demo-worker").Logger()
-	cfg := worker.Config{BaseURL: *url, Queues: strings.Split(*queues, ","), Concurrency: *concurrency, Logger: log}
-	log.Info().Str("url", *url).Strs("queues", cfg.Queues).Msg("taking jobs")
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("app", "demo-worker")
+	cfg := worker.Config{BaseURL: *url, Token: os.Getenv("NQD_TOKEN"), Queues: strings.Split(*queues, ","), Concurrency: *concurrency, Logger: log}
+	log.Info("taking jobs", "url", *url, "queues", cfg.Queues)
 	if err := worker.Run(ctx, cfg, demo.Handlers(demo.Options{Work: *work})); err != nil {
-		fmt.Fprintln(os.Stderr, "demo-worker:", err)
+		log.Error("stopped", "err", err)
 		os.Exit(1)
 	}
 }

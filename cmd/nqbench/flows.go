@@ -6,12 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"sync"
 	"time"
 
-	"github.com/rs/zerolog"
 
 	"github.com/nqd-dev/nqd/examples/demo"
 	"github.com/nqd-dev/nqd/worker"
@@ -49,7 +49,7 @@ func runFlows(ctx context.Context, e env, rate float64, d time.Duration, conns, 
 	wg.Go(func() {
 		_ = worker.Run(wctx, worker.Config{
 			BaseURL: e.base, Queues: []string{"default"}, Concurrency: workers,
-			Client: httpClient(workers + 2), Logger: zerolog.Nop(),
+			Client: httpClient(workers + 2), Logger: slog.New(slog.DiscardHandler),
 		}, demo.Handlers(demo.Options{}))
 	})
 	defer func() { stopWorkers(); wg.Wait() }()

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -415,7 +416,7 @@ func startWorker(t *testing.T, base, token string) {
 	done := make(chan error, 1)
 	cfg := worker.Config{BaseURL: base, Queues: []string{"default"}, Concurrency: 4, Heartbeat: 200 * time.Millisecond,
 		Client: &http.Client{Transport: bearer(token)},
-		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)}
+		Logger: slog.New(slog.NewTextHandler(zerolog.NewTestWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	go func() {
 		done <- worker.Run(ctx, cfg, demo.Handlers(demo.Options{Work: 150 * time.Millisecond, Epochs: 3}))
 	}()

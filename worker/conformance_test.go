@@ -1,0 +1,499 @@
+package worker_test
+
+// The conformance scenarios of docs/worker-protocol.md, each against a real
+// nqd binary built from this tree. The other SDKs' suites mirror them.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nqd-dev/nqd/internal/wait"
+	"github.com/nqd-dev/nqd/worker"
+)
+
+const runWithin = 20 * time.Second
+
+// 1. Claim and complete.
+func TestClaimAndComplete(t *testing.T) {
+	n := startNQD(t)
+	n.putFlow("one", "entry: work\nsteps:\n  work: {queue: q1}\n")
+	runWorker(t, n, worker.Config{Queues: []string{"q1"}}, map[string]worker.Handler{
+		"work": func(_ context.Context, sc *worker.StepContext) (any, error) {
+			var in struct{ N int }
+			if err := sc.Input(&in); err != nil {
+				return nil, err
+			}
+			if err := sc.Log("info", "hello", "n", in.N); err != nil {
+				return nil, err
+			}
+			if err := sc.Progress(50); err != nil {
+				return nil, err
+			}
+			return map[string]any{"doubled": in.N * 2}, nil
+		},
+	})
+	run := n.start("one", map[string]any{"n": 21})
+	evs := n.mustComplete(run, runWithin)
+	want := []string{"flow.started", "step.started work", "log work", "step.progress work", "step.completed work", "flow.completed"}
+	var got []string
+	for _, e := range evs {
+		if !strings.HasPrefix(e.Kind, "step.queued") && e.Kind != "step.dispatched" {
+			got = append(got, e.key())
+		}
+	}
+	if strings.Join(got, ", ") != strings.Join(want, ", ") {
+		t.Errorf("events %v, want %v", got, want)
+	}
+	for _, e := range evs {
+		switch e.Kind {
+		case "log":
+			var d struct {
+				Level, Msg string
+				N          int
+			}
+			if err := json.Unmarshal(e.Data, &d); err != nil || d.Level != "info" || d.Msg != "hello" || d.N != 21 {
+				t.Errorf("log data %s, want level info, msg hello, n 21", e.Data)
+			}
+		case "step.progress":
+			if string(e.Data) != `{"progress":50}` {
+				t.Errorf("progress data %s", e.Data)
+			}
+		case "step.completed":
+			var d struct{ Result map[string]int }
+			if err := json.Unmarshal(e.Data, &d); err != nil || d.Result["doubled"] != 42 || e.Attempt != 1 {
+				t.Errorf("step.completed %s attempt %d, want result doubled 42 on attempt 1", e.Data, e.Attempt)
+			}
+		}
+	}
+}
+
+// 2. Retriable failure, then success.
+func TestRetriableFailureThenSuccess(t *testing.T) {
+	n := startNQD(t)
+	n.putFlow("flaky", "entry: work\nsteps:\n  work: {queue: q1, retryPolicy: {attempts: 2, backoff: {type: fixed, delayMs: 10}}}\n")
+	var ran atomic.Int32
+	runWorker(t, n, worker.Config{Queues: []string{"q1"}}, map[string]worker.Handler{
+		"work": func(_ context.Context, sc *worker.StepContext) (any, error) {
+			ran.Add(1)
+			if sc.Attempt() == 1 {
+				return nil, errors.New("network timeout")
+			}
+			return "ok", nil
+		},
+	})
+	run := n.start("flaky", nil)
+	evs := n.mustComplete(run, runWithin)
+	if ran.Load() != 2 || count(evs, "step.failed") != 1 || count(evs, "step.retry") != 1 || count(evs, "step.completed") != 1 {
+		t.Fatalf("ran %d times; events %s", ran.Load(), keys(evs))
+	}
+	for _, e := range evs {
+		if e.Kind == "step.failed" && !strings.Contains(string(e.Data), `"willRetry":true`) {
+			t.Errorf("step.failed %s, want willRetry", e.Data)
+		}
+		if e.Kind == "step.completed" && e.Attempt != 2 {
+			t.Errorf("completed on attempt %d, want 2", e.Attempt)
+		}
+	}
+}
+
+// 3. Non-retriable failure.
+func TestPermanentFailure(t *testing.T) {
+	n := startNQD(t)
+	n.putFlow("doomed", "entry: work\nsteps:\n  work: {queue: q1, retryPolicy: {attempts: 3, backoff: {type: fixed, delayMs: 10}}}\n")
+	var ran atomic.Int32
+	runWorker(t, n, worker.Config{Queues: []string{"q1"}}, map[string]worker.Handler{
+		"work": func(context.Context, *worker.StepContext) (any, error) {
+			ran.Add(1)
+			return nil, worker.Permanent(errors.New("bad input"))
+		},
+	})
+	run := n.start("doomed", nil)
+	if end := n.waitEnd(run, runWithin); end != "flow.failed" {
+		t.Fatalf("run ended with %s, want flow.failed", end)
+	}
+	evs := n.events(run)
+	if ran.Load() != 1 || count(evs, "step.failed") != 1 || count(evs, "step.retry") != 0 {
+		t.Fatalf("ran %d times; events %s", ran.Load(), keys(evs))
+	}
+	for _, e := range evs {
+		if e.Kind == "step.failed" && !strings.Contains(string(e.Data), `"willRetry":false`) {
+			t.Errorf("step.failed %s, want willRetry false", e.Data)
+		}
+	}
+}
+
+// 4. Fan-in with emits from two steps.
+func TestFanIn(t *testing.T) {
+	n := startNQD(t)
+	n.putFlow("fan", `entry: start
+steps:
+  start: {queue: q1, emits: [a, b]}
+  left:  {queue: q1, subscribes: [a], emits: [l]}
+  right: {queue: q1, subscribes: [b], emits: [r]}
+  join:  {queue: q1, subscribes: [l, r]}
+`)
+	var joins atomic.Int32
+	var joinInput sync.Map
+	emit := func(names ...string) worker.Handler {
+		return func(_ context.Context, sc *worker.StepContext) (any, error) {
+			for _, name := range names {
+				if err := sc.Emit(name, map[string]any{"from": sc.Job.Step}); err != nil {
+					return nil, err
+				}
+			}
+			return nil, nil
+		}
+	}
+	runWorker(t, n, worker.Config{Queues: []string{"q1"}}, map[string]worker.Handler{
+		"start": emit("a", "b"),
+		"left":  emit("l"),
+		"right": emit("r"),
+		"join": func(_ context.Context, sc *worker.StepContext) (any, error) {
+			joins.Add(1)
+			joinInput.Store(sc.Job.Run, string(sc.Job.Input))
+			return nil, nil
+		},
+	})
+	run := n.start("fan", nil)
+	n.mustComplete(run, runWithin)
+	in, _ := joinInput.Load(run)
+	var got map[string]struct{ From string }
+	if err := json.Unmarshal([]byte(fmt.Sprint(in)), &got); err != nil || got["l"].From != "left" || got["r"].From != "right" || len(got) != 2 {
+		t.Errorf("join input %v, want l from left and r from right", in)
+	}
+	if joins.Load() != 1 {
+		t.Errorf("join ran %d times, want once", joins.Load())
+	}
+}
+
+// 5. State writes read back.
+func TestStateReadBack(t *testing.T) {
+	n := startNQD(t)
+	n.putFlow("stateful", "entry: write\nsteps:\n  write: {queue: q1, emits: [written]}\n  read: {queue: q1, subscribes: [written]}\n")
+	readBack := make(chan map[string]json.RawMessage, 1)
+	runWorker(t, n, worker.Config{Queues: []string{"q1"}}, map[string]worker.Handler{
+		"write": func(_ context.Context, sc *worker.StepContext) (any, error) {
+			st := sc.State()
+			if err := st.Set("x", 1); err != nil {
+				return nil, err
+			}
+			if err := st.Set("y", "two"); err != nil {
+				return nil, err
+			}
+			if err := st.SetBatch(map[string]any{"z": 3, "w": true}); err != nil {
+				return nil, err
+			}
+			if err := st.Delete("y"); err != nil {
+				return nil, err
+			}
+			var x int
+			if ok, err := st.Get("x", &x); err != nil || !ok || x != 1 {
+				return nil, worker.Permanent(fmt.Errorf("get x in the writing step = %d, %v, %v", x, ok, err))
+			}
+			var y string
+			if ok, err := st.Get("y", &y); err != nil || ok {
+				return nil, worker.Permanent(fmt.Errorf("get y after delete = %q, %v, %v", y, ok, err))
+			}
+			return nil, sc.Emit("written", nil)
+		},
+		"read": func(_ context.Context, sc *worker.StepContext) (any, error) {
+			all, err := sc.State().All()
+			if err != nil {
+				return nil, err
+			}
+			readBack <- all
+			return nil, nil
+		},
+	})
+	run := n.start("stateful", nil)
+	n.mustComplete(run, runWithin)
+	all := <-readBack
+	if len(all) != 3 || string(all["x"]) != "1" || string(all["z"]) != "3" || string(all["w"]) != "true" {
+		t.Errorf("state read by the next step = %s, want x 1, z 3, w true", all)
+	}
+	var ans struct {
+		State struct{ State map[string]json.RawMessage }
+	}
+	if s := n.do(http.MethodGet, "/api/_events/flow/"+run+"/state", nil, &ans); s != http.StatusOK || len(ans.State.State) != 3 {
+		t.Errorf("GET state = %d %s", s, ans.State.State)
+	}
+}
+
+// 6. An approval await resumed by a trigger.
+func TestTriggerAwait(t *testing.T) {
+	n := startNQD(t)
+	n.putFlow("approval", `entry: ask
+steps:
+  ask: {queue: q1, emits: [asked]}
+  approve:
+    queue: q1
+    subscribes: [asked]
+    await: {type: trigger, triggerType: user, timeout: 60000}
+`)
+	resumed := make(chan worker.Resume, 1)
+	runWorker(t, n, worker.Config{Queues: []string{"q1"}}, map[string]worker.Handler{
+		"ask": func(_ context.Context, sc *worker.StepContext) (any, error) { return nil, sc.Emit("asked", nil) },
+		"approve": func(_ context.Context, sc *worker.StepContext) (any, error) {
+			r, ok := sc.Resume()
+			if !ok {
+				return nil, worker.Permanent(errors.New("no _resume in the input"))
+			}
+			resumed <- r
+			return nil, nil
+		},
+	})
+	run := n.start("approval", nil)
+	var trigger string
+	wait.For(t, runWithin, 20*time.Millisecond, "the approval to wait", func() bool {
+		var ans struct {
+			Items []struct{ RunID, TriggerID string }
+		}
+		n.do(http.MethodGet, "/api/_flows/waits?kind=trigger&flowName=approval", nil, &ans)
+		for _, it := range ans.Items {
+			if it.RunID == run {
+				trigger = it.TriggerID
+			}
+		}
+		return trigger != ""
+	})
+	if s := n.do(http.MethodPost, "/api/_flows/triggers/"+trigger, map[string]any{"approved": true, "by": "ops"}, nil); s != http.StatusOK {
+		t.Fatalf("fire trigger: %d", s)
+	}
+	n.mustComplete(run, runWithin)
+	r := <-resumed
+	if r.AwaitType != "trigger" || r.TriggerID != trigger || string(r.Payload) != `{"approved":true,"by":"ops"}` {
+		t.Errorf("resumed with %+v, want the trigger and its payload", r)
+	}
+}
+
+// claimByHand claims one job of queue with raw HTTP, as a worker that
+// then dies would.
+func claimByHand(t *testing.T, n *nqd, queue string) worker.Job {
+	t.Helper()
+	var ans struct{ Jobs []worker.Job }
+	wait.For(t, runWithin, 0, "a job to claim by hand", func() bool {
+		if s := n.do(http.MethodPost, "/api/_workers/claim", map[string]any{"queues": []string{queue}, "max": 1, "waitMs": 1000}, &ans); s != http.StatusOK {
+			t.Fatalf("claim: %d", s)
+		}
+		return len(ans.Jobs) == 1
+	})
+	return ans.Jobs[0]
+}
+
+// 7. A lease that expires and is redelivered.
+func TestLeaseExpiresAndIsRedelivered(t *testing.T) {
+	n := startNQD(t, "NQ_JOB_LEASE=1s")
+	n.putFlow("lost", "entry: work\nsteps:\n  work: {queue: q1, retryPolicy: {attempts: 2}}\n")
+	run := n.start("lost", nil)
+	dead := claimByHand(t, n, "q1")
+	attempts := make(chan int, 2)
+	runWorker(t, n, worker.Config{Queues: []string{"q1"}}, map[string]worker.Handler{
+		"work": func(_ context.Context, sc *worker.StepContext) (any, error) {
+			attempts <- sc.Attempt()
+			return nil, nil
+		},
+	})
+	evs := n.mustComplete(run, runWithin)
+	if a := <-attempts; a != 2 || dead.Attempt != 1 {
+		t.Errorf("the worker ran attempt %d after the dead one's %d, want 2 after 1", a, dead.Attempt)
+	}
+	if count(evs, "step.completed") != 1 {
+		t.Errorf("events %s", keys(evs))
+	}
+	path := "/api/_workers/jobs/" + dead.Queue + "/" + dead.ID + "/complete"
+	if s := n.do(http.MethodPost, path, map[string]any{"lease": dead.Lease}, nil); s != http.StatusConflict {
+		t.Errorf("complete with the expired lease: %d, want 409", s)
+	}
+}
+
+// 8. Tokens.
+func TestTokens(t *testing.T) {
+	const admin, write, read = "admin-secret-0123456789abcdef0123456789", "write-secret-0123456789abcdef0123456789", "read-secret-0123456789abcdef01234567890"
+	n := startNQD(t, "NQ_TOKENS=a:admin:"+admin+",w:write:"+write+",r:read:"+read)
+	n.admin = admin
+	n.putFlow("guarded", "entry: work\nsteps:\n  work: {queue: q1}\n")
+	hs := map[string]worker.Handler{"work": func(context.Context, *worker.StepContext) (any, error) { return "done", nil }}
+
+	for _, tc := range []struct {
+		name, token string
+		status      int
+	}{{"no token", "", http.StatusUnauthorized}, {"read token", read, http.StatusForbidden}} {
+		_, result := runWorker(t, n, worker.Config{Queues: []string{"q1"}, Token: tc.token}, hs)
+		select {
+		case err := <-result:
+			var se *worker.StatusError
+			if !errors.As(err, &se) || se.Status != tc.status {
+				t.Errorf("%s: Run returned %v, want a %d", tc.name, err, tc.status)
+			}
+		case <-time.After(runWithin):
+			t.Fatalf("%s: Run did not stop on a refused token", tc.name)
+		}
+	}
+
+	runWorker(t, n, worker.Config{Queues: []string{"q1"}, Token: write}, hs)
+	n.mustComplete(n.start("guarded", nil), runWithin)
+}
+
+// 9. nqd restarted mid-step, nothing lost.
+func TestRestartMidStep(t *testing.T) {
+	n := startNQD(t)
+	n.putFlow("survivor", "entry: first\nsteps:\n  first: {queue: q1, emits: [first.done]}\n  second: {queue: q1, subscribes: [first.done]}\n")
+	entered, release := make(chan struct{}), make(chan struct{})
+	refused := &refusals{next: http.DefaultTransport}
+	runWorker(t, n, worker.Config{Queues: []string{"q1"}, Client: &http.Client{Transport: refused}}, map[string]worker.Handler{
+		"first": func(_ context.Context, sc *worker.StepContext) (any, error) {
+			close(entered)
+			<-release
+			// nqd is down: the emit and the complete are retried
+			// until it is back.
+			return "first", sc.Emit("first.done", map[string]any{"ok": true})
+		},
+		"second": func(context.Context, *worker.StepContext) (any, error) { return "second", nil },
+	})
+	run := n.start("survivor", nil)
+	select {
+	case <-entered:
+	case <-time.After(runWithin):
+		t.Fatal("the step did not start")
+	}
+	n.kill()
+	close(release)
+	wait.For(t, runWithin, 5*time.Millisecond, "the step's report to find nqd down", func() bool { return refused.reports.Load() > 0 })
+	n.restart()
+	evs := n.mustComplete(run, runWithin)
+	if count(evs, "step.completed first") != 1 || count(evs, "step.completed second") != 1 || count(evs, "emit first") != 1 || count(evs, "step.failed") != 0 {
+		t.Errorf("events %s, want each step completed once and no failure", keys(evs))
+	}
+}
+
+// refusals counts the reports that got no answer.
+type refusals struct {
+	next    http.RoundTripper
+	reports atomic.Int32
+}
+
+func (r *refusals) RoundTrip(req *http.Request) (*http.Response, error) {
+	res, err := r.next.RoundTrip(req)
+	if err != nil && strings.HasSuffix(req.URL.Path, "/events") {
+		r.reports.Add(1)
+	}
+	return res, err
+}
+
+// 10. A busy worker: one slot, steps longer than the lease, more runs than
+// slots. A job held without a heartbeat would expire and fail its run.
+func TestBusyWorker(t *testing.T) {
+	n := startNQD(t, "NQ_JOB_LEASE=1s")
+	n.putFlow("slow", "entry: work\nsteps:\n  work: {queue: q1}\n")
+	runWorker(t, n, worker.Config{Queues: []string{"q1"}, Concurrency: 1}, map[string]worker.Handler{
+		"work": func(ctx context.Context, _ *worker.StepContext) (any, error) {
+			select {
+			case <-time.After(1200 * time.Millisecond): // longer than the lease
+				return "done", nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		},
+	})
+	runs := []string{n.start("slow", nil), n.start("slow", nil), n.start("slow", nil)}
+	for _, run := range runs {
+		evs := n.mustComplete(run, runWithin)
+		for _, e := range evs {
+			if e.Kind == "step.completed" && e.Attempt != 1 {
+				t.Errorf("run %s completed on attempt %d, want 1", run, e.Attempt)
+			}
+		}
+		if count(evs, "step.failed") != 0 {
+			t.Errorf("run %s: %s", run, keys(evs))
+		}
+	}
+}
+
+// 11. Graceful stop: a step still running after the grace period is failed
+// as retriable at once, not left to its lease; nothing more is claimed.
+func TestGracefulStop(t *testing.T) {
+	n := startNQD(t) // the default lease, 30 s: the failure must come sooner
+	n.putFlow("long", "entry: work\nsteps:\n  work: {queue: q1, retryPolicy: {attempts: 2, backoff: {type: fixed, delayMs: 60000}}}\n")
+	entered := make(chan string, 2)
+	stop, result := runWorker(t, n, worker.Config{Queues: []string{"q1"}, Concurrency: 1, Grace: 200 * time.Millisecond}, map[string]worker.Handler{
+		"work": func(_ context.Context, sc *worker.StepContext) (any, error) {
+			entered <- sc.Job.Run
+			select {} // a step that ignores its context
+		},
+	})
+	first := n.start("long", nil)
+	second := n.start("long", nil)
+	running := <-entered
+	stop()
+	select {
+	case err := <-result:
+		if err != nil {
+			t.Errorf("Run returned %v, want nil", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after the grace period")
+	}
+	evs := n.events(running)
+	if count(evs, "step.failed") != 1 || !strings.Contains(string(find(evs, "step.failed").Data), `"willRetry":true`) {
+		t.Errorf("the running step: %s, want one retriable step.failed", keys(evs))
+	}
+	other := second
+	if running == second {
+		other = first
+	}
+	if count(n.events(other), "step.started") != 0 {
+		t.Errorf("run %s was started after the stop", other)
+	}
+}
+
+func find(evs []runEvent, kind string) runEvent {
+	for _, e := range evs {
+		if e.Kind == kind {
+			return e
+		}
+	}
+	return runEvent{}
+}
+
+// 12. Repeated reports answer as the first did and store nothing new.
+func TestRepeatedReports(t *testing.T) {
+	n := startNQD(t)
+	n.putFlow("again", "entry: work\nsteps:\n  work: {queue: q1}\n")
+	run := n.start("again", nil)
+	j := claimByHand(t, n, "q1")
+	base := "/api/_workers/jobs/" + j.Queue + "/" + j.ID
+	report := func() int {
+		req, _ := http.NewRequest(http.MethodPost, n.base+base+"/events",
+			strings.NewReader(fmt.Sprintf(`{"lease":%q,"events":[{"kind":"log","data":{"msg":"once"}}]}`, j.Lease)))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", "report-1")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = res.Body.Close()
+		return res.StatusCode
+	}
+	for range 2 {
+		if s := report(); s != http.StatusOK {
+			t.Fatalf("events: %d", s)
+		}
+	}
+	for range 2 {
+		if s := n.do(http.MethodPost, base+"/complete", map[string]any{"lease": j.Lease, "result": 1}, nil); s != http.StatusOK {
+			t.Fatalf("complete: %d, want 200 each time", s)
+		}
+	}
+	evs := n.mustComplete(run, runWithin)
+	if count(evs, "log") != 1 || count(evs, "step.completed") != 1 || count(evs, "flow.completed") != 1 {
+		t.Errorf("events %s, want one log, one step.completed", keys(evs))
+	}
+}

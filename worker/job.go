@@ -1,0 +1,200 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+)
+
+// held is a job the worker holds: its lease's end as last heard from nqd,
+// and the reports about it.
+type held struct {
+	job      Job
+	c        *client
+	log      *slog.Logger
+	leaseEnd atomic.Int64 // epoch ms
+}
+
+// runJob runs j under jobs: heartbeats from the claim until the final
+// report is acknowledged, the handler, then complete or fail.
+func (w *worker) runJob(jobs context.Context, j Job) {
+	h := &held{job: j, c: w.c, log: w.log.With("run", j.Run, "step", j.Step, "attempt", j.Attempt)}
+	h.leaseEnd.Store(j.LeaseEnd)
+	jobCtx, cancel := context.WithCancelCause(jobs)
+	defer cancel(nil)
+	// Heartbeats outlive the handler: a report being retried needs the
+	// lease kept alive as much as the running step does.
+	beatCtx, stopBeats := context.WithCancel(context.WithoutCancel(jobs))
+	beats := make(chan struct{})
+	go func() {
+		defer close(beats)
+		h.heartbeats(beatCtx, w.cfg.Heartbeat, cancel)
+	}()
+	defer func() { stopBeats(); <-beats }()
+
+	sc := &StepContext{Job: j, h: h, ctx: jobCtx}
+	if err := h.report(jobCtx, event{Kind: "step.started"}); err != nil {
+		h.log.Warn("step.started not reported", "err", err)
+	}
+	type outcome struct {
+		result any
+		err    error
+	}
+	out := make(chan outcome, 1)
+	go func() {
+		var o outcome
+		if hd := w.handlers[j.Step]; hd == nil {
+			o.err = Permanent(fmt.Errorf("no handler for step %q", j.Step))
+		} else {
+			o.result, o.err = safeRun(jobCtx, hd, sc)
+		}
+		out <- o
+	}()
+	var o outcome
+	select {
+	case o = <-out:
+	case <-jobCtx.Done():
+		if context.Cause(jobCtx) == ErrStopped {
+			// Past the grace period: fail the job now rather than wait
+			// for a handler that may not return.
+			o.err = ErrStopped
+		} else {
+			o = <-out
+		}
+	}
+	// Reports after the handler use a context of their own: the job's
+	// is done once the worker stops, and the outcome must still reach nqd.
+	final := context.WithoutCancel(jobCtx)
+	switch cause := context.Cause(jobCtx); {
+	case errors.Is(cause, ErrCanceled), errors.Is(cause, ErrLeaseLost):
+		h.log.Info("job dropped", "why", cause)
+		return
+	case errors.Is(cause, ErrStopped):
+		o.err = ErrStopped
+	}
+	if o.err == nil {
+		err := h.complete(final, o.result)
+		if err == nil || !hasStatus(err, 400, 413, 422) {
+			h.logOutcome("complete", err)
+			return
+		}
+		// nqd refused the result (too large, not JSON): the step fails
+		// with the reason rather than leave the job to its lease.
+		o.err = Permanent(fmt.Errorf("complete refused: %w", err))
+	}
+	var perm *PermanentError
+	h.logOutcome("fail", h.fail(final, o.err.Error(), !errors.As(o.err, &perm)))
+}
+
+func (h *held) logOutcome(call string, err error) {
+	switch {
+	case err == nil:
+	case hasStatus(err, 409):
+		h.log.Info(call+" refused: the job is no longer this worker's", "err", err)
+	default:
+		h.log.Error(call+" not reported", "err", err)
+	}
+}
+
+func safeRun(ctx context.Context, h Handler, sc *StepContext) (result any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("handler panicked: %v", p)
+		}
+	}()
+	return h(ctx, sc)
+}
+
+// heartbeats extends the lease every period until ctx ends; when nqd says
+// the job is gone it cancels the job with the reason and stops.
+func (h *held) heartbeats(ctx context.Context, period time.Duration, cancel context.CancelCauseFunc) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		var beat struct {
+			LeaseUntil time.Time `json:"leaseUntil"`
+			Canceled   bool      `json:"canceled"`
+		}
+		err := h.c.post(ctx, jobPath(h.job)+"/heartbeat", map[string]string{"lease": h.job.Lease}, "", &beat)
+		switch {
+		case err == nil && beat.Canceled:
+			cancel(ErrCanceled)
+			return
+		case err == nil:
+			h.leaseEnd.Store(beat.LeaseUntil.UnixMilli())
+		case hasStatus(err, 409):
+			cancel(ErrLeaseLost)
+			return
+		case ctx.Err() == nil:
+			// The next tick tries again; the lease lasts several of them.
+			h.log.Warn("heartbeat failed", "err", err)
+		}
+	}
+}
+
+// event is one progress event of the protocol.
+type event struct {
+	Kind string `json:"kind"`
+	Data any    `json:"data,omitempty"`
+}
+
+// report sends progress events, under one Idempotency-Key for all its
+// retries.
+func (h *held) report(ctx context.Context, evs ...event) error {
+	body := map[string]any{"lease": h.job.Lease, "events": evs}
+	return h.send(ctx, "/events", body, newKey())
+}
+
+func (h *held) complete(ctx context.Context, result any) error {
+	body := map[string]any{"lease": h.job.Lease}
+	if result != nil {
+		body["result"] = result
+	}
+	return h.send(ctx, "/complete", body, "")
+}
+
+func (h *held) fail(ctx context.Context, msg string, retriable bool) error {
+	const maxError = 4096 // nqd's limit on a failure's message
+	if len(msg) > maxError {
+		msg = msg[:maxError]
+	}
+	return h.send(ctx, "/fail", map[string]any{"lease": h.job.Lease, "error": msg, "retriable": retriable}, "")
+}
+
+// send posts a report about the job, retrying with backoff and jitter while
+// the failure may mend and the lease lasts: each report is safe to repeat
+// (docs/worker-protocol.md), and nqd keeps the lease across its restarts.
+func (h *held) send(ctx context.Context, call string, body any, key string) error {
+	op := func() (struct{}, error) {
+		err := h.c.post(ctx, jobPath(h.job)+call, body, key, nil)
+		if err == nil {
+			return struct{}{}, nil
+		}
+		if !retriable(err) {
+			return struct{}{}, backoff.Permanent(err)
+		}
+		if time.Now().UnixMilli() >= h.leaseEnd.Load() {
+			return struct{}{}, backoff.Permanent(fmt.Errorf("lease ended: %w", err))
+		}
+		var se *StatusError
+		if errors.As(err, &se) && se.RetryAfter > 0 {
+			return struct{}{}, &backoff.RetryAfterError{Duration: se.RetryAfter}
+		}
+		return struct{}{}, err
+	}
+	notify := func(err error, next time.Duration) {
+		h.log.Debug("report failed; trying again", "call", call, "err", err, "in", next)
+	}
+	_, err := backoff.Retry(ctx, op, backoff.WithBackOff(newBackOff()), backoff.WithNotify(notify))
+	return err
+}
