@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -63,7 +64,7 @@ func (e *Engine) checkAttempts(ctx context.Context, j store.Job) (bool, error) {
 	if j.Attempt <= d.Steps[j.Step].RetryPolicy.MaxAttempts() {
 		return true, nil
 	}
-	err = e.fail(ctx, store.JobAck{Queue: j.Queue, ID: j.ID, Lease: j.Lease}, "lease expired: the worker stopped reporting", false)
+	err = e.fail(ctx, store.JobAck{Queue: j.Queue, ID: j.ID, Lease: j.Lease}, "lease expired: the worker stopped reporting", false, nil)
 	if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrRunEnded) {
 		err = nil
 	}
@@ -176,33 +177,8 @@ func (e *Engine) Report(ctx context.Context, ack store.JobAck, evs []event.Event
 	if err != nil {
 		return nil, err
 	}
-	for i := range evs {
-		if !progressKind(evs[i].Kind) {
-			return nil, &ReportError{Field: fmt.Sprintf("events[%d].kind", i),
-				Reason: fmt.Sprintf("%q is not a progress event: complete or fail the job instead", evs[i].Kind)}
-		}
-		if evs[i].Kind == "emit" {
-			if name, _ := emitName(evs[i].Data); name == "" {
-				return nil, &ReportError{Field: fmt.Sprintf("events[%d].data.event", i), Reason: "required: the name of the emitted event"}
-			}
-		}
-		ev := &evs[i]
-		ev.Subject, ev.Flow, ev.FlowName, ev.Step = j.Run, j.Run, j.Flow, j.Step
-		if ev.Attempt == 0 {
-			ev.Attempt = j.Attempt
-			if len(ev.Meta) == 0 {
-				ev.Meta = mustJSON(map[string]any{"attempt": j.Attempt, "jobId": j.ID})
-			}
-		}
-	}
-	if isStateWrite(evs) {
-		d, err := e.Definition(ctx, j.Flow)
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			return nil, err
-		}
-		if err := checkState(d, evs); err != nil {
-			return nil, err
-		}
+	if err := e.stamp(ctx, j, evs, true); err != nil {
+		return nil, err
 	}
 	var out []event.Event
 	var plain []event.Event
@@ -239,6 +215,42 @@ func (e *Engine) Report(ctx context.Context, ack store.JobAck, evs []event.Event
 		out = append(out, stored...)
 	}
 	return out, flush()
+}
+
+// stamp checks a worker's events about job j and gives each the run, flow,
+// step and attempt of the job. Emits are allowed only where they can be
+// acted on (withEmits).
+func (e *Engine) stamp(ctx context.Context, j store.Job, evs []event.Event, withEmits bool) error {
+	for i := range evs {
+		if !progressKind(evs[i].Kind) || (!withEmits && evs[i].Kind == "emit") {
+			reason := fmt.Sprintf("%q is not a progress event: complete or fail the job instead", evs[i].Kind)
+			if evs[i].Kind == "emit" {
+				reason = "emit through the events call, before completing"
+			}
+			return &ReportError{Field: fmt.Sprintf("events[%d].kind", i), Reason: reason}
+		}
+		if evs[i].Kind == "emit" {
+			if name, _ := emitName(evs[i].Data); name == "" {
+				return &ReportError{Field: fmt.Sprintf("events[%d].data.event", i), Reason: "required: the name of the emitted event"}
+			}
+		}
+		ev := &evs[i]
+		ev.Subject, ev.Flow, ev.FlowName, ev.Step = j.Run, j.Run, j.Flow, j.Step
+		if ev.Attempt == 0 {
+			ev.Attempt = j.Attempt
+			if len(ev.Meta) == 0 {
+				ev.Meta = mustJSON(map[string]any{"attempt": j.Attempt, "jobId": j.ID})
+			}
+		}
+	}
+	if !isStateWrite(evs) {
+		return nil
+	}
+	d, err := e.Definition(ctx, j.Flow)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	return checkState(d, evs)
 }
 
 // emitName reads an emit's event name and payload in either shape the
@@ -312,15 +324,20 @@ func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event) ([]event
 }
 
 // Complete finishes the job held by ack with result: step.completed, and
-// flow.completed when no step of the run is left to run. Once it succeeded,
+// flow.completed when no step of the run is left to run. evs, progress
+// events other than emits (a step.started not sent yet, last logs), are
+// stored before step.completed in the same atomic step. Once it succeeded,
 // a repeat with the same lease succeeds again and writes nothing. Errors:
-// ErrLeaseLost, ErrRunEnded.
-func (e *Engine) Complete(ctx context.Context, ack store.JobAck, result json.RawMessage) error {
+// ErrLeaseLost, ErrRunEnded, ErrStateInvalid, a *ReportError.
+func (e *Engine) Complete(ctx context.Context, ack store.JobAck, result json.RawMessage, evs ...event.Event) error {
 	j, err := e.held(ctx, ack)
 	if errors.Is(err, ErrLeaseLost) {
 		return e.repeated(ctx, ack, stepCompleted)
 	}
 	if err != nil {
+		return err
+	}
+	if err := e.stamp(ctx, j, evs, false); err != nil {
 		return err
 	}
 	return e.retry(ctx, func() error {
@@ -343,7 +360,7 @@ func (e *Engine) Complete(ctx context.Context, ack store.JobAck, result json.Raw
 		if len(result) > 0 {
 			data["result"] = result
 		}
-		evs := []event.Event{withAttempt(flowEvent(r, "step.completed", j.Step, data), j.Attempt, map[string]any{"jobId": j.ID})}
+		evs := append(slices.Clip(evs), withAttempt(flowEvent(r, "step.completed", j.Step, data), j.Attempt, map[string]any{"jobId": j.ID}))
 		var u store.RunUpdate
 		if !r.anyActive() {
 			u, err = e.end(r, store.RunCompleted, now)
@@ -385,19 +402,23 @@ func (e *Engine) ackCommit(ctx context.Context, u store.RunUpdate) error {
 // Fail reports that the job held by ack failed with msg. When the step's
 // retry policy allows another attempt and retriable is not false, the step
 // is retried after its backoff (step.failed with willRetry, then step.retry
-// when due); otherwise the step fails and so does the run. Once it
-// succeeded, a repeat with the same lease succeeds again and writes nothing.
-// Errors: ErrLeaseLost, ErrRunEnded.
-func (e *Engine) Fail(ctx context.Context, ack store.JobAck, msg string, retriable *bool) error {
-	return e.fail(ctx, ack, msg, retriable == nil || *retriable)
+// when due); otherwise the step fails and so does the run. evs are stored
+// before step.failed as with Complete. Once it succeeded, a repeat with the
+// same lease succeeds again and writes nothing. Errors: ErrLeaseLost,
+// ErrRunEnded, ErrStateInvalid, a *ReportError.
+func (e *Engine) Fail(ctx context.Context, ack store.JobAck, msg string, retriable *bool, evs ...event.Event) error {
+	return e.fail(ctx, ack, msg, retriable == nil || *retriable, evs)
 }
 
-func (e *Engine) fail(ctx context.Context, ack store.JobAck, msg string, retriable bool) error {
+func (e *Engine) fail(ctx context.Context, ack store.JobAck, msg string, retriable bool, first []event.Event) error {
 	j, err := e.held(ctx, ack)
 	if errors.Is(err, ErrLeaseLost) {
 		return e.repeated(ctx, ack, stepFailed)
 	}
 	if err != nil {
+		return err
+	}
+	if err := e.stamp(ctx, j, first, false); err != nil {
 		return err
 	}
 	d, err := e.Definition(ctx, j.Flow)
@@ -427,7 +448,7 @@ func (e *Engine) fail(ctx context.Context, ack store.JobAck, msg string, retriab
 		}
 		data := map[string]any{"error": msg, "willRetry": willRetry}
 		var u store.RunUpdate
-		var evs []event.Event
+		evs := slices.Clip(first)
 		if willRetry {
 			at := now + policy.Delay(j.Attempt).Milliseconds()
 			data["nextRetryAt"] = isoMS(at)

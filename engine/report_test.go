@@ -3,6 +3,7 @@ package engine_test
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -121,6 +122,39 @@ func TestBadReportNamesTheField(t *testing.T) {
 			if !errors.As(err, &re) || re.Field != tc.field || !errors.Is(err, store.ErrInvalid) {
 				t.Errorf("Report(%v) = %v, want a ReportError on %s", tc.evs, err, tc.field)
 			}
+		}
+	})
+}
+
+// TestOutcomeCarriesEvents: complete and fail store the job's last progress
+// events before the outcome, in one step; an emit is refused there.
+func TestOutcomeCarriesEvents(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, st engine.Store) {
+		ctx := t.Context()
+		c := &clock{t: time.UnixMilli(1_700_000_000_000)}
+		e := newEngine(t, st, c)
+		mustDefine(t, e, "example-flow", "example-flow")
+		started, err := e.Start(ctx, "example-flow", nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs, err := e.Claim(ctx, []string{"default"}, 1, 0)
+		if err != nil || len(jobs) != 1 {
+			t.Fatal(jobs, err)
+		}
+		ack := store.JobAck{Queue: jobs[0].Queue, ID: jobs[0].ID, Lease: jobs[0].Lease}
+		emit := event.Event{Kind: "emit", Data: json.RawMessage(`{"event":"fetch_data.completed"}`)}
+		var re *engine.ReportError
+		if err := e.Complete(ctx, ack, nil, emit); !errors.As(err, &re) || re.Field != "events[0].kind" {
+			t.Errorf("complete with an emit: %v, want a ReportError on events[0].kind", err)
+		}
+		retriable := false
+		if err := e.Fail(ctx, ack, "bad input", &retriable, event.Event{Kind: "step.started"}, event.Event{Kind: "log", Data: json.RawMessage(`{"msg":"last words"}`)}); err != nil {
+			t.Fatal(err)
+		}
+		want := "flow.started, step.started fetch_data, log fetch_data, step.failed fetch_data willRetry=false, flow.failed"
+		if got := strings.Join(kinds(t, st, started.FlowID), ", "); got != want {
+			t.Errorf("events %s, want %s", got, want)
 		}
 	})
 }

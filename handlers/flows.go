@@ -34,8 +34,8 @@ type FlowEngine interface {
 	Claim(ctx context.Context, queues []string, max int, wait time.Duration) ([]store.Job, error)
 	Heartbeat(ctx context.Context, ack store.JobAck) (engine.Beat, error)
 	Report(ctx context.Context, ack store.JobAck, evs []event.Event, key string) ([]event.Event, error)
-	Complete(ctx context.Context, ack store.JobAck, result json.RawMessage) error
-	Fail(ctx context.Context, ack store.JobAck, msg string, retriable *bool) error
+	Complete(ctx context.Context, ack store.JobAck, result json.RawMessage, evs ...event.Event) error
+	Fail(ctx context.Context, ack store.JobAck, msg string, retriable *bool, evs ...event.Event) error
 	FireTrigger(ctx context.Context, id string, payload json.RawMessage, src engine.TriggerSource) (engine.TriggerOutcome, error)
 	Waits(ctx context.Context, q engine.WaitQuery) ([]engine.Wait, error)
 }

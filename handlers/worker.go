@@ -147,15 +147,10 @@ func (a *API) reportJob(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	run, _, _ := strings.Cut(ack.ID, ":")
-	evs := make([]event.Event, 0, len(req.Events))
-	for i, raw := range req.Events {
-		ev, err := a.decodeEvent(raw, run, "events["+strconv.Itoa(i)+"].")
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		evs = append(evs, ev)
+	evs, err := a.decodeEvents(ack, req.Events)
+	if err != nil {
+		writeError(w, r, err)
+		return
 	}
 	stored, err := a.flows.Report(r.Context(), ack, evs, opts.IdempotencyKey)
 	if err != nil {
@@ -168,9 +163,27 @@ func (a *API) reportJob(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, r, http.StatusOK, reportBody{Events: stored})
 }
 
+// decodeEvents reads the events a worker reports about the job of ack.
+func (a *API) decodeEvents(ack store.JobAck, raws []json.RawMessage) ([]event.Event, error) {
+	run, _, _ := strings.Cut(ack.ID, ":")
+	evs := make([]event.Event, 0, len(raws))
+	for i, raw := range raws {
+		ev, err := a.decodeEvent(raw, run, "events["+strconv.Itoa(i)+"].")
+		if err != nil {
+			return nil, err
+		}
+		evs = append(evs, ev)
+	}
+	return evs, nil
+}
+
+// completeRequest and failRequest may carry the job's last progress events
+// (emits excepted), stored with the outcome in one atomic step: a quick step
+// then costs one call after its claim.
 type completeRequest struct {
-	Lease  string          `json:"lease" validate:"required,max=128"`
-	Result json.RawMessage `json:"result"`
+	Lease  string            `json:"lease" validate:"required,max=128"`
+	Result json.RawMessage   `json:"result"`
+	Events []json.RawMessage `json:"events" validate:"max=1000"`
 }
 
 func (q *completeRequest) lease() string { return q.Lease }
@@ -178,8 +191,12 @@ func (q *completeRequest) lease() string { return q.Lease }
 func (a *API) completeJob(w http.ResponseWriter, r *http.Request) {
 	var req completeRequest
 	ack, err := a.decodeJob(w, r, &req)
+	var evs []event.Event
 	if err == nil {
-		err = a.flows.Complete(r.Context(), ack, req.Result)
+		evs, err = a.decodeEvents(ack, req.Events)
+	}
+	if err == nil {
+		err = a.flows.Complete(r.Context(), ack, req.Result, evs...)
 	}
 	if err != nil {
 		writeError(w, r, flowError(err))
@@ -189,9 +206,10 @@ func (a *API) completeJob(w http.ResponseWriter, r *http.Request) {
 }
 
 type failRequest struct {
-	Lease     string `json:"lease" validate:"required,max=128"`
-	Error     string `json:"error" validate:"required,max=4096"`
-	Retriable *bool  `json:"retriable"`
+	Lease     string            `json:"lease" validate:"required,max=128"`
+	Error     string            `json:"error" validate:"required,max=4096"`
+	Retriable *bool             `json:"retriable"`
+	Events    []json.RawMessage `json:"events" validate:"max=1000"`
 }
 
 func (q *failRequest) lease() string { return q.Lease }
@@ -199,8 +217,12 @@ func (q *failRequest) lease() string { return q.Lease }
 func (a *API) failJob(w http.ResponseWriter, r *http.Request) {
 	var req failRequest
 	ack, err := a.decodeJob(w, r, &req)
+	var evs []event.Event
 	if err == nil {
-		err = a.flows.Fail(r.Context(), ack, req.Error, req.Retriable)
+		evs, err = a.decodeEvents(ack, req.Events)
+	}
+	if err == nil {
+		err = a.flows.Fail(r.Context(), ack, req.Error, req.Retriable, evs...)
 	}
 	if err != nil {
 		writeError(w, r, flowError(err))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,7 +19,17 @@ type held struct {
 	c        *client
 	log      *slog.Logger
 	leaseEnd atomic.Int64 // epoch ms
+
+	// mu orders the job's reports; started is set once step.started is
+	// stored, which goes with the first report (see startDelay).
+	mu      sync.Mutex
+	started bool
 }
+
+// startDelay is how long step.started waits to go with the step's first
+// report (a log, an emit, the complete) before it is sent alone: a quick
+// step then costs one call after its claim instead of two.
+const startDelay = 100 * time.Millisecond
 
 // runJob runs j under jobs: heartbeats from the claim until the final
 // report is acknowledged, the handler, then complete or fail.
@@ -38,9 +49,12 @@ func (w *worker) runJob(jobs context.Context, j Job) {
 	defer func() { stopBeats(); <-beats }()
 
 	sc := &StepContext{Job: j, h: h, ctx: jobCtx}
-	if err := h.report(jobCtx, event{Kind: "step.started"}); err != nil {
-		h.log.Warn("step.started not reported", "err", err)
-	}
+	starter := time.AfterFunc(startDelay, func() {
+		if err := h.report(jobCtx); err != nil {
+			h.log.Warn("step.started not reported", "err", err)
+		}
+	})
+	defer starter.Stop()
 	type outcome struct {
 		result any
 		err    error
@@ -148,19 +162,46 @@ type event struct {
 	Data any    `json:"data,omitempty"`
 }
 
-// report sends progress events, under one Idempotency-Key for all its
-// retries.
+// report sends progress events, preceded by step.started when it is not
+// stored yet, under one Idempotency-Key for all its retries.
 func (h *held) report(ctx context.Context, evs ...event) error {
-	body := map[string]any{"lease": h.job.Lease, "events": evs}
-	return h.send(ctx, "/events", body, newKey())
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.started {
+		evs = append([]event{{Kind: "step.started"}}, evs...)
+	}
+	if len(evs) == 0 {
+		return nil
+	}
+	err := h.send(ctx, "/events", map[string]any{"lease": h.job.Lease, "events": evs}, newKey())
+	if err == nil {
+		h.started = true
+	}
+	return err
+}
+
+// finish sends the job's outcome, complete or fail, with step.started
+// when it is not stored yet.
+func (h *held) finish(ctx context.Context, call string, body map[string]any) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	body["lease"] = h.job.Lease
+	if !h.started {
+		body["events"] = []event{{Kind: "step.started"}}
+	}
+	err := h.send(ctx, call, body, "")
+	if err == nil {
+		h.started = true
+	}
+	return err
 }
 
 func (h *held) complete(ctx context.Context, result any) error {
-	body := map[string]any{"lease": h.job.Lease}
+	body := map[string]any{}
 	if result != nil {
 		body["result"] = result
 	}
-	return h.send(ctx, "/complete", body, "")
+	return h.finish(ctx, "/complete", body)
 }
 
 func (h *held) fail(ctx context.Context, msg string, retriable bool) error {
@@ -168,7 +209,7 @@ func (h *held) fail(ctx context.Context, msg string, retriable bool) error {
 	if len(msg) > maxError {
 		msg = msg[:maxError]
 	}
-	return h.send(ctx, "/fail", map[string]any{"lease": h.job.Lease, "error": msg, "retriable": retriable}, "")
+	return h.finish(ctx, "/fail", map[string]any{"error": msg, "retriable": retriable})
 }
 
 // send posts a report about the job, retrying with backoff and jitter while
