@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nqd-dev/nqd/internal/redistest"
 	"github.com/nqd-dev/nqd/internal/wait"
 	"github.com/nqd-dev/nqd/worker"
 )
@@ -288,20 +289,35 @@ func claimByHand(t *testing.T, n *nqd, queue string) worker.Job {
 	return ans.Jobs[0]
 }
 
-// 7. A lease that expires and is redelivered.
+// 7. A lease that expires and is redelivered: on the embedded store, and
+// across two nqd instances sharing a Redis, where the worker that dies
+// claimed from one instance and the SDK's worker takes the job from the
+// other.
 func TestLeaseExpiresAndIsRedelivered(t *testing.T) {
-	n := startNQD(t, "NQ_JOB_LEASE=1s")
-	n.putFlow("lost", "entry: work\nsteps:\n  work: {queue: q1, retryPolicy: {attempts: 2}}\n")
-	run := n.start("lost", nil)
-	dead := claimByHand(t, n, "q1")
+	t.Run("embedded", func(t *testing.T) {
+		n := startNQD(t, "NQ_JOB_LEASE=1s")
+		leaseRedelivered(t, n, n)
+	})
+	t.Run("redis", func(t *testing.T) {
+		env := []string{"NQ_JOB_LEASE=1s", "NQ_REDIS_URL=redis://" + redistest.Addr(t), "NQ_PREFIX=" + redistest.Prefix(t)}
+		leaseRedelivered(t, startNQD(t, env...), startNQD(t, env...))
+	})
+}
+
+// leaseRedelivered: a worker claims on dying and never reports; the SDK's
+// worker on working gets the job again.
+func leaseRedelivered(t *testing.T, dying, working *nqd) {
+	dying.putFlow("lost", "entry: work\nsteps:\n  work: {queue: q1, retryPolicy: {attempts: 2}}\n")
+	run := dying.start("lost", nil)
+	dead := claimByHand(t, dying, "q1")
 	attempts := make(chan int, 2)
-	runWorker(t, n, worker.Config{Queues: []string{"q1"}}, map[string]worker.Handler{
+	runWorker(t, working, worker.Config{Queues: []string{"q1"}}, map[string]worker.Handler{
 		"work": func(_ context.Context, sc *worker.StepContext) (any, error) {
 			attempts <- sc.Attempt()
 			return nil, nil
 		},
 	})
-	evs := n.mustComplete(run, runWithin)
+	evs := working.mustComplete(run, runWithin)
 	if a := <-attempts; a != 2 || dead.Attempt != 1 {
 		t.Errorf("the worker ran attempt %d after the dead one's %d, want 2 after 1", a, dead.Attempt)
 	}
@@ -309,7 +325,7 @@ func TestLeaseExpiresAndIsRedelivered(t *testing.T) {
 		t.Errorf("events %s", keys(evs))
 	}
 	path := "/api/_workers/jobs/" + dead.Queue + "/" + dead.ID + "/complete"
-	if s := n.do(http.MethodPost, path, map[string]any{"lease": dead.Lease}, nil); s != http.StatusConflict {
+	if s := dying.do(http.MethodPost, path, map[string]any{"lease": dead.Lease}, nil); s != http.StatusConflict {
 		t.Errorf("complete with the expired lease: %d, want 409", s)
 	}
 }
