@@ -70,26 +70,28 @@ func (w *worker) runJob(jobs context.Context, j Job) {
 		out <- o
 	}()
 	var o outcome
+	stopped := false
 	select {
 	case o = <-out:
 	case <-jobCtx.Done():
-		if context.Cause(jobCtx) == ErrStopped {
-			// Past the grace period: fail the job now rather than wait
-			// for a handler that may not return.
-			o.err = ErrStopped
-		} else {
-			o = <-out
+		select {
+		case o = <-out:
+		case <-jobs.Done():
+			// Past the grace period: fail the job now rather than
+			// wait for a handler that may not return.
+			stopped = true
 		}
 	}
 	// Reports after the handler use a context of their own: the job's
 	// is done once the worker stops, and the outcome must still reach nqd.
 	final := context.WithoutCancel(jobCtx)
-	switch cause := context.Cause(jobCtx); {
-	case errors.Is(cause, ErrCanceled), errors.Is(cause, ErrLeaseLost):
+	cause := context.Cause(jobCtx)
+	if errors.Is(cause, ErrCanceled) || errors.Is(cause, ErrLeaseLost) {
 		h.log.Info("job dropped", "why", cause)
 		return
-	case errors.Is(cause, ErrStopped):
-		o.err = ErrStopped
+	}
+	if stopped || (o.err != nil && errors.Is(cause, ErrStopped)) {
+		o = outcome{err: ErrStopped}
 	}
 	if o.err == nil {
 		err := h.complete(final, o.result)
