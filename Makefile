@@ -5,7 +5,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 BENCHTIME ?= 2s
 
-.PHONY: run build test test-short lint fuzz bench bench-go bench-appends screenshots golden tidy-check vuln clean
+.PHONY: run build test test-short lint fuzz bench bench-go bench-appends bench-sdks screenshots golden tidy-check vuln clean
 
 ## run: start nqd on the embedded store in ./data (set NQ_REDIS_URL to use Redis)
 run:
@@ -53,6 +53,10 @@ bench: build
 ## bench-appends: go-test HTTP append benchmark on Redis against redis-benchmark XADD at the same concurrency
 bench-appends:
 	./scripts/bench-appends.sh
+
+## bench-sdks: no-op steps per second through each SDK's worker (Go, TypeScript, Python), side by side
+bench-sdks:
+	./scripts/bench-sdks.sh
 
 ## bench-go: store, handler and reducer go-test benchmarks
 bench-go:
