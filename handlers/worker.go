@@ -163,11 +163,15 @@ func (a *API) reportJob(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, r, http.StatusOK, reportBody{Events: stored})
 }
 
-// decodeEvents reads the events a worker reports about the job of ack.
+// decodeEvents reads the events a worker reports about the job of ack,
+// each within the size limit of an appended event.
 func (a *API) decodeEvents(ack store.JobAck, raws []json.RawMessage) ([]event.Event, error) {
 	run, _, _ := strings.Cut(ack.ID, ":")
 	evs := make([]event.Event, 0, len(raws))
 	for i, raw := range raws {
+		if int64(len(raw)) > a.limits.MaxEventBytes {
+			return nil, eventTooLarge("events["+strconv.Itoa(i)+"]", a.limits.MaxEventBytes)
+		}
 		ev, err := a.decodeEvent(raw, run, "events["+strconv.Itoa(i)+"].")
 		if err != nil {
 			return nil, err

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/nqd-dev/nqd/store"
@@ -68,5 +69,26 @@ func TestWorkerReportsRepeat(t *testing.T) {
 				t.Errorf("stored kinds %s; want one log, one emit, one step.completed", b)
 			}
 		})
+	}
+}
+
+// TestWorkerEventTooLarge: one reported event over the event limit is a 413
+// naming it, and nothing is stored.
+func TestWorkerEventTooLarge(t *testing.T) {
+	api, e, _ := newAwaitAPI(t, "bolt")
+	if _, err := e.Start(t.Context(), "approve", nil, ""); err != nil {
+		t.Fatal(err)
+	}
+	rec := api.do(t, post("/api/_workers/claim", `{"queues":["q1"]}`))
+	wantStatus(t, rec, http.StatusOK)
+	j := decode[struct{ Jobs []store.Job }](t, rec).Jobs[0]
+	big := strings.Repeat("x", 300<<10)
+	for _, call := range []string{"events", "complete"} {
+		body := fmt.Sprintf(`{"lease":%q,"events":[{"kind":"log"},{"kind":"log","data":{"msg":%q}}]}`, j.Lease, big)
+		got := api.do(t, post("/api/_workers/jobs/q1/"+j.ID+"/"+call, body))
+		wantStatus(t, got, http.StatusRequestEntityTooLarge)
+		if msg := decode[errorBody](t, got).Error.Message; !strings.Contains(msg, "events[1]") {
+			t.Errorf("%s: 413 names no events[1]: %s", call, got.Body)
+		}
 	}
 }
