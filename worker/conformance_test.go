@@ -9,6 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,7 +29,7 @@ const runWithin = 20 * time.Second
 func TestClaimAndComplete(t *testing.T) {
 	n := startNQD(t)
 	n.putFlow("one", "entry: work\nsteps:\n  work: {queue: q1}\n")
-	runWorker(t, n, worker.Config{Queues: []string{"q1"}}, map[string]worker.Handler{
+	runWorker(t, n.base, worker.Config{Queues: []string{"q1"}}, map[string]worker.Handler{
 		"work": func(_ context.Context, sc *worker.StepContext) (any, error) {
 			var in struct{ N int }
 			if err := sc.Input(&in); err != nil {
@@ -81,7 +84,7 @@ func TestRetriableFailureThenSuccess(t *testing.T) {
 	n := startNQD(t)
 	n.putFlow("flaky", "entry: work\nsteps:\n  work: {queue: q1, retryPolicy: {attempts: 2, backoff: {type: fixed, delayMs: 10}}}\n")
 	var ran atomic.Int32
-	runWorker(t, n, worker.Config{Queues: []string{"q1"}}, map[string]worker.Handler{
+	runWorker(t, n.base, worker.Config{Queues: []string{"q1"}}, map[string]worker.Handler{
 		"work": func(_ context.Context, sc *worker.StepContext) (any, error) {
 			ran.Add(1)
 			if sc.Attempt() == 1 {
@@ -110,7 +113,7 @@ func TestPermanentFailure(t *testing.T) {
 	n := startNQD(t)
 	n.putFlow("doomed", "entry: work\nsteps:\n  work: {queue: q1, retryPolicy: {attempts: 3, backoff: {type: fixed, delayMs: 10}}}\n")
 	var ran atomic.Int32
-	runWorker(t, n, worker.Config{Queues: []string{"q1"}}, map[string]worker.Handler{
+	runWorker(t, n.base, worker.Config{Queues: []string{"q1"}}, map[string]worker.Handler{
 		"work": func(context.Context, *worker.StepContext) (any, error) {
 			ran.Add(1)
 			return nil, worker.Permanent(errors.New("bad input"))
@@ -153,7 +156,7 @@ steps:
 			return nil, nil
 		}
 	}
-	runWorker(t, n, worker.Config{Queues: []string{"q1"}}, map[string]worker.Handler{
+	runWorker(t, n.base, worker.Config{Queues: []string{"q1"}}, map[string]worker.Handler{
 		"start": emit("a", "b"),
 		"left":  emit("l"),
 		"right": emit("r"),
@@ -180,7 +183,7 @@ func TestStateReadBack(t *testing.T) {
 	n := startNQD(t)
 	n.putFlow("stateful", "entry: write\nsteps:\n  write: {queue: q1, emits: [written]}\n  read: {queue: q1, subscribes: [written]}\n")
 	readBack := make(chan map[string]json.RawMessage, 1)
-	runWorker(t, n, worker.Config{Queues: []string{"q1"}}, map[string]worker.Handler{
+	runWorker(t, n.base, worker.Config{Queues: []string{"q1"}}, map[string]worker.Handler{
 		"write": func(_ context.Context, sc *worker.StepContext) (any, error) {
 			st := sc.State()
 			if err := st.Set("x", 1); err != nil {
@@ -240,7 +243,7 @@ steps:
     await: {type: trigger, triggerType: user, timeout: 60000}
 `)
 	resumed := make(chan worker.Resume, 1)
-	runWorker(t, n, worker.Config{Queues: []string{"q1"}}, map[string]worker.Handler{
+	runWorker(t, n.base, worker.Config{Queues: []string{"q1"}}, map[string]worker.Handler{
 		"ask": func(_ context.Context, sc *worker.StepContext) (any, error) { return nil, sc.Emit("asked", nil) },
 		"approve": func(_ context.Context, sc *worker.StepContext) (any, error) {
 			r, ok := sc.Resume()
@@ -311,7 +314,7 @@ func leaseRedelivered(t *testing.T, dying, working *nqd) {
 	run := dying.start("lost", nil)
 	dead := claimByHand(t, dying, "q1")
 	attempts := make(chan int, 2)
-	runWorker(t, working, worker.Config{Queues: []string{"q1"}}, map[string]worker.Handler{
+	runWorker(t, working.base, worker.Config{Queues: []string{"q1"}}, map[string]worker.Handler{
 		"work": func(_ context.Context, sc *worker.StepContext) (any, error) {
 			attempts <- sc.Attempt()
 			return nil, nil
@@ -342,7 +345,7 @@ func TestTokens(t *testing.T) {
 		name, token string
 		status      int
 	}{{"no token", "", http.StatusUnauthorized}, {"read token", read, http.StatusForbidden}} {
-		_, result := runWorker(t, n, worker.Config{Queues: []string{"q1"}, Token: tc.token}, hs)
+		_, result := runWorker(t, n.base, worker.Config{Queues: []string{"q1"}, Token: tc.token}, hs)
 		select {
 		case err := <-result:
 			var se *worker.StatusError
@@ -354,7 +357,7 @@ func TestTokens(t *testing.T) {
 		}
 	}
 
-	runWorker(t, n, worker.Config{Queues: []string{"q1"}, Token: write}, hs)
+	runWorker(t, n.base, worker.Config{Queues: []string{"q1"}, Token: write}, hs)
 	n.mustComplete(n.start("guarded", nil), runWithin)
 }
 
@@ -364,7 +367,7 @@ func TestRestartMidStep(t *testing.T) {
 	n.putFlow("survivor", "entry: first\nsteps:\n  first: {queue: q1, emits: [first.done]}\n  second: {queue: q1, subscribes: [first.done]}\n")
 	entered, release := make(chan struct{}), make(chan struct{})
 	refused := &refusals{next: http.DefaultTransport}
-	runWorker(t, n, worker.Config{Queues: []string{"q1"}, Client: &http.Client{Transport: refused}}, map[string]worker.Handler{
+	runWorker(t, n.base, worker.Config{Queues: []string{"q1"}, Client: &http.Client{Transport: refused}}, map[string]worker.Handler{
 		"first": func(_ context.Context, sc *worker.StepContext) (any, error) {
 			close(entered)
 			<-release
@@ -409,7 +412,7 @@ func (r *refusals) RoundTrip(req *http.Request) (*http.Response, error) {
 func TestBusyWorker(t *testing.T) {
 	n := startNQD(t, "NQ_JOB_LEASE=1s")
 	n.putFlow("slow", "entry: work\nsteps:\n  work: {queue: q1}\n")
-	runWorker(t, n, worker.Config{Queues: []string{"q1"}, Concurrency: 1}, map[string]worker.Handler{
+	runWorker(t, n.base, worker.Config{Queues: []string{"q1"}, Concurrency: 1}, map[string]worker.Handler{
 		"work": func(ctx context.Context, _ *worker.StepContext) (any, error) {
 			select {
 			case <-time.After(1200 * time.Millisecond): // longer than the lease
@@ -439,7 +442,7 @@ func TestGracefulStop(t *testing.T) {
 	n := startNQD(t) // the default lease, 30 s: the failure must come sooner
 	n.putFlow("long", "entry: work\nsteps:\n  work: {queue: q1, retryPolicy: {attempts: 2, backoff: {type: fixed, delayMs: 60000}}}\n")
 	entered := make(chan string, 2)
-	stop, result := runWorker(t, n, worker.Config{Queues: []string{"q1"}, Concurrency: 1, Grace: 200 * time.Millisecond}, map[string]worker.Handler{
+	stop, result := runWorker(t, n.base, worker.Config{Queues: []string{"q1"}, Concurrency: 1, Grace: 200 * time.Millisecond}, map[string]worker.Handler{
 		"work": func(_ context.Context, sc *worker.StepContext) (any, error) {
 			entered <- sc.Job.Run
 			select {} // a step that ignores its context
@@ -511,5 +514,53 @@ func TestRepeatedReports(t *testing.T) {
 	evs := n.mustComplete(run, runWithin)
 	if count(evs, "log") != 1 || count(evs, "step.completed") != 1 || count(evs, "flow.completed") != 1 {
 		t.Errorf("events %s, want one log, one step.completed", keys(evs))
+	}
+}
+
+// 13. Lost answers: every report reaches nqd but its first answer is lost
+// (a 502 from a proxy in front); the retries store nothing twice.
+func TestLostAnswers(t *testing.T) {
+	n := startNQD(t)
+	n.putFlow("lossy", "entry: work\nsteps:\n  work: {queue: q1, emits: [done]}\n  next: {queue: q1, subscribes: [done]}\n")
+	target, err := url.Parse(n.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	var mu sync.Mutex
+	seen := map[string]bool{} // report bodies whose answer was dropped once
+	var dropped atomic.Int32
+	proxy.ModifyResponse = func(res *http.Response) error {
+		if !strings.Contains(res.Request.URL.Path, "/api/_workers/jobs/") || strings.HasSuffix(res.Request.URL.Path, "/heartbeat") {
+			return nil
+		}
+		key := res.Request.URL.Path + " " + res.Request.Header.Get("Idempotency-Key")
+		mu.Lock()
+		defer mu.Unlock()
+		if seen[key] {
+			return nil
+		}
+		seen[key] = true
+		dropped.Add(1)
+		return errors.New("answer lost")
+	}
+	srv := httptest.NewServer(proxy)
+	t.Cleanup(srv.Close)
+	runWorker(t, srv.URL, worker.Config{Queues: []string{"q1"}}, map[string]worker.Handler{
+		"work": func(_ context.Context, sc *worker.StepContext) (any, error) {
+			if err := sc.Log("info", "once"); err != nil {
+				return nil, err
+			}
+			return nil, sc.Emit("done", 1)
+		},
+		"next": func(context.Context, *worker.StepContext) (any, error) { return "ok", nil },
+	})
+	run := n.start("lossy", nil)
+	evs := n.mustComplete(run, runWithin)
+	if count(evs, "log") != 1 || count(evs, "emit") != 1 || count(evs, "step.started") != 2 || count(evs, "step.completed") != 2 {
+		t.Errorf("events %s, want each once per step", keys(evs))
+	}
+	if dropped.Load() < 4 {
+		t.Errorf("%d answers dropped, want every report's first", dropped.Load())
 	}
 }

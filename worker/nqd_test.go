@@ -284,12 +284,12 @@ func keys(evs []runEvent) string {
 	return strings.Join(out, ", ")
 }
 
-// runWorker runs the SDK with cfg against n until the test ends, with
+// runWorker runs the SDK with cfg against nqd at base until the test ends, with
 // quick heartbeats unless cfg has its own; the returned channel gets Run's
 // error when it returns.
-func runWorker(t *testing.T, n *nqd, cfg worker.Config, handlers map[string]worker.Handler) (stop context.CancelFunc, result <-chan error) {
+func runWorker(t *testing.T, base string, cfg worker.Config, handlers map[string]worker.Handler) (stop context.CancelFunc, result <-chan error) {
 	t.Helper()
-	cfg.BaseURL = n.base
+	cfg.BaseURL = base
 	if cfg.Heartbeat == 0 {
 		cfg.Heartbeat = 200 * time.Millisecond
 	}
