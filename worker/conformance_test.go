@@ -442,10 +442,13 @@ func TestGracefulStop(t *testing.T) {
 	n := startNQD(t) // the default lease, 30 s: the failure must come sooner
 	n.putFlow("long", "entry: work\nsteps:\n  work: {queue: q1, retryPolicy: {attempts: 2, backoff: {type: fixed, delayMs: 60000}}}\n")
 	entered := make(chan string, 2)
+	testDone := make(chan struct{})
+	t.Cleanup(func() { close(testDone) })
 	stop, result := runWorker(t, n.base, worker.Config{Queues: []string{"q1"}, Concurrency: 1, Grace: 200 * time.Millisecond}, map[string]worker.Handler{
 		"work": func(_ context.Context, sc *worker.StepContext) (any, error) {
 			entered <- sc.Job.Run
-			select {} // a step that ignores its context
+			<-testDone // a step that ignores its context
+			return nil, nil
 		},
 	})
 	first := n.start("long", nil)
@@ -480,6 +483,15 @@ func find(evs []runEvent, kind string) runEvent {
 		}
 	}
 	return runEvent{}
+}
+
+// A Config without an address or queues is refused at once.
+func TestConfigRequired(t *testing.T) {
+	for _, cfg := range []worker.Config{{Queues: []string{"q1"}}, {BaseURL: "http://127.0.0.1:1"}} {
+		if err := worker.Run(t.Context(), cfg, nil); err == nil {
+			t.Errorf("Run(%+v) = nil, want an error", cfg)
+		}
+	}
 }
 
 // 12. Repeated reports answer as the first did and store nothing new.
