@@ -44,7 +44,7 @@ type Config struct {
 	// still running then are failed as retriable. Default 10s.
 	Grace time.Duration
 	// Client is the HTTP client; default one with no overall timeout, as
-	// claims long-poll.
+	// claims long-poll, that keeps a connection per concurrent call open.
 	Client *http.Client
 	// Logger gets the worker's own logs; default slog.Default().
 	Logger *slog.Logger
@@ -77,7 +77,12 @@ func (cfg Config) withDefaults() (Config, error) {
 		cfg.Grace = DefaultGrace
 	}
 	if cfg.Client == nil {
-		cfg.Client = &http.Client{}
+		// Every held job has calls in flight (heartbeats, reports), and the
+		// claim one more: keep that many connections open rather than the
+		// default two, which would make a busy worker dial for most calls.
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = 2*cfg.Concurrency + 1
+		cfg.Client = &http.Client{Transport: t}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
