@@ -102,7 +102,7 @@ func claim(t *testing.T, e *engine.Engine, queue string, complete bool) {
 	}
 	ack := store.JobAck{Queue: jobs[0].Queue, ID: jobs[0].ID, Lease: jobs[0].Lease}
 	ev := event.Event{Kind: "emit", Data: json.RawMessage(`{"event":"started","payload":{}}`)}
-	if _, err := e.Report(t.Context(), ack, []event.Event{ev}); err != nil {
+	if _, err := e.Report(t.Context(), ack, []event.Event{ev}, ""); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.Complete(t.Context(), ack, nil); err != nil {

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-
 	"github.com/nqd-dev/nqd/examples/demo"
 	"github.com/nqd-dev/nqd/worker"
 )
