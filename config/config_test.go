@@ -164,6 +164,20 @@ func TestLoadSweeper(t *testing.T) {
 	}
 }
 
+func TestLoadJobLease(t *testing.T) {
+	c, err := Load(nil, env(nil), io.Discard)
+	if err != nil || c.JobLease != 30*time.Second {
+		t.Errorf("default job lease = %s, %v; want 30s", c.JobLease, err)
+	}
+	c, err = Load([]string{"-job-lease", "2m"}, env(map[string]string{"NQ_JOB_LEASE": "5s"}), io.Discard)
+	if err != nil || c.JobLease != 2*time.Minute {
+		t.Errorf("flag over env = %s, %v; want 2m", c.JobLease, err)
+	}
+	if _, err := Load(nil, env(map[string]string{"NQ_JOB_LEASE": "500ms"}), io.Discard); err == nil || !strings.Contains(err.Error(), "NQ_JOB_LEASE") {
+		t.Errorf("NQ_JOB_LEASE=500ms: err = %v, want it named", err)
+	}
+}
+
 func TestStreamMaxLenByType(t *testing.T) {
 	c, err := Load(nil, env(map[string]string{"NQ_STREAM_MAXLEN_BY_TYPE": "flow=100000, trigger=1000"}), io.Discard)
 	if err != nil {
