@@ -410,12 +410,13 @@ func (r *refusals) RoundTrip(req *http.Request) (*http.Response, error) {
 // 10. A busy worker: one slot, steps longer than the lease, more runs than
 // slots. A job held without a heartbeat would expire and fail its run.
 func TestBusyWorker(t *testing.T) {
-	n := startNQD(t, "NQ_JOB_LEASE=1s")
+	// A lease of several heartbeats, so a slow machine does not lose it.
+	n := startNQD(t, "NQ_JOB_LEASE=1500ms")
 	n.putFlow("slow", "entry: work\nsteps:\n  work: {queue: q1}\n")
 	runWorker(t, n.base, worker.Config{Queues: []string{"q1"}, Concurrency: 1}, map[string]worker.Handler{
 		"work": func(ctx context.Context, _ *worker.StepContext) (any, error) {
 			select {
-			case <-time.After(1200 * time.Millisecond): // longer than the lease
+			case <-time.After(1800 * time.Millisecond): // longer than the lease
 				return "done", nil
 			case <-ctx.Done():
 				return nil, ctx.Err()
