@@ -113,11 +113,15 @@ func (e *Engine) held(ctx context.Context, ack store.JobAck) (store.Job, error) 
 }
 
 // ackedBy is what stepState.Acked holds once the job held by lease ended
-// with outcome (stepCompleted or stepFailed). Only a digest of the lease is
-// kept: run records are archived and exported, and a lease is a credential.
-func ackedBy(lease, outcome string) string {
+// with outcome (stepCompleted or stepFailed).
+func ackedBy(lease, outcome string) string { return outcome + ":" + leaseDigest(lease) }
+
+// leaseDigest stands for a lease where it is kept: run records and
+// idempotency keys are stored, archived and exported, and a lease is a
+// credential.
+func leaseDigest(lease string) string {
 	sum := sha256.Sum256([]byte(lease))
-	return outcome + ":" + hex.EncodeToString(sum[:12])
+	return hex.EncodeToString(sum[:12])
 }
 
 // repeated tells a worker's repeat of a report that succeeded (nil) from a
@@ -192,7 +196,7 @@ func (e *Engine) Report(ctx context.Context, ack store.JobAck, evs []event.Event
 			// Emits split a report into several appends; each gets a key
 			// of its own, scoped to the job and lease so that keys of
 			// different workers never meet.
-			opts.IdempotencyKey = fmt.Sprintf("report:%s:%s:%d:%s", j.ID, ackedBy(ack.Lease, "lease"), segment, key)
+			opts.IdempotencyKey = fmt.Sprintf("report:%s:%s:%d:%s", j.ID, leaseDigest(ack.Lease), segment, key)
 			segment++
 		}
 		res, err := e.st.Append(ctx, store.Context{Type: "flow", ID: j.Run}, plain, opts)
