@@ -486,9 +486,13 @@ func find(evs []runEvent, kind string) runEvent {
 	return runEvent{}
 }
 
-// A Config without an address or queues is refused at once.
+// A Config without a usable address or without queues is refused at once.
 func TestConfigRequired(t *testing.T) {
-	for _, cfg := range []worker.Config{{Queues: []string{"q1"}}, {BaseURL: "http://127.0.0.1:1"}} {
+	for _, cfg := range []worker.Config{
+		{Queues: []string{"q1"}},
+		{BaseURL: "127.0.0.1:8080", Queues: []string{"q1"}},
+		{BaseURL: "http://127.0.0.1:1"},
+	} {
 		if err := worker.Run(t.Context(), cfg, nil); err == nil {
 			t.Errorf("Run(%+v) = nil, want an error", cfg)
 		}

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -61,8 +62,8 @@ const (
 const claimWait = 10 * time.Second
 
 func (cfg Config) withDefaults() (Config, error) {
-	if cfg.BaseURL == "" {
-		return cfg, errors.New("worker: Config.BaseURL is required")
+	if u, err := url.Parse(cfg.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return cfg, fmt.Errorf("worker: Config.BaseURL: want nqd's address such as http://127.0.0.1:8080, got %q", cfg.BaseURL)
 	}
 	if len(cfg.Queues) == 0 {
 		return cfg, errors.New("worker: Config.Queues is required")
