@@ -581,3 +581,44 @@ func TestLostAnswers(t *testing.T) {
 		t.Errorf("%d answers dropped, want every report's first", dropped.Load())
 	}
 }
+
+// 14. A busy nqd: the first answer to each report is a 503 or a 429 with
+// Retry-After, and nothing was stored; the worker waits and tries again.
+func TestBusyServer(t *testing.T) {
+	n := startNQD(t)
+	n.putFlow("busy", "entry: work\nsteps:\n  work: {queue: q1}\n")
+	target, err := url.Parse(n.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	var refused sync.Map
+	var count503, count429 atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		path := r.URL.Path
+		if _, again := refused.LoadOrStore(path, true); !again {
+			switch {
+			case strings.HasSuffix(path, "/events"):
+				count429.Add(1)
+				w.Header().Set("Retry-After", "1")
+				http.Error(w, `{"error":{"code":"rate_limited","message":"Slow down."}}`, http.StatusTooManyRequests)
+				return
+			case strings.HasSuffix(path, "/complete"):
+				count503.Add(1)
+				http.Error(w, `{"error":{"code":"unavailable","message":"Try again."}}`, http.StatusServiceUnavailable)
+				return
+			}
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	runWorker(t, srv.URL, worker.Config{Queues: []string{"q1"}}, map[string]worker.Handler{
+		"work": func(_ context.Context, sc *worker.StepContext) (any, error) {
+			return "ok", sc.Log("info", "through a busy server")
+		},
+	})
+	evs := n.mustComplete(n.start("busy", nil), runWithin)
+	if count(evs, "log") != 1 || count(evs, "step.completed") != 1 || count429.Load() != 1 || count503.Load() != 1 {
+		t.Errorf("events %s after %d 429s and %d 503s, want one log and one completion after one of each", keys(evs), count429.Load(), count503.Load())
+	}
+}
