@@ -247,7 +247,8 @@ func TestBadRequests(t *testing.T) {
 		wantAllow  string
 	}{
 		{"unknown route", get("/api/nope"), 404, "not_found", nil, ""},
-		{"no id", get("/api/_events/flow"), 404, "not_found", nil, ""},
+		// One segment after _events names a stream by its storage key.
+		{"no id", get("/api/_events/flow"), 400, "validation_failed", map[string]string{"key": "must be nq:<type>:<id> with a valid type and id, or nq:events"}, ""},
 		{"wrong method", request{method: http.MethodDelete, target: ctx}, 405, "method_not_allowed", nil, "GET, POST"},
 		{"wrong method on healthz", post("/healthz", `{}`), 405, "method_not_allowed", nil, "GET"},
 
