@@ -8,6 +8,7 @@ import (
 
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/redistest"
 	"github.com/nqd-dev/nqd/store"
 )
 
@@ -119,4 +120,46 @@ func TestQueueViews(t *testing.T) {
 			t.Fatalf("AddJob = %+v, %v", added, err)
 		}
 	})
+}
+
+// TestQueuePauseSharedByInstances: a pause made through one nqd instance
+// holds for another sharing the Redis store, and for an instance started
+// after it; the resume reaches a claim already waiting on the other one.
+func TestQueuePauseSharedByInstances(t *testing.T) {
+	ctx := t.Context()
+	prefix := redistest.Prefix(t)
+	a := engine.New(newRedisStoreAt(t, prefix), engine.Options{PollInterval: 20 * time.Millisecond})
+	b := engine.New(newRedisStoreAt(t, prefix), engine.Options{PollInterval: 20 * time.Millisecond})
+	mustDefine(t, a, "dia", "diamond")
+	if err := a.SetQueuePaused(ctx, "default", true); err != nil {
+		t.Fatal(err)
+	}
+	started, err := a.Start(ctx, "dia", nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if jobs, err := b.Claim(ctx, []string{"default"}, 5, 100*time.Millisecond); err != nil || len(jobs) != 0 {
+		t.Fatalf("another instance claimed %v, %v from the paused queue", jobs, err)
+	}
+	later := engine.New(newRedisStoreAt(t, prefix), engine.Options{})
+	if q, err := later.Queue(ctx, "default"); err != nil || !q.Paused || q.Counts.Paused != 1 {
+		t.Fatalf("a new instance sees %+v, %v; want the queue paused with one job", q, err)
+	}
+
+	claimed := make(chan []store.Job, 1)
+	go func() {
+		jobs, _ := b.Claim(ctx, []string{"default"}, 5, 20*time.Second)
+		claimed <- jobs
+	}()
+	if err := a.SetQueuePaused(ctx, "default", false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case jobs := <-claimed:
+		if len(jobs) != 1 || jobs[0].ID != started.ID {
+			t.Fatalf("after the resume the waiting claim got %v, want %s", jobs, started.ID)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the waiting claim got nothing after the resume")
+	}
 }
