@@ -18,8 +18,8 @@ import (
 	"github.com/nqd-dev/nqd/store"
 )
 
-// Queues are the flow engine's queue views (ui-contract A.10 in
-// openapi.yaml's words: the era A queue routes); see engine.Engine.
+// Queues are the flow engine's queue views behind the era A queue routes
+// (openapi.yaml, tag queues); see engine.Engine.
 type Queues interface {
 	QueueNames(ctx context.Context) ([]string, error)
 	Queue(ctx context.Context, name string) (engine.Queue, error)
