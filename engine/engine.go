@@ -36,6 +36,7 @@ type Store interface {
 	store.Store
 	store.DefinitionStore
 	store.RunStore
+	store.QueueStore
 }
 
 // Errors the engine adds to the store's sentinels.

@@ -95,6 +95,12 @@ type Deps struct {
 	// Flows is optional: without it the flow and worker routes are not
 	// mounted.
 	Flows FlowEngine
+	// Queues is optional: without it the /api/_queues routes are not
+	// mounted.
+	Queues Queues
+	// KeyPrefix is the storage key prefix that raw stream reads name
+	// streams by (`<prefix>:<type>:<id>`); default "nq".
+	KeyPrefix string
 	// KV is optional: without it the /api/_kv routes are not mounted.
 	KV KV
 	// Archive is optional: without it `source=archive` answers 404.
@@ -129,25 +135,27 @@ type Deps struct {
 
 // API serves nqd's HTTP routes. Build it with New and mount Routes.
 type API struct {
-	store    Store
-	state    StateReader
-	stream   Streamer
-	flows    FlowEngine
-	kv       KV
-	archive  ArchiveReader
-	restorer Restorer
-	compact  Compactor
-	history  History
-	metrics  http.Handler
-	ready    []func(context.Context) error
-	cors     []string
-	log      zerolog.Logger
-	now      func() time.Time
-	limits   Limits
-	access   access
-	validate *validator.Validate
-	web      fs.FS
-	webBase  string
+	store     Store
+	state     StateReader
+	stream    Streamer
+	flows     FlowEngine
+	queues    Queues
+	keyPrefix string
+	kv        KV
+	archive   ArchiveReader
+	restorer  Restorer
+	compact   Compactor
+	history   History
+	metrics   http.Handler
+	ready     []func(context.Context) error
+	cors      []string
+	log       zerolog.Logger
+	now       func() time.Time
+	limits    Limits
+	access    access
+	validate  *validator.Validate
+	web       fs.FS
+	webBase   string
 }
 
 // New builds the API from d, filling in defaults for zero limits and clock.
@@ -169,10 +177,14 @@ func New(d Deps) *API {
 	if now == nil {
 		now = time.Now
 	}
+	keyPrefix := d.KeyPrefix
+	if keyPrefix == "" {
+		keyPrefix = defaultKeyPrefix
+	}
 	return &API{
 		store: d.Store, state: d.State, stream: d.Stream, flows: d.Flows, kv: d.KV, archive: d.Archive, restorer: d.Restorer, compact: d.Compactor, history: d.History, metrics: d.Metrics, ready: d.Ready, cors: d.CORSOrigins,
 		log: d.Log, now: now, limits: lim, access: newAccess(d.Access, now), validate: newValidator(),
-		web: d.Web, webBase: d.WebBase,
+		web: d.Web, webBase: d.WebBase, queues: d.Queues, keyPrefix: keyPrefix,
 	}
 }
 
@@ -218,10 +230,16 @@ func (a *API) Routes() http.Handler {
 			r.With(admin).Post("/{id}/restore", a.restoreContext)
 			r.With(admin).Post("/{id}/compact", a.compactContext)
 		})
+		// One segment after _events: a stream named by its storage key, the
+		// era A read. Registered after the route above, it takes GET there.
+		r.With(read).Get("/api/_events/{key}", a.readRawStream)
 		if a.flows != nil {
 			a.awaitRoutes(r)
 			a.flowRoutes(r)
 			a.workerRoutes(r)
+		}
+		if a.queues != nil {
+			a.queueRoutes(r)
 		}
 		if a.kv != nil {
 			a.kvRoutes(r)

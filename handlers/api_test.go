@@ -18,7 +18,8 @@ import (
 func TestRoutesDocumented(t *testing.T) {
 	doc, _ := mustSpec(t)
 	// The routes are walked, never called, so a nil KV store will do.
-	routes, ok := handlers.New(handlers.Deps{Stream: fakeStreamer{}, Flows: engine.New(nil, engine.Options{}), Metrics: http.NotFoundHandler(),
+	eng := engine.New(nil, engine.Options{})
+	routes, ok := handlers.New(handlers.Deps{Stream: fakeStreamer{}, Flows: eng, Queues: eng, Metrics: http.NotFoundHandler(),
 		KV: (*boltstore.Store)(nil)}).Routes().(chi.Routes)
 	if !ok {
 		t.Fatal("Routes() is not a chi router")
@@ -246,7 +247,8 @@ func TestBadRequests(t *testing.T) {
 		wantAllow  string
 	}{
 		{"unknown route", get("/api/nope"), 404, "not_found", nil, ""},
-		{"no id", get("/api/_events/flow"), 404, "not_found", nil, ""},
+		// One segment after _events names a stream by its storage key.
+		{"no id", get("/api/_events/flow"), 400, "validation_failed", map[string]string{"key": "must be nq:<type>:<id> with a valid type and id, or nq:events"}, ""},
 		{"wrong method", request{method: http.MethodDelete, target: ctx}, 405, "method_not_allowed", nil, "GET, POST"},
 		{"wrong method on healthz", post("/healthz", `{}`), 405, "method_not_allowed", nil, "GET"},
 

@@ -41,7 +41,8 @@ func withTokens(t testing.TB, access handlers.Access) func(*handlers.Deps) {
 			access.Auth = auth.New(auth.NewTokens(toks), nil, nil)
 		}
 		d.Access = access
-		d.Flows = engine.New(d.Store.(engine.Store), engine.Options{Logger: d.Log})
+		eng := engine.New(d.Store.(engine.Store), engine.Options{Logger: d.Log})
+		d.Flows, d.Queues = eng, eng
 		d.KV = d.Store.(handlers.KV)
 		sh := stream.NewHandler(stream.Options{Store: d.Store.(stream.Source), Log: d.Log, TrustLive: true})
 		t.Cleanup(sh.Close)
@@ -73,6 +74,17 @@ var routeScopes = map[string]auth.Scope{
 	"POST /api/_events/{type}/{id}/compact":             auth.Admin,
 	"GET /api/_events/{type}/{id}/stream":               auth.Read,
 	"GET /api/_events/sse":                              auth.Read,
+	"GET /api/_events/{key}":                            auth.Read,
+	"GET /api/_queues":                                  auth.Read,
+	"GET /api/_queues/metrics":                          auth.Read,
+	"GET /api/_queues/{queue}":                          auth.Read,
+	"GET /api/_queues/{queue}/metrics":                  auth.Read,
+	"POST /api/_queues/{queue}/pause":                   auth.Admin,
+	"POST /api/_queues/{queue}/resume":                  auth.Admin,
+	"GET /api/_queues/{queue}/job":                      auth.Read,
+	"POST /api/_queues/{queue}/job":                     auth.Write,
+	"GET /api/_queues/{queue}/job/{jobId}":              auth.Read,
+	"GET /api/_queues/{queue}/job/{jobId}/logs":         auth.Read,
 	"GET /api/_flows":                                   auth.Read,
 	"GET /api/_flows/{name}":                            auth.Read,
 	"PUT /api/_flows/{name}":                            auth.Admin,

@@ -246,13 +246,20 @@ func (a *API) toEvent(in inputRecord, subject, prefix string) (event.Event, erro
 		}
 		maps.Copy(fields, apiErr.Fields)
 	}
+	data := nonNull(in.Data)
+	if event.IsLog(kind) {
+		var ok bool
+		if data, ok = event.LogTextAliases(data); !ok {
+			fields[prefix+"data.message"] = "must equal data.msg when both are sent"
+		}
+	}
 	if len(fields) > 0 {
 		return event.Event{}, invalid(fields)
 	}
 	return event.Event{
 		Kind: kind, Subject: subject, Flow: flow, FlowName: in.FlowName,
 		Step: step, Attempt: attempt, Trigger: in.Trigger, CorrelationID: in.CorrelationID,
-		Data: nonNull(in.Data), Meta: meta,
+		Data: data, Meta: meta,
 	}, nil
 }
 

@@ -66,13 +66,50 @@ func loadSeedScenario(t *testing.T) seedScenario {
 				}{at, body})
 			}
 		case len(lines) > 2 && lines[1] == "----":
-			sc.outputs[cmd] = strings.Join(lines[2:], "\n")
+			sc.outputs[cmd] = withLogTextAliases(t, strings.Join(lines[2:], "\n"))
 		}
 	}
 	if len(sc.events) != 15 || len(sc.outputs) != 3 {
 		t.Fatalf("scenario has %d events and %d outputs, want 15 and 3", len(sc.events), len(sc.outputs))
 	}
 	return sc
+}
+
+// withLogTextAliases adds to the scenario's expected log entries the `msg`
+// that the API writes beside `message` (the reducer folds what it is given:
+// the scenario's events carry only `message`).
+func withLogTextAliases(t *testing.T, want string) string {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal([]byte(want), &v); err != nil {
+		t.Fatalf("expected output: %v", err)
+	}
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if data, ok := v["data"].(map[string]any); ok && v["level"] != nil {
+				if m, ok := data["message"]; ok {
+					if _, ok := data["msg"]; !ok {
+						data["msg"] = m
+					}
+				}
+			}
+			for _, c := range v {
+				walk(c)
+			}
+		case []any:
+			for _, c := range v {
+				walk(c)
+			}
+		}
+	}
+	walk(v)
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 func jsonCmp(t *testing.T, what string, want string, got json.RawMessage) {

@@ -91,6 +91,7 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 	}
 
 	var flowEngine handlers.FlowEngine
+	var queues handlers.Queues
 	if es, ok := st.(engine.Store); ok {
 		signer, err := TriggerSigner(cfg, log)
 		if err != nil {
@@ -101,7 +102,7 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 			return nil, errors.Join(err, a.Close())
 		}
 		a.closers = append(a.closers, func() error { stop(); return nil })
-		flowEngine = eng
+		flowEngine, queues = eng, eng
 		stopSweeper, err := StartSweeper(ctx, eng, st, cfg, a.Metrics, log)
 		if err != nil {
 			return nil, errors.Join(err, a.Close())
@@ -134,6 +135,8 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 		Store:       a.Metrics.Store(st),
 		State:       states,
 		Flows:       flowEngine,
+		Queues:      queues,
+		KeyPrefix:   cfg.Prefix,
 		KV:          kvStore(st),
 		Archive:     archived,
 		Restorer:    restorer,

@@ -402,6 +402,9 @@ func (s *Store) Claim(ctx context.Context, queues []string, now, leaseUntil int6
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		out = out[:0]
 		for _, q := range queues {
+			if queuePaused(tx, q) {
+				continue
+			}
 			_, ready, err := queueBuckets(tx, q)
 			if err != nil {
 				return err

@@ -490,7 +490,8 @@ func (s *Store) Claim(ctx context.Context, queues []string, now, leaseUntil int6
 	if err := s.checkOpen("claim"); err != nil {
 		return nil, err
 	}
-	keys := make([]string, 0, 2*len(queues))
+	keys := make([]string, 1, 1+2*len(queues))
+	keys[0] = s.pausedKey()
 	for _, q := range queues {
 		if !event.ValidName(q) {
 			return nil, invalid("claim", "queue %q", q)
@@ -500,7 +501,12 @@ func (s *Store) Claim(ctx context.Context, queues []string, now, leaseUntil int6
 	if max <= 0 || lease == "" || strings.ContainsAny(lease, " \n") {
 		return nil, invalid("claim", "%d jobs under lease %q", max, lease)
 	}
-	vals, err := claimScript.Run(ctx, s.client, keys, now, leaseUntil, lease, max).StringSlice()
+	args := make([]any, 0, 4+len(queues))
+	args = append(args, now, leaseUntil, lease, max)
+	for _, q := range queues {
+		args = append(args, q)
+	}
+	vals, err := claimScript.Run(ctx, s.client, keys, args...).StringSlice()
 	if err != nil {
 		return nil, mapErr(ctx, "claim", err)
 	}

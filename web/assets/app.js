@@ -1,8 +1,9 @@
-// The nqd dashboard: a router over four pages (flows, a flow, a run,
-// triggers). Each page renders into <main> and returns a function that
+// The nqd dashboard: a router over six pages (flows, a flow, a run,
+// triggers, and the queues and a queue from queues.js). Each page renders into <main> and returns a function that
 // stops its timers and streams when the page is left.
 import {h, replace, api, ApiError, enc, onServerState, onAuthNeeded, token, setToken, shortId, duration, ago, clock, badge, json, parseInput, loading, failure, every, debounce, throttle} from './lib.js';
 import {diagram} from './diagram.js';
+import {queuesPage, queuePage} from './queues.js';
 
 const base = new URL(document.baseURI).pathname; // "/" or "/ui/"
 const main = document.getElementById('main');
@@ -14,6 +15,8 @@ const ENDED = new Set(['completed', 'failed', 'cancelled']);
 const routes = [
   [/^$/, flowsPage, 'flows'],
   [/^triggers$/, triggersPage, 'triggers'],
+  [/^queues$/, queuesPage, 'queues'],
+  [/^queues\/([^/]+)$/, queuePage, 'queues'],
   [/^flows\/([^/]+)$/, flowPage, 'flows'],
   [/^runs\/([^/]+)$/, runPage, 'flows'],
 ];

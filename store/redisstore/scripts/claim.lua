@@ -3,22 +3,31 @@
 -- lease makes the job claimable again with no sweeper; taking it over counts
 -- a new attempt.
 --
--- KEYS        pairs, one per queue in the order asked: <p>:queue:<q>:ready,
+-- KEYS[1]     <p>:engine:queues:paused, the set of paused queue names
+-- KEYS[2..]   pairs, one per queue in the order asked: <p>:queue:<q>:ready,
 --             <p>:queue:<q>:jobs
 -- ARGV[1]     now (epoch ms)
 -- ARGV[2]     leaseUntil (epoch ms)
 -- ARGV[3]     the lease
 -- ARGV[4]     the most jobs to hand out
+-- ARGV[5..]   the queue names, one per pair of KEYS
+--
+-- A paused queue hands out nothing; the check is in this script so that no
+-- claim in flight slips past a pause.
 --
 -- A job's value is "<attempt> <score> <leaseUntil> <lease>\n<job JSON>".
 -- Returns the claimed jobs' new values.
 
 local now, until_, lease, max = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local out = {}
-for q = 1, #KEYS, 2 do
+for q = 2, #KEYS, 2 do
   if #out >= max then break end
   local ready, jobs = KEYS[q], KEYS[q + 1]
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', ready, '-inf', now, 'LIMIT', 0, max - #out)) do
+  local ids = {}
+  if redis.call('SISMEMBER', KEYS[1], ARGV[4 + q / 2]) == 0 then
+    ids = redis.call('ZRANGEBYSCORE', ready, '-inf', now, 'LIMIT', 0, max - #out)
+  end
+  for _, id in ipairs(ids) do
     local v = redis.call('HGET', jobs, id)
     if not v then
       -- A ready entry without its job can only be debris; drop it.

@@ -1,0 +1,117 @@
+package redisstore
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/store"
+)
+
+var _ store.QueueStore = (*Store)(nil)
+
+// pausedKey is the set of paused queue names; claim.lua reads it in the
+// same script that hands out jobs.
+func (s *Store) pausedKey() string { return s.opts.Prefix + ":engine:queues:paused" }
+
+// SetQueuePaused pauses or resumes queue. Errors: store.ErrInvalid,
+// store.ErrUnavailable, store.ErrClosed.
+func (s *Store) SetQueuePaused(ctx context.Context, queue string, paused bool) error {
+	if err := s.checkOpen("pause queue"); err != nil {
+		return err
+	}
+	if !event.ValidName(queue) {
+		return invalid("pause queue", "queue %q", queue)
+	}
+	var err error
+	if paused {
+		err = s.client.SAdd(ctx, s.pausedKey(), queue).Err()
+	} else {
+		err = s.client.SRem(ctx, s.pausedKey(), queue).Err()
+	}
+	return mapErr(ctx, "pause queue", err)
+}
+
+// PausedQueues returns the paused queues in name order.
+func (s *Store) PausedQueues(ctx context.Context) ([]string, error) {
+	if err := s.checkOpen("paused queues"); err != nil {
+		return nil, err
+	}
+	names, err := s.client.SMembers(ctx, s.pausedKey()).Result()
+	if err != nil {
+		return nil, mapErr(ctx, "paused queues", err)
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+// JobQueues finds the queues' ready sets with SCAN: Redis keeps no list of
+// them, and a ready set exists exactly while its queue holds a job.
+func (s *Store) JobQueues(ctx context.Context) ([]string, error) {
+	if err := s.checkOpen("job queues"); err != nil {
+		return nil, err
+	}
+	head, tail := s.opts.Prefix+":queue:", ":ready"
+	out := []string{}
+	it := s.client.Scan(ctx, 0, head+"*"+tail, 1000).Iterator()
+	for it.Next(ctx) {
+		name := strings.TrimSuffix(strings.TrimPrefix(it.Val(), head), tail)
+		// Only names nqd could have written: a key another program put
+		// under the prefix is not a queue.
+		if event.ValidName(name) && !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, mapErr(ctx, "job queues", err)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// QueueJobs pages over the queue's ready set by score and reads each job.
+func (s *Store) QueueJobs(ctx context.Context, queue string, min, max int64, offset, limit int) ([]store.Job, error) {
+	if err := s.checkOpen("queue jobs"); err != nil {
+		return nil, err
+	}
+	if !event.ValidName(queue) {
+		return nil, invalid("queue jobs", "queue %q", queue)
+	}
+	if offset < 0 || limit < 0 {
+		return nil, invalid("queue jobs", "page offset %d, limit %d", offset, limit)
+	}
+	out := []store.Job{}
+	if limit == 0 {
+		return out, nil
+	}
+	ids, err := s.client.ZRangeByScore(ctx, s.readyKey(queue), &redis.ZRangeBy{
+		Min: strconv.FormatInt(min, 10), Max: strconv.FormatInt(max, 10),
+		Offset: int64(offset), Count: int64(limit),
+	}).Result()
+	if err != nil {
+		return nil, mapErr(ctx, "queue jobs", err)
+	}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	vals, err := s.client.HMGet(ctx, s.jobsKey(queue), ids...).Result()
+	if err != nil {
+		return nil, mapErr(ctx, "queue jobs", err)
+	}
+	for _, v := range vals {
+		str, ok := v.(string)
+		if !ok {
+			continue // acknowledged between the two reads
+		}
+		j, err := decodeJob(str)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	return out, nil
+}
