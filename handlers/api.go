@@ -195,7 +195,7 @@ func (a *API) Routes() http.Handler {
 	r := chi.NewRouter()
 	r.Use(
 		hlog.NewHandler(a.log),
-		hlog.RequestIDHandler("req_id", "X-Request-ID"),
+		requestID,
 		hlog.AccessHandler(accessLog),
 		recoverer,
 	)
@@ -217,8 +217,11 @@ func (a *API) Routes() http.Handler {
 	r.Group(func(r chi.Router) {
 		r.Use(middleware.Timeout(a.limits.RequestTimeout))
 
+		// HEAD too: probes such as curl -I and some load balancers use it.
 		r.Get("/healthz", a.healthz)
+		r.Head("/healthz", a.healthz)
 		r.Get("/readyz", a.readyz)
+		r.Head("/readyz", a.readyz)
 		r.With(read).Post("/api/_auth/stream-token", a.issueStreamToken)
 
 		r.Route("/api/_events/{type}", func(r chi.Router) {
@@ -277,13 +280,19 @@ func (a *API) Routes() http.Handler {
 }
 
 // accessLog writes one line per request. It never logs headers or bodies,
-// which may carry credentials or user data.
+// which may carry credentials or user data. Health probes are logged at
+// debug: an orchestrator probes every few seconds, and those lines would
+// drown the others.
 func accessLog(r *http.Request, status, size int, d time.Duration) {
-	hlog.FromRequest(r).Info().
-		Str("method", r.Method).
+	log := hlog.FromRequest(r)
+	line := log.Info()
+	if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+		line = log.Debug()
+	}
+	line.Str("method", r.Method).
 		Str("path", r.URL.Path).
 		Int("status", status).
 		Int("size", size).
-		Dur("duration", d).
+		Stringer("duration", d.Round(time.Microsecond)).
 		Msg("request")
 }

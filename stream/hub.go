@@ -288,7 +288,7 @@ func (t *topic) resubscribe() store.Subscription {
 		if t.ctx.Err() != nil {
 			return nil
 		}
-		t.hub.log.Warn().Err(err).Str("context", t.c.String()).Dur("retry_in", wait).Msg("resubscribe failed")
+		t.hub.log.Warn().Err(err).Str("context", t.c.String()).Stringer("retry_in", wait).Msg("resubscribe failed")
 		select {
 		case <-t.ctx.Done():
 			return nil

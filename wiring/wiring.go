@@ -321,7 +321,7 @@ func Run(ctx context.Context, cfg config.Config, log zerolog.Logger) error {
 	select {
 	case err = <-serveErr:
 	case <-ctx.Done():
-		log.Info().Dur("timeout", cfg.ShutdownTimeout).Msg("shutting down")
+		log.Info().Stringer("timeout", cfg.ShutdownTimeout).Msg("shutting down")
 		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 		err = a.Shutdown(sctx)
 		cancel()
