@@ -79,6 +79,10 @@ type Config struct {
 	MaxEventBytes       int64         // largest event in an append
 	MaxStreamsPerClient int           // open streams per token and per address; 0: no cap
 	MetricsPublic       bool          // serve /metrics without a token
+
+	// Commands instead of serving; flags only.
+	Version     bool // print the version and exit
+	Healthcheck bool // ask the nqd at Addr for /healthz and exit 0 if it answers 200
 }
 
 // Rate is a request budget: Requests per Window; zero Requests is no limit.
@@ -124,7 +128,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 		{"stream-maxlen-by-type", "NQ_STREAM_MAXLEN_BY_TYPE", "per context type caps, e.g. flow=100000,trigger=1000 (0: no cap for that type)", "", typeCaps(&c.StreamMaxLenByType)},
 		{"cors-origins", "NQ_CORS_ORIGINS", "comma-separated browser origins allowed to call the API (empty: same origin only)", "", list(&c.CORSOrigins)},
 		{"sse-heartbeat", "NQ_SSE_HEARTBEAT", "longest silence on an SSE connection before a comment line", "15s", dur(&c.SSEHeartbeat)},
-		{"sse-max-backfill", "NQ_SSE_MAX_BACKFILL", "most events an SSE backfill sends (the newest, after `event: truncated`)", "10000", integer(&c.SSEMaxBackfill)},
+		{"sse-max-backfill", "NQ_SSE_MAX_BACKFILL", "most events an SSE backfill sends (the newest, after an 'event: truncated' notice)", "10000", integer(&c.SSEMaxBackfill)},
 		{"web-base", "NQ_WEB_BASE", "path the browser dashboard is served at (empty: /)", "", str(&c.WebBase)},
 		{"flows-dir", "NQ_FLOWS_DIR", "directory of flow definitions (*.json, *.yaml, *.yml) stored at start (empty: none)", "", str(&c.FlowsDir)},
 		{"cache-entries", "NQ_CACHE_ENTRIES", "contexts whose reduced state is cached", "1000", integer(&c.CacheEntries)},
@@ -160,6 +164,9 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 		}
 		fs.Func(s.flag, fmt.Sprintf("%s (env %s, default %q)", s.usage, s.env, s.def), named(s, "-"+s.flag))
 	}
+	fs.BoolVar(&c.Version, "version", false, "print the version and exit")
+	fs.BoolVar(&c.Healthcheck, "healthcheck", false, "exit 0 if the nqd listening on the address answers /healthz, else 1 (for a container HEALTHCHECK)")
+	var envErr error
 	for _, s := range settings {
 		v, from := s.def, "default of -"+s.flag
 		if s.flag == "" {
@@ -168,12 +175,18 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 		if e := getenv(s.env); e != "" {
 			v, from = e, s.env
 		}
-		if err := named(s, from)(v); err != nil {
-			return Config{}, err
+		if err := named(s, from)(v); err != nil && envErr == nil {
+			envErr = err
 		}
 	}
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
+	}
+	if c.Version {
+		return c, nil // the version is printed whatever else is set
+	}
+	if envErr != nil {
+		return Config{}, envErr
 	}
 	if c.TokensFile != "" {
 		b, err := os.ReadFile(c.TokensFile)
@@ -203,8 +216,10 @@ func (c Config) validate() error {
 	bad := func(name, format string, a ...any) {
 		errs = append(errs, name+": "+fmt.Sprintf(format, a...))
 	}
-	if host, _, err := net.SplitHostPort(c.Addr); err != nil {
+	if host, port, err := net.SplitHostPort(c.Addr); err != nil {
 		bad("NQ_ADDR", "want host:port, got %q", c.Addr)
+	} else if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		bad("NQ_ADDR", "want a port number from 0 to 65535, got %q", port)
 	} else if len(c.Tokens) == 0 && !c.AllowInsecureBind && !IsLoopback(host) {
 		bad("NQ_ADDR", "%s is reachable from other machines and no tokens are configured: set NQ_TOKENS or NQ_TOKENS_FILE, listen on 127.0.0.1, or set NQ_ALLOW_INSECURE_BIND=1 to serve every route to anyone", c.Addr)
 	}
@@ -231,6 +246,13 @@ func (c Config) validate() error {
 		}
 	} else if c.DataDir == "" {
 		bad("NQ_DATA_DIR", "must not be empty when NQ_REDIS_URL is unset")
+	}
+	if c.FlowsDir != "" {
+		if st, err := os.Stat(c.FlowsDir); err != nil {
+			bad("NQ_FLOWS_DIR", "%v", err)
+		} else if !st.IsDir() {
+			bad("NQ_FLOWS_DIR", "%s is not a directory", c.FlowsDir)
+		}
 	}
 	if !prefixRe.MatchString(c.Prefix) {
 		bad("NQ_PREFIX", "want lower-case letters, digits, - or _, starting with a letter, got %q", c.Prefix)

@@ -187,3 +187,57 @@ func TestStreamMaxLenByType(t *testing.T) {
 		t.Fatalf("StreamMaxLenByType = %v", c.StreamMaxLenByType)
 	}
 }
+
+func TestLoadRejectsBadAddrAndFlowsDir(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "flow.yaml")
+	if err := os.WriteFile(file, []byte("entry: a\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"NQ_ADDR": "127.0.0.1:99999"}, `NQ_ADDR: want a port number from 0 to 65535, got "99999"`},
+		{map[string]string{"NQ_ADDR": "127.0.0.1:http"}, `NQ_ADDR: want a port number`},
+		{map[string]string{"NQ_ADDR": "127.0.0.1:-1"}, `NQ_ADDR: want a port number`},
+		{map[string]string{"NQ_FLOWS_DIR": filepath.Join(t.TempDir(), "missing")}, "NQ_FLOWS_DIR: "},
+		{map[string]string{"NQ_FLOWS_DIR": file}, "NQ_FLOWS_DIR: " + file + " is not a directory"},
+	} {
+		_, err := Load(nil, env(tt.env), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Load(%v) = %v, want an error containing %q", tt.env, err, tt.want)
+		}
+	}
+	if _, err := Load(nil, env(map[string]string{"NQ_ADDR": "127.0.0.1:0"}), io.Discard); err != nil {
+		t.Errorf("port 0 (any free port): %v", err)
+	}
+}
+
+// TestVersionFlag: -version is honoured even when a setting is wrong, so a
+// user can always learn which binary they run.
+func TestVersionFlag(t *testing.T) {
+	c, err := Load([]string{"-version"}, env(map[string]string{"NQ_MAX_BATCH": "many"}), io.Discard)
+	if err != nil || !c.Version {
+		t.Fatalf("Load(-version) = %+v, %v; want Version and no error", c.Version, err)
+	}
+	if _, err := Load(nil, env(map[string]string{"NQ_MAX_BATCH": "many"}), io.Discard); err == nil {
+		t.Fatal("a wrong setting without -version: no error")
+	}
+}
+
+// TestUsageText: the flag package takes a back-quoted word in a usage text
+// for the argument's name, so usage texts must hold no backquotes.
+func TestUsageText(t *testing.T) {
+	var out strings.Builder
+	if _, err := Load([]string{"-h"}, env(nil), &out); err == nil {
+		t.Fatal("-h: no flag.ErrHelp")
+	}
+	if !strings.Contains(out.String(), "-sse-max-backfill value") || strings.Contains(out.String(), "`") {
+		t.Errorf("-h text shows a backquoted word or a wrong argument name:\n%s", out.String())
+	}
+	for _, f := range []string{"-version", "-healthcheck"} {
+		if !strings.Contains(out.String(), f+"\n") {
+			t.Errorf("-h text lacks %s", f)
+		}
+	}
+}
