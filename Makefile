@@ -3,17 +3,24 @@ GO        ?= go
 PKGS      := ./...
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X main.version=$(VERSION)
+# Every binary is built with the same flags, so that make run, make build and
+# make demo share one build cache: a flag that differs (-trimpath, CGO_ENABLED)
+# changes the cache key of every package and compiles them all again.
+GOBUILD   := CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)"
+# The demo's listen address; NQ_ADDR in the environment overrides it.
+NQ_ADDR   ?= 127.0.0.1:8080
 BENCHTIME ?= 2s
 
 .PHONY: run build test test-short lint fuzz bench bench-go bench-appends bench-sdks screenshots golden tidy-check vuln clean
 
-## run: start nqd on the embedded store in ./data (set NQ_REDIS_URL to use Redis)
-run:
-	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/server
+## run: build bin/nqd, then start it on the embedded store in ./data (set NQ_REDIS_URL to use Redis)
+run: build
+	exec bin/nqd
 
 ## build: a static binary in bin/nqd
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/nqd ./cmd/server
+	@echo "building bin/nqd $(VERSION) (the first build compiles every dependency and takes a few minutes)"
+	$(GOBUILD) -o bin/nqd ./cmd/server
 
 ## test: every test with the race detector; Redis tests start their own redis-server.
 ## One package at a time: several packages start servers, browsers and load of
@@ -82,20 +89,25 @@ clean:
 	rm -rf bin
 
 .PHONY: demo
-## demo: nqd with the example flows (examples/flows), the demo worker, and a run of each flow; Ctrl-C stops both
-demo:
+## demo: nqd with the example flows (examples/flows), the demo worker, and a run of each flow; Ctrl-C stops both.
+## It listens on NQ_ADDR (default 127.0.0.1:8080) and keeps its data in NQ_DATA_DIR like nqd.
+demo: build
+	@echo "building bin/demo-worker"
+	$(GOBUILD) -o bin/demo-worker ./cmd/demo-worker
 	@set -e; \
-	$(GO) build -o bin/nqd ./cmd/server; \
-	$(GO) build -o bin/demo-worker ./cmd/demo-worker; \
-	NQ_FLOWS_DIR=examples/flows NQ_ADDR=127.0.0.1:8080 bin/nqd & nqd=$$!; \
+	addr='$(NQ_ADDR)'; host=$${addr%:*}; port=$${addr##*:}; \
+	case "$$host" in ""|0.0.0.0|"[::]") host=127.0.0.1;; esac; \
+	url="http://$$host:$$port"; \
+	NQ_FLOWS_DIR=examples/flows NQ_ADDR="$$addr" bin/nqd & nqd=$$!; \
 	trap 'kill $$nqd $$worker 2>/dev/null || true; wait' INT TERM EXIT; \
-	until curl -sf http://127.0.0.1:8080/healthz >/dev/null; do \
+	until curl -sf "$$url/healthz" >/dev/null; do \
 		kill -0 $$nqd 2>/dev/null || { echo "nqd did not start"; exit 1; }; sleep 0.2; \
 	done; \
-	bin/demo-worker --url http://127.0.0.1:8080 & worker=$$!; \
+	bin/demo-worker --url "$$url" & worker=$$!; \
 	for flow in example-flow diamond ml-training pipeline; do \
-		curl -sf -X POST -H 'Content-Type: application/json' -d '{}' http://127.0.0.1:8080/api/_flows/$$flow/start; echo; \
+		curl -sf -X POST -H 'Content-Type: application/json' -d '{}' "$$url/api/_flows/$$flow/start"; echo; \
 	done; \
-	echo "runs: curl 'http://127.0.0.1:8080/api/_flows/diamond/runs'  events: curl http://127.0.0.1:8080/api/_events/flow/<runId>"; \
+	echo "dashboard: $$url$${NQ_WEB_BASE}/"; \
+	echo "runs: curl '$$url/api/_flows/diamond/runs'  events: curl $$url/api/_events/flow/<runId>"; \
 	echo "Ctrl-C stops nqd and the worker"; \
 	wait
