@@ -13,6 +13,7 @@ import (
 
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/flows"
+	"github.com/nqd-dev/nqd/internal/outage"
 	"github.com/nqd-dev/nqd/store"
 )
 
@@ -585,9 +586,12 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 	tk := time.NewTicker(e.opts.Interval)
 	defer tk.Stop()
+	failing := outage.New(e.log, "engine tick")
 	for {
 		if err := e.Tick(ctx); err != nil && ctx.Err() == nil {
-			e.log.Error().Err(err).Msg("engine tick failed")
+			failing.Failed(err)
+		} else if err == nil {
+			failing.Succeeded()
 		}
 		select {
 		case <-ctx.Done():

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nqd-dev/nqd/archive"
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/outage"
 	"github.com/nqd-dev/nqd/store"
 )
 
@@ -156,9 +157,12 @@ func Events(ctx context.Context, s interface {
 func (r *Reaper) Run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	failing := outage.New(r.opts.Logger, "retention sweep")
 	for {
-		if n, err := r.Sweep(ctx); err != nil && ctx.Err() == nil {
-			r.opts.Logger.Error().Err(err).Int("expired", n).Msg("retention sweep")
+		if _, err := r.Sweep(ctx); err != nil && ctx.Err() == nil {
+			failing.Failed(err)
+		} else if err == nil {
+			failing.Succeeded()
 		}
 		select {
 		case <-ctx.Done():

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/outage"
 	"github.com/nqd-dev/nqd/store"
 )
 
@@ -60,6 +61,9 @@ type Hub struct {
 
 	broken   atomic.Int64 // topics whose live feed is down right now
 	repaired atomic.Int64 // catch-ups that found events the live feed missed
+	// failing logs the live feeds' and repair reads' failures, which
+	// every topic meets at once when the store goes down, as one outage.
+	failing *outage.Log
 }
 
 func newHub(src Source, log zerolog.Logger, o hubOptions) *Hub {
@@ -76,7 +80,8 @@ func newHub(src Source, log zerolog.Logger, o hubOptions) *Hub {
 		o.Observer = nopObserver{}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Hub{src: src, log: log, opts: o, ctx: ctx, cancel: cancel, topics: map[store.Context]*topic{}}
+	return &Hub{src: src, log: log, opts: o, ctx: ctx, cancel: cancel, topics: map[store.Context]*topic{},
+		failing: outage.New(log, "live feed")}
 }
 
 // errLiveDown reports that some context has no live feed.
@@ -252,7 +257,7 @@ func (t *topic) run(sub store.Subscription) {
 				if t.ctx.Err() != nil {
 					return
 				}
-				t.hub.log.Warn().Err(err).Str("context", t.c.String()).Msg("live feed ended; resubscribing")
+				t.hub.failing.Failed(fmt.Errorf("%s: live feed ended: %w", t.c, err))
 				sub.Close()
 				if sub = t.resubscribe(); sub == nil {
 					return
@@ -283,12 +288,13 @@ func (t *topic) resubscribe() store.Subscription {
 	for {
 		sub, err := t.subscribe()
 		if err == nil {
+			t.hub.failing.Succeeded()
 			return sub
 		}
 		if t.ctx.Err() != nil {
 			return nil
 		}
-		t.hub.log.Warn().Err(err).Str("context", t.c.String()).Stringer("retry_in", wait).Msg("resubscribe failed")
+		t.hub.failing.Failed(fmt.Errorf("%s: resubscribe: %w", t.c, err))
 		select {
 		case <-t.ctx.Done():
 			return nil
@@ -370,7 +376,7 @@ func (t *topic) catchUp() {
 		if err != nil {
 			if t.ctx.Err() == nil {
 				t.dirty = true
-				t.hub.log.Warn().Err(err).Str("context", t.c.String()).Msg("repair read failed; retrying at the next check")
+				t.hub.failing.Failed(fmt.Errorf("%s: repair read, retried at the next check: %w", t.c, err))
 			}
 			return
 		}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/flows"
+	"github.com/nqd-dev/nqd/internal/outage"
 	"github.com/nqd-dev/nqd/store"
 )
 
@@ -223,9 +224,12 @@ func (s *Sweeper) Release(ctx context.Context) error {
 func (s *Sweeper) Run(ctx context.Context) {
 	t := time.NewTicker(s.opts.Interval)
 	defer t.Stop()
+	failing := outage.New(s.opts.Logger, "sweep")
 	for {
 		if _, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
-			s.opts.Logger.Error().Err(err).Msg("sweep")
+			failing.Failed(err)
+		} else if err == nil {
+			failing.Succeeded()
 		}
 		select {
 		case <-ctx.Done():

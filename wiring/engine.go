@@ -23,7 +23,7 @@ func StartEngine(ctx context.Context, st engine.Store, flowsDir string, lease ti
 	if flowsDir != "" {
 		defs, err := flows.LoadDir(flowsDir)
 		if err != nil {
-			return nil, nil, fmt.Errorf("load flows: %w", err)
+			return nil, nil, fmt.Errorf("NQ_FLOWS_DIR %s: %w", flowsDir, err)
 		}
 		for _, d := range defs {
 			if err := e.PutDefinition(ctx, d); err != nil {

@@ -43,11 +43,24 @@ type App struct {
 	closers []func() error // run in reverse order by Close
 }
 
-// New opens the store the config selects, builds the handler and binds the
-// listen address, so that a bad address or an unreachable Redis fails here,
-// synchronously.
+// New binds the listen address, opens the store the config selects and
+// builds the handler, so that a bad address or an unreachable Redis fails
+// here, synchronously. It listens first: an address in use must not cost a
+// store opened for nothing.
 func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, error) {
 	a := &App{log: log, cfg: cfg}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("NQ_ADDR: listen on %s: %w", cfg.Addr, err)
+	}
+	a.ln = ln
+	a.closers = append(a.closers, func() error {
+		// Serve's shutdown closes it first when the server ran.
+		if err := ln.Close(); !errors.Is(err, net.ErrClosed) {
+			return err
+		}
+		return nil
+	})
 	st, err := a.openStore(ctx)
 	if err != nil {
 		return nil, errors.Join(err, a.Close())
@@ -162,11 +175,6 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 	api := handlers.New(deps)
 	a.Handler = a.Metrics.Middleware(api.Routes())
 
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return nil, errors.Join(fmt.Errorf("listen on %s: %w", cfg.Addr, err), a.Close())
-	}
-	a.ln = ln
 	a.srv = &http.Server{
 		Handler:           a.Handler,
 		ReadHeaderTimeout: 10 * time.Second,

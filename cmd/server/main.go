@@ -22,14 +22,24 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cfg, err := config.Load(os.Args[1:], os.Getenv, os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
+	switch {
+	case errors.Is(err, flag.ErrHelp):
 		return
-	}
-	if err != nil {
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "nqd: configuration:", err)
 		os.Exit(2)
+	case cfg.Version:
+		fmt.Println("nqd", version)
+		return
+	case cfg.Healthcheck:
+		if err := wiring.Healthcheck(ctx, cfg); err != nil {
+			fmt.Fprintln(os.Stderr, "nqd: healthcheck:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	logger := wiring.Logger(cfg, os.Stdout).With().Str("version", version).Logger()
+	wiring.RouteRedisLog(logger)
 	if err := wiring.Run(ctx, cfg, logger); err != nil {
 		logger.Error().Err(err).Msg("nqd stopped")
 		os.Exit(1)
