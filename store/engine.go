@@ -71,6 +71,9 @@ type Job struct {
 	// Lease identifies the current claim; empty while the job waits.
 	Lease      string `json:"lease,omitempty"`
 	LeaseUntil int64  `json:"leaseUntil,omitempty"` // epoch ms
+	// Expired is set by Claim on a job taken over from a holder whose
+	// lease ran out.
+	Expired bool `json:"-"`
 }
 
 // JobID is the id of step's job in run.
@@ -154,7 +157,8 @@ type RunStore interface {
 	DeleteRuns(ctx context.Context, flow string) (int, error)
 	// Claim hands out up to max jobs of queues (in the order given) that are
 	// ready at now or whose lease expired by now, each under lease until
-	// leaseUntil. Errors: ErrInvalid, ErrUnavailable.
+	// leaseUntil; a job taken over from an expired lease comes with Expired
+	// set and its Attempt counted up. Errors: ErrInvalid, ErrUnavailable.
 	Claim(ctx context.Context, queues []string, now, leaseUntil int64, lease string, max int) ([]Job, error)
 	// Heartbeat extends a claimed job's lease to leaseUntil. Errors:
 	// ErrNotFound (the job is gone), ErrConflict (another lease holds it),

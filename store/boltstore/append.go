@@ -126,6 +126,9 @@ func (s *Store) writeLoop() {
 		for _, r := range group {
 			if r.err == nil && !r.res.Replayed {
 				s.publish(string(r.ck), r.res.Events)
+				if s.opts.Appended != nil {
+					s.opts.Appended(len(r.res.Events))
+				}
 			}
 			close(r.done)
 		}

@@ -52,6 +52,11 @@ type Options struct {
 	// KindWindow is how long the kind index keeps an event; default
 	// store.DefaultKindWindow.
 	KindWindow time.Duration
+	// Appended, when set, is told how many events each Append or
+	// UpdateRun stored (a replay stores none), for the appended-events
+	// metric: every write of events passes here, whoever makes it. It must
+	// return quickly.
+	Appended func(events int)
 }
 
 const (

@@ -427,6 +427,7 @@ func (s *Store) Claim(ctx context.Context, queues []string, now, leaseUntil int6
 				}
 				if j.Lease != "" {
 					j.Attempt++ // the last holder's lease ran out: a new try
+					j.Expired = true
 				}
 				j.Lease, j.LeaseUntil, j.Score = lease, leaseUntil, leaseUntil
 				if err := writeJob(tx, j); err != nil {

@@ -14,7 +14,7 @@ var _ store.QueueStats = (*Store)(nil)
 
 // QueueDepth walks the queue's ready bucket, which is ordered by score
 // (ready time, or lease end once claimed), counting the scores that have
-// passed.
+// passed, and of the others those held under a lease.
 func (s *Store) QueueDepth(ctx context.Context, queue string, now int64) (store.QueueDepth, error) {
 	if !event.ValidName(queue) {
 		return store.QueueDepth{}, invalid("queue %q", queue)
@@ -44,6 +44,15 @@ func (s *Store) QueueDepth(ctx context.Context, queue string, now int64) (store.
 			d.Jobs++
 			if bytes.Compare(k, limit) <= 0 {
 				d.Due++
+				continue
+			}
+			// Not yet due: delayed, or leased until its score.
+			j, ok, err := getJob(tx, queue, string(k[8:]))
+			if err != nil {
+				return err
+			}
+			if ok && j.Lease != "" {
+				d.Leased++
 			}
 		}
 		return nil

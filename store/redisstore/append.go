@@ -133,6 +133,10 @@ func (s *Store) appendResult(c store.Context, evs []event.Event, reply []any) (s
 		}
 		return store.AppendResult{Events: out, Replayed: true}, nil
 	}
+	// The script stored the events, whatever this reply turns out to hold.
+	if s.opts.Appended != nil {
+		s.opts.Appended(len(evs))
+	}
 	if len(reply) != len(evs)+1 {
 		return store.AppendResult{}, fmt.Errorf("redisstore: append: %d ids for %d events", len(reply)-1, len(evs))
 	}

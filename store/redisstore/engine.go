@@ -506,16 +506,18 @@ func (s *Store) Claim(ctx context.Context, queues []string, now, leaseUntil int6
 	for _, q := range queues {
 		args = append(args, q)
 	}
-	vals, err := claimScript.Run(ctx, s.client, keys, args...).StringSlice()
+	vals, err := claimScript.Run(ctx, s.client, keys, args...).Slice()
 	if err != nil {
 		return nil, mapErr(ctx, "claim", err)
 	}
-	out := make([]store.Job, 0, len(vals))
-	for _, v := range vals {
+	out := make([]store.Job, 0, len(vals)/2)
+	for i := 0; i+1 < len(vals); i += 2 {
+		v, _ := vals[i].(string)
 		j, err := decodeJob(v)
 		if err != nil {
 			return nil, err
 		}
+		j.Expired = vals[i+1] == int64(1)
 		out = append(out, j)
 	}
 	return out, nil

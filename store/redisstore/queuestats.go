@@ -13,19 +13,38 @@ import (
 var _ store.QueueStats = (*Store)(nil)
 
 // QueueDepth reads the queue's ready set: its size, and how many scores
-// (ready time, or lease end once claimed) have passed.
+// (ready time, or lease end once claimed) have passed. Of the jobs not yet
+// due (few: those held by workers, and delayed ones) it reads the values to
+// count the leased ones.
 func (s *Store) QueueDepth(ctx context.Context, queue string, now int64) (store.QueueDepth, error) {
 	if !event.ValidName(queue) {
 		return store.QueueDepth{}, invalid("queue depth", "queue %q", queue)
 	}
 	var jobs, due *redis.IntCmd
+	var later *redis.StringSliceCmd
 	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		jobs = p.ZCard(ctx, s.readyKey(queue))
 		due = p.ZCount(ctx, s.readyKey(queue), "-inf", strconv.FormatInt(now, 10))
+		later = p.ZRangeByScore(ctx, s.readyKey(queue), &redis.ZRangeBy{Min: "(" + strconv.FormatInt(now, 10), Max: "+inf"})
 		return nil
 	})
 	if err != nil {
 		return store.QueueDepth{}, mapErr(ctx, "queue depth", err)
 	}
-	return store.QueueDepth{Jobs: jobs.Val(), Due: due.Val()}, nil
+	d := store.QueueDepth{Jobs: jobs.Val(), Due: due.Val()}
+	if len(later.Val()) == 0 {
+		return d, nil
+	}
+	vals, err := s.client.HMGet(ctx, s.jobsKey(queue), later.Val()...).Result()
+	if err != nil {
+		return store.QueueDepth{}, mapErr(ctx, "queue depth", err)
+	}
+	for _, v := range vals {
+		if v, ok := v.(string); ok {
+			if j, err := decodeJob(v); err == nil && j.Lease != "" {
+				d.Leased++
+			}
+		}
+	}
+	return d, nil
 }

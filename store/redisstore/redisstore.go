@@ -92,6 +92,11 @@ type Options struct {
 	// Retention sets when finished runs become due for the reaper; the
 	// zero value keeps every run.
 	Retention store.Retention
+	// Appended, when set, is told how many events each Append or
+	// UpdateRun stored (a replay stores none), for the appended-events
+	// metric: every write of events passes here, whoever makes it. It must
+	// return quickly.
+	Appended func(events int)
 }
 
 const (

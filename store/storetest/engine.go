@@ -232,7 +232,7 @@ func testQueueClaim(t *testing.T, s EngineStore) {
 	enqueue(t, s, "q1", job("q1", "a", "qa", 100), job("q1", "b", "qa", 300), job("q1", "c", "qb", 100))
 	got, err := s.Claim(ctx, []string{"qa", "qb"}, 200, 1200, "L1", 10)
 	must(t, err)
-	if len(got) != 2 || got[0].ID != "q1:a" || got[1].ID != "q1:c" || got[0].Attempt != 1 || got[0].Lease != "L1" {
+	if len(got) != 2 || got[0].ID != "q1:a" || got[1].ID != "q1:c" || got[0].Attempt != 1 || got[0].Lease != "L1" || got[0].Expired {
 		t.Fatalf("Claim = %+v, want q1:a and q1:c at attempt 1", got)
 	}
 	if string(got[0].Input) != `{"k":[1]}` {
@@ -257,8 +257,9 @@ func testQueueClaim(t *testing.T, s EngineStore) {
 	for _, j := range got {
 		byID[j.ID] = j
 	}
-	if len(got) != 2 || byID["q1:b"].Attempt != 1 || byID["q1:c"].Attempt != 2 || byID["q1:c"].Lease != "L3" {
-		t.Errorf("Claim after expiry = %+v, want b at attempt 1 and c redelivered at attempt 2", got)
+	if len(got) != 2 || byID["q1:b"].Attempt != 1 || byID["q1:c"].Attempt != 2 || byID["q1:c"].Lease != "L3" ||
+		byID["q1:b"].Expired || !byID["q1:c"].Expired {
+		t.Errorf("Claim after expiry = %+v, want b at attempt 1 and c redelivered at attempt 2, expired", got)
 	}
 	if _, err := s.Heartbeat(ctx, store.JobAck{Queue: "qb", ID: "q1:c", Lease: "L1"}, 3000); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("Heartbeat of a lost lease: got %v, want ErrConflict", err)

@@ -47,7 +47,7 @@ func RunQueueStats(t *testing.T, newStore func(t *testing.T) QueueStatsStore) {
 	if err != nil || len(claimed) != 1 {
 		t.Fatalf("Claim = %v, %v", claimed, err)
 	}
-	mustDepth(1000, store.QueueDepth{Jobs: 3, Due: 1})
+	mustDepth(1000, store.QueueDepth{Jobs: 3, Due: 1, Leased: 1})
 	mustDepth(40000, store.QueueDepth{Jobs: 3, Due: 3})
 
 	if _, err := s.QueueDepth(ctx, "a:b", 0); !errors.Is(err, store.ErrInvalid) {

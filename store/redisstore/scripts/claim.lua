@@ -16,16 +16,17 @@
 -- claim in flight slips past a pause.
 --
 -- A job's value is "<attempt> <score> <leaseUntil> <lease>\n<job JSON>".
--- Returns the claimed jobs' new values.
+-- Returns a pair per claimed job: its new value, and 1 when it was taken
+-- over from an expired lease, else 0.
 
 local now, until_, lease, max = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local out = {}
 for q = 2, #KEYS, 2 do
-  if #out >= max then break end
+  if #out / 2 >= max then break end
   local ready, jobs = KEYS[q], KEYS[q + 1]
   local ids = {}
   if redis.call('SISMEMBER', KEYS[1], ARGV[4 + q / 2]) == 0 then
-    ids = redis.call('ZRANGEBYSCORE', ready, '-inf', now, 'LIMIT', 0, max - #out)
+    ids = redis.call('ZRANGEBYSCORE', ready, '-inf', now, 'LIMIT', 0, max - #out / 2)
   end
   for _, id in ipairs(ids) do
     local v = redis.call('HGET', jobs, id)
@@ -40,6 +41,7 @@ for q = 2, #KEYS, 2 do
       redis.call('HSET', jobs, id, v)
       redis.call('ZADD', ready, until_, id)
       out[#out + 1] = v
+      out[#out + 1] = held ~= '' and 1 or 0
     end
   end
 end
