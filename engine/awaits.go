@@ -525,41 +525,10 @@ func (e *Engine) Waits(ctx context.Context, q WaitQuery) ([]Wait, error) {
 	if q.Limit <= 0 || q.Limit > 1000 {
 		q.Limit = 1000
 	}
-	var names []string
-	if q.Flow != "" {
-		names = []string{q.Flow}
-	} else {
-		defs, err := e.st.Definitions(ctx)
-		if err != nil {
-			return nil, err
-		}
-		for name := range defs {
-			names = append(names, name)
-		}
-	}
 	var out []Wait
-	for _, flow := range names {
-		for _, status := range []string{store.RunAwaiting, store.RunRunning} {
-			for off := 0; ; off += 100 {
-				page, err := e.st.ListRuns(ctx, flow, status, off, 100)
-				if err != nil {
-					return nil, err
-				}
-				for _, m := range page.Runs {
-					r, err := e.readRun(ctx, flow, m.Run)
-					if errors.Is(err, store.ErrNotFound) {
-						continue
-					}
-					if err != nil {
-						return nil, err
-					}
-					out = append(out, r.waits(q)...)
-				}
-				if len(page.Runs) < 100 {
-					break
-				}
-			}
-		}
+	err := e.eachGoingRun(ctx, q.Flow, func(r *run) { out = append(out, r.waits(q)...) })
+	if err != nil {
+		return nil, err
 	}
 	slices.SortFunc(out, func(a, b Wait) int {
 		if c := cmp.Compare(dueOrMax(a.due), dueOrMax(b.due)); c != 0 {
@@ -571,6 +540,61 @@ func (e *Engine) Waits(ctx context.Context, q WaitQuery) ([]Wait, error) {
 		out = out[:q.Limit]
 	}
 	return out, nil
+}
+
+// PendingAwaits counts the pending awaits of runs still going, by await
+// type (time, event or trigger). It reads every such run's record.
+func (e *Engine) PendingAwaits(ctx context.Context) (map[string]int, error) {
+	n := map[string]int{}
+	err := e.eachGoingRun(ctx, "", func(r *run) {
+		for _, aw := range r.state.Awaits {
+			if aw.Status == awaitWaiting {
+				n[aw.Type]++
+			}
+		}
+	})
+	return n, err
+}
+
+// eachGoingRun calls fn with each awaiting or running run of flow, or of
+// every stored flow when flow is empty.
+func (e *Engine) eachGoingRun(ctx context.Context, flow string, fn func(*run)) error {
+	var names []string
+	if flow != "" {
+		names = []string{flow}
+	} else {
+		defs, err := e.st.Definitions(ctx)
+		if err != nil {
+			return err
+		}
+		for name := range defs {
+			names = append(names, name)
+		}
+	}
+	for _, flow := range names {
+		for _, status := range []string{store.RunAwaiting, store.RunRunning} {
+			for off := 0; ; off += 100 {
+				page, err := e.st.ListRuns(ctx, flow, status, off, 100)
+				if err != nil {
+					return err
+				}
+				for _, m := range page.Runs {
+					r, err := e.readRun(ctx, flow, m.Run)
+					if errors.Is(err, store.ErrNotFound) {
+						continue
+					}
+					if err != nil {
+						return err
+					}
+					fn(r)
+				}
+				if len(page.Runs) < 100 {
+					break
+				}
+			}
+		}
+	}
+	return nil
 }
 
 func dueOrMax(ms int64) int64 {

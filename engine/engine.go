@@ -75,7 +75,34 @@ type Options struct {
 	// default 1s.
 	EventPoll time.Duration
 	Logger    zerolog.Logger
+	// Observer is told what the engine did, for metrics; default none.
+	Observer Observer
 }
+
+// Observer is told what the engine did, after the store accepted it. Its
+// methods are called on the engine's paths and must return quickly.
+type Observer interface {
+	// Committed is called with each run update the store applied: its
+	// events tell what changed (flow.started, step.retry, flow.completed,
+	// step.await.*, step.resumed ...).
+	Committed(u store.RunUpdate)
+	// Claimed is called for each job handed to a worker: one attempt of
+	// its step.
+	Claimed(j store.Job)
+	// LeaseExpired is called for each job a claim took over from a worker
+	// whose lease ran out.
+	LeaseExpired(j store.Job)
+	// TimerDue is called for each due timer the engine took, with how long
+	// after its due time it was taken.
+	TimerDue(t store.Timer, late time.Duration)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Committed(store.RunUpdate)           {}
+func (nopObserver) Claimed(store.Job)                   {}
+func (nopObserver) LeaseExpired(store.Job)              {}
+func (nopObserver) TimerDue(store.Timer, time.Duration) {}
 
 // Engine runs flows. It is safe for concurrent use.
 type Engine struct {
@@ -126,6 +153,9 @@ func New(st Store, opts Options) *Engine {
 	}
 	if opts.EventPoll <= 0 {
 		opts.EventPoll = time.Second
+	}
+	if opts.Observer == nil {
+		opts.Observer = nopObserver{}
 	}
 	return &Engine{st: st, opts: opts, log: opts.Logger, defs: map[string]cachedDef{}, wake: make(chan struct{})}
 }
@@ -305,6 +335,9 @@ func (e *Engine) commit(ctx context.Context, u store.RunUpdate) (store.AppendRes
 	res, err := e.st.UpdateRun(ctx, u)
 	if errors.Is(err, store.ErrConflict) {
 		return res, errRace
+	}
+	if err == nil {
+		e.opts.Observer.Committed(u)
 	}
 	if err == nil && len(u.Enqueue) > 0 {
 		e.notify()

@@ -32,11 +32,15 @@ func (e *Engine) Claim(ctx context.Context, queues []string, max int, wait time.
 		}
 		out := jobs[:0]
 		for _, j := range jobs {
+			if j.Expired {
+				e.opts.Observer.LeaseExpired(j)
+			}
 			ok, err := e.checkAttempts(ctx, j)
 			if err != nil {
 				return nil, err
 			}
 			if ok {
+				e.opts.Observer.Claimed(j)
 				out = append(out, j)
 			}
 		}
@@ -509,6 +513,7 @@ func (e *Engine) Tick(ctx context.Context) error {
 			return err
 		}
 		for _, t := range timers {
+			e.opts.Observer.TimerDue(t, time.Duration(max(now-t.Due, 0))*time.Millisecond)
 			if err := e.fire(ctx, t); err != nil {
 				e.log.Error().Err(err).Str("run", t.Run).Str("step", t.Step).Msg("retry not dispatched")
 			}

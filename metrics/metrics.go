@@ -45,6 +45,8 @@ type Metrics struct {
 	broadcast    prometheus.Histogram
 	repaired     prometheus.Counter
 	resubscribes prometheus.Counter
+
+	engine engineSeries
 }
 
 // New builds the registry with the Go runtime and process collectors and
@@ -63,7 +65,8 @@ func New() *Metrics {
 		latencyBuckets, "stage")
 	m.appends = f.counterVec("appends_total",
 		"Appends by result: ok, replayed (an idempotency key seen before; nothing written) or error.", "result")
-	m.appendedEvents = f.counter("appended_events_total", "Events written by appends.")
+	m.appendedEvents = f.counter("appended_events_total",
+		"Events stored, by every writer: API appends, the flow engine and workers' reports (replays store none).")
 
 	m.httpRequests = f.counterVec("http_requests_total", "HTTP requests by route pattern, method and status.", "route", "method", "code")
 	m.httpDuration = f.histogramVec("http_request_duration_seconds",
@@ -87,8 +90,13 @@ func New() *Metrics {
 	m.broadcast = f.histogram("broadcast_duration_seconds", "Time to offer one event to every queue of its context.", latencyBuckets)
 	m.repaired = f.counter("live_repaired_events_total", "Events the live feed missed, read from the stream instead.")
 	m.resubscribes = f.counter("live_resubscribes_total", "Live feeds of a context that ended and were replaced.")
+	m.engine = newEngineSeries(f)
 	return m
 }
+
+// EventsAppended counts events the store stored; set it as the store's
+// Appended option, which every write of events passes.
+func (m *Metrics) EventsAppended(n int) { m.appendedEvents.Add(float64(n)) }
 
 // Handler serves the registry in the Prometheus exposition format.
 func (m *Metrics) Handler() http.Handler {

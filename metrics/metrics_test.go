@@ -54,7 +54,12 @@ func newBolt(t *testing.T) store.Store {
 
 func TestStore(t *testing.T) {
 	m := metrics.New()
-	st := m.Store(newBolt(t))
+	bolt, err := boltstore.Open(filepath.Join(t.TempDir(), "nqd.db"), boltstore.Options{Appended: m.EventsAppended})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bolt.Close() })
+	st := m.Store(bolt)
 	c := store.Context{Type: "flow", ID: "r1"}
 	ctx := context.Background()
 	evs := []event.Event{{Kind: "log"}, {Kind: "log"}}

@@ -5,21 +5,18 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"time"
 
-	"github.com/rs/zerolog"
-
-	"github.com/nqd-dev/nqd/auth"
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/flows"
 )
 
-// StartEngine builds the flow engine on st with jobs leased for lease,
-// stores the definitions found in flowsDir (none when it is empty) so every
-// instance sees them, and starts the loop that fires due retries. stop ends
-// the loop and waits for it.
-func StartEngine(ctx context.Context, st engine.Store, flowsDir string, lease time.Duration, triggers *auth.TriggerSigner, log zerolog.Logger) (e *engine.Engine, stop func(), err error) {
-	e = engine.New(st, engine.Options{Logger: log, Triggers: triggers, Lease: lease})
+// StartEngine builds the flow engine on st with opts, stores the
+// definitions found in flowsDir (none when it is empty) so every instance
+// sees them, and starts the loop that fires due retries. stop ends the loop
+// and waits for it.
+func StartEngine(ctx context.Context, st engine.Store, flowsDir string, opts engine.Options) (e *engine.Engine, stop func(), err error) {
+	log := opts.Logger
+	e = engine.New(st, opts)
 	if flowsDir != "" {
 		defs, err := flows.LoadDir(flowsDir)
 		if err != nil {

@@ -61,6 +61,7 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 		}
 		return nil
 	})
+	a.Metrics = metrics.New() // before the store, which counts the events it stores
 	st, err := a.openStore(ctx)
 	if err != nil {
 		return nil, errors.Join(err, a.Close())
@@ -82,7 +83,7 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 		Logger:          log,
 	})
 	a.closers = append(a.closers, states.Close) // before the store it writes checkpoints to
-	a.Metrics = a.newMetrics(states)
+	a.watch(states)
 
 	var ready []func(context.Context) error
 	_, trustLive := st.(*boltstore.Store) // in-process fan-out never skips an event
@@ -110,7 +111,9 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 		if err != nil {
 			return nil, errors.Join(err, a.Close())
 		}
-		eng, stop, err := StartEngine(ctx, es, cfg.FlowsDir, cfg.JobLease, signer, log)
+		eng, stop, err := StartEngine(ctx, es, cfg.FlowsDir, engine.Options{
+			Logger: log, Triggers: signer, Lease: cfg.JobLease, Observer: a.Metrics.Engine(),
+		})
 		if err != nil {
 			return nil, errors.Join(err, a.Close())
 		}
@@ -125,6 +128,9 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 			if err := a.Metrics.WatchQueues(qs, engineQueues(eng)); err != nil {
 				return nil, errors.Join(err, a.Close())
 			}
+		}
+		if err := a.Metrics.WatchAwaits(eng.PendingAwaits); err != nil {
+			return nil, errors.Join(err, a.Close())
 		}
 		stopReaper, err := StartRetention(ctx, st, cfg, log)
 		if err != nil {
@@ -192,14 +198,13 @@ func kvStore(st store.Store) handlers.KV {
 	return nil
 }
 
-// newMetrics builds the Prometheus registry. The store the API appends
-// through, the SSE observer and the HTTP middleware are its decorators, set
-// where those are built; the cache and the live feed are read at each scrape.
-func (a *App) newMetrics(states *snapshots.Cache) *metrics.Metrics {
-	m := metrics.New()
-	m.WatchCache(states.Stats)
-	m.WatchLive(func() error { return a.Stream.Ready() })
-	return m
+// watch adds the series read at each scrape: the cache and the live feed.
+// The store's counter of stored events, the store the API appends through,
+// the SSE and engine observers and the HTTP middleware feed the others, set
+// where those are built.
+func (a *App) watch(states *snapshots.Cache) {
+	a.Metrics.WatchCache(states.Stats)
+	a.Metrics.WatchLive(func() error { return a.Stream.Ready() })
 }
 
 func (a *App) openStore(ctx context.Context) (store.Store, error) {
@@ -222,6 +227,7 @@ func (a *App) openStore(ctx context.Context) (store.Store, error) {
 			MaxLenByType:      a.cfg.StreamMaxLenByType,
 			Logger:            a.log,
 			Retention:         RetentionPolicy(a.cfg),
+			Appended:          a.Metrics.EventsAppended,
 		})
 		if err != nil {
 			return nil, err
@@ -238,6 +244,7 @@ func (a *App) openStore(ctx context.Context) (store.Store, error) {
 			IdempotencyWindow: a.cfg.IdempotencyWindow,
 			Logger:            a.log,
 			Retention:         RetentionPolicy(a.cfg),
+			Appended:          a.Metrics.EventsAppended,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("open the embedded store %s: %w", path, err)
