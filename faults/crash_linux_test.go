@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -60,6 +61,17 @@ type process struct {
 	cmd  *exec.Cmd
 	base string
 	done chan struct{}
+
+	mu     sync.Mutex
+	stdout []string // every line nqd wrote, for tests of its log
+	stderr []string
+}
+
+// output returns the lines nqd wrote to stdout and stderr so far.
+func (p *process) output() (stdout, stderr []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.stdout), slices.Clone(p.stderr)
 }
 
 // startProcess runs nqd with env (NQ_* settings; the listen address is
@@ -80,15 +92,30 @@ func startProcess(t *testing.T, env ...string) *process {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stderr = os.Stderr
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	p := &process{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			fmt.Fprintln(os.Stderr, sc.Text())
+			p.mu.Lock()
+			p.stderr = append(p.stderr, sc.Text())
+			p.mu.Unlock()
+		}
+	}()
 	addr := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
+			p.mu.Lock()
+			p.stdout = append(p.stdout, sc.Text())
+			p.mu.Unlock()
 			var line struct {
 				Message string `json:"message"`
 				Addr    string `json:"addr"`

@@ -279,6 +279,9 @@ func (a *API) Routes() http.Handler {
 	return r
 }
 
+// isProbe reports whether r is a health probe.
+func isProbe(r *http.Request) bool { return r.URL.Path == "/healthz" || r.URL.Path == "/readyz" }
+
 // accessLog writes one line per request. It never logs headers or bodies,
 // which may carry credentials or user data. Health probes are logged at
 // debug: an orchestrator probes every few seconds, and those lines would
@@ -286,7 +289,7 @@ func (a *API) Routes() http.Handler {
 func accessLog(r *http.Request, status, size int, d time.Duration) {
 	log := hlog.FromRequest(r)
 	line := log.Info()
-	if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+	if isProbe(r) {
 		line = log.Debug()
 	}
 	line.Str("method", r.Method).

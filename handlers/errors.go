@@ -150,6 +150,10 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	e := toError(err)
 	log := hlog.FromRequest(r)
 	switch {
+	case e.Status >= http.StatusInternalServerError && isProbe(r):
+		// A failing /readyz is the probe's answer, asked every few
+		// seconds; the failure behind it is logged where it happens.
+		log.Debug().Err(err).Int("status", e.Status).Msg("not ready")
 	case e.Status >= http.StatusInternalServerError:
 		log.Error().Err(err).Int("status", e.Status).Msg("request failed")
 	case e.Status == statusClientClosed:

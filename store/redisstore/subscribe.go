@@ -292,7 +292,9 @@ func (h *hub) failLocked(lc *liveConn, err error) {
 	if errors.Is(err, store.ErrClosed) {
 		end = store.ErrClosed
 	} else if n := len(lc.channels); n > 0 {
-		h.log.Warn().Err(err).Int("channels", n).Msg("live feed lost; its subscribers resume from the streams")
+		// Debug: while Redis is down every reconnect fails here, and the
+		// subscribers' side (the stream hub) logs the outage once.
+		h.log.Debug().Err(err).Int("channels", n).Msg("live feed lost; its subscribers resume from the streams")
 	}
 	for _, cs := range lc.channels {
 		for sub := range cs.subs {
