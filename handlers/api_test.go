@@ -250,7 +250,7 @@ func TestBadRequests(t *testing.T) {
 		// One segment after _events names a stream by its storage key.
 		{"no id", get("/api/_events/flow"), 400, "validation_failed", map[string]string{"key": "must be nq:<type>:<id> with a valid type and id, or nq:events"}, ""},
 		{"wrong method", request{method: http.MethodDelete, target: ctx}, 405, "method_not_allowed", nil, "GET, POST"},
-		{"wrong method on healthz", post("/healthz", `{}`), 405, "method_not_allowed", nil, "GET"},
+		{"wrong method on healthz", post("/healthz", `{}`), 405, "method_not_allowed", nil, "GET, HEAD"},
 
 		{"type with colon", post("/api/_events/a:b/run-1", `{"kind":"a"}`), 400, "validation_failed", map[string]string{"type": typeRule}, ""},
 		{"type upper case", get("/api/_events/Flow/run-1"), 400, "validation_failed", map[string]string{"type": typeRule}, ""},

@@ -62,7 +62,9 @@ func bearer(secret string) http.Header {
 // TestEveryRouteNeedsItsScope, so a new route gets one on purpose.
 var routeScopes = map[string]auth.Scope{
 	"GET /healthz":                                      0,
+	"HEAD /healthz":                                     0,
 	"GET /readyz":                                       0,
+	"HEAD /readyz":                                      0,
 	"GET /metrics":                                      auth.Read,
 	"POST /api/_auth/stream-token":                      auth.Read,
 	"GET /api/_events/{type}/list":                      auth.Read,
