@@ -1,4 +1,4 @@
-// Package metrics exports nqd's Prometheus series (targets.md (c)): one
+// Package metrics exports nqd's Prometheus series (listed in README.md): one
 // registry per process, built by wiring and never global, fed by decorators
 // (a store wrapper, an HTTP middleware) and by an observer of the SSE streams.
 package metrics
