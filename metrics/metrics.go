@@ -1,6 +1,7 @@
 // Package metrics exports nqd's Prometheus series (listed in README.md): one
 // registry per process, built by wiring and never global, fed by decorators
-// (a store wrapper, an HTTP middleware) and by an observer of the SSE streams.
+// (a store wrapper, an HTTP middleware), by observers of the SSE streams and
+// of the flow engine, and by the stores' count of the events they store.
 package metrics
 
 import (
