@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,8 +13,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/nqd-dev/nqd/internal/wait"
 	"github.com/nqd-dev/nqd/worker"
@@ -54,7 +53,7 @@ func TestEngineMetrics(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var workerDone sync.WaitGroup
 	workerDone.Go(func() {
-		_ = worker.Run(ctx, worker.Config{BaseURL: base, Queues: []string{"default"}, Logger: zerolog.New(zerolog.NewTestWriter(t))},
+		_ = worker.Run(ctx, worker.Config{BaseURL: base, Queues: []string{"default"}, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))},
 			map[string]worker.Handler{
 				"first": func(_ context.Context, sc *worker.StepContext) (any, error) {
 					if sc.Attempt() == 1 {
