@@ -1,0 +1,61 @@
+"""nqd_worker: run Python step handlers of nqd flows.
+
+    from nqd_worker import Worker
+
+    worker = Worker("http://127.0.0.1:8080", queues=["default"], concurrency=4)
+
+    @worker.step("fetch_data")
+    async def fetch_data(input, ctx):
+        ctx.logger.info("fetching", {"url": input["url"]})
+        await ctx.state.set("rows", 42)
+        await ctx.flow.emit("fetch_data.completed", {"rows": 42})
+        return {"rows": 42}
+
+    worker.run_forever()
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from .context import Context, SyncContext
+from .errors import AuthError, JobCanceled, LeaseLost, NqdError, PermanentError
+from .worker import Backoff, Handler, Registration, Worker
+
+__all__ = [
+    "AuthError",
+    "Backoff",
+    "Context",
+    "Handler",
+    "JobCanceled",
+    "LeaseLost",
+    "NqdError",
+    "PermanentError",
+    "Registration",
+    "SyncContext",
+    "Worker",
+    "registered",
+    "step",
+]
+
+_registry: dict[str, Registration] = {}
+
+
+def step(name: str, queue: str = "default") -> Callable[[Handler], Handler]:
+    """Registers the decorated function as the handler of step name in the
+    module-wide registry that `python -m nqd_worker` runs (and that
+    `Worker(handlers=registered())` takes)."""
+
+    def register(fn: Handler) -> Handler:
+        old = _registry.get(name)
+        if old is not None and old.handler is not fn:
+            raise ValueError(f"step {name!r} has a handler already")
+        _registry[name] = Registration(name, fn, queue)
+        return fn
+
+    return register
+
+
+def registered() -> list[Registration]:
+    """The handlers registered with @step so far."""
+    return list(_registry.values())

@@ -1,0 +1,40 @@
+"""Errors a handler raises and the worker reports."""
+
+from __future__ import annotations
+
+
+class PermanentError(Exception):
+    """Raised by a handler, fails the step without a retry, whatever its retry policy."""
+
+
+class AuthError(Exception):
+    """nqd refused the worker's credentials (401) or their scope (403).
+
+    Worker.run raises it: retrying would not help until the token is fixed.
+    """
+
+    def __init__(self, status: int, message: str) -> None:
+        self.status = status
+        hint = (
+            "pass a token with --token, NQD_TOKEN or Worker(token=...)"
+            if status == 401
+            else "the token needs the write scope"
+        )
+        super().__init__(f"nqd refused the worker ({status}): {message}; {hint}")
+
+
+class NqdError(Exception):
+    """nqd answered a request with an error that retrying will not fix (4xx)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        self.status = status
+        super().__init__(f"nqd answered {status}: {message}")
+
+
+class LeaseLost(Exception):
+    """The job's lease ended or went to another worker, or its run ended:
+    nothing more of this attempt can be reported."""
+
+
+class JobCanceled(Exception):
+    """The run was canceled or ended while the step ran."""

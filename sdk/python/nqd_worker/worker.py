@@ -1,0 +1,498 @@
+"""The worker: claims jobs from nqd's queues, runs each job's step handler,
+keeps the job's lease alive and reports the outcome (docs/worker-protocol.md
+describes the protocol it speaks)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+import json
+import logging
+import random
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Awaitable, Callable, Iterable, Union, cast
+from urllib.parse import quote
+
+from ._http import HTTPClient, Response, TransportError
+from .context import Context, SyncContext
+from .errors import AuthError, LeaseLost, NqdError, PermanentError
+
+AsyncHandler = Callable[[Any, Context], Awaitable[Any]]
+SyncHandler = Callable[[Any, SyncContext], Any]
+Handler = Union[AsyncHandler, SyncHandler]
+
+log = logging.getLogger("nqd_worker")
+
+# nqd's claim answers within 30 s at most; a batch of reports holds at most
+# 1000 events.
+_MAX_CLAIM_WAIT = 30.0
+_MAX_CLAIM = 100
+_MAX_BATCH = 100
+_MAX_ERROR = 4096
+# Reports are retried while the lease lasts; without word from nqd a lease
+# is assumed to last this long.
+_DEFAULT_LEASE = 30.0
+
+
+@dataclass
+class Registration:
+    """A step handler and the queue its step runs on."""
+
+    step: str
+    handler: Handler
+    queue: str
+
+
+class Backoff:
+    """Exponential backoff with jitter: each delay is drawn from the upper
+    half of base * 2**n, capped at cap."""
+
+    def __init__(self, base: float = 0.1, cap: float = 5.0) -> None:
+        self.base, self.cap, self.n = base, cap, 0
+
+    def next(self) -> float:
+        d = min(self.cap, self.base * (2**self.n))
+        self.n = min(self.n + 1, 30)
+        return random.uniform(d / 2, d)
+
+    def reset(self) -> None:
+        self.n = 0
+
+
+class _Reporter:
+    """Sends a job's progress events in order, in batches: events added while
+    a batch is on its way go out together in the next one."""
+
+    def __init__(self, job: _Job) -> None:
+        self._job = job
+        self._pending: list[tuple[dict[str, Any], asyncio.Future[None]]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, ev: dict[str, Any], *, quiet: bool = False) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if quiet:
+            fut.add_done_callback(_log_failure)
+        self._pending.append((ev, fut))
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._drain())
+        return fut
+
+    async def flush(self) -> None:
+        while self._task is not None and not self._task.done():
+            await asyncio.shield(self._task)
+
+    async def _drain(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending[:_MAX_BATCH], self._pending[_MAX_BATCH:]
+            body = {"lease": self._job.lease, "events": [ev for ev, _ in batch]}
+            try:
+                await self._job.report("events", body, key=uuid.uuid4().hex)
+            except asyncio.CancelledError:
+                for _, fut in batch + self._pending:
+                    fut.cancel()
+                self._pending = []
+                raise
+            except Exception as e:  # noqa: BLE001 - handed to whoever awaits the report
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(e)
+            else:
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_result(None)
+
+
+def _log_failure(fut: asyncio.Future[None]) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        log.warning("log line not stored: %s", fut.exception())
+
+
+class _Job:
+    """A claimed job and what the worker knows of its lease."""
+
+    def __init__(self, worker: Worker, raw: dict[str, Any]) -> None:
+        self.worker = worker
+        self.id: str = raw["id"]
+        self.queue: str = raw["queue"]
+        self.flow_name: str = raw.get("flowName", "")
+        self.run_id: str = raw.get("runId", "")
+        self.step: str = raw.get("step", "")
+        self.input: Any = raw.get("input")
+        self.attempt: int = int(raw.get("attempt", 1))
+        self.lease: str = raw["lease"]
+        self.deadline = _deadline(raw.get("leaseUntil"))
+        self.path = "/api/_workers/jobs/" + quote(self.queue, safe="") + "/" + quote(self.id, safe=":")
+        # gone: nqd said the run ended, or the lease went elsewhere.
+        self.gone = False
+        self.reporter = _Reporter(self)
+        self.handler_task: asyncio.Future[Any] | None = None
+        self.stopped = False  # the worker stopped it after the grace period
+
+    def _mark_gone(self) -> None:
+        self.gone = True
+        if self.handler_task is not None and not self.handler_task.done():
+            self.handler_task.cancel()
+
+    async def report(self, action: str, body: dict[str, Any], key: str | None = None) -> Any:
+        """Posts a report, retried with backoff while the lease lasts.
+
+        Raises LeaseLost once the lease ended or went elsewhere (409),
+        NqdError for an answer that retrying cannot change, AuthError for
+        401 and 403.
+        """
+        headers = {"Idempotency-Key": key} if key else None
+        backoff = Backoff(self.worker.retry_base, self.worker.retry_cap)
+        while True:
+            if self.gone:
+                raise LeaseLost(f"job {self.id}: the run ended or the lease went to another worker")
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise LeaseLost(f"job {self.id}: the lease ran out before nqd took the {action} report")
+            wait = None
+            try:
+                resp = await self.worker._request(
+                    "POST", f"{self.path}/{action}", body, timeout=min(10.0, max(left, 1.0)), headers=headers
+                )
+            except TransportError as e:
+                why = str(e)
+            else:
+                if 200 <= resp.status < 300:
+                    return resp.json()
+                if resp.status == 409:
+                    self._mark_gone()
+                    raise LeaseLost(f"job {self.id}: {resp.error_message()}")
+                if resp.status in (401, 403):
+                    raise AuthError(resp.status, resp.error_message())
+                if resp.status != 429 and resp.status < 500:
+                    raise NqdError(resp.status, resp.error_message())
+                why = f"nqd answered {resp.status}: {resp.error_message()}"
+                wait = _retry_after(resp)
+            delay = wait if wait is not None else backoff.next()
+            self.worker.report_retries += 1
+            log.debug("job %s: %s report not taken (%s); retrying in %.2fs", self.id, action, why, delay)
+            await asyncio.sleep(min(delay, max(self.deadline - time.monotonic(), 0.0)))
+
+    async def heartbeat(self) -> None:
+        """Extends the lease every heartbeat interval until cancelled; stops
+        the handler when nqd says the run ended or the lease is lost."""
+        backoff = Backoff(0.2, 2.0)
+        every = self.worker.heartbeat
+        delay = every
+        while True:
+            await asyncio.sleep(min(delay, max((self.deadline - time.monotonic()) / 3, 0.05)))
+            try:
+                resp = await self.worker._request(
+                    "POST", f"{self.path}/heartbeat", {"lease": self.lease}, timeout=5.0
+                )
+            except TransportError as e:
+                delay = backoff.next()
+                log.debug("job %s: heartbeat failed (%s)", self.id, e)
+                continue
+            if resp.status == 200:
+                beat = resp.json() or {}
+                if beat.get("canceled"):
+                    log.info("job %s: the run ended; stopping the step", self.id)
+                    self._mark_gone()
+                    return
+                self.deadline = _deadline(beat.get("leaseUntil"))
+                backoff.reset()
+                delay = every
+            elif resp.status == 409:
+                log.warning("job %s: lease lost; stopping the step", self.id)
+                self._mark_gone()
+                return
+            else:
+                delay = backoff.next()
+                log.debug("job %s: heartbeat answered %d", self.id, resp.status)
+
+
+def _deadline(lease_until: Any) -> float:
+    """The monotonic time a lease ends, from nqd's leaseUntil (epoch ms or
+    RFC 3339), bounded to a sane window around the default lease."""
+    now = time.time()
+    end: float | None = None
+    if isinstance(lease_until, (int, float)) and lease_until > 0:
+        end = lease_until / 1000.0
+    elif isinstance(lease_until, str) and lease_until:
+        try:
+            end = datetime.fromisoformat(lease_until.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            end = None
+    left = _DEFAULT_LEASE if end is None else min(max(end - now, 1.0), 10 * _DEFAULT_LEASE)
+    return time.monotonic() + left
+
+
+def _retry_after(resp: Response) -> float | None:
+    try:
+        return max(0.0, float(resp.headers.get("retry-after", "")))
+    except ValueError:
+        return None
+
+
+class Worker:
+    """Claims jobs of queues from nqd and runs their steps' handlers.
+
+    Register handlers with @worker.step("name"), then `await worker.run()`
+    (or `worker.run_forever()`); `worker.stop()` stops it gracefully.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        queues: Iterable[str] | None = None,
+        concurrency: int = 4,
+        *,
+        heartbeat: float = 5.0,
+        grace: float = 10.0,
+        claim_wait: float = 20.0,
+        retry_base: float = 0.1,
+        retry_cap: float = 5.0,
+        handlers: Iterable[Registration] | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.url = url
+        self.token = token or None
+        self.queues = list(queues) if queues else []
+        self.concurrency = concurrency
+        self.heartbeat = heartbeat
+        self.grace = grace
+        self.claim_wait = min(claim_wait, _MAX_CLAIM_WAIT)
+        self.retry_base = retry_base
+        self.retry_cap = retry_cap
+        self.handlers: dict[str, Registration] = {}
+        for reg in handlers or ():
+            self.register(reg.step, reg.handler, reg.queue)
+        # The most jobs held at once, for those who check the worker keeps
+        # to its concurrency.
+        self.max_held = 0
+        self.completed = 0
+        self.failed = 0
+        # Reports sent again after nqd did not take them (unreachable, 5xx, 429).
+        self.report_retries = 0
+        self._http: HTTPClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._running: dict[asyncio.Task[None], _Job] = {}
+        self._slot_freed: asyncio.Event | None = None
+        self._threads: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def step(self, name: str, queue: str = "default") -> Callable[[Handler], Handler]:
+        """Registers the decorated function as the handler of step name."""
+
+        def register(fn: Handler) -> Handler:
+            self.register(name, fn, queue)
+            return fn
+
+        return register
+
+    def register(self, name: str, fn: Handler, queue: str = "default") -> None:
+        if name in self.handlers and self.handlers[name].handler is not fn:
+            raise ValueError(f"step {name!r} has a handler already")
+        self.handlers[name] = Registration(name, fn, queue)
+
+    def stop(self) -> None:
+        """Stops claiming; running jobs get the grace period to finish. Safe
+        to call from any thread and from a signal handler."""
+        loop, ev = self._loop, self._stop
+        if loop is None or ev is None:
+            return
+        try:
+            if asyncio.get_running_loop() is loop:
+                ev.set()
+                return
+        except RuntimeError:
+            pass
+        loop.call_soon_threadsafe(ev.set)
+
+    def run_forever(self) -> None:
+        """Runs the worker in a new event loop until stop(), SIGINT or SIGTERM."""
+        asyncio.run(self._run_with_signals())
+
+    async def _run_with_signals(self) -> None:
+        import signal
+
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, self.stop)
+            except (NotImplementedError, RuntimeError):
+                pass
+        await self.run()
+
+    async def run(self) -> None:
+        """Claims and runs jobs until stop(). Raises AuthError when nqd
+        refuses the worker's token."""
+        queues = self.queues or sorted({r.queue for r in self.handlers.values()}) or ["default"]
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        self._slot_freed = asyncio.Event()
+        self._http = HTTPClient(self.url, self.token, max_idle=self.concurrency * 2 + 4)
+        self._threads = concurrent.futures.ThreadPoolExecutor(
+            max_workers=self.concurrency, thread_name_prefix="nqd-step"
+        )
+        backoff = Backoff(0.2, 10.0)
+        stop_wait = asyncio.create_task(self._stop.wait())
+        try:
+            while not self._stop.is_set():
+                free = self.concurrency - len(self._running)
+                if free <= 0:
+                    self._slot_freed.clear()
+                    slot = asyncio.create_task(self._slot_freed.wait())
+                    await asyncio.wait({slot, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+                    slot.cancel()
+                    continue
+                claim = asyncio.create_task(self._claim(queues, min(free, _MAX_CLAIM)))
+                await asyncio.wait({claim, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+                if not claim.done():
+                    claim.cancel()
+                    await asyncio.gather(claim, return_exceptions=True)
+                    break
+                try:
+                    jobs = claim.result()
+                except AuthError:
+                    raise
+                except (TransportError, NqdError, ValueError) as e:
+                    delay = backoff.next()
+                    log.warning("claim failed (%s); retrying in %.1fs", e, delay)
+                    await asyncio.wait({stop_wait}, timeout=delay)
+                    continue
+                backoff.reset()
+                for raw in jobs:
+                    self._start(_Job(self, raw))
+        finally:
+            stop_wait.cancel()
+            await self._drain()
+            await self._http.close()
+            self._threads.shutdown(wait=False)
+
+    async def _claim(self, queues: list[str], n: int) -> list[dict[str, Any]]:
+        body = {"queues": queues, "max": n, "waitMs": int(self.claim_wait * 1000)}
+        resp = await self._request("POST", "/api/_workers/claim", body, timeout=self.claim_wait + 15.0)
+        if resp.status in (401, 403):
+            raise AuthError(resp.status, resp.error_message())
+        if resp.status != 200:
+            raise NqdError(resp.status, resp.error_message())
+        jobs = (resp.json() or {}).get("jobs") or []
+        return [j for j in jobs if isinstance(j, dict)]
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        timeout: float = 10.0,
+        headers: dict[str, str] | None = None,
+    ) -> Response:
+        if self._http is None:
+            raise RuntimeError("the worker is not running")
+        return await self._http.request(method, path, body, timeout=timeout, headers=headers)
+
+    def _start(self, job: _Job) -> None:
+        task = asyncio.create_task(self._run_job(job))
+        self._running[task] = job
+        self.max_held = max(self.max_held, len(self._running))
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._running.pop(task, None)
+        if self._slot_freed is not None:
+            self._slot_freed.set()
+        if not task.cancelled() and task.exception() is not None:
+            log.error("job runner crashed: %r", task.exception())
+
+    async def _drain(self) -> None:
+        """Lets running jobs finish within the grace period, then stops their
+        handlers: they are reported as retriable failures."""
+        if not self._running:
+            return
+        _, late = await asyncio.wait(set(self._running), timeout=self.grace)
+        for task in late:
+            job = self._running.get(task)
+            if job is not None and job.handler_task is not None and not job.handler_task.done():
+                job.stopped = True
+                job.handler_task.cancel()
+        if late:
+            await asyncio.wait(late)
+
+    async def _run_job(self, job: _Job) -> None:
+        reg = self.handlers.get(job.step)
+        ctx = Context(job)
+        job.reporter.add({"kind": "step.started"}, quiet=True)
+        beat = asyncio.create_task(job.heartbeat())
+        try:
+            if reg is None:
+                outcome: tuple[str, Any] = ("fail", (f"no handler for step {job.step!r} in this worker", False))
+            else:
+                job.handler_task = asyncio.ensure_future(self._call(reg.handler, job, ctx))
+                await asyncio.wait({job.handler_task})
+                outcome = self._outcome(job)
+            try:
+                await job.reporter.flush()
+            except Exception:  # noqa: BLE001 - each event's sender saw it already
+                pass
+            if job.gone:
+                log.info("job %s: the run ended or the lease was lost; nothing reported", job.id)
+                return
+            kind, value = outcome
+            try:
+                if kind == "complete":
+                    body: dict[str, Any] = {"lease": job.lease}
+                    if value is not None:
+                        body["result"] = value
+                    await job.report("complete", body)
+                    self.completed += 1
+                else:
+                    msg, retriable = value
+                    await job.report("fail", {"lease": job.lease, "error": msg[:_MAX_ERROR], "retriable": retriable})
+                    self.failed += 1
+            except LeaseLost as e:
+                log.warning("%s", e)
+            except (NqdError, AuthError) as e:
+                log.error("job %s: %s not reported: %s", job.id, kind, e)
+        finally:
+            beat.cancel()
+            await asyncio.gather(beat, return_exceptions=True)
+
+    async def _call(self, fn: Handler, job: _Job, ctx: Context) -> Any:
+        if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):
+            return await cast(AsyncHandler, fn)(job.input, ctx)
+        loop = asyncio.get_running_loop()
+        sync_ctx = SyncContext(ctx, loop)
+        res = await loop.run_in_executor(self._threads, fn, job.input, sync_ctx)
+        if inspect.isawaitable(res):
+            return await res
+        return res
+
+    def _outcome(self, job: _Job) -> tuple[str, Any]:
+        t = job.handler_task
+        assert t is not None
+        if t.cancelled():
+            if job.stopped:
+                return ("fail", ("the worker stopped before the step finished", True))
+            return ("fail", ("the step was cancelled", True))
+        err = t.exception()
+        if err is None:
+            result = t.result()
+            try:
+                json.dumps(result)
+            except (TypeError, ValueError) as e:
+                return ("fail", (f"the step's result is not JSON: {e}", False))
+            return ("complete", result)
+        if isinstance(err, PermanentError):
+            return ("fail", (str(err) or "PermanentError", False))
+        if isinstance(err, LeaseLost):
+            job._mark_gone()
+        return ("fail", (_describe(err), True))
+
+
+def _describe(err: BaseException) -> str:
+    msg = str(err)
+    name = type(err).__name__
+    return f"{name}: {msg}" if msg else name

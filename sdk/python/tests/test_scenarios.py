@@ -1,0 +1,430 @@
+"""The SDK scenario list, each against a real nqd built from this repository."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any, Callable
+
+import pytest
+from conftest import Nqd
+from helpers import Running, wait_for
+
+from nqd_worker import AuthError, Context, PermanentError, SyncContext, Worker
+
+
+def kinds(events: list[dict[str, Any]], step: str | None = None) -> list[str]:
+    return [str(e["kind"]) for e in events if step is None or e.get("step") == step]
+
+
+def of_kind(events: list[dict[str, Any]], kind: str, step: str | None = None) -> list[dict[str, Any]]:
+    return [e for e in events if e["kind"] == kind and (step is None or e.get("step") == step)]
+
+
+def test_claim_and_complete(nqd: Nqd) -> None:
+    nqd.put_flow("py-claim", {"entry": "hello", "steps": {"hello": {"queue": "py-claim"}}})
+    seen: list[tuple[Any, ...]] = []
+    w = Worker(nqd.url, queues=["py-claim"])
+
+    @w.step("hello", queue="py-claim")
+    async def hello(input: Any, ctx: Context) -> Any:
+        seen.append((ctx.job_id, ctx.queue, ctx.flow_id, ctx.flow_name, ctx.step_name, ctx.attempt, input))
+        ctx.logger.info("greeting", {"n": input["n"]})
+        await ctx.progress(0.5)
+        return {"greeting": f"hello {input['n']}"}
+
+    with Running(w):
+        run = nqd.start_run("py-claim", {"n": 7})
+        assert nqd.wait_status(run) == "completed"
+
+    assert seen == [(f"{run}:hello", "py-claim", run, "py-claim", "hello", 1, {"n": 7})]
+    assert nqd.run_state(run)["steps"]["hello"]["result"] == {"greeting": "hello 7"}
+    evs = nqd.events(run)
+    ks = kinds(evs, "hello")
+    assert ks.index("step.started") < ks.index("log") < ks.index("step.progress") < ks.index("step.completed")
+    (logged,) = of_kind(evs, "log")
+    assert logged["data"] == {"level": "info", "msg": "greeting", "meta": {"n": 7}}
+    assert of_kind(evs, "step.progress")[0]["data"] == {"progress": 0.5}
+    assert w.completed == 1 and w.failed == 0
+
+
+def test_retriable_failure_then_success(nqd: Nqd) -> None:
+    policy = {"attempts": 3, "backoff": {"type": "fixed", "delayMs": 50}}
+    nqd.put_flow("py-retry", {"entry": "flaky", "steps": {"flaky": {"queue": "py-retry", "retryPolicy": policy}}})
+    attempts: list[int] = []
+    w = Worker(nqd.url, queues=["py-retry"])
+
+    @w.step("flaky", queue="py-retry")
+    def flaky(input: Any, ctx: SyncContext) -> Any:  # a sync handler, run in a thread
+        attempts.append(ctx.attempt)
+        if ctx.attempt == 1:
+            raise ConnectionError("upstream timed out")
+        return {"ok": ctx.attempt}
+
+    with Running(w):
+        run = nqd.start_run("py-retry", {})
+        assert nqd.wait_status(run) == "completed"
+
+    assert attempts == [1, 2]
+    evs = nqd.events(run)
+    (failed,) = of_kind(evs, "step.failed")
+    assert failed["attempt"] == 1
+    assert failed["data"]["willRetry"] is True
+    assert failed["data"]["error"] == "ConnectionError: upstream timed out"
+    assert len(of_kind(evs, "step.retry")) == 1
+    (done,) = of_kind(evs, "step.completed")
+    assert done["attempt"] == 2 and done["data"]["result"] == {"ok": 2}
+
+
+def test_non_retriable_failure(nqd: Nqd) -> None:
+    policy = {"attempts": 3, "backoff": {"type": "fixed", "delayMs": 50}}
+    nqd.put_flow("py-perm", {"entry": "strict", "steps": {"strict": {"queue": "py-perm", "retryPolicy": policy}}})
+    calls: list[int] = []
+    w = Worker(nqd.url, queues=["py-perm"])
+
+    @w.step("strict", queue="py-perm")
+    async def strict(input: Any, ctx: Context) -> Any:
+        calls.append(ctx.attempt)
+        raise PermanentError("the order does not exist")
+
+    with Running(w):
+        run = nqd.start_run("py-perm", {})
+        assert nqd.wait_status(run) == "failed"
+
+    assert calls == [1]
+    evs = nqd.events(run)
+    (failed,) = of_kind(evs, "step.failed")
+    assert failed["data"]["willRetry"] is False
+    assert failed["data"]["error"] == "the order does not exist"
+    assert of_kind(evs, "flow.failed") and not of_kind(evs, "step.retry")
+
+
+def test_fan_in_with_emits_from_two_steps(nqd: Nqd) -> None:
+    q = "py-fanin"
+    nqd.put_flow(
+        q,
+        {
+            "entry": "start",
+            "steps": {
+                "start": {"queue": q, "emits": ["start.done"]},
+                "left": {"queue": q, "subscribes": ["start.done"], "emits": ["left.done"]},
+                "right": {"queue": q, "subscribes": ["start.done"], "emits": ["right.done"]},
+                "join": {"queue": q, "subscribes": ["left.done", "right.done"]},
+            },
+        },
+    )
+    joined: list[Any] = []
+    w = Worker(nqd.url, queues=[q], concurrency=4)
+
+    @w.step("start", queue=q)
+    async def start(input: Any, ctx: Context) -> None:
+        await ctx.flow.emit("start.done", {"n": input["n"]})
+
+    @w.step("left", queue=q)
+    def left(input: Any, ctx: SyncContext) -> None:
+        ctx.flow.emit("left.done", {"l": input["start.done"]["n"] + 1})
+
+    @w.step("right", queue=q)
+    async def right(input: Any, ctx: Context) -> None:
+        await ctx.flow.handle_trigger("right.done", {"r": input["start.done"]["n"] + 2})
+
+    @w.step("join", queue=q)
+    async def join(input: Any, ctx: Context) -> Any:
+        joined.append(input)
+        return input
+
+    with Running(w):
+        run = nqd.start_run(q, {"n": 10})
+        assert nqd.wait_status(run) == "completed"
+
+    assert joined == [{"left.done": {"l": 11}, "right.done": {"r": 12}}]
+    evs = nqd.events(run)
+    assert sorted(e["data"]["event"] for e in of_kind(evs, "emit")) == ["left.done", "right.done", "start.done"]
+    assert len(of_kind(evs, "step.completed", "join")) == 1
+
+
+def test_state_writes_read_back(nqd: Nqd) -> None:
+    q = "py-state"
+    nqd.put_flow(
+        q,
+        {
+            "entry": "write",
+            "steps": {
+                "write": {"queue": q, "emits": ["write.done"]},
+                "read": {"queue": q, "subscribes": ["write.done"]},
+            },
+        },
+    )
+    in_write: dict[str, Any] = {}
+    in_read: dict[str, Any] = {}
+    w = Worker(nqd.url, queues=[q])
+
+    @w.step("write", queue=q)
+    async def write(input: Any, ctx: Context) -> None:
+        in_write["before"] = await ctx.state.get("count", "unset")
+        await ctx.state.set("count", 1)
+        in_write["after_set"] = await ctx.state.get("count")
+        await ctx.state.set_batch({"name": "ada", "tmp": [1, 2]})
+        in_write["has_tmp"] = await ctx.state.has("tmp")
+        await ctx.state.delete("tmp")
+        in_write["has_tmp_after_delete"] = await ctx.state.has("tmp")
+        in_write["all"] = await ctx.state.get_all()
+        await ctx.flow.emit("write.done")
+
+    @w.step("read", queue=q)
+    def read(input: Any, ctx: SyncContext) -> None:
+        in_read["all"] = ctx.state.get_all()
+        ctx.state.set("count", ctx.state.get("count") + 1)
+        in_read["count"] = ctx.state.get("count")
+        in_read["has_name"] = ctx.state.has("name")
+
+    with Running(w):
+        run = nqd.start_run(q, {})
+        assert nqd.wait_status(run) == "completed"
+
+    assert in_write == {
+        "before": "unset",
+        "after_set": 1,
+        "has_tmp": True,
+        "has_tmp_after_delete": False,
+        "all": {"count": 1, "name": "ada"},
+    }
+    assert in_read == {"all": {"count": 1, "name": "ada"}, "count": 2, "has_name": True}
+    assert nqd.run_state(run)["state"] == {"count": 2, "name": "ada"}
+
+
+def test_approval_await_resumed_by_a_trigger(nqd: Nqd) -> None:
+    q = "py-approval"
+    nqd.put_flow(
+        q,
+        {
+            "entry": "prepare",
+            "steps": {
+                "prepare": {"queue": q, "emits": ["prepare.done"]},
+                "approve": {
+                    "queue": q,
+                    "subscribes": ["prepare.done"],
+                    "await": {"type": "trigger", "triggerType": "user", "timeout": 60000},
+                },
+            },
+        },
+    )
+    resumed: list[Any] = []
+    w = Worker(nqd.url, queues=[q])
+
+    @w.step("prepare", queue=q)
+    async def prepare(input: Any, ctx: Context) -> None:
+        await ctx.flow.emit("prepare.done", {"amount": 12})
+
+    @w.step("approve", queue=q)
+    async def approve(input: Any, ctx: Context) -> Any:
+        resumed.append((ctx.resume, input.get("prepare.done")))
+        return {"approved": (ctx.resume or {}).get("payload", {}).get("approved")}
+
+    with Running(w):
+        run = nqd.start_run(q, {})
+
+        def waiting() -> Any:
+            items = nqd.ok("GET", f"/api/_flows/waits?kind=trigger&flowName={q}")["items"]
+            return [i for i in items if i["runId"] == run]
+
+        (wait,) = nqd.wait_until("the approval await", waiting)
+        assert nqd.run_state(run)["status"] == "awaiting"
+        assert resumed == []
+        status, fired = nqd.call("POST", f"/api/_flows/triggers/{wait['triggerId']}", {"approved": True, "by": "ops"})
+        assert status == 200 and fired["status"] == "fired"
+        assert nqd.wait_status(run) == "completed"
+
+    ((resume, prepared),) = resumed
+    assert resume is not None and resume["awaitType"] == "trigger"
+    assert resume["payload"] == {"approved": True, "by": "ops"}
+    assert prepared == {"amount": 12}
+    assert nqd.run_state(run)["steps"]["approve"]["result"] == {"approved": True}
+
+
+def test_lease_expires_and_is_redelivered(nqd: Nqd) -> None:
+    q = "py-lease"
+    nqd.put_flow(q, {"entry": "once", "steps": {"once": {"queue": q, "retryPolicy": {"attempts": 2}}}})
+    run = nqd.start_run(q, {})
+    # A worker that claims the job and dies: no heartbeat, no report.
+    claimed = nqd.ok("POST", "/api/_workers/claim", {"queues": [q], "max": 1})["jobs"]
+    assert [j["runId"] for j in claimed] == [run]
+    dead_lease = claimed[0]["lease"]
+    attempts: list[int] = []
+    w = Worker(nqd.url, queues=[q])
+
+    @w.step("once", queue=q)
+    async def once(input: Any, ctx: Context) -> str:
+        attempts.append(ctx.attempt)
+        return "done"
+
+    with Running(w):
+        assert nqd.wait_status(run, timeout=60) == "completed"
+
+    assert attempts == [2]
+    status, _ = nqd.call("POST", f"/api/_workers/jobs/{q}/{run}:once/complete", {"lease": dead_lease})
+    assert status == 409  # the dead worker's lease is gone
+
+
+def test_tokens(own_nqd: Callable[..., Nqd]) -> None:
+    admin, writer, reader = ("a" * 40, "w" * 40, "r" * 40)
+    srv = own_nqd({"NQ_TOKENS": f"admin:admin:{admin},worker:write:{writer},ui:read:{reader}"})
+    srv.admin_token = admin
+    q = "py-tokens"
+    srv.put_flow(q, {"entry": "guarded", "steps": {"guarded": {"queue": q}}})
+
+    def handler(input: Any, ctx: SyncContext) -> str:
+        ctx.state.set("seen", True)
+        return "ok"
+
+    for token, status in ((None, 401), ("x" * 40, 401), (reader, 403)):
+        w = Worker(srv.url, token=token, queues=[q], handlers=[])
+        w.register("guarded", handler, q)
+        with pytest.raises(AuthError) as caught:
+            asyncio.run(asyncio.wait_for(w.run(), 10))
+        assert caught.value.status == status
+        assert "token" in str(caught.value)
+
+    w = Worker(srv.url, token=writer, queues=[q])
+    w.register("guarded", handler, q)
+    with Running(w):
+        run = srv.start_run(q, {})
+        assert srv.wait_status(run) == "completed"
+    assert srv.run_state(run)["state"] == {"seen": True}
+
+
+def test_nqd_restarted_mid_step_loses_nothing(own_nqd: Callable[..., Nqd]) -> None:
+    srv = own_nqd()
+    q = "py-restart"
+    srv.put_flow(
+        q,
+        {
+            "entry": "slow",
+            "steps": {
+                "slow": {"queue": q, "emits": ["slow.done"]},
+                "after": {"queue": q, "subscribes": ["slow.done"]},
+            },
+        },
+    )
+    entered, release = threading.Event(), threading.Event()
+    calls: list[tuple[str, int]] = []
+    w = Worker(srv.url, queues=[q], retry_cap=0.5)
+
+    @w.step("slow", queue=q)
+    def slow(input: Any, ctx: SyncContext) -> Any:
+        calls.append(("slow", ctx.attempt))
+        entered.set()
+        assert release.wait(30)
+        ctx.logger.info("reporting while nqd may be down")
+        ctx.flow.emit("slow.done", {"v": 1})
+        return {"slow": True}
+
+    @w.step("after", queue=q)
+    async def after(input: Any, ctx: Context) -> Any:
+        calls.append(("after", ctx.attempt))
+        return input
+
+    with Running(w):
+        run = srv.start_run(q, {})
+        assert entered.wait(20)
+        srv.kill()
+        release.set()
+        # The step's reports fail while nqd is down and are retried...
+        wait_for("a report to be retried", lambda: w.report_retries >= 2)
+        srv.start()
+        # ...and taken once it is back, on the same lease.
+        assert srv.wait_status(run, timeout=30) == "completed"
+
+    assert calls == [("slow", 1), ("after", 1)]
+    evs = srv.events(run)
+    assert not of_kind(evs, "flow.failed") and not of_kind(evs, "step.failed")
+    assert len(of_kind(evs, "emit")) == 1
+    assert of_kind(evs, "step.completed", "slow")[0]["data"]["result"] == {"slow": True}
+    assert of_kind(evs, "step.completed", "after")[0]["data"]["result"] == {"slow.done": {"v": 1}}
+
+
+def test_busy_worker_holds_no_more_jobs_than_slots(nqd: Nqd) -> None:
+    """Concurrency 1 and more runs than slots: the first step outlives a
+    lease (30 s), so it lives only by its heartbeats, and a job claimed
+    without a free slot would have lost its lease before it could start."""
+    q = "py-busy"
+    nqd.put_flow(q, {"entry": "work", "steps": {"work": {"queue": q}}})
+    first = threading.Event()
+    order: list[int] = []
+    w = Worker(nqd.url, queues=[q], concurrency=1, heartbeat=2.0)
+
+    @w.step("work", queue=q)
+    async def work(input: Any, ctx: Context) -> Any:
+        order.append(input["i"])
+        if not first.is_set():
+            first.set()
+            await asyncio.sleep(32)
+        else:
+            await asyncio.sleep(0.2)
+        return input["i"]
+
+    with Running(w):
+        runs = [nqd.start_run(q, {"i": i}) for i in range(3)]
+        for run in runs:
+            assert nqd.wait_status(run, timeout=60) == "completed"
+
+    assert w.max_held == 1
+    assert sorted(order) == [0, 1, 2]
+    for run in runs:
+        evs = nqd.events(run)
+        assert [e["attempt"] for e in of_kind(evs, "step.started")] == [1]
+        assert not of_kind(evs, "step.failed")
+
+
+def test_stop_lets_running_steps_finish(nqd: Nqd) -> None:
+    q = "py-stop"
+    nqd.put_flow(q, {"entry": "s", "steps": {"s": {"queue": q}}})
+    entered = threading.Event()
+    w = Worker(nqd.url, queues=[q], grace=10)
+
+    @w.step("s", queue=q)
+    async def s(input: Any, ctx: Context) -> str:
+        entered.set()
+        await asyncio.sleep(0.5)
+        return "finished"
+
+    r = Running(w).__enter__()
+    run = nqd.start_run(q, {})
+    assert entered.wait(20)
+    t0 = time.monotonic()
+    r.stop()
+    assert time.monotonic() - t0 < 5
+    assert nqd.run_state(run)["status"] == "completed"
+
+
+def test_stop_fails_steps_past_the_grace_period_as_retriable(nqd: Nqd) -> None:
+    q = "py-grace"
+    policy = {"attempts": 2, "backoff": {"type": "fixed", "delayMs": 50}}
+    nqd.put_flow(q, {"entry": "s", "steps": {"s": {"queue": q, "retryPolicy": policy}}})
+    entered = threading.Event()
+    w = Worker(nqd.url, queues=[q], grace=0.3)
+
+    @w.step("s", queue=q)
+    async def stuck(input: Any, ctx: Context) -> str:
+        entered.set()
+        await asyncio.sleep(60)
+        return "never"
+
+    r = Running(w).__enter__()
+    run = nqd.start_run(q, {})
+    assert entered.wait(20)
+    r.stop()
+    (failed,) = of_kind(nqd.events(run), "step.failed")
+    assert failed["data"]["willRetry"] is True
+    assert "worker stopped" in failed["data"]["error"]
+
+    w2 = Worker(nqd.url, queues=[q])
+
+    @w2.step("s", queue=q)
+    async def quick(input: Any, ctx: Context) -> int:
+        return ctx.attempt
+
+    with Running(w2):
+        assert nqd.wait_status(run) == "completed"
+    assert nqd.run_state(run)["steps"]["s"]["result"] == 2
