@@ -11,7 +11,7 @@ GOBUILD   := CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)"
 NQ_ADDR   ?= 127.0.0.1:8080
 BENCHTIME ?= 2s
 
-.PHONY: run build test test-short lint fuzz bench bench-go bench-appends bench-sdks screenshots golden tidy-check vuln clean
+.PHONY: run build test test-py test-short lint fuzz bench bench-go bench-appends bench-sdks screenshots golden tidy-check vuln clean
 
 ## run: build bin/nqd, then start it on the embedded store in ./data (set NQ_REDIS_URL to use Redis)
 run: build
@@ -27,6 +27,14 @@ build:
 ## their own, and on a small machine running them side by side only slows each.
 test:
 	$(GO) test -race -count=1 -cover -p 1 -timeout 20m $(PKGS)
+	$(MAKE) test-py
+
+## test-py: the Python SDK (sdk/python): type check, lint, and its tests against an nqd built from this tree
+PYTHON ?= /usr/bin/python3
+test-py:
+	cd sdk/python && $(PYTHON) -m mypy
+	$(PYTHON) -m pyflakes sdk/python
+	$(PYTHON) -m pytest -q sdk/python
 
 ## test-short: the tests without the race detector, for a quick loop
 test-short:

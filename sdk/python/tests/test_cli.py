@@ -1,0 +1,116 @@
+"""`python -m nqd_worker` against a real nqd: step files in both shapes, the
+flows they declare stored, a graceful stop on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from conftest import SDK, Nqd
+
+from nqd_worker.cli import flow_definitions, load, nuxt_queue_step
+
+NUXT_SHAPED = '''
+config = {
+    "queue": "py-cli",
+    "flow": {"name": ["py-cli-flow"], "role": "entry", "step": "hello", "emits": ["hello.done"]},
+}
+
+def run(payload, ctx=None):
+    ctx.logger.info("hello from a Nuxt Queue-shaped file")
+    ctx.flow.emit("hello.done", {"name": payload["name"]})
+    return {"status": "ok"}
+'''
+
+SHOUT = '''
+config = {
+    "queue": "py-cli",
+    "flow": {"name": "py-cli-flow", "role": "step", "step": "shout", "subscribes": ["hello.done"]},
+}
+
+def run(input, ctx):
+    return input["hello.done"]["name"].upper()
+'''
+
+DECORATED = '''
+from nqd_worker import step
+
+@step("count", queue="py-cli")
+async def count(input, ctx):
+    await ctx.state.set("n", input["n"] + 1)
+    return await ctx.state.get("n")
+'''
+
+
+def write_steps(folder: Path) -> None:
+    (folder / "nested").mkdir(parents=True)
+    (folder / "hello.py").write_text(textwrap.dedent(NUXT_SHAPED))
+    (folder / "nested" / "shout.py").write_text(textwrap.dedent(SHOUT))
+    (folder / "nested" / "counter.py").write_text(textwrap.dedent(DECORATED))
+
+
+def test_flow_definitions_from_nuxt_queue_configs(tmp_path: Path) -> None:
+    write_steps(tmp_path)
+    found = [nuxt_queue_step(load(str(p))) for p in (tmp_path / "hello.py", tmp_path / "nested" / "shout.py")]
+    steps = [f for f in found if f is not None]
+    assert [(r.step, r.queue) for r, _ in steps] == [("hello", "py-cli"), ("shout", "py-cli")]
+    assert flow_definitions(steps) == {
+        "py-cli-flow": {
+            "name": "py-cli-flow",
+            "entry": "hello",
+            "steps": {
+                "hello": {"queue": "py-cli", "emits": ["hello.done"]},
+                "shout": {"queue": "py-cli", "subscribes": ["hello.done"]},
+            },
+        }
+    }
+
+
+def test_module_entry_point_runs_a_folder_of_steps(nqd: Nqd, tmp_path: Path) -> None:
+    steps = tmp_path / "queues"
+    write_steps(steps)
+    env = dict(os.environ, NQD_URL=nqd.url, PYTHONPATH=str(SDK))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nqd_worker", str(steps), "--store-flows", "--concurrency", "2"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        flow = nqd.wait_until("the flow to be stored", lambda: nqd.call("GET", "/api/_flows/py-cli-flow")[0] == 200)
+        assert flow
+        run = nqd.start_run("py-cli-flow", {"name": "ada"})
+        assert nqd.wait_status(run) == "completed"
+        assert nqd.run_state(run)["steps"]["shout"]["result"] == "ADA"
+        nqd.put_flow("py-cli-count", {"entry": "count", "steps": {"count": {"queue": "py-cli"}}})
+        run = nqd.start_run("py-cli-count", {"n": 41})
+        assert nqd.wait_status(run) == "completed"
+        assert nqd.run_state(run)["steps"]["count"]["result"] == 42
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out.decode()
+    assert b"running steps count, hello, shout on queues py-cli" in out
+
+
+def test_module_entry_point_says_when_the_token_is_refused(own_nqd: object, tmp_path: Path) -> None:
+    from typing import Callable, cast
+
+    srv = cast(Callable[..., Nqd], own_nqd)({"NQ_TOKENS": "admin:admin:" + "a" * 40})
+    steps = tmp_path / "queues"
+    write_steps(steps)
+    env = dict(os.environ, PYTHONPATH=str(SDK))
+    env.pop("NQD_TOKEN", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "nqd_worker", str(steps), "--url", srv.url],
+        env=env,
+        capture_output=True,
+        timeout=30,
+    )
+    assert done.returncode == 3
+    assert b"nqd refused the worker (401)" in done.stderr
+    assert b"--token" in done.stderr
