@@ -249,7 +249,7 @@ class Worker:
         *,
         heartbeat: float = 5.0,
         grace: float = 10.0,
-        claim_wait: float = 20.0,
+        claim_wait: float = 5.0,
         retry_base: float = 0.1,
         retry_cap: float = 5.0,
         handlers: Iterable[Registration] | None = None,
@@ -347,14 +347,11 @@ class Worker:
                     await asyncio.wait({slot, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
                     slot.cancel()
                     continue
-                claim = asyncio.create_task(self._claim(queues, min(free, _MAX_CLAIM)))
-                await asyncio.wait({claim, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-                if not claim.done():
-                    claim.cancel()
-                    await asyncio.gather(claim, return_exceptions=True)
-                    break
+                # A stop waits for the claim in flight (at most claim_wait)
+                # rather than dropping it: jobs nqd hands out to a dropped
+                # claim would sit leased to no one until their lease ran out.
                 try:
-                    jobs = claim.result()
+                    jobs = await self._claim(queues, min(free, _MAX_CLAIM))
                 except AuthError:
                     raise
                 except (TransportError, NqdError, ValueError) as e:

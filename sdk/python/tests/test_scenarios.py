@@ -381,7 +381,7 @@ def test_stop_lets_running_steps_finish(nqd: Nqd) -> None:
     q = "py-stop"
     nqd.put_flow(q, {"entry": "s", "steps": {"s": {"queue": q}}})
     entered = threading.Event()
-    w = Worker(nqd.url, queues=[q], grace=10)
+    w = Worker(nqd.url, queues=[q], grace=10, claim_wait=1.0)
 
     @w.step("s", queue=q)
     async def s(input: Any, ctx: Context) -> str:
@@ -403,7 +403,7 @@ def test_stop_fails_steps_past_the_grace_period_as_retriable(nqd: Nqd) -> None:
     policy = {"attempts": 2, "backoff": {"type": "fixed", "delayMs": 50}}
     nqd.put_flow(q, {"entry": "s", "steps": {"s": {"queue": q, "retryPolicy": policy}}})
     entered = threading.Event()
-    w = Worker(nqd.url, queues=[q], grace=0.3)
+    w = Worker(nqd.url, queues=[q], grace=0.3, claim_wait=1.0)
 
     @w.step("s", queue=q)
     async def stuck(input: Any, ctx: Context) -> str:
