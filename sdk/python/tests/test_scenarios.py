@@ -295,53 +295,70 @@ def test_tokens(own_nqd: Callable[..., Nqd]) -> None:
 
 
 def test_nqd_restarted_mid_step_loses_nothing(own_nqd: Callable[..., Nqd]) -> None:
+    """nqd is killed (kill -9) twice while two steps run: once before the
+    first's complete, once before the second's events; each report is
+    retried until nqd is back, on the same lease, and the run completes
+    with every step run once."""
     srv = own_nqd()
     q = "py-restart"
     srv.put_flow(
         q,
         {
-            "entry": "slow",
+            "entry": "first",
             "steps": {
-                "slow": {"queue": q, "emits": ["slow.done"]},
-                "after": {"queue": q, "subscribes": ["slow.done"]},
+                "first": {"queue": q, "emits": ["first.done"]},
+                "second": {"queue": q, "subscribes": ["first.done"]},
             },
         },
     )
-    entered, release = threading.Event(), threading.Event()
+    entered = {"first": threading.Event(), "second": threading.Event()}
+    release = {"first": threading.Event(), "second": threading.Event()}
     calls: list[tuple[str, int]] = []
-    w = Worker(srv.url, queues=[q], retry_cap=0.5)
+    w = Worker(srv.url, queues=[q], concurrency=2, retry_cap=0.5)
 
-    @w.step("slow", queue=q)
-    def slow(input: Any, ctx: SyncContext) -> Any:
-        calls.append(("slow", ctx.attempt))
-        entered.set()
-        assert release.wait(30)
-        ctx.logger.info("reporting while nqd may be down")
-        ctx.flow.emit("slow.done", {"v": 1})
-        return {"slow": True}
+    @w.step("first", queue=q)
+    def first(input: Any, ctx: SyncContext) -> Any:
+        calls.append(("first", ctx.attempt))
+        ctx.flow.emit("first.done", {"v": 1})
+        entered["first"].set()
+        assert release["first"].wait(30)
+        return {"first": True}  # completed while nqd is down
 
-    @w.step("after", queue=q)
-    async def after(input: Any, ctx: Context) -> Any:
-        calls.append(("after", ctx.attempt))
-        return input
+    @w.step("second", queue=q)
+    def second(input: Any, ctx: SyncContext) -> Any:
+        calls.append(("second", ctx.attempt))
+        entered["second"].set()
+        assert release["second"].wait(30)
+        ctx.logger.info("written while nqd is down")
+        ctx.state.set("second", input["first.done"]["v"] + 1)  # returns once nqd took it
+        return {"second": True}
+
+    def outage(step: str) -> None:
+        # Both steps are held before nqd dies: a claim answered as nqd dies
+        # would leave its job leased to no one until the lease ran out.
+        assert entered["first"].wait(20) and entered["second"].wait(20)
+        srv.kill()
+        retried = w.report_retries
+        release[step].set()
+        # The step's reports fail while nqd is down and are retried...
+        wait_for(f"a report of {step} to be retried", lambda: w.report_retries >= retried + 2)
+        srv.start()
 
     with Running(w):
         run = srv.start_run(q, {})
-        assert entered.wait(20)
-        srv.kill()
-        release.set()
-        # The step's reports fail while nqd is down and are retried...
-        wait_for("a report to be retried", lambda: w.report_retries >= 2)
-        srv.start()
+        outage("first")
+        outage("second")
         # ...and taken once it is back, on the same lease.
         assert srv.wait_status(run, timeout=30) == "completed"
 
-    assert calls == [("slow", 1), ("after", 1)]
+    assert sorted(calls) == [("first", 1), ("second", 1)]
     evs = srv.events(run)
     assert not of_kind(evs, "flow.failed") and not of_kind(evs, "step.failed")
     assert len(of_kind(evs, "emit")) == 1
-    assert of_kind(evs, "step.completed", "slow")[0]["data"]["result"] == {"slow": True}
-    assert of_kind(evs, "step.completed", "after")[0]["data"]["result"] == {"slow.done": {"v": 1}}
+    assert [e["data"]["msg"] for e in of_kind(evs, "log")] == ["written while nqd is down"]
+    assert of_kind(evs, "step.completed", "first")[0]["data"]["result"] == {"first": True}
+    assert of_kind(evs, "step.completed", "second")[0]["data"]["result"] == {"second": True}
+    assert srv.run_state(run)["state"] == {"second": 2}
 
 
 def test_busy_worker_holds_no_more_jobs_than_slots(nqd: Nqd) -> None:
