@@ -55,49 +55,87 @@ def expand(targets: Sequence[str]) -> list[str]:
     return out
 
 
-def nuxt_queue_step(mod: ModuleType) -> tuple[Registration, dict[str, Any]] | None:
-    """A module in Nuxt Queue's Python shape: a top-level `config` dict and a
-    `run(input, ctx)` function. The step is config.flow.step (else the file
-    name), its queue config.queue (else the file name)."""
+def _names(v: Any) -> list[str]:
+    items = v if isinstance(v, list) else [v]
+    return [str(x) for x in items if isinstance(x, str) and x]
+
+
+def nuxt_queue_steps(mod: ModuleType) -> list[tuple[Registration, dict[str, Any]]]:
+    """The steps of a module in Nuxt Queue's Python shape: a top-level
+    `config` dict and a `run(input, ctx)` function. The step is
+    config.flow.step (a name or a list of them; else the file name), the
+    queue config.queue (a name, or a dict with `name`; else the file name)."""
     cfg = getattr(mod, "config", None)
     fn = getattr(mod, "run", None)
     if not isinstance(cfg, dict) or not callable(fn):
-        return None
+        return []
     stem = Path(getattr(mod, "__file__", None) or mod.__name__).stem
     flow = cfg.get("flow")
-    step = str((flow.get("step") if isinstance(flow, dict) else None) or stem)
+    steps = _names(flow.get("step") if isinstance(flow, dict) else None) or [stem]
+    return [(Registration(step, fn, queue_of(cfg, stem)), cfg) for step in steps]
+
+
+def queue_of(cfg: dict[str, Any], stem: str) -> str:
     q = cfg.get("queue")
-    queue = str(q.get("name") if isinstance(q, dict) else q or stem)
-    return Registration(step, fn, queue), cfg
+    name = q.get("name") if isinstance(q, dict) else q
+    return str(name) if isinstance(name, str) and name else stem
+
+
+def _retry_policy(cfg: dict[str, Any]) -> dict[str, Any] | None:
+    """Nuxt Queue's queue.defaultJobOptions attempts and backoff (a delay in
+    ms, or {type, delay, maxDelay}) as an nqd retryPolicy."""
+    q = cfg.get("queue")
+    opts = q.get("defaultJobOptions") if isinstance(q, dict) else None
+    if not isinstance(opts, dict) or not isinstance(opts.get("attempts"), int) or opts["attempts"] <= 1:
+        return None
+    b = opts.get("backoff")
+    backoff: dict[str, Any] = {"type": "fixed", "delayMs": 0}
+    if isinstance(b, (int, float)):
+        backoff["delayMs"] = int(b)
+    elif isinstance(b, dict):
+        backoff = {"type": "exponential" if b.get("type") == "exponential" else "fixed", "delayMs": int(b.get("delay", 0))}
+        if isinstance(b.get("maxDelay"), (int, float)):
+            backoff["maxDelayMs"] = int(b["maxDelay"])
+    return {"attempts": opts["attempts"], "backoff": backoff}
 
 
 def flow_definitions(steps: Sequence[tuple[Registration, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """nqd flow definitions built from Nuxt Queue configs: each step joins
-    the flows config.flow.name names, `role: "entry"` makes it the entry,
-    and its emits and subscribes come along."""
+    """nqd flow definitions built from Nuxt Queue configs, as the TypeScript
+    SDK builds them: each step joins the flows config.flow.name names; the
+    first step of a `role: "entry"` config is its flow's entry (an entry
+    subscribes to nothing); emits, subscribes, the queue's attempts, backoff
+    and timeout, and an await come along."""
     defs: dict[str, dict[str, Any]] = {}
     for reg, cfg in steps:
         flow = cfg.get("flow")
-        if not isinstance(flow, dict) or not flow.get("name"):
+        if not isinstance(flow, dict):
             continue
-        names = flow["name"] if isinstance(flow["name"], list) else [flow["name"]]
+        first = _names(flow.get("step"))[:1] == [reg.step]
         step: dict[str, Any] = {"queue": reg.queue}
-        for key in ("emits", "subscribes"):
-            v = flow.get(key)
-            if v:
-                step[key] = [v] if isinstance(v, str) else list(v)
-        attempts = cfg.get("attempts") or (cfg.get("worker") or {}).get("attempts")
-        if attempts:
-            policy: dict[str, Any] = {"attempts": int(attempts)}
-            backoff = cfg.get("backoff")
-            if isinstance(backoff, dict):
-                policy["backoff"] = {"type": backoff.get("type", "fixed"), "delayMs": int(backoff.get("delay", 0))}
-            step["retryPolicy"] = policy
-        for name in names:
-            d = defs.setdefault(str(name), {"name": str(name), "steps": {}})
-            d["steps"][reg.step] = step
-            if flow.get("role") == "entry":
+        emits, subscribes = _names(flow.get("emits")), _names(flow.get("subscribes"))
+        policy = _retry_policy(cfg)
+        wait = flow.get("await", cfg.get("await"))
+        q = cfg.get("queue")
+        opts = q.get("defaultJobOptions") if isinstance(q, dict) else None
+        timeout = opts.get("timeout") if isinstance(opts, dict) else None
+        for name in _names(flow.get("name")):
+            d = defs.setdefault(name, {"name": name, "entry": "", "steps": {}})
+            if reg.step in d["steps"]:
+                continue
+            s = dict(step)
+            if flow.get("role") == "entry" and first and not d["entry"]:
                 d["entry"] = reg.step
+            elif subscribes:
+                s["subscribes"] = subscribes
+            if emits:
+                s["emits"] = emits
+            if policy:
+                s["retryPolicy"] = policy
+            if isinstance(wait, dict):
+                s["await"] = wait
+            if isinstance(timeout, int) and timeout > 0:
+                s["timeout"] = timeout
+            d["steps"][reg.step] = s
     return defs
 
 
@@ -138,9 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     shaped: list[tuple[Registration, dict[str, Any]]] = []
     for t in expand(args.targets):
         mod = load(t)
-        found = nuxt_queue_step(mod)
-        if found is not None:
-            shaped.append(found)
+        shaped.extend(nuxt_queue_steps(mod))
     regs = registered() + [r for r, _ in shaped]
     if not regs:
         print("nqd_worker: no step handlers found (use @nqd_worker.step or a config dict with run)", file=sys.stderr)

@@ -28,9 +28,10 @@ class Logger:
     def log(self, level: str, msg: str, meta: Mapping[str, Any] | None = None) -> asyncio.Future[None]:
         if level == "warning":
             level = "warn"
-        data: dict[str, Any] = {"level": level, "msg": str(msg)}
-        if meta:
-            data["meta"] = dict(meta)
+        # The meta's fields go beside level and msg, where nqd keeps them as
+        # the log line's metadata.
+        data: dict[str, Any] = dict(meta or {})
+        data["level"], data["msg"] = level, str(msg)
         return self._job.reporter.add({"kind": "log", "data": data}, quiet=True)
 
     def debug(self, msg: str, meta: Mapping[str, Any] | None = None) -> asyncio.Future[None]:

@@ -167,7 +167,7 @@ class _Job:
                     raise LeaseLost(f"job {self.id}: {resp.error_message()}")
                 if resp.status in (401, 403):
                     raise AuthError(resp.status, resp.error_message())
-                if resp.status != 429 and resp.status < 500:
+                if resp.status not in (408, 429) and resp.status < 500:
                     raise NqdError(resp.status, resp.error_message())
                 why = f"nqd answered {resp.status}: {resp.error_message()}"
                 wait = _retry_after(resp)
@@ -443,8 +443,17 @@ class Worker:
                     body: dict[str, Any] = {"lease": job.lease}
                     if value is not None:
                         body["result"] = value
-                    await job.report("complete", body)
-                    self.completed += 1
+                    try:
+                        await job.report("complete", body)
+                        self.completed += 1
+                    except NqdError as e:
+                        # nqd refused the result itself (too large, say):
+                        # the step fails, saying why.
+                        kind = "fail"
+                        await job.report(
+                            "fail", {"lease": job.lease, "error": f"the step's result was refused: {e}"[:_MAX_ERROR], "retriable": False}
+                        )
+                        self.failed += 1
                 else:
                     msg, retriable = value
                     await job.report("fail", {"lease": job.lease, "error": msg[:_MAX_ERROR], "retriable": retriable})

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from conftest import SDK, Nqd
 
-from nqd_worker.cli import flow_definitions, load, nuxt_queue_step
+from nqd_worker.cli import flow_definitions, load, nuxt_queue_steps
 
 NUXT_SHAPED = '''
 config = {
@@ -55,8 +55,7 @@ def write_steps(folder: Path) -> None:
 
 def test_flow_definitions_from_nuxt_queue_configs(tmp_path: Path) -> None:
     write_steps(tmp_path)
-    found = [nuxt_queue_step(load(str(p))) for p in (tmp_path / "hello.py", tmp_path / "nested" / "shout.py")]
-    steps = [f for f in found if f is not None]
+    steps = [s for p in (tmp_path / "hello.py", tmp_path / "nested" / "shout.py") for s in nuxt_queue_steps(load(str(p)))]
     assert [(r.step, r.queue) for r, _ in steps] == [("hello", "py-cli"), ("shout", "py-cli")]
     assert flow_definitions(steps) == {
         "py-cli-flow": {
@@ -67,6 +66,36 @@ def test_flow_definitions_from_nuxt_queue_configs(tmp_path: Path) -> None:
                 "shout": {"queue": "py-cli", "subscribes": ["hello.done"]},
             },
         }
+    }
+
+
+def test_flow_definitions_take_queue_options_and_awaits(tmp_path: Path) -> None:
+    f = tmp_path / "approve.py"
+    f.write_text(
+        textwrap.dedent(
+            """
+            config = {
+                "queue": {"name": "approvals", "defaultJobOptions": {
+                    "attempts": 3, "backoff": {"type": "exponential", "delay": 500, "maxDelay": 4000}, "timeout": 9000}},
+                "flow": {"name": ["a", "b"], "role": "step", "step": ["approve"], "subscribes": "order.placed",
+                         "await": {"type": "trigger", "timeout": 60000}},
+            }
+            def run(input, ctx):
+                return None
+            """
+        )
+    )
+    steps = nuxt_queue_steps(load(str(f)))
+    step = {
+        "queue": "approvals",
+        "subscribes": ["order.placed"],
+        "retryPolicy": {"attempts": 3, "backoff": {"type": "exponential", "delayMs": 500, "maxDelayMs": 4000}},
+        "await": {"type": "trigger", "timeout": 60000},
+        "timeout": 9000,
+    }
+    assert flow_definitions(steps) == {
+        "a": {"name": "a", "entry": "", "steps": {"approve": step}},
+        "b": {"name": "b", "entry": "", "steps": {"approve": step}},
     }
 
 

@@ -44,7 +44,7 @@ def test_claim_and_complete(nqd: Nqd) -> None:
     ks = kinds(evs, "hello")
     assert ks.index("step.started") < ks.index("log") < ks.index("step.progress") < ks.index("step.completed")
     (logged,) = of_kind(evs, "log")
-    assert logged["data"] == {"level": "info", "msg": "greeting", "meta": {"n": 7}}
+    assert logged["data"] == {"level": "info", "msg": "greeting", "n": 7}
     assert of_kind(evs, "step.progress")[0]["data"] == {"progress": 0.5}
     assert w.completed == 1 and w.failed == 0
 
@@ -98,6 +98,25 @@ def test_non_retriable_failure(nqd: Nqd) -> None:
     assert failed["data"]["willRetry"] is False
     assert failed["data"]["error"] == "the order does not exist"
     assert of_kind(evs, "flow.failed") and not of_kind(evs, "step.retry")
+
+
+def test_a_result_nqd_refuses_fails_the_step(nqd: Nqd) -> None:
+    q = "py-big"
+    policy = {"attempts": 3, "backoff": {"type": "fixed", "delayMs": 50}}
+    nqd.put_flow(q, {"entry": "big", "steps": {"big": {"queue": q, "retryPolicy": policy}}})
+    w = Worker(nqd.url, queues=[q])
+
+    @w.step("big", queue=q)
+    async def big(input: Any, ctx: Context) -> str:
+        return "x" * 1_100_000  # over nqd's largest request body (1 MiB)
+
+    with Running(w):
+        run = nqd.start_run(q, {})
+        assert nqd.wait_status(run) == "failed"
+
+    (failed,) = of_kind(nqd.events(run), "step.failed")
+    assert failed["data"]["willRetry"] is False
+    assert failed["data"]["error"].startswith("the step's result was refused: nqd answered 413")
 
 
 def test_fan_in_with_emits_from_two_steps(nqd: Nqd) -> None:
