@@ -281,6 +281,7 @@ class Worker:
         self._running: dict[asyncio.Task[None], _Job] = {}
         self._slot_freed: asyncio.Event | None = None
         self._threads: concurrent.futures.ThreadPoolExecutor | None = None
+        self._stop_requested = False
 
     def step(self, name: str, queue: str = "default") -> Callable[[Handler], Handler]:
         """Registers the decorated function as the handler of step name."""
@@ -299,6 +300,7 @@ class Worker:
     def stop(self) -> None:
         """Stops claiming; running jobs get the grace period to finish. Safe
         to call from any thread and from a signal handler."""
+        self._stop_requested = True
         loop, ev = self._loop, self._stop
         if loop is None or ev is None:
             return
@@ -331,6 +333,8 @@ class Worker:
         queues = self.queues or sorted({r.queue for r in self.handlers.values()}) or ["default"]
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
+        if self._stop_requested:
+            self._stop.set()
         self._slot_freed = asyncio.Event()
         self._http = HTTPClient(self.url, self.token, max_idle=self.concurrency * 2 + 4)
         self._threads = concurrent.futures.ThreadPoolExecutor(

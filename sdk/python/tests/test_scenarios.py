@@ -450,7 +450,10 @@ def test_stop_fails_steps_past_the_grace_period_as_retriable(nqd: Nqd) -> None:
     r = Running(w).__enter__()
     run = nqd.start_run(q, {})
     assert entered.wait(20)
+    t0 = time.monotonic()
     r.stop()
+    # At once: within the grace period and the claim in flight, not a lease.
+    assert time.monotonic() - t0 < 0.3 + 1.0 + 2.0
     (failed,) = of_kind(nqd.events(run), "step.failed")
     assert failed["data"]["willRetry"] is True
     assert "worker stopped" in failed["data"]["error"]
@@ -464,3 +467,10 @@ def test_stop_fails_steps_past_the_grace_period_as_retriable(nqd: Nqd) -> None:
     with Running(w2):
         assert nqd.wait_status(run) == "completed"
     assert nqd.run_state(run)["steps"]["s"]["result"] == 2
+
+
+def test_stop_before_run_returns_at_once() -> None:
+    w = Worker("http://127.0.0.1:9", queues=["q"])  # nothing listens: no request may be made
+    w.stop()
+    asyncio.run(asyncio.wait_for(w.run(), 5))
+    assert w.completed == 0 and w.failed == 0
