@@ -470,7 +470,7 @@ def test_stop_fails_steps_past_the_grace_period_as_retriable(nqd: Nqd) -> None:
 
 
 def test_stop_before_run_returns_at_once() -> None:
-    w = Worker("http://127.0.0.1:9", queues=["q"])  # nothing listens: no request may be made
+    w = Worker("http://127.0.0.1:9", queues=["q"])  # nothing listens: a running worker would retry forever
     w.stop()
     asyncio.run(asyncio.wait_for(w.run(), 5))
     assert w.completed == 0 and w.failed == 0
