@@ -130,7 +130,7 @@ class Context:
         return self._job.gone
 
     def progress(self, value: Any) -> asyncio.Future[None]:
-        """Reports the step's progress (a number such as 0.5, or any JSON value)."""
+        """Reports how far the step is: a number, 0–100 by convention."""
         return self._job.reporter.add({"kind": "step.progress", "data": {"progress": value}})
 
 

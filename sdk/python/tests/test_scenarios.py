@@ -31,7 +31,7 @@ def test_claim_and_complete(nqd: Nqd) -> None:
     async def hello(input: Any, ctx: Context) -> Any:
         seen.append((ctx.job_id, ctx.queue, ctx.flow_id, ctx.flow_name, ctx.step_name, ctx.attempt, input))
         ctx.logger.info("greeting", {"n": input["n"]})
-        await ctx.progress(0.5)
+        await ctx.progress(50)
         return {"greeting": f"hello {input['n']}"}
 
     with Running(w):
@@ -45,7 +45,7 @@ def test_claim_and_complete(nqd: Nqd) -> None:
     assert ks.index("step.started") < ks.index("log") < ks.index("step.progress") < ks.index("step.completed")
     (logged,) = of_kind(evs, "log")
     assert logged["data"] == {"level": "info", "msg": "greeting", "n": 7}
-    assert of_kind(evs, "step.progress")[0]["data"] == {"progress": 0.5}
+    assert of_kind(evs, "step.progress")[0]["data"] == {"progress": 50}
     assert w.completed == 1 and w.failed == 0
 
 
