@@ -192,6 +192,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.url,
         )
         worker.run_forever()
+        logging.getLogger("nqd_worker").info(
+            "stopped: %d steps completed, %d failed", worker.completed, worker.failed
+        )
     except AuthError as e:
         print(f"nqd_worker: {e}", file=sys.stderr)
         return 3

@@ -1,4 +1,7 @@
-"""The SDK scenario list, each against a real nqd built from this repository."""
+"""The SDK scenario list, each against a real nqd built from this repository.
+
+Workers here long-poll their claims for 1 s instead of 5 s: a stop waits
+for the claim in flight, and the tests stop many workers."""
 
 from __future__ import annotations
 
@@ -53,7 +56,7 @@ def test_retriable_failure_then_success(nqd: Nqd) -> None:
     policy = {"attempts": 3, "backoff": {"type": "fixed", "delayMs": 50}}
     nqd.put_flow("py-retry", {"entry": "flaky", "steps": {"flaky": {"queue": "py-retry", "retryPolicy": policy}}})
     attempts: list[int] = []
-    w = Worker(nqd.url, queues=["py-retry"])
+    w = Worker(nqd.url, queues=["py-retry"], claim_wait=1.0)
 
     @w.step("flaky", queue="py-retry")
     def flaky(input: Any, ctx: SyncContext) -> Any:  # a sync handler, run in a thread
@@ -81,7 +84,7 @@ def test_non_retriable_failure(nqd: Nqd) -> None:
     policy = {"attempts": 3, "backoff": {"type": "fixed", "delayMs": 50}}
     nqd.put_flow("py-perm", {"entry": "strict", "steps": {"strict": {"queue": "py-perm", "retryPolicy": policy}}})
     calls: list[int] = []
-    w = Worker(nqd.url, queues=["py-perm"])
+    w = Worker(nqd.url, queues=["py-perm"], claim_wait=1.0)
 
     @w.step("strict", queue="py-perm")
     async def strict(input: Any, ctx: Context) -> Any:
@@ -104,7 +107,7 @@ def test_a_result_nqd_refuses_fails_the_step(nqd: Nqd) -> None:
     q = "py-big"
     policy = {"attempts": 3, "backoff": {"type": "fixed", "delayMs": 50}}
     nqd.put_flow(q, {"entry": "big", "steps": {"big": {"queue": q, "retryPolicy": policy}}})
-    w = Worker(nqd.url, queues=[q])
+    w = Worker(nqd.url, queues=[q], claim_wait=1.0)
 
     @w.step("big", queue=q)
     async def big(input: Any, ctx: Context) -> str:
@@ -134,7 +137,7 @@ def test_fan_in_with_emits_from_two_steps(nqd: Nqd) -> None:
         },
     )
     joined: list[Any] = []
-    w = Worker(nqd.url, queues=[q], concurrency=4)
+    w = Worker(nqd.url, queues=[q], claim_wait=1.0, concurrency=4)
 
     @w.step("start", queue=q)
     async def start(input: Any, ctx: Context) -> None:
@@ -177,7 +180,7 @@ def test_state_writes_read_back(nqd: Nqd) -> None:
     )
     in_write: dict[str, Any] = {}
     in_read: dict[str, Any] = {}
-    w = Worker(nqd.url, queues=[q])
+    w = Worker(nqd.url, queues=[q], claim_wait=1.0)
 
     @w.step("write", queue=q)
     async def write(input: Any, ctx: Context) -> None:
@@ -230,7 +233,7 @@ def test_approval_await_resumed_by_a_trigger(nqd: Nqd) -> None:
         },
     )
     resumed: list[Any] = []
-    w = Worker(nqd.url, queues=[q])
+    w = Worker(nqd.url, queues=[q], claim_wait=1.0)
 
     @w.step("prepare", queue=q)
     async def prepare(input: Any, ctx: Context) -> None:
@@ -271,7 +274,7 @@ def test_lease_expires_and_is_redelivered(nqd: Nqd) -> None:
     assert [j["runId"] for j in claimed] == [run]
     dead_lease = claimed[0]["lease"]
     attempts: list[int] = []
-    w = Worker(nqd.url, queues=[q])
+    w = Worker(nqd.url, queues=[q], claim_wait=1.0)
 
     @w.step("once", queue=q)
     async def once(input: Any, ctx: Context) -> str:
@@ -305,7 +308,7 @@ def test_tokens(own_nqd: Callable[..., Nqd]) -> None:
         assert caught.value.status == status
         assert "token" in str(caught.value)
 
-    w = Worker(srv.url, token=writer, queues=[q])
+    w = Worker(srv.url, token=writer, queues=[q], claim_wait=1.0)
     w.register("guarded", handler, q)
     with Running(w):
         run = srv.start_run(q, {})
@@ -333,7 +336,7 @@ def test_nqd_restarted_mid_step_loses_nothing(own_nqd: Callable[..., Nqd]) -> No
     entered = {"first": threading.Event(), "second": threading.Event()}
     release = {"first": threading.Event(), "second": threading.Event()}
     calls: list[tuple[str, int]] = []
-    w = Worker(srv.url, queues=[q], concurrency=2, retry_cap=0.5)
+    w = Worker(srv.url, queues=[q], claim_wait=1.0, concurrency=2, retry_cap=0.5)
 
     @w.step("first", queue=q)
     def first(input: Any, ctx: SyncContext) -> Any:
@@ -388,7 +391,7 @@ def test_busy_worker_holds_no_more_jobs_than_slots(nqd: Nqd) -> None:
     nqd.put_flow(q, {"entry": "work", "steps": {"work": {"queue": q}}})
     first = threading.Event()
     order: list[int] = []
-    w = Worker(nqd.url, queues=[q], concurrency=1, heartbeat=2.0)
+    w = Worker(nqd.url, queues=[q], claim_wait=1.0, concurrency=1, heartbeat=2.0)
 
     @w.step("work", queue=q)
     async def work(input: Any, ctx: Context) -> Any:
@@ -458,7 +461,7 @@ def test_stop_fails_steps_past_the_grace_period_as_retriable(nqd: Nqd) -> None:
     assert failed["data"]["willRetry"] is True
     assert "worker stopped" in failed["data"]["error"]
 
-    w2 = Worker(nqd.url, queues=[q])
+    w2 = Worker(nqd.url, queues=[q], claim_wait=1.0)
 
     @w2.step("s", queue=q)
     async def quick(input: Any, ctx: Context) -> int:
