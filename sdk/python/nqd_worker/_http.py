@@ -34,6 +34,16 @@ class Response:
             return None
         return json.loads(self.body)
 
+    def error_fields(self) -> dict[str, str]:
+        """The fields of nqd's error shape: what was wrong, by JSON path."""
+        try:
+            doc = json.loads(self.body)
+        except ValueError:
+            return {}
+        err = doc.get("error") if isinstance(doc, dict) else None
+        fields = err.get("fields") if isinstance(err, dict) else None
+        return {str(k): str(v) for k, v in fields.items()} if isinstance(fields, dict) else {}
+
     def error_message(self) -> str:
         """The message of nqd's error shape, or the body as text."""
         try:

@@ -26,8 +26,10 @@ class AuthError(Exception):
 class NqdError(Exception):
     """nqd answered a request with an error that retrying will not fix (4xx)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, fields: dict[str, str] | None = None) -> None:
         self.status = status
+        # The request fields nqd named, by their JSON path.
+        self.fields: dict[str, str] = fields or {}
         super().__init__(f"nqd answered {status}: {message}")
 
 

@@ -36,6 +36,8 @@ _MAX_ERROR = 4096
 # Reports are retried while the lease lasts; without word from nqd a lease
 # is assumed to last this long.
 _DEFAULT_LEASE = 30.0
+# How long a step may run before its step.started is sent on its own.
+_STARTED_DELAY = 0.1
 
 
 @dataclass
@@ -76,6 +78,13 @@ class _Reporter:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if quiet:
             fut.add_done_callback(_log_failure)
+        if not self._job.started_sent:
+            # step.started goes first, with the attempt's first report.
+            self._job.started_sent = True
+            if ev.get("kind") != "step.started":
+                started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                started.add_done_callback(_log_failure)
+                self._pending.append(({"kind": "step.started"}, started))
         self._pending.append((ev, fut))
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._drain())
@@ -130,6 +139,8 @@ class _Job:
         self.gone = False
         self.reporter = _Reporter(self)
         self.handler_task: asyncio.Future[Any] | None = None
+        # Whether step.started was handed to the reporter or to the outcome.
+        self.started_sent = False
         self.stopped = False  # the worker stopped it after the grace period
 
     def _mark_gone(self) -> None:
@@ -145,6 +156,8 @@ class _Job:
         401 and 403.
         """
         headers = {"Idempotency-Key": key} if key else None
+        if self.gone:
+            raise LeaseLost(f"job {self.id}: the run ended or the lease went to another worker")
         backoff = Backoff(self.worker.retry_base, self.worker.retry_cap)
         while True:
             if self.gone:
@@ -168,7 +181,7 @@ class _Job:
                 if resp.status in (401, 403):
                     raise AuthError(resp.status, resp.error_message())
                 if resp.status not in (408, 429) and resp.status < 500:
-                    raise NqdError(resp.status, resp.error_message())
+                    raise NqdError(resp.status, resp.error_message(), resp.error_fields())
                 why = f"nqd answered {resp.status}: {resp.error_message()}"
                 wait = _retry_after(resp)
             delay = wait if wait is not None else backoff.next()
@@ -282,6 +295,8 @@ class Worker:
         self._slot_freed: asyncio.Event | None = None
         self._threads: concurrent.futures.ThreadPoolExecutor | None = None
         self._stop_requested = False
+        # Whether nqd takes events with complete and fail (None: not known yet).
+        self._inline_events: bool | None = None
 
     def step(self, name: str, queue: str = "default") -> Callable[[Handler], Handler]:
         """Registers the decorated function as the handler of step name."""
@@ -425,7 +440,10 @@ class Worker:
     async def _run_job(self, job: _Job) -> None:
         reg = self.handlers.get(job.step)
         ctx = Context(job)
-        job.reporter.add({"kind": "step.started"}, quiet=True)
+        # step.started goes with the step's first report; a step that
+        # reports nothing for a moment gets it alone, so that it shows as
+        # running, and a quick step costs one call after its claim.
+        started = asyncio.get_running_loop().call_later(_STARTED_DELAY, self._send_started, job)
         beat = asyncio.create_task(job.heartbeat())
         try:
             if reg is None:
@@ -434,6 +452,7 @@ class Worker:
                 job.handler_task = asyncio.ensure_future(self._call(reg.handler, job, ctx))
                 await asyncio.wait({job.handler_task})
                 outcome = self._outcome(job)
+            started.cancel()
             try:
                 await job.reporter.flush()
             except Exception:  # noqa: BLE001 - each event's sender saw it already
@@ -448,27 +467,51 @@ class Worker:
                     if value is not None:
                         body["result"] = value
                     try:
-                        await job.report("complete", body)
+                        await self._finish(job, "complete", body)
                         self.completed += 1
                     except NqdError as e:
                         # nqd refused the result itself (too large, say):
                         # the step fails, saying why.
                         kind = "fail"
-                        await job.report(
-                            "fail", {"lease": job.lease, "error": f"the step's result was refused: {e}"[:_MAX_ERROR], "retriable": False}
-                        )
+                        msg = f"the step's result was refused: {e}"
+                        await self._finish(job, "fail", {"lease": job.lease, "error": msg[:_MAX_ERROR], "retriable": False})
                         self.failed += 1
                 else:
                     msg, retriable = value
-                    await job.report("fail", {"lease": job.lease, "error": msg[:_MAX_ERROR], "retriable": retriable})
+                    await self._finish(job, "fail", {"lease": job.lease, "error": msg[:_MAX_ERROR], "retriable": retriable})
                     self.failed += 1
             except LeaseLost as e:
                 log.warning("%s", e)
             except (NqdError, AuthError) as e:
                 log.error("job %s: %s not reported: %s", job.id, kind, e)
         finally:
+            started.cancel()
             beat.cancel()
             await asyncio.gather(beat, return_exceptions=True)
+
+    def _send_started(self, job: _Job) -> None:
+        if not job.started_sent and not job.gone:
+            job.reporter.add({"kind": "step.started"}, quiet=True)
+
+    async def _finish(self, job: _Job, action: str, body: dict[str, Any]) -> None:
+        """Reports complete or fail, with the attempt's step.started when it
+        was not sent yet."""
+        if not job.started_sent and self._inline_events is not False:
+            try:
+                await job.report(action, {**body, "events": [{"kind": "step.started"}]})
+            except NqdError as e:
+                if e.status != 400 or "events" not in e.fields:
+                    raise
+                # An nqd that takes no events with complete and fail: send
+                # step.started on its own from now on.
+                self._inline_events = False
+            else:
+                job.started_sent = True
+                return
+        if not job.started_sent:
+            job.reporter.add({"kind": "step.started"}, quiet=True)
+            await job.reporter.flush()
+        await job.report(action, body)
 
     async def _call(self, fn: Handler, job: _Job, ctx: Context) -> Any:
         if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):

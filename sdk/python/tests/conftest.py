@@ -25,6 +25,9 @@ sys.path.insert(0, str(SDK))
 
 @pytest.fixture(scope="session")
 def nqd_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    prebuilt = os.environ.get("NQD_TEST_BINARY")
+    if prebuilt:  # an nqd built elsewhere, e.g. from another revision
+        return Path(prebuilt).resolve()
     go = shutil.which("go")
     if go is None:
         pytest.fail("go is not on the PATH: the SDK tests build nqd from this repository")

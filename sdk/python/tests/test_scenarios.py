@@ -71,6 +71,13 @@ def test_retriable_failure_then_success(nqd: Nqd) -> None:
 
     assert attempts == [1, 2]
     evs = nqd.events(run)
+    # Each attempt starts with step.started, even one that reported nothing else.
+    assert [(e["kind"], e["attempt"]) for e in evs if e["kind"] in ("step.started", "step.failed", "step.completed")] == [
+        ("step.started", 1),
+        ("step.failed", 1),
+        ("step.started", 2),
+        ("step.completed", 2),
+    ]
     (failed,) = of_kind(evs, "step.failed")
     assert failed["attempt"] == 1
     assert failed["data"]["willRetry"] is True
@@ -97,6 +104,7 @@ def test_non_retriable_failure(nqd: Nqd) -> None:
 
     assert calls == [1]
     evs = nqd.events(run)
+    assert kinds(evs, "strict") == ["step.started", "step.failed"]
     (failed,) = of_kind(evs, "step.failed")
     assert failed["data"]["willRetry"] is False
     assert failed["data"]["error"] == "the order does not exist"
