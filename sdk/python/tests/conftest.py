@@ -137,6 +137,18 @@ class Nqd:
         doc = self.ok("GET", f"/api/_events/flow/{run_id}/state")
         return dict(doc["state"])
 
+    def lease(self) -> float:
+        """The job lease this nqd gives, in seconds, measured on a job of a
+        flow of its own: the claim's leaseUntil less the time of the claim."""
+        q = "lease-probe"
+        self.put_flow(q, {"entry": "probe", "steps": {"probe": {"queue": q}}})
+        run = self.start_run(q, {})
+        before = time.time()
+        (job,) = self.ok("POST", "/api/_workers/claim", {"queues": [q], "max": 1})["jobs"]
+        assert job["runId"] == run
+        self.ok("POST", f"/api/_workers/jobs/{q}/{job['id']}/complete", {"lease": job["lease"]})
+        return round(float(job["leaseUntil"]) / 1000 - before, 1)
+
     def wait_until(self, what: str, cond: Callable[[], Any], timeout: float = 20.0) -> Any:
         deadline = time.monotonic() + timeout
         while True:
@@ -164,6 +176,16 @@ def nqd(nqd_binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     """An nqd on the embedded store, shared by the tests (each uses flows and
     queues of its own)."""
     srv = Nqd(nqd_binary, tmp_path_factory.mktemp("nqd-data"))
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="session")
+def short_lease_nqd(nqd_binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nqd]:
+    """An nqd whose job leases last 5 s (NQ_JOB_LEASE) where nqd has that
+    setting; Nqd.lease() says what it got."""
+    srv = Nqd(nqd_binary, tmp_path_factory.mktemp("nqd-short-lease"), {"NQ_JOB_LEASE": "5s"})
     srv.start()
     yield srv
     srv.stop()

@@ -273,7 +273,9 @@ def test_approval_await_resumed_by_a_trigger(nqd: Nqd) -> None:
     assert nqd.run_state(run)["steps"]["approve"]["result"] == {"approved": True}
 
 
-def test_lease_expires_and_is_redelivered(nqd: Nqd) -> None:
+def test_lease_expires_and_is_redelivered(short_lease_nqd: Nqd) -> None:
+    nqd = short_lease_nqd
+    lease = nqd.lease()
     q = "py-lease"
     nqd.put_flow(q, {"entry": "once", "steps": {"once": {"queue": q, "retryPolicy": {"attempts": 2}}}})
     run = nqd.start_run(q, {})
@@ -290,7 +292,7 @@ def test_lease_expires_and_is_redelivered(nqd: Nqd) -> None:
         return "done"
 
     with Running(w):
-        assert nqd.wait_status(run, timeout=60) == "completed"
+        assert nqd.wait_status(run, timeout=lease + 30) == "completed"
 
     assert attempts == [2]
     status, _ = nqd.call("POST", f"/api/_workers/jobs/{q}/{run}:once/complete", {"lease": dead_lease})
@@ -391,22 +393,24 @@ def test_nqd_restarted_mid_step_loses_nothing(own_nqd: Callable[..., Nqd]) -> No
     assert srv.run_state(run)["state"] == {"second": 2}
 
 
-def test_busy_worker_holds_no_more_jobs_than_slots(nqd: Nqd) -> None:
+def test_busy_worker_holds_no_more_jobs_than_slots(short_lease_nqd: Nqd) -> None:
     """Concurrency 1 and more runs than slots: the first step outlives a
-    lease (30 s), so it lives only by its heartbeats, and a job claimed
-    without a free slot would have lost its lease before it could start."""
+    lease, so it lives only by its heartbeats, and a job claimed without a
+    free slot would have lost its lease before it could start."""
+    nqd = short_lease_nqd
+    lease = nqd.lease()
     q = "py-busy"
     nqd.put_flow(q, {"entry": "work", "steps": {"work": {"queue": q}}})
     first = threading.Event()
     order: list[int] = []
-    w = Worker(nqd.url, queues=[q], claim_wait=1.0, concurrency=1, heartbeat=2.0)
+    w = Worker(nqd.url, queues=[q], claim_wait=1.0, concurrency=1)
 
     @w.step("work", queue=q)
     async def work(input: Any, ctx: Context) -> Any:
         order.append(input["i"])
         if not first.is_set():
             first.set()
-            await asyncio.sleep(32)
+            await asyncio.sleep(lease + 2)
         else:
             await asyncio.sleep(0.2)
         return input["i"]
@@ -414,7 +418,7 @@ def test_busy_worker_holds_no_more_jobs_than_slots(nqd: Nqd) -> None:
     with Running(w):
         runs = [nqd.start_run(q, {"i": i}) for i in range(3)]
         for run in runs:
-            assert nqd.wait_status(run, timeout=60) == "completed"
+            assert nqd.wait_status(run, timeout=lease + 30) == "completed"
 
     assert w.max_held == 1
     assert sorted(order) == [0, 1, 2]
