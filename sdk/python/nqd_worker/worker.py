@@ -196,7 +196,10 @@ class _Job:
         every = self.worker.heartbeat
         delay = every
         while True:
-            await asyncio.sleep(min(delay, max((self.deadline - time.monotonic()) / 3, 0.05)))
+            left = self.deadline - time.monotonic()
+            # A third of what is left of the lease, so that two beats may
+            # fail before it ends; past its end, at the backoff's pace.
+            await asyncio.sleep(min(delay, max(left / 3, 0.05)) if left > 0 else delay)
             try:
                 resp = await self.worker._request(
                     "POST", f"{self.path}/heartbeat", {"lease": self.lease}, timeout=5.0
