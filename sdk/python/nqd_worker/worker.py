@@ -32,6 +32,9 @@ log = logging.getLogger("nqd_worker")
 _MAX_CLAIM_WAIT = 30.0
 _MAX_CLAIM = 100
 _MAX_BATCH = 100
+# nqd takes request bodies up to 1 MiB by default: a batch stops growing at
+# half that, so that one large event does not sink the events around it.
+_MAX_BATCH_BYTES = 512 << 10
 _MAX_ERROR = 4096
 # Reports are retried while the lease lasts; without word from nqd a lease
 # is assumed to last this long.
@@ -96,7 +99,13 @@ class _Reporter:
 
     async def _drain(self) -> None:
         while self._pending:
-            batch, self._pending = self._pending[:_MAX_BATCH], self._pending[_MAX_BATCH:]
+            n, size = 0, 0
+            while n < len(self._pending) and n < _MAX_BATCH:
+                size += len(json.dumps(self._pending[n][0], separators=(",", ":")))
+                if n > 0 and size > _MAX_BATCH_BYTES:
+                    break
+                n += 1
+            batch, self._pending = self._pending[:n], self._pending[n:]
             body = {"lease": self._job.lease, "events": [ev for ev, _ in batch]}
             try:
                 await self._job.report("events", body, key=uuid.uuid4().hex)
@@ -117,7 +126,7 @@ class _Reporter:
 
 def _log_failure(fut: asyncio.Future[None]) -> None:
     if not fut.cancelled() and fut.exception() is not None:
-        log.warning("log line not stored: %s", fut.exception())
+        log.warning("event not stored: %s", fut.exception())
 
 
 class _Job:

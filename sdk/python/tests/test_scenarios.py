@@ -52,6 +52,25 @@ def test_claim_and_complete(nqd: Nqd) -> None:
     assert w.completed == 1 and w.failed == 0
 
 
+def test_large_reports_go_in_batches_nqd_takes(nqd: Nqd) -> None:
+    q = "py-batches"
+    nqd.put_flow(q, {"entry": "chatty", "steps": {"chatty": {"queue": q}}})
+    w = Worker(nqd.url, queues=[q], claim_wait=1.0)
+
+    @w.step("chatty", queue=q)
+    async def chatty(input: Any, ctx: Context) -> None:
+        # 1.2 MB of logs at once, over nqd's 1 MiB body if sent in one call.
+        for i in range(6):
+            ctx.logger.info(f"{i}:" + "x" * 200_000)
+
+    with Running(w):
+        run = nqd.start_run(q, {})
+        assert nqd.wait_status(run) == "completed"
+
+    logs = of_kind(nqd.events(run), "log")
+    assert [e["data"]["msg"].split(":")[0] for e in logs] == ["0", "1", "2", "3", "4", "5"]
+
+
 def test_retriable_failure_then_success(nqd: Nqd) -> None:
     policy = {"attempts": 3, "backoff": {"type": "fixed", "delayMs": 50}}
     nqd.put_flow("py-retry", {"entry": "flaky", "steps": {"flaky": {"queue": "py-retry", "retryPolicy": policy}}})
