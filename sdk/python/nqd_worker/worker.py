@@ -307,6 +307,8 @@ class Worker:
         self._slot_freed: asyncio.Event | None = None
         self._threads: concurrent.futures.ThreadPoolExecutor | None = None
         self._stop_requested = False
+        self._stop_now = False
+        self._grace_over: asyncio.Event | None = None
         # Whether nqd takes events with complete and fail (None: not known yet).
         self._inline_events: bool | None = None
 
@@ -324,35 +326,53 @@ class Worker:
             raise ValueError(f"step {name!r} has a handler already")
         self.handlers[name] = Registration(name, fn, queue)
 
-    def stop(self) -> None:
-        """Stops claiming; running jobs get the grace period to finish. Safe
-        to call from any thread and from a signal handler."""
+    def stop(self, now: bool = False) -> None:
+        """Stops claiming; running jobs get the grace period to finish (with
+        now, none: they are stopped and reported as retriable failures at
+        once). Safe to call from any thread and from a signal handler."""
         self._stop_requested = True
-        loop, ev = self._loop, self._stop
-        if loop is None or ev is None:
+        self._stop_now = self._stop_now or now
+        loop, events = self._loop, [e for e in (self._stop, self._grace_over if now else None) if e is not None]
+        if loop is None or not events:
             return
-        try:
-            if asyncio.get_running_loop() is loop:
-                ev.set()
-                return
-        except RuntimeError:
-            pass
-        loop.call_soon_threadsafe(ev.set)
+        for ev in events:
+            try:
+                if asyncio.get_running_loop() is loop:
+                    ev.set()
+                    continue
+            except RuntimeError:
+                pass
+            loop.call_soon_threadsafe(ev.set)
 
     def run_forever(self) -> None:
-        """Runs the worker in a new event loop until stop(), SIGINT or SIGTERM."""
+        """Runs the worker in a new event loop until stop(), SIGINT or
+        SIGTERM (a second signal quits without waiting for running steps)."""
         asyncio.run(self._run_with_signals())
 
     async def _run_with_signals(self) -> None:
         import signal
 
         loop = asyncio.get_running_loop()
+        main = asyncio.create_task(self.run())
+        signals = 0
+
+        def on_signal() -> None:
+            # The first signal stops gracefully, a second one at once.
+            nonlocal signals
+            signals += 1
+            if signals == 1:
+                log.info("stopping: running steps get %gs to finish (signal again to quit now)", self.grace)
+                self.stop()
+            else:
+                log.info("stopping now: running steps are failed as retriable")
+                self.stop(now=True)
+
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
-                loop.add_signal_handler(sig, self.stop)
+                loop.add_signal_handler(sig, on_signal)
             except (NotImplementedError, RuntimeError):
                 pass
-        await self.run()
+        await main
 
     async def run(self) -> None:
         """Claims and runs jobs until stop(). Raises AuthError when nqd
@@ -360,8 +380,11 @@ class Worker:
         queues = self.queues or sorted({r.queue for r in self.handlers.values()}) or ["default"]
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
+        self._grace_over = asyncio.Event()
         if self._stop_requested:
             self._stop.set()
+        if self._stop_now:
+            self._grace_over.set()
         self._slot_freed = asyncio.Event()
         self._http = HTTPClient(self.url, self.token, max_idle=self.concurrency * 2 + 4)
         self._threads = concurrent.futures.ThreadPoolExecutor(
@@ -436,11 +459,21 @@ class Worker:
             log.error("job runner crashed: %r", task.exception())
 
     async def _drain(self) -> None:
-        """Lets running jobs finish within the grace period, then stops their
-        handlers: they are reported as retriable failures."""
+        """Lets running jobs finish within the grace period (or until
+        stop(now=True)), then stops their handlers: they are reported as
+        retriable failures."""
         if not self._running:
             return
-        _, late = await asyncio.wait(set(self._running), timeout=self.grace)
+        assert self._grace_over is not None
+        over = asyncio.create_task(self._grace_over.wait())
+        deadline = time.monotonic() + self.grace
+        while self._running and not over.done():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            await asyncio.wait(set(self._running) | {over}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        over.cancel()
+        late = set(self._running)
         for task in late:
             job = self._running.get(task)
             if job is not None and job.handler_task is not None and not job.handler_task.done():

@@ -143,3 +143,49 @@ def test_module_entry_point_says_when_the_token_is_refused(own_nqd: object, tmp_
     assert done.returncode == 3
     assert b"nqd refused the worker (401)" in done.stderr
     assert b"--token" in done.stderr
+
+
+SLOW = '''
+import asyncio
+from nqd_worker import step
+
+@step("slow", queue="py-cli-slow")
+async def slow(input, ctx):
+    await asyncio.sleep(60)
+'''
+
+
+def test_a_second_signal_quits_without_waiting(nqd: Nqd, tmp_path: Path) -> None:
+    import time
+
+    (tmp_path / "slow.py").write_text(textwrap.dedent(SLOW))
+    q = "py-cli-slow"
+    policy = {"attempts": 2, "backoff": {"type": "fixed", "delayMs": 60000}}
+    nqd.put_flow(q, {"entry": "slow", "steps": {"slow": {"queue": q, "retryPolicy": policy}}})
+    env = dict(os.environ, NQD_URL=nqd.url, PYTHONPATH=str(SDK))
+    log = tmp_path / "worker.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "nqd_worker", str(tmp_path / "slow.py"), "--grace", "30"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        run = nqd.start_run(q, {})
+        nqd.wait_until("the step to start", lambda: any(e["kind"] == "step.started" for e in nqd.events(run)))
+        proc.send_signal(signal.SIGTERM)
+        nqd.wait_until("the worker to say it is stopping", lambda: b"signal again to quit now" in log.read_bytes())
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(20)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 0, log.read_text()
+    assert took < 10  # not the 30 s grace, nor the 60 s step
+    (failed,) = [e for e in nqd.events(run) if e["kind"] == "step.failed"]
+    assert failed["data"]["willRetry"] is True
+    assert "worker stopped" in failed["data"]["error"]
