@@ -309,8 +309,6 @@ class Worker:
         self._stop_requested = False
         self._stop_now = False
         self._grace_over: asyncio.Event | None = None
-        # Whether nqd takes events with complete and fail (None: not known yet).
-        self._inline_events: bool | None = None
 
     def step(self, name: str, queue: str = "default") -> Callable[[Handler], Handler]:
         """Registers the decorated function as the handler of step name."""
@@ -540,22 +538,11 @@ class Worker:
 
     async def _finish(self, job: _Job, action: str, body: dict[str, Any]) -> None:
         """Reports complete or fail, with the attempt's step.started when it
-        was not sent yet."""
-        if not job.started_sent and self._inline_events is not False:
-            try:
-                await job.report(action, {**body, "events": [{"kind": "step.started"}]})
-            except NqdError as e:
-                if e.status != 400 or "events" not in e.fields:
-                    raise
-                # An nqd that takes no events with complete and fail: send
-                # step.started on its own from now on.
-                self._inline_events = False
-            else:
-                job.started_sent = True
-                return
+        was not sent yet (nqd stores it just before the outcome)."""
         if not job.started_sent:
-            job.reporter.add({"kind": "step.started"}, quiet=True)
-            await job.reporter.flush()
+            await job.report(action, {**body, "events": [{"kind": "step.started"}]})
+            job.started_sent = True
+            return
         await job.report(action, body)
 
     async def _call(self, fn: Handler, job: _Job, ctx: Context) -> Any:

@@ -46,7 +46,8 @@ def test_chunked_and_content_length_answers_on_one_connection() -> None:
         assert b"Authorization: Bearer t0k\r\n" in req and req.endswith(b'{"a":1}')
         writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"ok\"\r\n5;x=y\r\n:true\r\n1\r\n}\r\n0\r\nX-T: 1\r\n\r\n")
         await read_request(reader)
-        writer.write(b"HTTP/1.1 409 Conflict\r\nContent-Length: 44\r\n\r\n" + b'{"error":{"code":"conflict","message":"no"}}')
+        body = b'{"error":{"code":"conflict","message":"no","fields":{"lease":"lost"}}}'
+        writer.write(b"HTTP/1.1 409 Conflict\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
         await writer.drain()
         await reader.read()
 
@@ -56,7 +57,8 @@ def test_chunked_and_content_length_answers_on_one_connection() -> None:
         first = await c.request("POST", "/api/x", {"a": 1})
         assert (first.status, first.json()) == (200, {"ok": True})
         second = await c.request("GET", "/api/y")
-        assert second.status == 409 and second.error_message() == "no"
+        assert second.status == 409 and second.error_message() == 'no {"lease": "lost"}'
+        assert second.error_fields() == {"lease": "lost"}
         assert len(conns) == 1
         await c.close()
         srv.close()
