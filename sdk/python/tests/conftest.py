@@ -99,9 +99,11 @@ class Nqd:
                 self.proc.kill()
                 self.proc.wait(5)
 
-    def call(self, method: str, path: str, body: Any = None, token: str | None = None) -> tuple[int, Any]:
+    def call(
+        self, method: str, path: str, body: Any = None, token: str | None = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, Any]:
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method)
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers or {})
         req.add_header("Content-Type", "application/json")
         tok = token or self.admin_token
         if tok:

@@ -1,6 +1,6 @@
-"""Every report's first answer lost on the way back: the worker retries, and
-nqd's idempotent reports (complete and fail per lease, events per
-Idempotency-Key) store each thing once."""
+"""Reports through a proxy that loses answers or stands in for a busy nqd:
+the worker retries, and nqd's idempotent reports (complete and fail per
+lease, events per Idempotency-Key) store each thing once."""
 
 from __future__ import annotations
 
@@ -15,20 +15,23 @@ from helpers import Running
 from nqd_worker import Context, SyncContext, Worker
 
 
-class DroppingProxy:
-    """Forwards HTTP requests to nqd, one upstream connection each, and
-    drops the first answer to each report path: nqd did the work, the
-    worker never hears of it."""
+class Proxy:
+    """Forwards HTTP requests to nqd, one upstream connection each. By
+    default it drops the first answer to each report path (nqd did the
+    work, the worker never hears of it); with `busy`, it answers the first
+    events call 429 (Retry-After: 1) and the first complete 503 itself,
+    passing nothing on."""
 
-    def __init__(self, upstream_port: int) -> None:
+    def __init__(self, upstream_port: int, busy: bool = False) -> None:
         self.upstream_port = upstream_port
+        self.busy = busy
         self.dropped: list[str] = []
         self.port = 0
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._main, daemon=True)
 
-    def __enter__(self) -> DroppingProxy:
+    def __enter__(self) -> Proxy:
         self._thread.start()
         assert self._ready.wait(10)
         return self
@@ -55,12 +58,22 @@ class DroppingProxy:
                         length = int(line.split(b":", 1)[1])
                 body = await reader.readexactly(length)
                 path = head.split(b" ", 2)[1].decode()
+                action = path.rsplit("/", 1)[-1]
+                if self.busy and action in ("events", "complete") and action not in self.dropped:
+                    self.dropped.append(action)
+                    writer.write(
+                        b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\nContent-Length: 0\r\n\r\n"
+                        if action == "events"
+                        else b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n"
+                    )
+                    await writer.drain()
+                    continue
                 up_r, up_w = await asyncio.open_connection("127.0.0.1", self.upstream_port)
                 up_w.write(head[:-2] + b"Connection: close\r\n\r\n" + body)
                 answer = await up_r.read()
                 up_w.close()
-                report = path.rsplit("/", 1)[-1] in ("events", "complete", "fail")
-                if report and path not in self.dropped:
+                report = action in ("events", "complete", "fail")
+                if report and not self.busy and path not in self.dropped:
                     self.dropped.append(path)
                     return  # the answer is lost
                 writer.write(answer)
@@ -73,12 +86,12 @@ class DroppingProxy:
 
 
 @pytest.fixture
-def proxy(nqd: Nqd) -> Iterator[DroppingProxy]:
-    with DroppingProxy(nqd.port) as p:
+def proxy(nqd: Nqd) -> Iterator[Proxy]:
+    with Proxy(nqd.port) as p:
         yield p
 
 
-def test_lost_answers_store_each_report_once(nqd: Nqd, proxy: DroppingProxy) -> None:
+def test_lost_answers_store_each_report_once(nqd: Nqd, proxy: Proxy) -> None:
     q = "py-lost"
     policy = {"attempts": 2, "backoff": {"type": "fixed", "delayMs": 50}}
     nqd.put_flow(
@@ -132,3 +145,43 @@ def test_lost_answers_store_each_report_once(nqd: Nqd, proxy: DroppingProxy) -> 
     assert count("step.started", "second") == 2
     assert count("step.completed", "second") == 1
     assert nqd.run_state(run)["state"] == {"k": 1}
+
+
+def test_a_busy_nqd_is_tried_again(nqd: Nqd) -> None:
+    q = "py-busy-nqd"
+    nqd.put_flow(q, {"entry": "work", "steps": {"work": {"queue": q}}})
+
+    with Proxy(nqd.port, busy=True) as proxy:
+        w = Worker(f"http://127.0.0.1:{proxy.port}", queues=[q], claim_wait=1.0)
+
+        @w.step("work", queue=q)
+        async def work(input: Any, ctx: Context) -> str:
+            await ctx.logger.info("one line")
+            return "done"
+
+        with Running(w):
+            run = nqd.start_run(q, {})
+            assert nqd.wait_status(run) == "completed"
+        assert proxy.dropped == ["events", "complete"]
+
+    evs = nqd.events(run)
+    assert [e["kind"] for e in evs if e.get("step") == "work"] == ["step.started", "log", "step.completed"]
+    assert w.report_retries >= 2
+
+
+def test_repeated_reports_are_stored_once(nqd: Nqd) -> None:
+    """What the worker's retries rely on, asked of nqd directly."""
+    q = "py-repeat"
+    nqd.put_flow(q, {"entry": "once", "steps": {"once": {"queue": q}}})
+    run = nqd.start_run(q, {})
+    (job,) = nqd.ok("POST", "/api/_workers/claim", {"queues": [q], "max": 1})["jobs"]
+    path = f"/api/_workers/jobs/{q}/{job['id']}"
+    events = {"lease": job["lease"], "events": [{"kind": "step.started"}, {"kind": "log", "data": {"msg": "hi"}}]}
+    key = {"Idempotency-Key": "py-repeat-1"}
+    for _ in range(2):
+        status, _ = nqd.call("POST", path + "/events", events, headers=key)
+        assert status == 200
+    for _ in range(2):
+        status, _ = nqd.call("POST", path + "/complete", {"lease": job["lease"], "result": 1})
+        assert status == 200
+    assert [e["kind"] for e in nqd.events(run) if e.get("step") == "once"] == ["step.started", "log", "step.completed"]
