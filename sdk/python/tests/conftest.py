@@ -193,6 +193,38 @@ def short_lease_nqd(nqd_binary: Path, tmp_path_factory: pytest.TempPathFactory) 
     srv.stop()
 
 
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A throwaway redis-server on a free port; the test is skipped without
+    one, unless NQD_REQUIRE_REDIS=1 (CI) makes that a failure."""
+    exe = shutil.which("redis-server")
+    if exe is None:
+        if os.environ.get("NQD_REQUIRE_REDIS") == "1":
+            pytest.fail("redis-server is not on the PATH and NQD_REQUIRE_REDIS=1")
+        pytest.skip("redis-server is not on the PATH")
+    port = free_port()
+    d = tmp_path_factory.mktemp("redis")
+    args = [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(d)]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1) as c:
+                    c.sendall(b"PING\r\n")
+                    if c.recv(16).startswith(b"+PONG"):
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError("redis-server did not start")
+            time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 @pytest.fixture
 def own_nqd(nqd_binary: Path, tmp_path: Path) -> Iterator[Callable[..., Nqd]]:
     """Starts nqd processes of the test's own (with extra environment)."""

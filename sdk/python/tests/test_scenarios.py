@@ -320,6 +320,33 @@ def test_lease_expires_and_is_redelivered(short_lease_nqd: Nqd) -> None:
     assert status == 409  # the dead worker's lease is gone
 
 
+def test_lease_expires_and_is_redelivered_across_instances(own_nqd: Callable[..., Nqd], redis_url: str) -> None:
+    """Two nqd instances sharing a Redis: a job claimed on one and left to
+    expire goes to the worker of the other."""
+    env = {"NQ_REDIS_URL": redis_url, "NQ_JOB_LEASE": "5s"}
+    a, b = own_nqd(env), own_nqd(env)
+    lease = a.lease()
+    q = "py-lease-redis"
+    a.put_flow(q, {"entry": "once", "steps": {"once": {"queue": q, "retryPolicy": {"attempts": 2}}}})
+    run = a.start_run(q, {})
+    claimed = a.ok("POST", "/api/_workers/claim", {"queues": [q], "max": 1})["jobs"]
+    assert [j["runId"] for j in claimed] == [run]
+    attempts: list[int] = []
+    w = Worker(b.url, queues=[q], claim_wait=1.0)
+
+    @w.step("once", queue=q)
+    async def once(input: Any, ctx: Context) -> str:
+        attempts.append(ctx.attempt)
+        return "done"
+
+    with Running(w):
+        assert b.wait_status(run, timeout=lease + 30) == "completed"
+
+    assert attempts == [2]
+    status, _ = a.call("POST", f"/api/_workers/jobs/{q}/{run}:once/complete", {"lease": claimed[0]["lease"]})
+    assert status == 409
+
+
 def test_tokens(own_nqd: Callable[..., Nqd]) -> None:
     admin, writer, reader = ("a" * 40, "w" * 40, "r" * 40)
     srv = own_nqd({"NQ_TOKENS": f"admin:admin:{admin},worker:write:{writer},ui:read:{reader}"})
