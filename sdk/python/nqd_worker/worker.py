@@ -10,6 +10,7 @@ import inspect
 import json
 import logging
 import random
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -243,12 +244,26 @@ def _deadline(lease_until: Any) -> float:
     if isinstance(lease_until, (int, float)) and lease_until > 0:
         end = lease_until / 1000.0
     elif isinstance(lease_until, str) and lease_until:
-        try:
-            end = datetime.fromisoformat(lease_until.replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            end = None
+        end = _rfc3339(lease_until)
     left = _DEFAULT_LEASE if end is None else min(max(end - now, 1.0), 10 * _DEFAULT_LEASE)
     return time.monotonic() + left
+
+
+_RFC3339 = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$")
+
+
+def _rfc3339(text: str) -> float | None:
+    """Epoch seconds of an RFC 3339 time such as nqd writes (any number of
+    fraction digits, which datetime.fromisoformat takes only from 3.11)."""
+    m = _RFC3339.match(text.strip())
+    if m is None:
+        return None
+    frac = (m.group(2) or "0")[:6].ljust(6, "0")
+    tz = "+00:00" if m.group(3) == "Z" else m.group(3)
+    try:
+        return datetime.fromisoformat(f"{m.group(1)}.{frac}{tz}").timestamp()
+    except ValueError:
+        return None
 
 
 def _retry_after(resp: Response) -> float | None:

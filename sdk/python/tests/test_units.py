@@ -6,7 +6,7 @@ import time
 from datetime import datetime, timedelta, timezone
 
 from nqd_worker import Backoff
-from nqd_worker.worker import _deadline
+from nqd_worker.worker import _deadline, _rfc3339
 
 
 def test_backoff_doubles_with_jitter_up_to_its_cap() -> None:
@@ -32,3 +32,11 @@ def test_lease_deadline_from_epoch_ms_and_rfc3339() -> None:
     assert abs(_deadline("not a time") - (mono + 30)) < 0.5
     assert abs(_deadline((now - 100) * 1000) - (mono + 1)) < 0.5
     assert _deadline((now + 10_000) * 1000) - mono <= 300.5
+
+
+def test_rfc3339_with_any_fraction() -> None:
+    assert _rfc3339("2026-11-26T02:28:36.67Z") == 1795660116.67
+    assert _rfc3339("2026-11-26T02:28:36Z") == 1795660116.0
+    assert _rfc3339("2026-11-26T03:28:36.123456789+01:00") == 1795660116.123456
+    for bad in ("", "2026-11-26", "2026-11-26T02:28:36", "soon"):
+        assert _rfc3339(bad) is None
