@@ -32,6 +32,10 @@ def load(target: str) -> ModuleType:
         if folder not in sys.path:
             sys.path.insert(0, folder)
         name = p.stem
+        taken = sys.modules.get(name)
+        if taken is not None and getattr(taken, "__file__", None) != str(p):
+            # Two step files of one name in different folders: both load.
+            name = f"{p.stem}__{abs(hash(str(p))):x}"
         spec = importlib.util.spec_from_file_location(name, p)
         if spec is None or spec.loader is None:
             raise SystemExit(f"nqd_worker: cannot import {target}")

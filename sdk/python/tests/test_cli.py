@@ -9,10 +9,11 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any, Callable, cast
 
 from conftest import SDK, Nqd
 
-from nqd_worker.cli import flow_definitions, load, nuxt_queue_steps
+from nqd_worker.cli import expand, flow_definitions, load, nuxt_queue_steps
 
 NUXT_SHAPED = '''
 config = {
@@ -127,8 +128,6 @@ def test_module_entry_point_runs_a_folder_of_steps(nqd: Nqd, tmp_path: Path) -> 
 
 
 def test_module_entry_point_says_when_the_token_is_refused(own_nqd: object, tmp_path: Path) -> None:
-    from typing import Callable, cast
-
     srv = cast(Callable[..., Nqd], own_nqd)({"NQ_TOKENS": "admin:admin:" + "a" * 40})
     steps = tmp_path / "queues"
     write_steps(steps)
@@ -189,3 +188,14 @@ def test_a_second_signal_quits_without_waiting(nqd: Nqd, tmp_path: Path) -> None
     (failed,) = [e for e in nqd.events(run) if e["kind"] == "step.failed"]
     assert failed["data"]["willRetry"] is True
     assert "worker stopped" in failed["data"]["error"]
+
+
+def test_step_files_of_one_name_in_two_folders_both_load(tmp_path: Path) -> None:
+    for sub, step in (("a", "left"), ("b", "right")):
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub / "same_name_step.py").write_text(
+            f'config = {{"queue": "q", "flow": {{"name": "f", "step": "{step}"}}}}\ndef run(input, ctx):\n    return "{step}"\n'
+        )
+    found = [s for t in expand([str(tmp_path)]) for s in nuxt_queue_steps(load(t))]
+    results = [(r.step, cast(Callable[[Any, Any], Any], r.handler)(None, None)) for r, _ in found]
+    assert sorted(results) == [("left", "left"), ("right", "right")]
