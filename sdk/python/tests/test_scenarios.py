@@ -537,3 +537,33 @@ def test_stop_before_run_returns_at_once() -> None:
     w.stop()
     asyncio.run(asyncio.wait_for(w.run(), 5))
     assert w.completed == 0 and w.failed == 0
+
+
+def test_a_cancelled_run_stops_its_step(short_lease_nqd: Nqd) -> None:
+    nqd = short_lease_nqd
+    q = "py-cancel"
+    nqd.put_flow(q, {"entry": "long", "steps": {"long": {"queue": q}}})
+    entered, stopped = threading.Event(), threading.Event()
+    seen: list[bool] = []
+    w = Worker(nqd.url, queues=[q], claim_wait=1.0)
+
+    @w.step("long", queue=q)
+    async def long(input: Any, ctx: Context) -> str:
+        entered.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            seen.append(ctx.canceled)
+            stopped.set()
+            raise
+        return "never"
+
+    with Running(w):
+        run = nqd.start_run(q, {})
+        assert entered.wait(20)
+        nqd.ok("POST", f"/api/_flows/{q}/runs/{run}/cancel", {})
+        assert stopped.wait(nqd.lease() + 10), "the step was not stopped"
+
+    assert seen == [True]
+    assert nqd.run_state(run)["status"] == "cancelled"
+    assert not of_kind(nqd.events(run), "step.completed") and not of_kind(nqd.events(run), "step.failed")
