@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 from . import registered
 from ._http import HTTPClient
-from .errors import AuthError
+from .errors import AuthError, NqdError
 from .worker import Registration, Worker
 
 
@@ -202,4 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AuthError as e:
         print(f"nqd_worker: {e}", file=sys.stderr)
         return 3
+    except NqdError as e:
+        print(f"nqd_worker: claims refused: {e}", file=sys.stderr)
+        return 2
     return 0

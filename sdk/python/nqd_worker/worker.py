@@ -389,7 +389,8 @@ class Worker:
 
     async def run(self) -> None:
         """Claims and runs jobs until stop(). Raises AuthError when nqd
-        refuses the worker's token."""
+        refuses the worker's token, NqdError when it refuses its claims
+        otherwise (a queue name it does not take, say)."""
         queues = self.queues or sorted({r.queue for r in self.handlers.values()}) or ["default"]
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
@@ -403,7 +404,7 @@ class Worker:
         self._threads = concurrent.futures.ThreadPoolExecutor(
             max_workers=self.concurrency, thread_name_prefix="nqd-step"
         )
-        backoff = Backoff(0.2, 10.0)
+        backoff = Backoff(self.retry_base, self.retry_cap)
         stop_wait = asyncio.create_task(self._stop.wait())
         try:
             while not self._stop.is_set():
@@ -419,9 +420,14 @@ class Worker:
                 # claim would sit leased to no one until their lease ran out.
                 try:
                     jobs = await self._claim(queues, min(free, _MAX_CLAIM))
-                except AuthError:
-                    raise
-                except (TransportError, NqdError, ValueError) as e:
+                except NqdError as e:
+                    if e.status in (408, 429) or e.status >= 500:
+                        delay = backoff.next()
+                        log.warning("claim failed (%s); retrying in %.1fs", e, delay)
+                        await asyncio.wait({stop_wait}, timeout=delay)
+                        continue
+                    raise  # a claim nqd refuses (its queues, say) stays refused
+                except (TransportError, ValueError) as e:
                     delay = backoff.next()
                     log.warning("claim failed (%s); retrying in %.1fs", e, delay)
                     await asyncio.wait({stop_wait}, timeout=delay)
@@ -441,7 +447,7 @@ class Worker:
         if resp.status in (401, 403):
             raise AuthError(resp.status, resp.error_message())
         if resp.status != 200:
-            raise NqdError(resp.status, resp.error_message())
+            raise NqdError(resp.status, resp.error_message(), resp.error_fields())
         jobs = (resp.json() or {}).get("jobs") or []
         return [j for j in jobs if isinstance(j, dict)]
 

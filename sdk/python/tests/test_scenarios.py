@@ -14,7 +14,7 @@ import pytest
 from conftest import Nqd
 from helpers import Running, wait_for
 
-from nqd_worker import AuthError, Context, PermanentError, SyncContext, Worker
+from nqd_worker import AuthError, Context, NqdError, PermanentError, SyncContext, Worker
 
 
 def kinds(events: list[dict[str, Any]], step: str | None = None) -> list[str]:
@@ -567,3 +567,10 @@ def test_a_cancelled_run_stops_its_step(short_lease_nqd: Nqd) -> None:
     assert seen == [True]
     assert nqd.run_state(run)["status"] == "cancelled"
     assert not of_kind(nqd.events(run), "step.completed") and not of_kind(nqd.events(run), "step.failed")
+
+
+def test_a_claim_nqd_refuses_stops_the_worker(nqd: Nqd) -> None:
+    w = Worker(nqd.url, queues=["not a queue name!"], claim_wait=1.0)
+    with pytest.raises(NqdError) as caught:
+        asyncio.run(asyncio.wait_for(w.run(), 10))
+    assert caught.value.status == 400 and "queues[0]" in caught.value.fields
