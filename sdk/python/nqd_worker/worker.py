@@ -592,9 +592,12 @@ class Worker:
                 return ("fail", (f"the step's result is not JSON: {e}", False))
             return ("complete", result)
         if isinstance(err, PermanentError):
+            log.info("job %s: step %s failed for good: %s", job.id, job.step, err)
             return ("fail", (str(err) or "PermanentError", False))
         if isinstance(err, LeaseLost):
             job._mark_gone()
+        # nqd gets the message; the traceback stays in the worker's log.
+        log.warning("job %s: step %s failed (attempt %d)", job.id, job.step, job.attempt, exc_info=err)
         return ("fail", (_describe(err), True))
 
 
