@@ -168,7 +168,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--queue", "-q", action="append", default=None, help="a queue to take jobs from (repeatable); default: the steps' queues"
     )
-    ap.add_argument("--concurrency", "-c", type=int, default=int(os.environ.get("NQD_CONCURRENCY", "4")))
+    ap.add_argument(
+        "--concurrency",
+        "-c",
+        type=int,
+        default=int(os.environ.get("NQD_CONCURRENCY", "4")),
+        help="jobs held and run at once (NQD_CONCURRENCY; default 4)",
+    )
     ap.add_argument("--grace", type=float, default=10.0, help="seconds running steps get to finish on stop")
     ap.add_argument(
         "--store-flows", action="store_true", help="store the flows the Nuxt Queue-shaped modules declare (admin token)"
@@ -185,7 +191,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not regs:
         print("nqd_worker: no step handlers found (use @nqd_worker.step or a config dict with run)", file=sys.stderr)
         return 2
-    worker = Worker(args.url, args.token, args.queue, args.concurrency, grace=args.grace, handlers=regs)
+    try:
+        worker = Worker(args.url, args.token, args.queue, args.concurrency, grace=args.grace, handlers=regs)
+    except ValueError as e:
+        print(f"nqd_worker: {e}", file=sys.stderr)
+        return 2
     try:
         if args.store_flows:
             asyncio.run(store_flows(args.url, args.token, flow_definitions(shaped)))

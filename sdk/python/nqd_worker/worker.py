@@ -296,6 +296,7 @@ class Worker:
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        HTTPClient(url)  # refuses an address that is not http(s)://host[:port] now, not at run()
         self.url = url
         self.token = token or None
         self.queues = list(queues) if queues else []

@@ -574,3 +574,8 @@ def test_a_claim_nqd_refuses_stops_the_worker(nqd: Nqd) -> None:
     with pytest.raises(NqdError) as caught:
         asyncio.run(asyncio.wait_for(w.run(), 10))
     assert caught.value.status == 400 and "queues[0]" in caught.value.fields
+
+
+def test_an_address_that_is_not_http_is_refused_at_once() -> None:
+    with pytest.raises(ValueError, match="http"):
+        Worker("127.0.0.1:8080", queues=["q"])
