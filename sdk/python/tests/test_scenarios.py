@@ -579,3 +579,27 @@ def test_a_claim_nqd_refuses_stops_the_worker(nqd: Nqd) -> None:
 def test_an_address_that_is_not_http_is_refused_at_once() -> None:
     with pytest.raises(ValueError, match="http"):
         Worker("127.0.0.1:8080", queues=["q"])
+
+
+def test_a_refused_state_write_raises_where_it_is_awaited(nqd: Nqd) -> None:
+    q = "py-schema"
+    schema = {"type": "object", "properties": {"count": {"type": "integer"}}}
+    nqd.put_flow(q, {"entry": "write", "stateSchema": schema, "steps": {"write": {"queue": q}}})
+    refused: list[tuple[int, list[str]]] = []
+    w = Worker(nqd.url, queues=[q], claim_wait=1.0)
+
+    @w.step("write", queue=q)
+    async def write(input: Any, ctx: Context) -> Any:
+        try:
+            await ctx.state.set("count", "many")
+        except NqdError as e:
+            refused.append((e.status, sorted(e.fields)))
+        await ctx.state.set("count", 3)
+        return await ctx.state.get_all()
+
+    with Running(w):
+        run = nqd.start_run(q, {})
+        assert nqd.wait_status(run) == "completed"
+
+    assert len(refused) == 1 and refused[0][0] == 422 and refused[0][1], refused
+    assert nqd.run_state(run)["steps"]["write"]["result"] == {"count": 3}
