@@ -3,6 +3,7 @@ package handlers
 import (
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -75,6 +76,11 @@ func (a *API) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 
 func jobAck(r *http.Request, lease string) (store.JobAck, error) {
 	q, id := chi.URLParam(r, "queue"), chi.URLParam(r, "jobId")
+	// chi matches the escaped path, so a client that escapes the colon of
+	// <runId>:<step> (as URL builders do) must find the same job.
+	if u, err := url.PathUnescape(id); err == nil {
+		id = u
+	}
 	if !event.ValidName(q) {
 		return store.JobAck{}, invalidField("queue", "must be a queue name")
 	}
@@ -198,6 +204,9 @@ func (a *API) completeJob(w http.ResponseWriter, r *http.Request) {
 	var evs []event.Event
 	if err == nil {
 		evs, err = a.decodeEvents(ack, req.Events)
+	}
+	if err == nil && int64(len(req.Result)) > a.limits.MaxEventBytes {
+		err = eventTooLarge("The result", a.limits.MaxEventBytes)
 	}
 	if err == nil {
 		err = a.flows.Complete(r.Context(), ack, req.Result, evs...)

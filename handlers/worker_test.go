@@ -92,3 +92,35 @@ func TestWorkerEventTooLarge(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkerResultTooLarge: a step's result is an event like the others, so
+// one over the event limit is a 413 and the job stays held.
+func TestWorkerResultTooLarge(t *testing.T) {
+	api, e, _ := newAwaitAPI(t, "bolt")
+	if _, err := e.Start(t.Context(), "approve", nil, ""); err != nil {
+		t.Fatal(err)
+	}
+	rec := api.do(t, post("/api/_workers/claim", `{"queues":["q1"]}`))
+	wantStatus(t, rec, http.StatusOK)
+	j := decode[struct{ Jobs []store.Job }](t, rec).Jobs[0]
+	big := strings.Repeat("x", 300<<10)
+	base := "/api/_workers/jobs/q1/" + j.ID
+	got := api.do(t, post(base+"/complete", fmt.Sprintf(`{"lease":%q,"result":{"blob":%q}}`, j.Lease, big)))
+	wantStatus(t, got, http.StatusRequestEntityTooLarge)
+	wantStatus(t, api.do(t, post(base+"/heartbeat", fmt.Sprintf(`{"lease":%q}`, j.Lease))), http.StatusOK)
+}
+
+// TestWorkerJobIDEscaped: a job id whose colon arrives escaped names the
+// same job.
+func TestWorkerJobIDEscaped(t *testing.T) {
+	api, e, _ := newAwaitAPI(t, "bolt")
+	if _, err := e.Start(t.Context(), "approve", nil, ""); err != nil {
+		t.Fatal(err)
+	}
+	rec := api.do(t, post("/api/_workers/claim", `{"queues":["q1"]}`))
+	wantStatus(t, rec, http.StatusOK)
+	j := decode[struct{ Jobs []store.Job }](t, rec).Jobs[0]
+	escaped := strings.Replace(j.ID, ":", "%3A", 1)
+	got := api.do(t, post("/api/_workers/jobs/q1/"+escaped+"/heartbeat", fmt.Sprintf(`{"lease":%q}`, j.Lease)))
+	wantStatus(t, got, http.StatusOK)
+}
