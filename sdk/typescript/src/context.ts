@@ -1,0 +1,188 @@
+// The step context a handler gets: the Nuxt Queue ctx, backed by the run's
+// events in nqd.
+
+import type { Http } from './http.js'
+
+export type LogLevel = 'debug' | 'info' | 'warn' | 'error'
+
+/** A step's logger: every line is a `log` event in the run's stream. */
+export interface StepLogger {
+  log(level: LogLevel, msg: string, meta?: Record<string, unknown>): void
+  debug(msg: string, meta?: Record<string, unknown>): void
+  info(msg: string, meta?: Record<string, unknown>): void
+  warn(msg: string, meta?: Record<string, unknown>): void
+  error(msg: string, meta?: Record<string, unknown>): void
+}
+
+/**
+ * The run's key-value state, kept as `state.*` events in the run's stream. A
+ * write resolves once nqd stored it, so a read after it sees it.
+ */
+export interface StepState {
+  get<T = unknown>(key: string): Promise<T | null>
+  set(key: string, value: unknown, opts?: { ttl?: number }): Promise<void>
+  delete(key: string): Promise<void>
+  has(key: string): Promise<boolean>
+  getAll<T extends Record<string, unknown> = Record<string, unknown>>(): Promise<T>
+  setBatch(values: Record<string, unknown>): Promise<void>
+}
+
+/** Starts a run of a flow; nqd's answer. */
+export interface StartedRun {
+  id: string
+  queue: string
+  step: string
+  flowId: string
+}
+
+export interface StepFlow {
+  /** Emits event with payload: steps subscribed to it run once all their subscriptions were emitted. */
+  emit(event: string, payload?: unknown): Promise<void>
+  /** Nuxt Queue's first name for emit. */
+  handleTrigger(event: string, payload?: unknown): Promise<unknown[]>
+  /** Starts a run of another flow with input. */
+  startFlow(flowName: string, input?: unknown): Promise<StartedRun>
+}
+
+/** How the await a step declared resolved, from the input's `_resume`. */
+export interface Resume {
+  awaitType: string
+  triggerId?: string
+  payload?: unknown
+  event?: unknown
+  resumeAt?: string
+  timedOut?: boolean
+  step?: string
+}
+
+/** What a handler gets besides its input. */
+export interface StepContext {
+  jobId: string
+  queue: string
+  /** The run's id. */
+  flowId: string
+  flowName: string
+  stepName: string
+  /** This attempt's id: `<runId>__<step>__attempt-<n>`. */
+  stepId: string
+  /** This try's number, 1 for the first. */
+  attempt: number
+  /** Aborted when the run was cancelled, the lease was lost or the worker stops. */
+  signal: AbortSignal
+  /** The resolution of the step's await, when it declared one. */
+  resume: Resume | undefined
+  logger: StepLogger
+  state: StepState
+  flow: StepFlow
+  /** Appends a raw progress event, or emits `{kind, data}` as a flow event. */
+  emit(evt: { kind?: string, type?: string, data?: unknown } | string, payload?: unknown): Promise<void>
+  /** Reports the step's progress (a number, e.g. 0 to 100, or an object). */
+  progress(value: unknown): Promise<void>
+}
+
+/** What the context needs from the job that runs it. */
+export interface ContextHost {
+  http: Http
+  runId: string
+  /** Appends events for the job and resolves once nqd stored them. */
+  report(events: ReportEvent[]): Promise<void>
+  /** Appends events without waiting; a failure is logged, not thrown. */
+  reportLater(events: ReportEvent[]): void
+}
+
+export interface ReportEvent {
+  kind: string
+  data?: unknown
+}
+
+const progressKinds = new Set(['step.started', 'log', 'emit', 'step.progress'])
+
+function isProgressKind(kind: string): boolean {
+  return progressKinds.has(kind) || kind.startsWith('log.') || kind.startsWith('state.')
+}
+
+interface StateAnswer {
+  state?: { state?: Record<string, unknown> }
+}
+
+export function buildContext(
+  host: ContextHost,
+  job: { id: string, queue: string, runId: string, flowName: string, step: string, attempt: number, input?: unknown },
+  signal: AbortSignal,
+): StepContext {
+  const log = (level: LogLevel, msg: string, meta?: Record<string, unknown>): void => {
+    host.reportLater([{ kind: 'log', data: { ...meta, level, message: msg } }])
+  }
+  const getAll = async <T extends Record<string, unknown>>(): Promise<T> => {
+    const ans = await host.http.get<StateAnswer>(`/api/_events/flow/${encodeURIComponent(host.runId)}/state`, { signal, timeoutMs: 15000 })
+    return (ans.state?.state ?? {}) as T
+  }
+  const emit = (event: string, payload?: unknown): Promise<void> =>
+    host.report([{ kind: 'emit', data: { event, payload: payload ?? null } }])
+  const state: StepState = {
+    async get<T>(key: string): Promise<T | null> {
+      const all = await getAll()
+      return key in all ? (all[key] as T) : null
+    },
+    set: (key, value) => host.report([{ kind: 'state.set', data: { key, value } }]),
+    delete: key => host.report([{ kind: 'state.delete', data: { key } }]),
+    async has(key) {
+      return key in await getAll()
+    },
+    getAll,
+    setBatch: values => host.report([{
+      kind: 'state.batch',
+      data: { operations: Object.entries(values).map(([key, value]) => ({ type: 'set', key, value })) },
+    }]),
+  }
+  return {
+    jobId: job.id,
+    queue: job.queue,
+    flowId: job.runId,
+    flowName: job.flowName,
+    stepName: job.step,
+    stepId: `${job.runId}__${job.step}__attempt-${job.attempt}`,
+    attempt: job.attempt,
+    signal,
+    resume: readResume(job.input),
+    logger: {
+      log,
+      debug: (msg, meta) => { log('debug', msg, meta) },
+      info: (msg, meta) => { log('info', msg, meta) },
+      warn: (msg, meta) => { log('warn', msg, meta) },
+      error: (msg, meta) => { log('error', msg, meta) },
+    },
+    state,
+    flow: {
+      emit,
+      async handleTrigger(event, payload) {
+        await emit(event, payload)
+        return []
+      },
+      startFlow: (flowName, input) =>
+        host.http.post<StartedRun>(`/api/_flows/${encodeURIComponent(flowName)}/start`, input ?? {}, { signal, timeoutMs: 15000 }),
+    },
+    emit(evt, payload) {
+      if (typeof evt === 'string') {
+        return emit(evt, payload)
+      }
+      const kind = evt.kind ?? evt.type
+      if (kind === undefined || kind === '') {
+        return Promise.reject(new TypeError('ctx.emit: the event needs a kind'))
+      }
+      if (isProgressKind(kind)) {
+        return host.report([{ kind, data: evt.data }])
+      }
+      return emit(kind, evt.data)
+    },
+    progress: value => host.report([{ kind: 'step.progress', data: { progress: value } }]),
+  }
+}
+
+function readResume(input: unknown): Resume | undefined {
+  if (typeof input !== 'object' || input === null || !('_resume' in input)) {
+    return undefined
+  }
+  const r = input._resume
+  return typeof r === 'object' && r !== null ? r as Resume : undefined
+}

@@ -1,0 +1,53 @@
+/**
+ * A failure that must not be retried: the step fails at once and so does its
+ * run, whatever attempts its retry policy has left.
+ */
+export class PermanentError extends Error {
+  readonly permanent = true
+
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options)
+    this.name = 'PermanentError'
+  }
+}
+
+/**
+ * Reports whether err says "do not retry". Step files loaded from a folder may
+ * hold their own copy of this module, so the check is by shape, not by class.
+ */
+export function isPermanent(err: unknown): boolean {
+  if (err instanceof PermanentError) {
+    return true
+  }
+  if (typeof err !== 'object' || err === null) {
+    return false
+  }
+  const e = err as { permanent?: unknown, name?: unknown }
+  return e.permanent === true || e.name === 'PermanentError'
+}
+
+/** A non-2xx answer from nqd, with its error code and message. */
+export class NqdError extends Error {
+  readonly status: number
+  readonly code: string
+  readonly fields: Record<string, string> | undefined
+
+  constructor(status: number, code: string, message: string, fields?: Record<string, string>) {
+    super(message)
+    this.name = 'NqdError'
+    this.status = status
+    this.code = code
+    this.fields = fields
+  }
+}
+
+/**
+ * nqd refused the credentials: no token, an unknown one (401), or one whose
+ * scope does not cover the call (403). Retrying cannot help.
+ */
+export class AuthError extends NqdError {
+  constructor(status: number, code: string, message: string) {
+    super(status, code, message)
+    this.name = 'AuthError'
+  }
+}

@@ -1,0 +1,110 @@
+// Runs a folder of Nuxt Queue step files against nqd: builds and stores the
+// flow definitions their configs describe, then serves every step's queue.
+
+import type { Handler } from './define.js'
+import { buildFlows, queueOf, type FlowDefinition } from './flows.js'
+import { Http } from './http.js'
+import { loadStepFiles } from './loader.js'
+import { createWorker, type Logger, type Worker } from './worker.js'
+
+export interface FolderOptions {
+  dir: string
+  url: string
+  token?: string | undefined
+  /** Jobs run at once per queue, unless a file's config.worker.concurrency says more. Default 4. */
+  concurrency?: number | undefined
+  logger?: Logger | undefined
+  heartbeatMs?: number | undefined
+}
+
+export interface FolderWorker {
+  /** The definitions nqd accepted. */
+  flows: FlowDefinition[]
+  /** Flows nqd refused, with its reason. */
+  refused: { name: string, reason: string }[]
+  /** The queues served. */
+  queues: string[]
+  /** Runs until stop(); rejects with an AuthError when nqd refuses the token. */
+  start(): Promise<void>
+  stop(graceMs?: number): Promise<void>
+}
+
+/** Loads dir, stores its flows in nqd and prepares one worker per queue. */
+export async function loadFolder(opts: FolderOptions): Promise<FolderWorker> {
+  const log = opts.logger ?? {
+    debug: () => undefined,
+    info: (m: string) => { console.error(`nqd-worker: ${m}`) },
+    warn: (m: string) => { console.error(`nqd-worker warn: ${m}`) },
+    error: (m: string) => { console.error(`nqd-worker error: ${m}`) },
+  }
+  const { files, skipped } = await loadStepFiles(opts.dir)
+  for (const s of skipped) {
+    log.warn(s)
+  }
+  const built = buildFlows(files)
+  for (const w of built.warnings) {
+    log.warn(w)
+  }
+  const http = new Http({ url: opts.url, token: opts.token })
+  const stored: FlowDefinition[] = []
+  const refused: { name: string, reason: string }[] = []
+  for (const def of built.flows) {
+    if (def.entry === '') {
+      refused.push({ name: def.name, reason: 'no entry step' })
+      continue
+    }
+    try {
+      await http.put(`/api/_flows/${encodeURIComponent(def.name)}`, def, { timeoutMs: 15_000 })
+      stored.push(def)
+      log.info(`stored flow ${def.name}: ${Object.keys(def.steps).join(', ')}`)
+    } catch (err) {
+      if ((err as { name?: string }).name === 'AuthError') {
+        throw err
+      }
+      const reason = err instanceof Error ? err.message : String(err)
+      refused.push({ name: def.name, reason })
+      log.error(`flow ${def.name} not stored: ${reason}`)
+    }
+  }
+  // One worker per queue, with the handlers of the steps on it.
+  const byQueue = new Map<string, { handlers: Record<string, Handler>, concurrency: number }>()
+  for (const f of files) {
+    if (f.handler === undefined || f.config?.flow === undefined) {
+      continue
+    }
+    const queue = queueOf(f)
+    let q = byQueue.get(queue)
+    if (q === undefined) {
+      q = { handlers: {}, concurrency: opts.concurrency ?? 4 }
+      byQueue.set(queue, q)
+    }
+    q.concurrency = Math.max(q.concurrency, f.config.worker?.concurrency ?? 0)
+    const steps = [f.config.flow.step].flat()
+    const names = [f.config.flow.name].flat()
+    for (const step of steps) {
+      for (const name of names) {
+        q.handlers[`${name}/${step}`] = f.handler
+      }
+    }
+  }
+  const workers: Worker[] = [...byQueue].map(([queue, q]) => createWorker({
+    url: opts.url,
+    token: opts.token,
+    queues: [queue],
+    concurrency: q.concurrency,
+    handlers: q.handlers,
+    logger: log,
+    heartbeatMs: opts.heartbeatMs,
+  }))
+  return {
+    flows: stored,
+    refused,
+    queues: [...byQueue.keys()],
+    async start() {
+      await Promise.all(workers.map(w => w.start()))
+    },
+    async stop(graceMs) {
+      await Promise.all(workers.map(w => w.stop(graceMs)))
+    },
+  }
+}

@@ -1,0 +1,14 @@
+export { createWorker } from './worker.js'
+export type { Job, Logger, Worker, WorkerOptions } from './worker.js'
+export { defineQueueConfig, defineQueueWorker } from './define.js'
+export type {
+  AwaitConfig, FlowConfig, FlowRole, Handler, QueueConfig, QueueJobDefaults, QueueWorker,
+  QueueWorkerConfig, WorkerConfig,
+} from './define.js'
+export type { LogLevel, Resume, StartedRun, StepContext, StepFlow, StepLogger, StepState } from './context.js'
+export { AuthError, NqdError, PermanentError, isPermanent } from './errors.js'
+export { buildFlows } from './flows.js'
+export type { FlowDefinition, StepDefinition } from './flows.js'
+export { loadFolder } from './folder.js'
+export type { FolderOptions, FolderWorker } from './folder.js'
+export { loadStepFiles, installGlobals } from './loader.js'

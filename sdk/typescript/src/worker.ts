@@ -1,0 +1,445 @@
+// createWorker: claims jobs of nqd's worker protocol, runs each job's step
+// handler, keeps its lease with heartbeats, and reports its events, its
+// result or its failure, retrying every report until the lease ends.
+
+import { randomUUID } from 'node:crypto'
+import { backoffDelay, sleep } from './backoff.js'
+import { buildContext, type ContextHost, type ReportEvent } from './context.js'
+import type { Handler } from './define.js'
+import { AuthError, isPermanent, NqdError } from './errors.js'
+import { Http, isTransient } from './http.js'
+
+/** Where the worker's own messages go; console by default. */
+export interface Logger {
+  debug(msg: string, meta?: Record<string, unknown>): void
+  info(msg: string, meta?: Record<string, unknown>): void
+  warn(msg: string, meta?: Record<string, unknown>): void
+  error(msg: string, meta?: Record<string, unknown>): void
+}
+
+export interface WorkerOptions {
+  /** nqd's base URL, e.g. http://127.0.0.1:8080. */
+  url: string
+  /** An API token of scope write, when nqd has tokens. */
+  token?: string | undefined
+  /** The queues to take jobs from. */
+  queues: string[]
+  /** Jobs run at once; the worker never holds more. Default 4. */
+  concurrency?: number | undefined
+  /**
+   * Step handlers keyed by step name, or by `<flowName>/<step>` when two
+   * flows have a step of the same name; the flow-qualified key wins.
+   */
+  handlers: Record<string, Handler>
+  logger?: Logger | undefined
+  /** How often a held job's lease is extended; default 10 s (a lease lasts 30 s). */
+  heartbeatMs?: number | undefined
+  /** How long one claim waits for work; default 20 s. */
+  claimWaitMs?: number | undefined
+}
+
+/** A job as nqd hands it out. */
+export interface Job {
+  id: string
+  queue: string
+  flowName: string
+  runId: string
+  step: string
+  input?: unknown
+  attempt: number
+  lease: string
+  leaseUntil: number
+}
+
+export interface Worker {
+  /**
+   * Claims and runs jobs until stop(). Resolves once the worker stopped;
+   * rejects with an AuthError when nqd refuses its token (401 or 403).
+   */
+  start(): Promise<void>
+  /**
+   * Stops claiming, lets running steps finish within graceMs (default 10 s),
+   * reports the ones still running as retriable failures, and resolves.
+   */
+  stop(graceMs?: number): Promise<void>
+  /** Jobs held right now. */
+  readonly active: number
+}
+
+const consoleLogger: Logger = {
+  debug: () => undefined,
+  info: (msg, meta) => { console.error(line('info', msg, meta)) },
+  warn: (msg, meta) => { console.error(line('warn', msg, meta)) },
+  error: (msg, meta) => { console.error(line('error', msg, meta)) },
+}
+
+function line(level: string, msg: string, meta?: Record<string, unknown>): string {
+  return `nqd-worker ${level}: ${msg}${meta === undefined ? '' : ' ' + JSON.stringify(meta)}`
+}
+
+interface ClaimAnswer {
+  jobs: Job[]
+}
+
+interface BeatAnswer {
+  leaseUntil?: string
+  canceled?: boolean
+}
+
+/** A report was not delivered before the job's lease ended. */
+class LeaseEndedError extends Error {
+  constructor(what: string, cause: unknown) {
+    super(`${what} not delivered before the lease ended: ${errorText(cause)}`, { cause })
+    this.name = 'LeaseEndedError'
+  }
+}
+
+function errorText(err: unknown): string {
+  if (err instanceof Error) {
+    return err.message
+  }
+  return String(err)
+}
+
+/** Creates a worker; start() runs it. */
+export function createWorker(opts: WorkerOptions): Worker {
+  return new WorkerImpl(opts)
+}
+
+class WorkerImpl implements Worker {
+  readonly http: Http
+  readonly log: Logger
+  private readonly queues: string[]
+  private readonly concurrency: number
+  private readonly handlers: Record<string, Handler>
+  readonly heartbeatMs: number
+  private readonly claimWaitMs: number
+  private readonly running = new Set<JobRun>()
+  private stopping = false
+  private readonly stopClaims = new AbortController()
+  private slotFreed: (() => void) | undefined
+  private loop: Promise<void> | undefined
+
+  constructor(opts: WorkerOptions) {
+    if (opts.queues.length === 0) {
+      throw new TypeError('createWorker: give at least one queue')
+    }
+    this.http = new Http({ url: opts.url, token: opts.token })
+    this.log = opts.logger ?? consoleLogger
+    this.queues = opts.queues
+    this.concurrency = Math.max(1, Math.floor(opts.concurrency ?? 4))
+    this.handlers = opts.handlers
+    this.heartbeatMs = opts.heartbeatMs ?? 10_000
+    this.claimWaitMs = Math.min(opts.claimWaitMs ?? 20_000, 30_000)
+  }
+
+  get active(): number {
+    return this.running.size
+  }
+
+  start(): Promise<void> {
+    this.loop ??= this.claimLoop()
+    return this.loop
+  }
+
+  async stop(graceMs = 10_000): Promise<void> {
+    this.stopping = true
+    this.stopClaims.abort()
+    this.slotFreed?.()
+    const deadline = Date.now() + graceMs
+    while (this.running.size > 0 && Date.now() < deadline) {
+      await Promise.race([
+        Promise.allSettled([...this.running].map(r => r.done)),
+        sleep(deadline - Date.now()),
+      ])
+    }
+    await Promise.allSettled([...this.running].map(r => r.abandon()))
+    await this.loop?.catch(() => undefined)
+  }
+
+  private async claimLoop(): Promise<void> {
+    let failures = 0
+    while (!this.stopping) {
+      const free = this.concurrency - this.running.size
+      if (free <= 0) {
+        await new Promise<void>((resolve) => { this.slotFreed = resolve })
+        this.slotFreed = undefined
+        continue
+      }
+      let jobs: Job[]
+      try {
+        const ans = await this.http.post<ClaimAnswer>('/api/_workers/claim',
+          { queues: this.queues, max: free, waitMs: this.claimWaitMs },
+          { signal: this.stopClaims.signal, timeoutMs: this.claimWaitMs + 15_000 })
+        jobs = ans.jobs
+        failures = 0
+      } catch (err) {
+        if (this.isStopping()) {
+          break
+        }
+        if (err instanceof AuthError) {
+          this.log.error(err.message)
+          this.stopping = true
+          throw err
+        }
+        const wait = backoffDelay(failures++, 250, 15_000)
+        this.log.warn(`claim failed, trying again in ${Math.round(wait)} ms: ${errorText(err)}`)
+        await sleep(wait, this.stopClaims.signal)
+        continue
+      }
+      for (const job of jobs) {
+        const run = new JobRun(this, job, this.handlerFor(job))
+        this.running.add(run)
+        void run.done.finally(() => {
+          this.running.delete(run)
+          this.slotFreed?.()
+        })
+      }
+    }
+  }
+
+  /** Read through a method: stop() sets it while the loop awaits. */
+  private isStopping(): boolean {
+    return this.stopping
+  }
+
+  private handlerFor(job: Job): Handler | undefined {
+    return this.handlers[`${job.flowName}/${job.step}`] ?? this.handlers[job.step]
+  }
+}
+
+/** One claimed job: its heartbeats, its reports and its outcome. */
+class JobRun implements ContextHost {
+  readonly http: Http
+  readonly runId: string
+  readonly done: Promise<void>
+  private readonly w: WorkerImpl
+  private readonly job: Job
+  private readonly path: string
+  private leaseUntil: number
+  private readonly abort = new AbortController()
+  /** Set once the outcome was reported or given up: nothing more is sent. */
+  private settled = false
+  private lost = false
+  private buf: ReportEvent[] = []
+  private waiters: { resolve: () => void, reject: (e: unknown) => void }[] = []
+  private flushing: Promise<void> | undefined
+  private seq = 0
+  private beat: NodeJS.Timeout | undefined
+
+  constructor(w: WorkerImpl, job: Job, handler: Handler | undefined) {
+    this.w = w
+    this.http = w.http
+    this.job = job
+    this.runId = job.runId
+    this.path = `/api/_workers/jobs/${encodeURIComponent(job.queue)}/${encodeURIComponent(job.id)}`
+    this.leaseUntil = typeof job.leaseUntil === 'number' ? job.leaseUntil : Date.now() + 30_000
+    this.done = this.run(handler)
+  }
+
+  private async run(handler: Handler | undefined): Promise<void> {
+    const leaseMs = Math.max(3_000, this.leaseUntil - Date.now())
+    const every = Math.max(500, Math.min(this.w.heartbeatMs, leaseMs / 3))
+    this.beat = setInterval(() => { void this.heartbeat() }, every)
+    this.beat.unref()
+    try {
+      this.reportLater([{ kind: 'step.started' }])
+      let result: unknown
+      let failure: unknown
+      let failed = false
+      try {
+        if (handler === undefined) {
+          throw Object.assign(new Error(`no handler for step "${this.job.step}" in this worker`), { permanent: true })
+        }
+        const ctx = buildContext(this, this.job, this.abort.signal)
+        result = await handler(this.job.input, ctx)
+      } catch (err) {
+        failed = true
+        failure = err
+      }
+      if (this.settled) {
+        return
+      }
+      if (this.lost) {
+        this.w.log.info('job dropped: the run ended or the lease moved on', this.meta())
+        return
+      }
+      // Events the step appended go before its outcome.
+      try {
+        await this.flush()
+      } catch (err) {
+        if (!failed) {
+          failed = true
+          failure = err
+        }
+      }
+      if (this.gone()) {
+        return
+      }
+      if (failed) {
+        const retriable = !isPermanent(failure)
+        this.w.log.warn(`step failed${retriable ? '' : ' (permanent)'}: ${errorText(failure)}`, this.meta())
+        await this.finish('fail', { lease: this.job.lease, error: errorText(failure).slice(0, 4000) || 'error', retriable })
+      } else {
+        const body: Record<string, unknown> = { lease: this.job.lease }
+        if (result !== undefined) {
+          body.result = result
+        }
+        await this.finish('complete', body)
+      }
+    } finally {
+      clearInterval(this.beat)
+    }
+  }
+
+  /** Reports the outcome once, unless another path already did. */
+  private async finish(call: 'complete' | 'fail', body: Record<string, unknown>): Promise<void> {
+    if (this.settled) {
+      return
+    }
+    this.settled = true
+    try {
+      await this.deliver(call, body)
+    } catch (err) {
+      this.w.log.error(`${call} not reported: ${errorText(err)}`, this.meta())
+    }
+  }
+
+  /**
+   * Called by stop() once the grace period is over: the step is reported as
+   * a retriable failure so that nqd hands it out again.
+   */
+  async abandon(): Promise<void> {
+    if (this.settled || this.lost) {
+      return
+    }
+    this.abort.abort(new Error('the worker is stopping'))
+    await this.flush().catch(() => undefined)
+    await this.finish('fail', { lease: this.job.lease, error: 'the worker stopped before the step finished', retriable: true })
+    clearInterval(this.beat)
+  }
+
+  /** Whether nothing more may be reported: read through a method, as heartbeats change it while run() awaits. */
+  private gone(): boolean {
+    return this.lost || this.settled
+  }
+
+  private meta(): Record<string, unknown> {
+    return { runId: this.job.runId, flowName: this.job.flowName, step: this.job.step, attempt: this.job.attempt }
+  }
+
+  private async heartbeat(): Promise<void> {
+    if (this.settled || this.lost) {
+      return
+    }
+    try {
+      const beat = await this.http.post<BeatAnswer>(this.path + '/heartbeat', { lease: this.job.lease }, { timeoutMs: 10_000 })
+      if (beat.canceled === true) {
+        this.loseLease('the run was cancelled or ended')
+        return
+      }
+      if (beat.leaseUntil !== undefined) {
+        const t = Date.parse(beat.leaseUntil)
+        if (!Number.isNaN(t)) {
+          this.leaseUntil = t
+        }
+      }
+    } catch (err) {
+      if (err instanceof NqdError && err.status === 409) {
+        this.loseLease('another worker holds the job now')
+        return
+      }
+      this.w.log.debug(`heartbeat failed: ${errorText(err)}`, this.meta())
+    }
+  }
+
+  private loseLease(why: string): void {
+    if (this.lost) {
+      return
+    }
+    this.lost = true
+    this.w.log.info(`stopping the step: ${why}`, this.meta())
+    this.abort.abort(new Error(why))
+  }
+
+  report(events: ReportEvent[]): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.buf.push(...events)
+      this.waiters.push({ resolve, reject })
+      this.flushing ??= this.flushLoop()
+    })
+  }
+
+  reportLater(events: ReportEvent[]): void {
+    this.report(events).catch((err: unknown) => {
+      this.w.log.warn(`events not reported: ${errorText(err)}`, this.meta())
+    })
+  }
+
+  /** Resolves once every event reported so far was sent; rejects if some were not. */
+  private flush(): Promise<void> {
+    if (this.buf.length === 0 && this.flushing === undefined) {
+      return Promise.resolve()
+    }
+    return this.report([])
+  }
+
+  /** Sends buffered events in order, as few requests as it can. */
+  private async flushLoop(): Promise<void> {
+    // Yield first, so that the caller has stored this promise before the
+    // loop can end and clear it.
+    await Promise.resolve()
+    while (this.buf.length > 0 || this.waiters.length > 0) {
+      const events = this.buf
+      const waiters = this.waiters
+      this.buf = []
+      this.waiters = []
+      try {
+        if (this.lost) {
+          throw new Error('the job is no longer held by this worker')
+        }
+        for (let i = 0; i < events.length; i += 500) {
+          const chunk = events.slice(i, i + 500)
+          const key = `${this.job.lease}-${String(this.seq++)}-${randomUUID().slice(0, 8)}`
+          await this.deliver('events', { lease: this.job.lease, events: chunk }, { 'idempotency-key': key })
+        }
+        for (const w of waiters) {
+          w.resolve()
+        }
+      } catch (err) {
+        for (const w of waiters) {
+          w.reject(err)
+        }
+      }
+    }
+    this.flushing = undefined
+  }
+
+  /**
+   * Sends one report, again and again with backoff and jitter while it fails
+   * in a way that may pass, until the lease ends. A 409 means the lease is
+   * gone (the run ended or another worker holds the job).
+   */
+  private async deliver(call: 'events' | 'complete' | 'fail', body: unknown, headers?: Record<string, string>): Promise<void> {
+    for (let n = 0; ; n++) {
+      try {
+        await this.http.post(`${this.path}/${call}`, body, { timeoutMs: 15_000, headers })
+        return
+      } catch (err) {
+        if (err instanceof NqdError && err.status === 409) {
+          this.loseLease(`nqd refused ${call}: ${err.message}`)
+          throw err
+        }
+        if (!isTransient(err)) {
+          throw err
+        }
+        const wait = backoffDelay(n, 100, 5_000)
+        if (Date.now() + wait >= this.leaseUntil) {
+          throw new LeaseEndedError(call, err)
+        }
+        this.w.log.debug(`${call} failed, trying again in ${Math.round(wait)} ms: ${errorText(err)}`, this.meta())
+        await sleep(wait)
+      }
+    }
+  }
+}
