@@ -2,11 +2,13 @@
 import js from '@eslint/js'
 import tseslint from 'typescript-eslint'
 
+const nuxtQueueGlobals = { defineQueueConfig: 'readonly', defineQueueWorker: 'readonly', PermanentError: 'readonly' }
+
 export default tseslint.config(
   { ignores: ['dist/', 'build-test/', 'node_modules/', '.test-bin/'] },
   js.configs.recommended,
   {
-    files: ['**/*.ts'],
+    files: ['src/**/*.ts'],
     extends: [tseslint.configs.strictTypeChecked],
     languageOptions: {
       parserOptions: { project: './tsconfig.test.json', tsconfigRootDir: import.meta.dirname },
@@ -16,14 +18,27 @@ export default tseslint.config(
     },
   },
   {
+    files: ['test/**/*.ts'],
+    extends: [tseslint.configs.recommendedTypeChecked],
+    languageOptions: {
+      parserOptions: { project: './tsconfig.test.json', tsconfigRootDir: import.meta.dirname },
+    },
+    rules: {
+      '@typescript-eslint/no-floating-promises': ['error', {
+        allowForKnownSafeCalls: [{ from: 'package', package: 'node:test', name: ['describe', 'it', 'test'] }],
+      }],
+    },
+  },
+  {
     // Example step files are Nuxt Queue step files: the auto-imports are globals.
-    files: ['examples/**/*.ts'],
-    extends: [tseslint.configs.disableTypeChecked],
+    files: ['examples/**/*.ts', 'examples/**/*.js'],
+    extends: [tseslint.configs.recommended],
+    languageOptions: { globals: nuxtQueueGlobals },
   },
   {
     files: ['**/*.js', '**/*.mjs'],
     languageOptions: {
-      globals: { process: 'readonly', console: 'readonly', setTimeout: 'readonly', URL: 'readonly' },
+      globals: { process: 'readonly', console: 'readonly', setTimeout: 'readonly', URL: 'readonly', fetch: 'readonly' },
     },
   },
 )

@@ -232,7 +232,8 @@ class JobRun implements ContextHost {
     this.http = w.http
     this.job = job
     this.runId = job.runId
-    this.path = `/api/_workers/jobs/${encodeURIComponent(job.queue)}/${encodeURIComponent(job.id)}`
+    // nqd reads the job id from the raw path: its ':' must stay as it is.
+    this.path = `/api/_workers/jobs/${encodeURIComponent(job.queue)}/${encodeURIComponent(job.id).replaceAll('%3A', ':')}`
     this.leaseUntil = typeof job.leaseUntil === 'number' ? job.leaseUntil : Date.now() + 30_000
     this.done = this.run(handler)
   }

@@ -1,0 +1,18 @@
+// The Nuxt Queue era A name of emit, handleTrigger, works too.
+export const config = defineQueueConfig({
+  queue: { name: 'payments' },
+  flow: {
+    name: ['orders'],
+    role: 'step',
+    step: 'charge_payment',
+    subscribes: 'order.received',
+    emits: ['payment.charged'],
+  },
+})
+
+export default defineQueueWorker(async (input: { 'order.received': { orderId: string, total: number } }, ctx) => {
+  const order = input['order.received']
+  ctx.logger.info(`Charging ${order.total} for ${order.orderId}`)
+  await ctx.flow.handleTrigger('payment.charged', { orderId: order.orderId, amount: order.total })
+  return { charged: order.total }
+})

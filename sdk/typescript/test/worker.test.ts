@@ -1,0 +1,387 @@
+// The scenario list every nqd SDK runs, against a real nqd built in the same
+// run (scripts/build-nqd.mjs).
+
+import assert from 'node:assert/strict'
+import { after, before, describe, it } from 'node:test'
+import { AuthError, createWorker, PermanentError, type Handler, type StepContext, type Worker } from '../src/index.js'
+import { kinds, memoryLogger, startNqd, waitFor, type Nqd } from './nqd.js'
+
+/** Starts a worker, returning it and a stop that also checks how start() ended. */
+function serve(nqd: Nqd, queues: string[], handlers: Record<string, Handler>, extra: { concurrency?: number, token?: string, heartbeatMs?: number } = {}): { w: Worker, lines: string[], stop: () => Promise<void> } {
+  const logger = memoryLogger()
+  const w = createWorker({ url: nqd.url, queues, handlers, logger, claimWaitMs: 1000, ...extra })
+  const running = w.start()
+  return {
+    w,
+    lines: logger.lines,
+    async stop() {
+      await w.stop(2000)
+      await running
+    },
+  }
+}
+
+const fixed = (attempts: number, delayMs = 50): Record<string, unknown> => ({ attempts, backoff: { type: 'fixed', delayMs } })
+
+describe('scenarios', () => {
+  let nqd: Nqd
+  before(async () => { nqd = await startNqd() })
+  after(async () => { await nqd.close() })
+
+  it('claims a job and completes it with the handler result', async () => {
+    await nqd.putFlow({ name: 'one', entry: 'double', steps: { double: { queue: 'q-one' } } })
+    const seen: Partial<StepContext>[] = []
+    const wk = serve(nqd, ['q-one'], {
+      double: (input: { n: number }, ctx) => {
+        seen.push({ jobId: ctx.jobId, queue: ctx.queue, flowId: ctx.flowId, flowName: ctx.flowName, stepName: ctx.stepName, attempt: ctx.attempt })
+        return { n: input.n * 2 }
+      },
+    })
+    try {
+      const runId = await nqd.start('one', { n: 21 })
+      const run = await nqd.finished(runId)
+      assert.equal(run.state.status, 'completed')
+      const done = run.events.find(e => e.kind === 'step.completed')
+      assert.deepEqual(done?.data?.result, { n: 42 })
+      assert.deepEqual(kinds(run.events), ['flow.started', 'step.started', 'step.completed', 'flow.completed'])
+      assert.deepEqual(seen, [{ jobId: `${runId}:double`, queue: 'q-one', flowId: runId, flowName: 'one', stepName: 'double', attempt: 1 }])
+    } finally {
+      await wk.stop()
+    }
+  })
+
+  it('retries a thrown error, then succeeds', async () => {
+    await nqd.putFlow({ name: 'retry', entry: 'flaky', steps: { flaky: { queue: 'q-retry', retryPolicy: fixed(3) } } })
+    const attempts: number[] = []
+    const wk = serve(nqd, ['q-retry'], {
+      flaky: (_input, ctx) => {
+        attempts.push(ctx.attempt)
+        if (ctx.attempt === 1) {
+          throw new Error('the database blinked')
+        }
+        return 'ok'
+      },
+    })
+    try {
+      const run = await nqd.finished(await nqd.start('retry'))
+      assert.equal(run.state.status, 'completed')
+      assert.deepEqual(attempts, [1, 2])
+      const failed = run.events.find(e => e.kind === 'step.failed')
+      assert.equal(failed?.data?.error, 'the database blinked')
+      assert.equal(failed?.data?.willRetry, true)
+      assert.equal(run.events.find(e => e.kind === 'step.completed')?.attempt, 2)
+    } finally {
+      await wk.stop()
+    }
+  })
+
+  it('fails the run at once on a PermanentError', async () => {
+    await nqd.putFlow({ name: 'perm', entry: 'bad', steps: { bad: { queue: 'q-perm', retryPolicy: fixed(5) } } })
+    let calls = 0
+    const wk = serve(nqd, ['q-perm'], {
+      bad: () => {
+        calls++
+        throw new PermanentError('the input is wrong')
+      },
+    })
+    try {
+      const run = await nqd.finished(await nqd.start('perm'))
+      assert.equal(run.state.status, 'failed')
+      assert.equal(calls, 1)
+      const failed = run.events.filter(e => e.kind === 'step.failed')
+      assert.equal(failed.length, 1)
+      assert.equal(failed[0]?.data?.willRetry, false)
+      assert.ok(kinds(run.events).includes('flow.failed'))
+    } finally {
+      await wk.stop()
+    }
+  })
+
+  it('runs a fan-in step once, with the emits of two steps as its input', async () => {
+    await nqd.putFlow({
+      name: 'fanin',
+      entry: 'start',
+      steps: {
+        start: { queue: 'q-fan', emits: ['go'] },
+        left: { queue: 'q-fan', subscribes: ['go'], emits: ['left.done'] },
+        right: { queue: 'q-fan', subscribes: ['go'], emits: ['right.done'] },
+        join: { queue: 'q-fan', subscribes: ['left.done', 'right.done'] },
+      },
+    })
+    const joins: unknown[] = []
+    const wk = serve(nqd, ['q-fan'], {
+      start: async (input: { x: number }, ctx) => { await ctx.flow.emit('go', { x: input.x }) },
+      left: async (input: { go: { x: number } }, ctx) => { await ctx.flow.emit('left.done', { l: input.go.x + 1 }) },
+      // The era A name of emit.
+      right: async (input: { go: { x: number } }, ctx) => { await ctx.flow.handleTrigger('right.done', { r: input.go.x + 2 }) },
+      join: (input: unknown) => { joins.push(input) },
+    }, { concurrency: 3 })
+    try {
+      const run = await nqd.finished(await nqd.start('fanin', { x: 10 }))
+      assert.equal(run.state.status, 'completed')
+      assert.deepEqual(joins, [{ 'left.done': { l: 11 }, 'right.done': { r: 12 } }])
+      assert.equal(run.events.filter(e => e.kind === 'step.started' && e.step === 'join').length, 1)
+    } finally {
+      await wk.stop()
+    }
+  })
+
+  it('writes state that later reads, in the same step and the next, see', async () => {
+    await nqd.putFlow({
+      name: 'state',
+      entry: 'write',
+      steps: { write: { queue: 'q-state', emits: ['written'] }, read: { queue: 'q-state', subscribes: ['written'] } },
+    })
+    const inStep: unknown[] = []
+    let nextStep: unknown
+    const wk = serve(nqd, ['q-state'], {
+      write: async (_input, ctx) => {
+        assert.equal(await ctx.state.get('status'), null)
+        await ctx.state.set('status', 'processing')
+        inStep.push(await ctx.state.get('status'))
+        await ctx.state.setBatch({ progress: 0.5, tmp: 'x' })
+        inStep.push(await ctx.state.has('tmp'))
+        await ctx.state.delete('tmp')
+        inStep.push(await ctx.state.has('tmp'))
+        ctx.logger.info('halfway', { progress: 0.5 })
+        await ctx.progress(50)
+        await ctx.flow.emit('written')
+      },
+      read: async (_input, ctx) => {
+        nextStep = await ctx.state.getAll()
+        await ctx.state.set('status', 'done')
+      },
+    })
+    try {
+      const run = await nqd.finished(await nqd.start('state'))
+      assert.equal(run.state.status, 'completed')
+      assert.deepEqual(inStep, ['processing', true, false])
+      assert.deepEqual(nextStep, { status: 'processing', progress: 0.5 })
+      assert.deepEqual(run.state.state, { status: 'done', progress: 0.5 })
+      const log = run.state.logs.find(l => l.msg === 'halfway')
+      assert.equal(log?.level, 'info')
+      assert.ok(run.events.some(e => e.kind === 'step.progress' && e.data?.progress === 50))
+    } finally {
+      await wk.stop()
+    }
+  })
+
+  it('runs an approval step once its trigger is fired, with the payload in ctx.resume', async () => {
+    await nqd.putFlow({
+      name: 'approval',
+      entry: 'prepare',
+      steps: {
+        prepare: { queue: 'q-appr', emits: ['prepared'] },
+        approve: {
+          queue: 'q-appr',
+          subscribes: ['prepared'],
+          await: { type: 'trigger', triggerType: 'user', timeout: 600000, schema: { type: 'object', properties: { approved: { type: 'boolean' } } } },
+        },
+      },
+    })
+    const resumes: unknown[] = []
+    const wk = serve(nqd, ['q-appr'], {
+      prepare: async (_input, ctx) => { await ctx.flow.emit('prepared', { doc: 7 }) },
+      approve: (input: { prepared: { doc: number } }, ctx) => {
+        resumes.push({ doc: input.prepared.doc, payload: ctx.resume?.payload, type: ctx.resume?.awaitType })
+      },
+    })
+    try {
+      const runId = await nqd.start('approval')
+      const wait = await waitFor('the trigger await', async () => {
+        const ans = await nqd.call<{ items: { runId: string, triggerId: string }[] }>('GET', '/api/_flows/waits?kind=trigger&flowName=approval')
+        return ans.items.find(i => i.runId === runId)
+      })
+      assert.deepEqual(resumes, [], 'the step must not run before its trigger')
+      await nqd.call('POST', `/api/_flows/triggers/${wait.triggerId}`, { approved: true })
+      const run = await nqd.finished(runId)
+      assert.equal(run.state.status, 'completed')
+      assert.deepEqual(resumes, [{ doc: 7, payload: { approved: true }, type: 'trigger' }])
+    } finally {
+      await wk.stop()
+    }
+  })
+
+  it('never holds more jobs than free slots: concurrency 1, slow steps, more runs than slots', async () => {
+    await nqd.putFlow({ name: 'busy', entry: 'slow', steps: { slow: { queue: 'q-busy' } } })
+    // Record every claim the SDK sends and how many jobs it held then.
+    const claims: { max: number, held: number }[] = []
+    const realFetch = globalThis.fetch
+    let w: Worker | undefined
+    globalThis.fetch = (input, init) => {
+      const url = input instanceof Request ? input.url : String(input)
+      if (url.endsWith('/api/_workers/claim') && typeof init?.body === 'string') {
+        claims.push({ max: (JSON.parse(init.body) as { max: number }).max, held: w?.active ?? 0 })
+      }
+      return realFetch(input, init)
+    }
+    let running = 0
+    let most = 0
+    try {
+      const wk = serve(nqd, ['q-busy'], {
+        slow: async () => {
+          running++
+          most = Math.max(most, running)
+          await new Promise(r => setTimeout(r, 600))
+          running--
+        },
+      }, { concurrency: 1, heartbeatMs: 150 })
+      w = wk.w
+      try {
+        const ids = await Promise.all([1, 2, 3, 4].map(() => nqd.start('busy')))
+        for (const id of ids) {
+          const run = await nqd.finished(id)
+          assert.equal(run.state.status, 'completed')
+          assert.deepEqual(run.events.filter(e => e.kind === 'step.started').map(e => e.attempt), [1])
+        }
+      } finally {
+        await wk.stop()
+      }
+    } finally {
+      globalThis.fetch = realFetch
+    }
+    assert.equal(most, 1)
+    assert.ok(claims.length >= 4, `claims: ${JSON.stringify(claims)}`)
+    for (const c of claims) {
+      assert.ok(c.max >= 1 && c.max + c.held <= 1, `a claim asked for ${c.max} jobs while holding ${c.held}`)
+    }
+  })
+
+  it('stop() lets a step finish within the grace period, else reports it retriable for another worker', async () => {
+    await nqd.putFlow({ name: 'grace', entry: 'long', steps: { long: { queue: 'q-grace', retryPolicy: fixed(2) } } })
+    let started!: () => void
+    const isStarted = new Promise<void>((r) => { started = r })
+    const first = createWorker({
+      url: nqd.url, queues: ['q-grace'], logger: memoryLogger(), claimWaitMs: 500,
+      handlers: { long: async (_i, ctx) => { started(); await new Promise(r => setTimeout(r, 5000)); return ctx.attempt } },
+    })
+    const firstRunning = first.start()
+    const runId = await nqd.start('grace')
+    await isStarted
+    const t0 = Date.now()
+    await first.stop(300)
+    await firstRunning
+    assert.ok(Date.now() - t0 < 3000, 'stop() waits for the grace period, not for the step')
+    const failed = await waitFor('step.failed', async () => (await nqd.run(runId)).events.find(e => e.kind === 'step.failed'))
+    assert.equal(failed.data?.willRetry, true)
+    const wk = serve(nqd, ['q-grace'], { long: (_i, ctx) => ctx.attempt })
+    try {
+      const run = await nqd.finished(runId)
+      assert.equal(run.state.status, 'completed')
+      assert.deepEqual(run.events.find(e => e.kind === 'step.completed')?.data?.result, 2)
+    } finally {
+      await wk.stop()
+    }
+  })
+})
+
+describe('a lease that expires', () => {
+  let nqd: Nqd
+  before(async () => { nqd = await startNqd() })
+  after(async () => { await nqd.close() })
+
+  it('is redelivered as the next attempt and completed', { timeout: 90_000 }, async () => {
+    await nqd.putFlow({ name: 'lease', entry: 'work', steps: { work: { queue: 'q-lease', retryPolicy: fixed(2) } } })
+    const runId = await nqd.start('lease')
+    // A worker that claims the job and dies: no heartbeat, no report.
+    const claimed = await nqd.call<{ jobs: { id: string, attempt: number, leaseUntil: number }[] }>('POST', '/api/_workers/claim', { queues: ['q-lease'], max: 1, waitMs: 5000 })
+    assert.equal(claimed.jobs.length, 1)
+    assert.equal(claimed.jobs[0]?.attempt, 1)
+    const attempts: number[] = []
+    const wk = serve(nqd, ['q-lease'], { work: (_i, ctx) => { attempts.push(ctx.attempt); return 'done' } })
+    try {
+      const run = await nqd.finished(runId, 75_000)
+      assert.equal(run.state.status, 'completed')
+      assert.deepEqual(attempts, [2])
+      assert.ok(Date.now() >= (claimed.jobs[0]?.leaseUntil ?? 0), 'redelivered only after the lease ended')
+    } finally {
+      await wk.stop()
+    }
+  })
+})
+
+describe('tokens', () => {
+  const admin = 'a'.repeat(40)
+  const write = 'w'.repeat(40)
+  const read = 'r'.repeat(40)
+  let nqd: Nqd
+  before(async () => {
+    nqd = await startNqd({ env: { NQ_TOKENS: `ops:admin:${admin},worker:write:${write},ui:read:${read}` }, adminToken: admin })
+    await nqd.putFlow({ name: 'secured', entry: 'only', steps: { only: { queue: 'q-tok' } } })
+  })
+  after(async () => { await nqd.close() })
+
+  for (const [name, token, status] of [['no token', undefined, 401], ['an unknown token', 'x'.repeat(40), 401], ['a read token', read, 403]] as const) {
+    it(`start() rejects with an AuthError (${status}) given ${name}`, async () => {
+      const logger = memoryLogger()
+      const w = createWorker({ url: nqd.url, token, queues: ['q-tok'], handlers: {}, logger })
+      await assert.rejects(w.start(), (err: unknown) => {
+        assert.ok(err instanceof AuthError)
+        assert.equal(err.status, status)
+        assert.match(err.message, /token/)
+        return true
+      })
+      assert.ok(logger.lines.some(l => l.startsWith('error ')), 'the refusal is logged')
+    })
+  }
+
+  it('runs steps with a write token', async () => {
+    const wk = serve(nqd, ['q-tok'], { only: () => 'secret work' }, { token: write })
+    try {
+      const run = await nqd.finished(await nqd.start('secured'))
+      assert.equal(run.state.status, 'completed')
+    } finally {
+      await wk.stop()
+    }
+  })
+})
+
+describe('nqd restarted mid-step', () => {
+  let nqd: Nqd
+  before(async () => { nqd = await startNqd() })
+  after(async () => { await nqd.close() })
+
+  it('loses nothing: the step reports after the restart and the run completes', { timeout: 60_000 }, async () => {
+    await nqd.putFlow({
+      name: 'restart',
+      entry: 'first',
+      steps: { first: { queue: 'q-rs', emits: ['first.done'] }, second: { queue: 'q-rs', subscribes: ['first.done'] } },
+    })
+    let inStep!: () => void
+    const stepRunning = new Promise<void>((r) => { inStep = r })
+    let release!: () => void
+    const released = new Promise<void>((r) => { release = r })
+    const calls: string[] = []
+    const wk = serve(nqd, ['q-rs'], {
+      first: async (_i, ctx) => {
+        calls.push(`first:${ctx.attempt}`)
+        await ctx.state.set('before', 1)
+        inStep()
+        await released
+        // nqd was down and is back: these reports retry until they land.
+        ctx.logger.info('after the restart')
+        await ctx.state.set('after', 2)
+        await ctx.flow.emit('first.done', { ok: true })
+        return 'first'
+      },
+      second: (input: unknown, ctx) => { calls.push(`second:${ctx.attempt}`); return input },
+    }, { heartbeatMs: 500 })
+    try {
+      const runId = await nqd.start('restart')
+      await stepRunning
+      await nqd.kill()
+      // Steps report while nqd is down; they must not give up.
+      release()
+      await waitFor('a report failing while nqd is down', () => wk.lines.some(l => /^debug events failed, trying again/.test(l)))
+      await nqd.restart()
+      const run = await nqd.finished(runId, 40_000)
+      assert.equal(run.state.status, 'completed', nqd.output())
+      assert.deepEqual(calls, ['first:1', 'second:1'])
+      assert.deepEqual(run.state.state, { before: 1, after: 2 })
+      assert.ok(run.state.logs.some(l => l.msg === 'after the restart'))
+      assert.deepEqual(run.events.filter(e => e.kind === 'step.completed').map(e => [e.step, e.attempt]), [['first', 1], ['second', 1]])
+    } finally {
+      await wk.stop()
+    }
+  })
+})
