@@ -1,0 +1,88 @@
+// Flow definitions built from step file configs, and the loading of a folder.
+
+import assert from 'node:assert/strict'
+import { join } from 'node:path'
+import { describe, it } from 'node:test'
+import { buildFlows, loadStepFiles } from '../src/index.js'
+import { pkgDir } from './nqd.js'
+
+describe('buildFlows', () => {
+  it('maps the Nuxt Queue config onto an nqd definition', () => {
+    const built = buildFlows([
+      {
+        id: 'example/first_step',
+        config: {
+          queue: { name: 'example_queue', defaultJobOptions: { attempts: 3, backoff: { type: 'exponential', delay: 1000 }, timeout: 60000 } },
+          flow: { name: ['example-flow'], role: 'entry', step: 'first_step', emits: ['first_step.completed'] },
+        },
+      },
+      {
+        id: 'example/second_step',
+        config: {
+          queue: { name: 'example_queue', defaultJobOptions: { attempts: 2, backoff: 500 } },
+          flow: { name: 'example-flow', role: 'step', step: 'second_step', subscribes: 'first_step.completed' },
+        },
+      },
+      // No queue name: the queue is named after the file.
+      { id: 'nested/dir/third', config: { flow: { name: 'example-flow', role: 'step', step: 'third', subscribes: ['first_step.completed'], await: { type: 'time', delay: 10 } } } },
+      // Not part of a flow.
+      { id: 'plain', config: { queue: { name: 'plain' } } },
+    ])
+    assert.deepEqual(built.warnings, [])
+    assert.deepEqual(built.flows, [{
+      name: 'example-flow',
+      entry: 'first_step',
+      steps: {
+        first_step: {
+          queue: 'example_queue',
+          workerId: 'example/first_step',
+          emits: ['first_step.completed'],
+          retryPolicy: { attempts: 3, backoff: { type: 'exponential', delayMs: 1000 } },
+          timeout: 60000,
+        },
+        second_step: {
+          queue: 'example_queue',
+          workerId: 'example/second_step',
+          subscribes: ['first_step.completed'],
+          retryPolicy: { attempts: 2, backoff: { type: 'fixed', delayMs: 500 } },
+        },
+        third: { queue: 'third', workerId: 'nested/dir/third', subscribes: ['first_step.completed'], await: { type: 'time', delay: 10 } },
+      },
+    }])
+  })
+
+  it('warns about what nqd cannot take: an entry that subscribes, a flow without an entry, a step defined twice', () => {
+    const built = buildFlows([
+      { id: 'inprocess', config: { flow: { name: ['resize-flow'], role: 'entry', step: 'resize', emits: ['resize.completed'], subscribes: ['thumbnail'] } } },
+      { id: 'test', config: { queue: { name: 'email' }, flow: { name: ['signup'], role: 'step', step: 'sendEmail', subscribes: ['user.created'] } } },
+      { id: 'again', config: { flow: { name: 'resize-flow', role: 'step', step: 'resize' } } },
+    ])
+    assert.deepEqual(built.flows.map(f => [f.name, f.entry, Object.keys(f.steps)]), [['resize-flow', 'resize', ['resize']], ['signup', '', ['sendEmail']]])
+    assert.equal(built.flows[0]?.steps.resize?.subscribes, undefined)
+    assert.equal(built.warnings.length, 3, built.warnings.join('\n'))
+    assert.match(built.warnings.join('\n'), /entry step resize runs when its flow starts; its subscribes \(thumbnail\) are dropped/)
+    assert.match(built.warnings.join('\n'), /flow signup has no step with role 'entry'/)
+    assert.match(built.warnings.join('\n'), /already has a step resize/)
+  })
+})
+
+describe('loadStepFiles', () => {
+  it('loads the example folder: TypeScript and JavaScript, nested folders, the auto-imports as globals', async () => {
+    const { files, skipped } = await loadStepFiles(join(pkgDir, 'examples'))
+    assert.deepEqual(skipped, [])
+    assert.deepEqual(files.map(f => f.id), [
+      'ml-training/train', 'orders/approve', 'orders/charge_payment', 'orders/check_stock', 'orders/receive_order', 'orders/ship',
+    ])
+    for (const f of files) {
+      assert.equal(typeof f.handler, 'function', f.id)
+      assert.notEqual(f.config?.flow, undefined, f.id)
+    }
+    const built = buildFlows(files)
+    assert.deepEqual(built.warnings, [])
+    const orders = built.flows.find(f => f.name === 'orders')
+    assert.equal(orders?.entry, 'receive_order')
+    assert.deepEqual(orders?.steps.approve?.subscribes, ['stock.checked', 'payment.charged'])
+    assert.equal(orders?.steps.approve?.await?.type, 'trigger')
+    assert.equal(orders?.steps.charge_payment?.queue, 'payments')
+  })
+})
