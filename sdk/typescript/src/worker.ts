@@ -155,6 +155,7 @@ class WorkerImpl implements Worker {
     }
     await Promise.allSettled([...this.running].map(r => r.abandon()))
     await this.loop?.catch(() => undefined)
+    this.http.close()
   }
 
   private async claimLoop(): Promise<void> {

@@ -2,6 +2,7 @@
 // run (scripts/build-nqd.mjs).
 
 import assert from 'node:assert/strict'
+import http from 'node:http'
 import { after, before, describe, it } from 'node:test'
 import { AuthError, createWorker, PermanentError, type Handler, type StepContext, type Worker } from '../src/index.js'
 import { kinds, memoryLogger, startNqd, waitFor, type Nqd } from './nqd.js'
@@ -206,15 +207,20 @@ describe('scenarios', () => {
     await nqd.putFlow({ name: 'busy', entry: 'slow', steps: { slow: { queue: 'q-busy' } } })
     // Record every claim the SDK sends and how many jobs it held then.
     const claims: { max: number, held: number }[] = []
-    const realFetch = globalThis.fetch
+    const realRequest = http.request
     let w: Worker | undefined
-    globalThis.fetch = (input, init) => {
-      const url = input instanceof Request ? input.url : String(input)
-      if (url.endsWith('/api/_workers/claim') && typeof init?.body === 'string') {
-        claims.push({ max: (JSON.parse(init.body) as { max: number }).max, held: w?.active ?? 0 })
+    const spy = (...args: unknown[]): http.ClientRequest => {
+      const req = (realRequest as (...a: unknown[]) => http.ClientRequest)(...args)
+      if (String(args[0]).endsWith('/api/_workers/claim')) {
+        const end = req.end.bind(req) as (chunk: Buffer) => http.ClientRequest
+        req.end = ((chunk: Buffer) => {
+          claims.push({ max: (JSON.parse(chunk.toString()) as { max: number }).max, held: w?.active ?? 0 })
+          return end(chunk)
+        }) as typeof req.end
       }
-      return realFetch(input, init)
+      return req
     }
+    http.request = spy
     let running = 0
     let most = 0
     try {
@@ -238,7 +244,7 @@ describe('scenarios', () => {
         await wk.stop()
       }
     } finally {
-      globalThis.fetch = realFetch
+      http.request = realRequest
     }
     assert.equal(most, 1)
     assert.ok(claims.length >= 4, `claims: ${JSON.stringify(claims)}`)
