@@ -11,7 +11,7 @@ GOBUILD   := CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)"
 NQ_ADDR   ?= 127.0.0.1:8080
 BENCHTIME ?= 2s
 
-.PHONY: run build test test-py test-short lint fuzz bench bench-go bench-appends bench-sdks screenshots golden tidy-check vuln clean
+.PHONY: run build test test-py test-ts test-short lint fuzz bench bench-go bench-appends bench-sdks screenshots golden tidy-check vuln clean
 
 ## run: build bin/nqd, then start it on the embedded store in ./data (set NQ_REDIS_URL to use Redis)
 run: build
@@ -28,6 +28,7 @@ build:
 test:
 	$(GO) test -race -count=1 -cover -p 1 -timeout 20m $(PKGS)
 	$(MAKE) test-py
+	$(MAKE) test-ts
 
 ## test-py: the Python SDK (sdk/python): type check, lint, and its tests against an nqd built from this tree
 PYTHON ?= /usr/bin/python3
@@ -35,6 +36,16 @@ test-py:
 	cd sdk/python && $(PYTHON) -m mypy
 	$(PYTHON) -m pyflakes sdk/python
 	$(PYTHON) -m pytest -q sdk/python
+
+## test-ts: the TypeScript SDK (sdk/typescript): npm ci, lint, typecheck, build, and
+## its tests against an nqd built from this checkout. Skipped without npm, unless
+## NQD_REQUIRE_NODE=1 (CI) makes a missing npm a failure.
+test-ts:
+	@if ! command -v npm >/dev/null 2>&1; then \
+		if [ "$$NQD_REQUIRE_NODE" = 1 ]; then echo "test-ts: npm not found and NQD_REQUIRE_NODE=1"; exit 1; fi; \
+		echo "test-ts: npm not found, TypeScript SDK tests skipped"; exit 0; \
+	fi; \
+	cd sdk/typescript && npm ci --no-audit --no-fund && npm run lint && npm run typecheck && GO=$(GO) npm test
 
 ## test-short: the tests without the race detector, for a quick loop
 test-short:
