@@ -31,11 +31,14 @@ export interface FolderWorker {
 
 /** Loads dir, stores its flows in nqd and prepares one worker per queue. */
 export async function loadFolder(opts: FolderOptions): Promise<FolderWorker> {
-  const log = opts.logger ?? {
+  const line = (prefix: string, m: string, meta?: Record<string, unknown>): void => {
+    console.error(`${prefix}${m}${meta === undefined ? '' : ' ' + JSON.stringify(meta)}`)
+  }
+  const log: Logger = opts.logger ?? {
     debug: () => undefined,
-    info: (m: string) => { console.error(`nqd-worker: ${m}`) },
-    warn: (m: string) => { console.error(`nqd-worker warn: ${m}`) },
-    error: (m: string) => { console.error(`nqd-worker error: ${m}`) },
+    info: (m, meta) => { line('nqd-worker: ', m, meta) },
+    warn: (m, meta) => { line('nqd-worker warn: ', m, meta) },
+    error: (m, meta) => { line('nqd-worker error: ', m, meta) },
   }
   const { files, skipped } = await loadStepFiles(opts.dir)
   for (const s of skipped) {
