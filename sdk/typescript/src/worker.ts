@@ -24,7 +24,12 @@ export interface WorkerOptions {
   token?: string | undefined
   /** The queues to take jobs from. */
   queues: string[]
-  /** Jobs run at once; the worker never holds more. Default 4. */
+  /**
+   * Handlers run at once; default 4. The worker claims a job only for a free
+   * slot, so a claimed job starts at once and is heartbeaten from the start.
+   * A job whose handler returned frees its slot while its outcome is
+   * reported; at most concurrency such jobs are held besides.
+   */
   concurrency?: number | undefined
   /**
    * Step handlers keyed by step name, or by `<flowName>/<step>` when two
@@ -62,8 +67,13 @@ export interface Worker {
    * reports the ones still running as retriable failures, and resolves.
    */
   stop(graceMs?: number): Promise<void>
-  /** Jobs held right now. */
+  /** Handlers running right now: never more than concurrency. */
   readonly active: number
+  /**
+   * Jobs held right now: those whose handler runs, and those whose handler
+   * returned and whose outcome is being reported (at most concurrency more).
+   */
+  readonly held: number
 }
 
 const consoleLogger: Logger = {
@@ -115,6 +125,7 @@ class WorkerImpl implements Worker {
   readonly heartbeatMs: number
   private readonly claimWaitMs: number
   private readonly running = new Set<JobRun>()
+  private runningHandlers = 0
   private stopping = false
   private readonly stopClaims = new AbortController()
   private slotFreed: (() => void) | undefined
@@ -134,7 +145,17 @@ class WorkerImpl implements Worker {
   }
 
   get active(): number {
+    return this.runningHandlers
+  }
+
+  get held(): number {
     return this.running.size
+  }
+
+  /** A handler returned: its slot takes another job. */
+  handlerDone(): void {
+    this.runningHandlers--
+    this.slotFreed?.()
   }
 
   start(): Promise<void> {
@@ -161,7 +182,7 @@ class WorkerImpl implements Worker {
   private async claimLoop(): Promise<void> {
     let failures = 0
     while (!this.stopping) {
-      const free = this.concurrency - this.running.size
+      const free = Math.min(this.concurrency - this.runningHandlers, 2 * this.concurrency - this.running.size)
       if (free <= 0) {
         await new Promise<void>((resolve) => { this.slotFreed = resolve })
         this.slotFreed = undefined
@@ -170,7 +191,7 @@ class WorkerImpl implements Worker {
       let jobs: Job[]
       try {
         const ans = await this.http.post<ClaimAnswer>('/api/_workers/claim',
-          { queues: this.queues, max: free, waitMs: this.claimWaitMs },
+          { queues: this.queues, max: Math.min(free, 100), waitMs: this.claimWaitMs },
           { signal: this.stopClaims.signal, timeoutMs: this.claimWaitMs + 15_000 })
         jobs = ans.jobs
         failures = 0
@@ -189,6 +210,7 @@ class WorkerImpl implements Worker {
         continue
       }
       for (const job of jobs) {
+        this.runningHandlers++
         const run = new JobRun(this, job, this.handlerFor(job))
         this.running.add(run)
         void run.done.finally(() => {
@@ -258,6 +280,8 @@ class JobRun implements ContextHost {
       } catch (err) {
         failed = true
         failure = err
+      } finally {
+        this.w.handlerDone()
       }
       if (this.settled) {
         return
