@@ -280,14 +280,62 @@ describe('scenarios', () => {
       await wk.stop()
     }
   })
+  it('aborts ctx.signal when the run is cancelled, and reports nothing more', async () => {
+    await nqd.putFlow({ name: 'cancel', entry: 'wait', steps: { wait: { queue: 'q-cancel' } } })
+    let started!: () => void
+    const isStarted = new Promise<void>((r) => { started = r })
+    let aborted!: (why: unknown) => void
+    const wasAborted = new Promise<unknown>((r) => { aborted = r })
+    const wk = serve(nqd, ['q-cancel'], {
+      wait: async (_i, ctx) => {
+        ctx.signal.addEventListener('abort', () => { aborted(ctx.signal.reason) })
+        started()
+        await wasAborted
+        return 'too late'
+      },
+    }, { heartbeatMs: 100 })
+    try {
+      const runId = await nqd.start('cancel')
+      await isStarted
+      await nqd.call('POST', `/api/_flows/cancel/runs/${runId}/cancel`)
+      const why = await wasAborted
+      assert.ok(why instanceof Error)
+      await waitFor('the worker to let the job go', () => wk.w.held === 0)
+      const run = await nqd.run(runId)
+      assert.ok(!kinds(run.events).includes('step.completed'), kinds(run.events).join(' '))
+      assert.ok(!kinds(run.events).includes('step.failed'), kinds(run.events).join(' '))
+    } finally {
+      await wk.stop()
+    }
+  })
 })
 
-describe('a lease that expires', () => {
+describe('leases', { concurrency: true }, () => {
   let nqd: Nqd
   before(async () => { nqd = await startNqd() })
   after(async () => { await nqd.close() })
 
-  it('is redelivered as the next attempt and completed', { timeout: 90_000 }, async () => {
+  it('a step longer than the lease keeps it with heartbeats', { timeout: 90_000 }, async () => {
+    await nqd.putFlow({ name: 'long', entry: 'slow', steps: { slow: { queue: 'q-long', retryPolicy: fixed(2) } } })
+    const attempts: number[] = []
+    const wk = serve(nqd, ['q-long'], {
+      slow: async (_i, ctx) => {
+        attempts.push(ctx.attempt)
+        await new Promise(r => setTimeout(r, 34_000))
+        return 'slow'
+      },
+    })
+    try {
+      const run = await nqd.finished(await nqd.start('long'), 75_000)
+      assert.equal(run.state.status, 'completed')
+      assert.deepEqual(attempts, [1], 'the job was never redelivered')
+      assert.deepEqual(run.events.filter(e => e.kind.startsWith('step.')).map(e => [e.kind, e.attempt]), [['step.started', 1], ['step.completed', 1]])
+    } finally {
+      await wk.stop()
+    }
+  })
+
+  it('a lease that expires is redelivered as the next attempt and completed', { timeout: 90_000 }, async () => {
     await nqd.putFlow({ name: 'lease', entry: 'work', steps: { work: { queue: 'q-lease', retryPolicy: fixed(2) } } })
     const runId = await nqd.start('lease')
     // A worker that claims the job and dies: no heartbeat, no report.
