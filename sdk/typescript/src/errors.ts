@@ -31,6 +31,8 @@ export class NqdError extends Error {
   readonly status: number
   readonly code: string
   readonly fields: Record<string, string> | undefined
+  /** The answer's Retry-After in milliseconds, when it had one. */
+  retryAfterMs: number | undefined
 
   constructor(status: number, code: string, message: string, fields?: Record<string, string>) {
     super(message)

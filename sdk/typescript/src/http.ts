@@ -65,9 +65,14 @@ export class Http {
       payload = Buffer.from(typeof body === 'string' && opts.contentType !== undefined ? body : JSON.stringify(body))
       headers['content-length'] = String(payload.length)
     }
-    const { status, text } = await this.send(method, path, headers, payload, opts)
+    const { status, text, retryAfter } = await this.send(method, path, headers, payload, opts)
     if (status < 200 || status > 299) {
-      throw answerError(status, method, path, text)
+      const err = answerError(status, method, path, text)
+      const secs = Number(retryAfter)
+      if (retryAfter !== undefined && Number.isFinite(secs) && secs >= 0) {
+        err.retryAfterMs = secs * 1000
+      }
+      throw err
     }
     if (text === '') {
       return undefined as T
@@ -80,7 +85,7 @@ export class Http {
    * a worker sends a few small requests per step, and this is the cheaper
    * path for them.
    */
-  private send(method: string, path: string, headers: Record<string, string>, payload: Buffer | undefined, opts: RequestOptions): Promise<{ status: number, text: string }> {
+  private send(method: string, path: string, headers: Record<string, string>, payload: Buffer | undefined, opts: RequestOptions): Promise<{ status: number, text: string, retryAfter: string | undefined }> {
     return new Promise((resolve, reject) => {
       const signal = opts.signal
       if (signal?.aborted === true) {
@@ -114,7 +119,7 @@ export class Http {
         })
         res.on('end', () => {
           cleanup()
-          resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') })
+          resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8'), retryAfter: res.headers['retry-after'] })
         })
       })
       req.end(payload)

@@ -76,6 +76,9 @@ export interface Worker {
   readonly held: number
 }
 
+/** How long step.started waits for the step's first report or outcome. */
+const startDelayMs = 100
+
 const consoleLogger: Logger = {
   debug: () => undefined,
   info: (msg, meta) => { console.error(line('info', msg, meta)) },
@@ -249,6 +252,11 @@ class JobRun implements ContextHost {
   private flushing: Promise<void> | undefined
   private seq = 0
   private beat: NodeJS.Timeout | undefined
+  /**
+   * Pending while step.started waits (at most startDelayMs) for the step's
+   * first report or its outcome to travel with.
+   */
+  private startTimer: NodeJS.Timeout | undefined
 
   constructor(w: WorkerImpl, job: Job, handler: Handler | undefined) {
     this.w = w
@@ -262,12 +270,18 @@ class JobRun implements ContextHost {
   }
 
   private async run(handler: Handler | undefined): Promise<void> {
-    const leaseMs = Math.max(3_000, this.leaseUntil - Date.now())
-    const every = Math.max(500, Math.min(this.w.heartbeatMs, leaseMs / 3))
+    const leaseMs = Math.max(300, this.leaseUntil - Date.now())
+    const every = Math.max(100, Math.min(this.w.heartbeatMs, leaseMs / 3))
     this.beat = setInterval(() => { void this.heartbeat() }, every)
     this.beat.unref()
     try {
-      this.reportLater([{ kind: 'step.started' }])
+      // step.started goes with the step's first report, or with its
+      // outcome when it ends quickly; alone after startDelayMs otherwise.
+      this.buf.push({ kind: 'step.started' })
+      this.startTimer = setTimeout(() => {
+        this.startTimer = undefined
+        this.kick()
+      }, startDelayMs)
       let result: unknown
       let failure: unknown
       let failed = false
@@ -282,6 +296,8 @@ class JobRun implements ContextHost {
         failure = err
       } finally {
         this.w.handlerDone()
+        clearTimeout(this.startTimer)
+        this.startTimer = undefined
       }
       if (this.settled) {
         return
@@ -290,9 +306,10 @@ class JobRun implements ContextHost {
         this.w.log.info('job dropped: the run ended or the lease moved on', this.meta())
         return
       }
-      // Events the step appended go before its outcome.
+      // Events the step appended go before its outcome: those on their way
+      // are awaited, the rest travel with it.
       try {
-        await this.flush()
+        await this.settleReports()
       } catch (err) {
         if (!failed) {
           failed = true
@@ -302,32 +319,82 @@ class JobRun implements ContextHost {
       if (this.gone()) {
         return
       }
-      if (failed) {
-        const retriable = !isPermanent(failure)
-        this.w.log.warn(`step failed${retriable ? '' : ' (permanent)'}: ${errorText(failure)}`, this.meta())
-        await this.finish('fail', { lease: this.job.lease, error: errorText(failure).slice(0, 4000) || 'error', retriable })
-      } else {
+      if (!failed) {
         const body: Record<string, unknown> = { lease: this.job.lease }
         if (result !== undefined) {
           body.result = result
         }
-        await this.finish('complete', body)
+        const err = await this.finish('complete', body)
+        if (!(err instanceof NqdError && [400, 413, 422].includes(err.status))) {
+          return
+        }
+        // nqd refused the result (too large, say): the step fails with the
+        // reason rather than leave the job to its lease.
+        this.settled = false
+        failed = true
+        failure = Object.assign(new Error(`complete refused: ${err.message}`), { permanent: true })
       }
+      const retriable = !isPermanent(failure)
+      this.w.log.warn(`step failed${retriable ? '' : ' (permanent)'}: ${errorText(failure)}`, this.meta())
+      await this.finish('fail', { lease: this.job.lease, error: errorText(failure).slice(0, 4000) || 'error', retriable })
     } finally {
       clearInterval(this.beat)
     }
   }
 
-  /** Reports the outcome once, unless another path already did. */
-  private async finish(call: 'complete' | 'fail', body: Record<string, unknown>): Promise<void> {
+  /**
+   * Reports the outcome once, unless another path already did, with the
+   * events not sent yet; returns the error that kept it from nqd, if any.
+   */
+  private async finish(call: 'complete' | 'fail', body: Record<string, unknown>): Promise<unknown> {
     if (this.settled) {
-      return
+      return undefined
     }
     this.settled = true
+    const events = this.buf.slice(0, 1000)
+    const waiters = this.waiters
+    this.buf = []
+    this.waiters = []
+    if (events.length > 0) {
+      body.events = events
+    }
     try {
       await this.deliver(call, body)
+      for (const w of waiters) {
+        w.resolve()
+      }
+      return undefined
     } catch (err) {
-      this.w.log.error(`${call} not reported: ${errorText(err)}`, this.meta())
+      for (const w of waiters) {
+        w.reject(err)
+      }
+      if (err instanceof NqdError && err.status === 409) {
+        this.w.log.info(`${call} refused: the job is no longer this worker's`, this.meta())
+      } else {
+        this.w.log.error(`${call} not reported: ${errorText(err)}`, this.meta())
+      }
+      return err
+    }
+  }
+
+  /**
+   * Waits for the reports on their way; what is left in the buffer then
+   * travels with the outcome, unless it holds an emit (which complete and
+   * fail do not take) or more than they take.
+   */
+  private async settleReports(): Promise<void> {
+    if (this.flushing !== undefined) {
+      await this.flush()
+    }
+    if (this.buf.length > 1000 || this.buf.some(e => e.kind === 'emit')) {
+      await this.flush()
+    }
+  }
+
+  /** Starts sending the buffer, unless step.started is still waiting for company. */
+  private kick(): void {
+    if (this.startTimer === undefined && this.buf.length > 0) {
+      this.flushing ??= this.flushLoop()
     }
   }
 
@@ -340,7 +407,9 @@ class JobRun implements ContextHost {
       return
     }
     this.abort.abort(new Error('the worker is stopping'))
-    await this.flush().catch(() => undefined)
+    clearTimeout(this.startTimer)
+    this.startTimer = undefined
+    await this.settleReports().catch(() => undefined)
     await this.finish('fail', { lease: this.job.lease, error: 'the worker stopped before the step finished', retriable: true })
     clearInterval(this.beat)
   }
@@ -389,6 +458,8 @@ class JobRun implements ContextHost {
   }
 
   report(events: ReportEvent[]): Promise<void> {
+    clearTimeout(this.startTimer)
+    this.startTimer = undefined
     return new Promise((resolve, reject) => {
       this.buf.push(...events)
       this.waiters.push({ resolve, reject })
@@ -397,7 +468,11 @@ class JobRun implements ContextHost {
   }
 
   reportLater(events: ReportEvent[]): void {
-    this.report(events).catch((err: unknown) => {
+    new Promise<void>((resolve, reject) => {
+      this.buf.push(...events)
+      this.waiters.push({ resolve, reject })
+      this.kick()
+    }).catch((err: unknown) => {
       this.w.log.warn(`events not reported: ${errorText(err)}`, this.meta())
     })
   }
@@ -459,7 +534,8 @@ class JobRun implements ContextHost {
         if (!isTransient(err)) {
           throw err
         }
-        const wait = backoffDelay(n, 100, 5_000)
+        const retryAfter = err instanceof NqdError ? err.retryAfterMs ?? 0 : 0
+        const wait = Math.max(backoffDelay(n, 100, 5_000), retryAfter)
         if (Date.now() + wait >= this.leaseUntil) {
           throw new LeaseEndedError(call, err)
         }

@@ -203,57 +203,6 @@ describe('scenarios', () => {
     }
   })
 
-  it('never claims more jobs than free slots: concurrency 1, slow steps, more runs than slots', async () => {
-    await nqd.putFlow({ name: 'busy', entry: 'slow', steps: { slow: { queue: 'q-busy' } } })
-    // Record every claim the SDK sends and how many jobs it held then.
-    const claims: { max: number, active: number, held: number }[] = []
-    const realRequest = http.request
-    let w: Worker | undefined
-    const spy = (...args: unknown[]): http.ClientRequest => {
-      const req = (realRequest as (...a: unknown[]) => http.ClientRequest)(...args)
-      if (String(args[0]).endsWith('/api/_workers/claim')) {
-        const end = req.end.bind(req) as (chunk: Buffer) => http.ClientRequest
-        req.end = ((chunk: Buffer) => {
-          claims.push({ max: (JSON.parse(chunk.toString()) as { max: number }).max, active: w?.active ?? 0, held: w?.held ?? 0 })
-          return end(chunk)
-        }) as typeof req.end
-      }
-      return req
-    }
-    http.request = spy
-    let running = 0
-    let most = 0
-    try {
-      const wk = serve(nqd, ['q-busy'], {
-        slow: async () => {
-          running++
-          most = Math.max(most, running)
-          await new Promise(r => setTimeout(r, 600))
-          running--
-        },
-      }, { concurrency: 1, heartbeatMs: 150 })
-      w = wk.w
-      try {
-        const ids = await Promise.all([1, 2, 3, 4].map(() => nqd.start('busy')))
-        for (const id of ids) {
-          const run = await nqd.finished(id)
-          assert.equal(run.state.status, 'completed')
-          assert.deepEqual(run.events.filter(e => e.kind === 'step.started').map(e => e.attempt), [1])
-        }
-      } finally {
-        await wk.stop()
-      }
-    } finally {
-      http.request = realRequest
-    }
-    assert.equal(most, 1)
-    assert.ok(claims.length >= 4, `claims: ${JSON.stringify(claims)}`)
-    for (const c of claims) {
-      assert.ok(c.max >= 1 && c.max + c.active <= 1, `a claim asked for ${c.max} jobs while running ${c.active}`)
-      assert.ok(c.max + c.held <= 2, `a claim asked for ${c.max} jobs while holding ${c.held}`)
-    }
-  })
-
   it('stop() lets a step finish within the grace period, else reports it retriable for another worker', async () => {
     await nqd.putFlow({ name: 'grace', entry: 'long', steps: { long: { queue: 'q-grace', retryPolicy: fixed(2) } } })
     let started!: () => void
@@ -310,10 +259,63 @@ describe('scenarios', () => {
   })
 })
 
-describe('leases', { concurrency: true }, () => {
+describe('leases', () => {
   let nqd: Nqd
-  before(async () => { nqd = await startNqd() })
+  // Short leases, so that a job held without heartbeats is lost in the test's time.
+  before(async () => { nqd = await startNqd({ env: { NQ_JOB_LEASE: '1500ms' } }) })
   after(async () => { await nqd.close() })
+
+  it('a busy worker never claims more jobs than free slots: concurrency 1, steps longer than the lease, more runs than slots', { timeout: 60_000 }, async () => {
+    await nqd.putFlow({ name: 'busy', entry: 'slow', steps: { slow: { queue: 'q-busy' } } })
+    // Record every claim the SDK sends and how many jobs it held then.
+    const claims: { max: number, active: number, held: number }[] = []
+    const realRequest = http.request
+    let w: Worker | undefined
+    const spy = (...args: unknown[]): http.ClientRequest => {
+      const req = (realRequest as (...a: unknown[]) => http.ClientRequest)(...args)
+      if (String(args[0]).endsWith('/api/_workers/claim')) {
+        const end = req.end.bind(req) as (chunk: Buffer) => http.ClientRequest
+        req.end = ((chunk: Buffer) => {
+          claims.push({ max: (JSON.parse(chunk.toString()) as { max: number }).max, active: w?.active ?? 0, held: w?.held ?? 0 })
+          return end(chunk)
+        }) as typeof req.end
+      }
+      return req
+    }
+    http.request = spy
+    let running = 0
+    let most = 0
+    try {
+      const wk = serve(nqd, ['q-busy'], {
+        slow: async () => {
+          running++
+          most = Math.max(most, running)
+          await new Promise(r => setTimeout(r, 1800))
+          running--
+        },
+      }, { concurrency: 1 })
+      w = wk.w
+      try {
+        const ids = await Promise.all([1, 2, 3].map(() => nqd.start('busy')))
+        for (const id of ids) {
+          const run = await nqd.finished(id, 30_000)
+          assert.equal(run.state.status, 'completed')
+          assert.deepEqual(run.events.filter(e => e.kind === 'step.started').map(e => e.attempt), [1])
+        }
+      } finally {
+        await wk.stop()
+      }
+    } finally {
+      http.request = realRequest
+    }
+    assert.equal(most, 1)
+    assert.ok(claims.length >= 3, `claims: ${JSON.stringify(claims)}`)
+    for (const c of claims) {
+      assert.ok(c.max >= 1 && c.max + c.active <= 1, `a claim asked for ${c.max} jobs while running ${c.active}`)
+      assert.ok(c.max + c.held <= 2, `a claim asked for ${c.max} jobs while holding ${c.held}`)
+    }
+  })
+
 
   it('a step longer than the lease keeps it with heartbeats', { timeout: 90_000 }, async () => {
     await nqd.putFlow({ name: 'long', entry: 'slow', steps: { slow: { queue: 'q-long', retryPolicy: fixed(2) } } })
@@ -321,12 +323,12 @@ describe('leases', { concurrency: true }, () => {
     const wk = serve(nqd, ['q-long'], {
       slow: async (_i, ctx) => {
         attempts.push(ctx.attempt)
-        await new Promise(r => setTimeout(r, 34_000))
+        await new Promise(r => setTimeout(r, 4_000))
         return 'slow'
       },
     })
     try {
-      const run = await nqd.finished(await nqd.start('long'), 75_000)
+      const run = await nqd.finished(await nqd.start('long'), 30_000)
       assert.equal(run.state.status, 'completed')
       assert.deepEqual(attempts, [1], 'the job was never redelivered')
       assert.deepEqual(run.events.filter(e => e.kind.startsWith('step.')).map(e => [e.kind, e.attempt]), [['step.started', 1], ['step.completed', 1]])
@@ -339,16 +341,21 @@ describe('leases', { concurrency: true }, () => {
     await nqd.putFlow({ name: 'lease', entry: 'work', steps: { work: { queue: 'q-lease', retryPolicy: fixed(2) } } })
     const runId = await nqd.start('lease')
     // A worker that claims the job and dies: no heartbeat, no report.
-    const claimed = await nqd.call<{ jobs: { id: string, attempt: number, leaseUntil: number }[] }>('POST', '/api/_workers/claim', { queues: ['q-lease'], max: 1, waitMs: 5000 })
+    const claimed = await nqd.call<{ jobs: { id: string, attempt: number, lease: string, leaseUntil: number }[] }>('POST', '/api/_workers/claim', { queues: ['q-lease'], max: 1, waitMs: 5000 })
     assert.equal(claimed.jobs.length, 1)
     assert.equal(claimed.jobs[0]?.attempt, 1)
     const attempts: number[] = []
     const wk = serve(nqd, ['q-lease'], { work: (_i, ctx) => { attempts.push(ctx.attempt); return 'done' } })
     try {
-      const run = await nqd.finished(runId, 75_000)
+      const run = await nqd.finished(runId, 30_000)
       assert.equal(run.state.status, 'completed')
       assert.deepEqual(attempts, [2])
       assert.ok(Date.now() >= (claimed.jobs[0]?.leaseUntil ?? 0), 'redelivered only after the lease ended')
+      // The dead worker's late report is refused.
+      await assert.rejects(
+        nqd.call('POST', `/api/_workers/jobs/q-lease/${runId}:work/complete`, { lease: claimed.jobs[0]?.lease }),
+        /409/,
+      )
     } finally {
       await wk.stop()
     }
