@@ -6,6 +6,7 @@ import http from 'node:http'
 import { after, before, describe, it } from 'node:test'
 import { AuthError, createWorker, PermanentError, type Handler, type StepContext, type Worker } from '../src/index.js'
 import { kinds, memoryLogger, startNqd, waitFor, type Nqd } from './nqd.js'
+import { startProxy } from './proxy.js'
 
 /** Starts a worker, returning it and a stop that also checks how start() ended. */
 function serve(nqd: Nqd, queues: string[], handlers: Record<string, Handler>, extra: { concurrency?: number, token?: string, heartbeatMs?: number } = {}): { w: Worker, lines: string[], stop: () => Promise<void> } {
@@ -444,6 +445,81 @@ describe('nqd restarted mid-step', () => {
       assert.deepEqual(run.events.filter(e => e.kind === 'step.completed').map(e => [e.step, e.attempt]), [['first', 1], ['second', 1]])
     } finally {
       await wk.stop()
+    }
+  })
+})
+
+describe('answers lost or refused on the way', () => {
+  let nqd: Nqd
+  before(async () => {
+    nqd = await startNqd()
+    for (const name of ['lossy', 'busy-nqd']) {
+      await nqd.putFlow({
+        name,
+        entry: 'work',
+        steps: { work: { queue: `q-${name}`, emits: ['worked'] }, next: { queue: `q-${name}`, subscribes: ['worked'] } },
+      })
+    }
+  })
+  after(async () => { await nqd.close() })
+
+  const report = /\/api\/_workers\/jobs\/[^/]+\/[^/]+\/(events|complete|fail)$/
+
+  it('every report\'s first answer lost: each event is stored once per step', async () => {
+    const proxy = await startProxy(nqd.url, (path, nth) => report.test(path) && nth === 1 ? 'lose-answer' : 'pass')
+    const wk = serve({ ...nqd, url: proxy.url }, ['q-lossy'], {
+      work: async (_i, ctx) => {
+        await ctx.state.set('k', 1)
+        ctx.logger.info('working')
+        await ctx.flow.emit('worked', { n: 1 })
+        return 'w'
+      },
+      next: () => 'n',
+    })
+    try {
+      const run = await nqd.finished(await nqd.start('lossy'))
+      assert.equal(run.state.status, 'completed')
+      const count = (kind: string, step: string): number => run.events.filter(e => e.kind === kind && e.step === step).length
+      for (const [kind, step] of [['step.started', 'work'], ['state.set', 'work'], ['log', 'work'], ['emit', 'work'], ['step.completed', 'work'], ['step.started', 'next'], ['step.completed', 'next']]) {
+        assert.equal(count(kind ?? '', step ?? ''), 1, `${kind ?? ''} of ${step ?? ''}: ${kinds(run.events).join(' ')}`)
+      }
+    } finally {
+      await wk.stop()
+      await proxy.close()
+    }
+    // stop() waited for the jobs' reports: each complete went twice.
+    assert.equal(proxy.seen.filter(p => p.endsWith('/complete')).length, 4, proxy.seen.join('\n'))
+  })
+
+  it('a 429 with Retry-After and a 503 are waited out, storing nothing twice', async () => {
+    const proxy = await startProxy(nqd.url, (path, nth) => {
+      if (nth === 1 && path.endsWith('/events')) {
+        return { status: 429, retryAfter: '1' }
+      }
+      if (nth === 1 && path.endsWith('/complete')) {
+        return { status: 503 }
+      }
+      return 'pass'
+    })
+    const wk = serve({ ...nqd, url: proxy.url }, ['q-busy-nqd'], {
+      work: async (_i, ctx) => {
+        ctx.logger.info('once')
+        await ctx.flow.emit('worked', {})
+      },
+      next: () => undefined,
+    })
+    try {
+      const t0 = Date.now()
+      const runId = await nqd.start('busy-nqd')
+      const run = await nqd.finished(runId)
+      assert.equal(run.state.status, 'completed')
+      assert.ok(Date.now() - t0 >= 1000, 'the Retry-After was honoured')
+      assert.equal(run.state.logs.filter(l => l.msg === 'once').length, 1)
+      assert.equal(run.events.filter(e => e.kind === 'step.completed').length, 2)
+      assert.ok(!kinds(run.events).includes('step.failed'))
+    } finally {
+      await wk.stop()
+      await proxy.close()
     }
   })
 })

@@ -1,0 +1,74 @@
+// A proxy between a worker and nqd that can lose an answer after passing a
+// request on, or answer for nqd without passing it on.
+
+import http from 'node:http'
+import type { AddressInfo } from 'node:net'
+
+/** What the proxy does with one request: pass it, pass it and lose the answer, or answer itself. */
+export type Verdict = 'pass' | 'lose-answer' | { status: number, retryAfter?: string }
+
+export interface Proxy {
+  url: string
+  /** Requests seen, as `<method> <path>`. */
+  seen: string[]
+  close(): Promise<void>
+}
+
+export async function startProxy(target: string, decide: (path: string, nth: number) => Verdict): Promise<Proxy> {
+  const counts = new Map<string, number>()
+  const seen: string[] = []
+  const server = http.createServer((req, res) => {
+    const path = req.url ?? '/'
+    const nth = (counts.get(path) ?? 0) + 1
+    counts.set(path, nth)
+    seen.push(`${req.method ?? ''} ${path}`)
+    const verdict = decide(path, nth)
+    if (typeof verdict === 'object') {
+      req.resume()
+      const headers: Record<string, string> = { 'content-type': 'application/json' }
+      if (verdict.retryAfter !== undefined) {
+        headers['retry-after'] = verdict.retryAfter
+      }
+      res.writeHead(verdict.status, headers)
+      res.end(JSON.stringify({ error: { code: 'proxy', message: 'answered by the test proxy' } }))
+      return
+    }
+    const up = http.request(target + path, { method: req.method, headers: req.headers }, (upRes) => {
+      const chunks: Buffer[] = []
+      upRes.on('data', (c: Buffer) => { chunks.push(c) })
+      upRes.on('end', () => {
+        if (verdict === 'lose-answer') {
+          res.writeHead(502, { 'content-type': 'application/json' })
+          res.end('{"error":{"code":"proxy","message":"answer lost"}}')
+          return
+        }
+        res.writeHead(upRes.statusCode ?? 502, upRes.headers)
+        res.end(Buffer.concat(chunks))
+      })
+    })
+    up.on('error', () => {
+      if (!res.headersSent) {
+        res.writeHead(502)
+      }
+      res.end()
+    })
+    // A client that goes away takes its request to nqd with it, as it
+    // would without the proxy (a long-polling claim, say).
+    res.on('close', () => {
+      if (!res.writableEnded) {
+        up.destroy()
+      }
+    })
+    req.pipe(up)
+  })
+  await new Promise<void>((r) => { server.listen(0, '127.0.0.1', r) })
+  const port = (server.address() as AddressInfo).port
+  return {
+    url: `http://127.0.0.1:${port}`,
+    seen,
+    close: () => new Promise((r) => {
+      server.closeAllConnections()
+      server.close(() => { r() })
+    }),
+  }
+}
