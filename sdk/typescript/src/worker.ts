@@ -128,6 +128,13 @@ class WorkerImpl implements Worker {
   readonly heartbeatMs: number
   private readonly claimWaitMs: number
   private readonly running = new Set<JobRun>()
+  /** Claims on their way, the slots they reserved, and their promises. */
+  private claims = 0
+  private reserved = 0
+  private readonly claiming = new Set<Promise<void>>()
+  private failures = 0
+  /** Set when nqd refused the token: start() rejects with it. */
+  private fatal: AuthError | undefined
   private runningHandlers = 0
   private stopping = false
   private readonly stopClaims = new AbortController()
@@ -182,45 +189,76 @@ class WorkerImpl implements Worker {
     this.http.close()
   }
 
+  /**
+   * Claims jobs for free slots until stop(). Up to maxClaims claims are on
+   * their way at once, each for slots no other claim has reserved, so a slot
+   * freed while a claim is answered need not wait for that claim.
+   */
   private async claimLoop(): Promise<void> {
-    let failures = 0
-    while (!this.stopping) {
-      const free = Math.min(this.concurrency - this.runningHandlers, 2 * this.concurrency - this.running.size)
-      if (free <= 0) {
+    const maxClaims = Math.min(4, this.concurrency)
+    while (!this.isStopping()) {
+      const free = Math.min(this.concurrency - this.runningHandlers, 2 * this.concurrency - this.running.size) - this.reserved
+      if (free <= 0 || this.claims >= maxClaims) {
         await new Promise<void>((resolve) => { this.slotFreed = resolve })
         this.slotFreed = undefined
         continue
       }
-      let jobs: Job[]
-      try {
-        const ans = await this.http.post<ClaimAnswer>('/api/_workers/claim',
-          { queues: this.queues, max: Math.min(free, 100), waitMs: this.claimWaitMs },
-          { signal: this.stopClaims.signal, timeoutMs: this.claimWaitMs + 15_000 })
-        jobs = ans.jobs
-        failures = 0
-      } catch (err) {
-        if (this.isStopping()) {
-          break
-        }
-        if (err instanceof AuthError) {
-          this.log.error(err.message)
-          this.stopping = true
-          throw err
-        }
-        const wait = backoffDelay(failures++, 250, 15_000)
-        this.log.warn(`claim failed, trying again in ${Math.round(wait)} ms: ${errorText(err)}`)
-        await sleep(wait, this.stopClaims.signal)
-        continue
+      const n = Math.min(free, 100)
+      this.claims++
+      this.reserved += n
+      void this.claimOnce(n).finally(() => {
+        this.claims--
+        this.reserved -= n
+        this.slotFreed?.()
+      })
+    }
+    await Promise.allSettled([...this.claiming])
+    if (this.fatal !== undefined) {
+      throw this.fatal
+    }
+  }
+
+  /** One claim for n slots; on an error it waits out its backoff holding them. */
+  private claimOnce(n: number): Promise<void> {
+    const p = this.claimSlots(n)
+    this.claiming.add(p)
+    void p.finally(() => this.claiming.delete(p))
+    return p
+  }
+
+  private async claimSlots(n: number): Promise<void> {
+    let jobs: Job[]
+    try {
+      const ans = await this.http.post<ClaimAnswer>('/api/_workers/claim',
+        { queues: this.queues, max: n, waitMs: this.claimWaitMs },
+        { signal: this.stopClaims.signal, timeoutMs: this.claimWaitMs + 15_000 })
+      jobs = ans.jobs
+      this.failures = 0
+    } catch (err) {
+      if (this.isStopping()) {
+        return
       }
-      for (const job of jobs) {
-        this.runningHandlers++
-        const run = new JobRun(this, job, this.handlerFor(job))
-        this.running.add(run)
-        void run.done.finally(() => {
-          this.running.delete(run)
-          this.slotFreed?.()
-        })
+      if (err instanceof AuthError) {
+        this.log.error(err.message)
+        this.fatal = err
+        this.stopping = true
+        this.stopClaims.abort()
+        this.slotFreed?.()
+        return
       }
+      const wait = backoffDelay(this.failures++, 250, 15_000)
+      this.log.warn(`claim failed, trying again in ${Math.round(wait)} ms: ${errorText(err)}`)
+      await sleep(wait, this.stopClaims.signal)
+      return
+    }
+    for (const job of jobs) {
+      this.runningHandlers++
+      const run = new JobRun(this, job, this.handlerFor(job))
+      this.running.add(run)
+      void run.done.finally(() => {
+        this.running.delete(run)
+        this.slotFreed?.()
+      })
     }
   }
 
