@@ -5,7 +5,13 @@
 //   NQD_QUEUE        the queue (default bench-ts)
 //   NQD_CONCURRENCY  jobs held at once (default 32)
 //   NQD_TOKEN        an API token of scope write, when nqd has tokens
-import { createWorker } from '../dist/index.js'
+import { existsSync } from 'node:fs'
+
+if (!existsSync(new URL('../dist/index.js', import.meta.url))) {
+  console.error('noop-worker: build the SDK first: (cd sdk/typescript && npm ci && npm run build)')
+  process.exit(1)
+}
+const { createWorker } = await import('../dist/index.js')
 
 const concurrency = Number(process.env.NQD_CONCURRENCY ?? '32')
 const worker = createWorker({

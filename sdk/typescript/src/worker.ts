@@ -37,7 +37,7 @@ export interface WorkerOptions {
    */
   handlers: Record<string, Handler>
   logger?: Logger | undefined
-  /** How often a held job's lease is extended; default 10 s (a lease lasts 30 s). */
+  /** How often a held job's lease is extended; default 5 s, and at least three times a lease. */
   heartbeatMs?: number | undefined
   /** How long one claim waits for work; default 20 s. */
   claimWaitMs?: number | undefined
@@ -150,7 +150,7 @@ class WorkerImpl implements Worker {
     this.queues = opts.queues
     this.concurrency = Math.max(1, Math.floor(opts.concurrency ?? 4))
     this.handlers = opts.handlers
-    this.heartbeatMs = opts.heartbeatMs ?? 10_000
+    this.heartbeatMs = opts.heartbeatMs ?? 5_000
     this.claimWaitMs = Math.min(opts.claimWaitMs ?? 20_000, 30_000)
   }
 
