@@ -59,7 +59,9 @@ export interface Job {
 export interface Worker {
   /**
    * Claims and runs jobs until stop(). Resolves once the worker stopped;
-   * rejects with an AuthError when nqd refuses its token (401 or 403).
+   * rejects with an AuthError when nqd refuses its token (401 or 403), and
+   * with an NqdError when it refuses its claim (400: a queue name it does
+   * not take, say).
    */
   start(): Promise<void>
   /**
@@ -133,8 +135,8 @@ class WorkerImpl implements Worker {
   private reserved = 0
   private readonly claiming = new Set<Promise<void>>()
   private failures = 0
-  /** Set when nqd refused the token: start() rejects with it. */
-  private fatal: AuthError | undefined
+  /** Set when nqd refused the worker's claims for good: start() rejects with it. */
+  private fatal: NqdError | undefined
   private runningHandlers = 0
   private stopping = false
   private readonly stopClaims = new AbortController()
@@ -238,8 +240,9 @@ class WorkerImpl implements Worker {
       if (this.isStopping()) {
         return
       }
-      if (err instanceof AuthError) {
-        this.log.error(err.message)
+      // A token refused (401, 403) or queues refused (400) stay refused.
+      if (err instanceof AuthError || (err instanceof NqdError && err.status === 400)) {
+        this.log.error(`nqd refused the worker's claim; stopping: ${err.message}`)
         this.fatal = err
         this.stopping = true
         this.stopClaims.abort()

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict'
 import http from 'node:http'
 import { after, before, describe, it } from 'node:test'
-import { AuthError, createWorker, PermanentError, type Handler, type StepContext, type Worker } from '../src/index.js'
+import { AuthError, createWorker, NqdError, PermanentError, type Handler, type StepContext, type Worker } from '../src/index.js'
 import { kinds, memoryLogger, startNqd, waitFor, type Nqd } from './nqd.js'
 import { startProxy } from './proxy.js'
 
@@ -387,6 +387,11 @@ describe('tokens', () => {
       assert.ok(logger.lines.some(l => l.startsWith('error ')), 'the refusal is logged')
     })
   }
+
+  it('start() rejects with an NqdError (400) for a queue name nqd does not take', async () => {
+    const w = createWorker({ url: nqd.url, token: write, queues: ['no spaces allowed'], handlers: {}, logger: memoryLogger() })
+    await assert.rejects(w.start(), (err: unknown) => err instanceof NqdError && err.status === 400)
+  })
 
   it('runs steps with a write token', async () => {
     const wk = serve(nqd, ['q-tok'], { only: () => 'secret work' }, { token: write })
