@@ -3,7 +3,7 @@
 
 import { spawn, type ChildProcess } from 'node:child_process'
 import { mkdtempSync, rmSync } from 'node:fs'
-import { createServer } from 'node:net'
+import { connect, createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -191,4 +191,29 @@ export function memoryLogger(): Logger & { lines: string[] } {
 /** The kinds of a run's events, in order. */
 export function kinds(events: RunEvent[], step?: string): string[] {
   return events.filter(e => step === undefined || e.step === step).map(e => e.kind)
+}
+
+/** A throwaway redis-server on a free port, or undefined when there is none to start. */
+export async function startRedis(): Promise<{ url: string, close: () => Promise<void> } | undefined> {
+  const port = await freePort()
+  const p = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' })
+  const failed = await new Promise<boolean>((res) => {
+    p.once('error', () => { res(true) })
+    p.once('spawn', () => { res(false) })
+  })
+  if (failed) {
+    return undefined
+  }
+  await waitFor('redis-server', () => new Promise<boolean>((res) => {
+    const c = connect(port, '127.0.0.1', () => { c.end(); res(true) })
+    c.on('error', () => { res(false) })
+  }), 10_000)
+  return {
+    url: `redis://127.0.0.1:${port}/0`,
+    close: async () => {
+      const exited = new Promise(r => p.once('exit', r))
+      p.kill('SIGTERM')
+      await exited
+    },
+  }
 }

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict'
 import http from 'node:http'
 import { after, before, describe, it } from 'node:test'
 import { AuthError, createWorker, NqdError, PermanentError, type Handler, type StepContext, type Worker } from '../src/index.js'
-import { kinds, memoryLogger, startNqd, waitFor, type Nqd } from './nqd.js'
+import { kinds, memoryLogger, startNqd, startRedis, waitFor, type Nqd } from './nqd.js'
 import { startProxy } from './proxy.js'
 
 /** Starts a worker, returning it and a stop that also checks how start() ended. */
@@ -525,6 +525,53 @@ describe('answers lost or refused on the way', () => {
     } finally {
       await wk.stop()
       await proxy.close()
+    }
+  })
+})
+
+describe('a lease that expires, with two nqd instances sharing a Redis', () => {
+  let redis: Awaited<ReturnType<typeof startRedis>>
+  let a: Nqd | undefined
+  let b: Nqd | undefined
+  before(async () => {
+    redis = await startRedis()
+    if (redis === undefined) {
+      return
+    }
+    const env = { NQ_REDIS_URL: redis.url, NQ_JOB_LEASE: '1500ms', NQ_PREFIX: 'tslease' }
+    a = await startNqd({ env })
+    b = await startNqd({ env })
+  })
+  after(async () => {
+    await a?.close()
+    await b?.close()
+    await redis?.close()
+  })
+
+  it('is redelivered through the other instance and completed', { timeout: 60_000 }, async (t) => {
+    if (a === undefined || b === undefined) {
+      if (process.env.NQD_REQUIRE_REDIS === '1') {
+        assert.fail('redis-server is not on the PATH and NQD_REQUIRE_REDIS=1')
+      }
+      t.skip('redis-server is not on the PATH')
+      return
+    }
+    await a.putFlow({ name: 'lease-redis', entry: 'work', steps: { work: { queue: 'q-lease-redis', retryPolicy: fixed(2) } } })
+    const runId = await a.start('lease-redis')
+    const claimed = await a.call<{ jobs: { lease: string }[] }>('POST', '/api/_workers/claim', { queues: ['q-lease-redis'], max: 1, waitMs: 5000 })
+    assert.equal(claimed.jobs.length, 1)
+    const attempts: number[] = []
+    const wk = serve(b, ['q-lease-redis'], { work: (_i, ctx) => { attempts.push(ctx.attempt); return 'done' } })
+    try {
+      const run = await b.finished(runId, 30_000)
+      assert.equal(run.state.status, 'completed')
+      assert.deepEqual(attempts, [2])
+      await assert.rejects(
+        a.call('POST', `/api/_workers/jobs/q-lease-redis/${runId}:work/complete`, { lease: claimed.jobs[0]?.lease }),
+        /409/,
+      )
+    } finally {
+      await wk.stop()
     }
   })
 })
