@@ -304,7 +304,8 @@ class JobRun implements ContextHost {
     this.http = w.http
     this.job = job
     this.runId = job.runId
-    // nqd reads the job id from the raw path: its ':' must stay as it is.
+    // The job id keeps its ':' as the claim gave it (nqd before the worker
+    // protocol was written down read the id from the raw path).
     this.path = `/api/_workers/jobs/${encodeURIComponent(job.queue)}/${encodeURIComponent(job.id).replaceAll('%3A', ':')}`
     this.leaseUntil = typeof job.leaseUntil === 'number' ? job.leaseUntil : Date.now() + 30_000
     this.done = this.run(handler)
