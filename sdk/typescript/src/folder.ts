@@ -86,7 +86,11 @@ export async function loadFolder(opts: FolderOptions): Promise<FolderWorker> {
     const names = [f.config.flow.name].flat()
     for (const step of steps) {
       for (const name of names) {
-        q.handlers[`${name}/${step}`] = f.handler
+        const subs = stored.find(d => d.name === name)?.steps[step]?.subscribes ?? []
+        const h = f.handler
+        q.handlers[`${name}/${step}`] = subs.length === 1 && subs[0] !== undefined
+          ? withSubscribedInput(h, subs[0])
+          : h
       }
     }
   }
@@ -110,4 +114,24 @@ export async function loadFolder(opts: FolderOptions): Promise<FolderWorker> {
       await Promise.all(workers.map(w => w.stop(graceMs)))
     },
   }
+}
+
+/**
+ * Nuxt Queue handed a step subscribed to one event that event's payload
+ * itself, beside the event's name and the run (`{name, ...payload, flowId,
+ * flowName}`), where nqd hands `{"<event>": payload}`. The folder runs step
+ * files as they were written, so it gives them the shape they read. A payload
+ * that is not an object stays whole under `payload`; `_resume` is kept.
+ */
+export function subscribedInput(input: unknown, event: string, run: { flowId: string, flowName: string }): unknown {
+  if (typeof input !== 'object' || input === null || Array.isArray(input) || !(event in input)) {
+    return input
+  }
+  const { [event]: payload, ...rest } = input as Record<string, unknown>
+  const fields = typeof payload === 'object' && payload !== null && !Array.isArray(payload) ? payload : { payload }
+  return { name: event, ...fields, ...rest, flowId: run.flowId, flowName: run.flowName }
+}
+
+function withSubscribedInput(h: Handler, event: string): Handler {
+  return (input, ctx) => h(subscribedInput(input, event, ctx), ctx)
 }

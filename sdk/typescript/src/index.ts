@@ -9,6 +9,6 @@ export type { LogLevel, Resume, StartedRun, StepContext, StepFlow, StepLogger, S
 export { AuthError, NqdError, PermanentError, isPermanent } from './errors.js'
 export { buildFlows } from './flows.js'
 export type { FlowDefinition, StepDefinition } from './flows.js'
-export { loadFolder } from './folder.js'
+export { loadFolder, subscribedInput } from './folder.js'
 export type { FolderOptions, FolderWorker } from './folder.js'
 export { loadStepFiles, installGlobals } from './loader.js'

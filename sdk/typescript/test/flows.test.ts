@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict'
 import { join } from 'node:path'
 import { describe, it } from 'node:test'
-import { buildFlows, loadStepFiles } from '../src/index.js'
+import { buildFlows, loadStepFiles, subscribedInput } from '../src/index.js'
 import { pkgDir } from './nqd.js'
 
 describe('buildFlows', () => {
@@ -84,5 +84,22 @@ describe('loadStepFiles', () => {
     assert.deepEqual(orders?.steps.approve?.subscribes, ['stock.checked', 'payment.charged'])
     assert.equal(orders?.steps.approve?.await?.type, 'trigger')
     assert.equal(orders?.steps.charge_payment?.queue, 'payments')
+  })
+})
+
+describe('subscribedInput', () => {
+  const run = { flowId: 'run-1', flowName: 'example-flow' }
+  it('hands a step subscribed to one event its payload, as Nuxt Queue did', () => {
+    assert.deepEqual(
+      subscribedInput({ 'first_step.completed': { to: 'a@b.c' }, _resume: { awaitType: 'time' } }, 'first_step.completed', run),
+      { name: 'first_step.completed', to: 'a@b.c', _resume: { awaitType: 'time' }, flowId: 'run-1', flowName: 'example-flow' },
+    )
+  })
+  it('keeps a payload that is not an object whole', () => {
+    assert.deepEqual(subscribedInput({ done: 3 }, 'done', run), { name: 'done', payload: 3, flowId: 'run-1', flowName: 'example-flow' })
+  })
+  it('leaves an input without the event alone', () => {
+    assert.deepEqual(subscribedInput({ other: 1 }, 'done', run), { other: 1 })
+    assert.equal(subscribedInput(null, 'done', run), null)
   })
 })

@@ -10,8 +10,8 @@ export const config = defineQueueConfig({
   },
 })
 
-export default defineQueueWorker(async (input: { 'order.received': { orderId: string, total: number } }, ctx) => {
-  const order = input['order.received']
+// Subscribed to one event, the step gets its payload, as in Nuxt Queue.
+export default defineQueueWorker(async (order: { orderId: string, total: number }, ctx) => {
   ctx.logger.info(`Charging ${order.total} for ${order.orderId}`)
   await ctx.flow.handleTrigger('payment.charged', { orderId: order.orderId, amount: order.total })
   return { charged: order.total }

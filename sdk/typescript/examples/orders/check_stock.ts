@@ -9,8 +9,8 @@ export const config = defineQueueConfig({
   },
 })
 
-export default defineQueueWorker(async (input: { 'order.received': { items: { sku: string, qty: number }[] } }, ctx) => {
-  const items = input['order.received'].items
+export default defineQueueWorker(async (input: { items: { sku: string, qty: number }[] }, ctx) => {
+  const items = input.items
   const reserved = items.reduce((n, i) => n + i.qty, 0)
   ctx.logger.info(`Reserved ${reserved} items`)
   await ctx.flow.emit('stock.checked', { reserved })

@@ -12,6 +12,6 @@ export const config = defineQueueConfig({
 export default defineQueueWorker(async (input, ctx) => {
   const order = await ctx.state.get('order')
   await ctx.state.set('order', { ...order, status: 'shipped' })
-  ctx.logger.info(`Shipped ${input['order.approved'].orderId}`)
+  ctx.logger.info(`Shipped ${input.orderId}`)
   return { shipped: true }
 })
