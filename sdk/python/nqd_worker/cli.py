@@ -6,18 +6,19 @@ import argparse
 import asyncio
 import importlib
 import importlib.util
+import inspect
 import logging
 import os
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 from urllib.parse import quote
 
 from . import registered
 from ._http import HTTPClient
 from .errors import AuthError, NqdError
-from .worker import Registration, Worker
+from .worker import Handler, Registration, Worker
 
 
 def load(target: str) -> ModuleType:
@@ -76,7 +77,39 @@ def nuxt_queue_steps(mod: ModuleType) -> list[tuple[Registration, dict[str, Any]
     stem = Path(getattr(mod, "__file__", None) or mod.__name__).stem
     flow = cfg.get("flow")
     steps = _names(flow.get("step") if isinstance(flow, dict) else None) or [stem]
-    return [(Registration(step, fn, queue_of(cfg, stem)), cfg) for step in steps]
+    subs = _names(flow.get("subscribes")) if isinstance(flow, dict) and flow.get("role") != "entry" else []
+    handler: Handler = with_subscribed_input(fn, subs[0]) if len(subs) == 1 else fn
+    return [(Registration(step, handler, queue_of(cfg, stem)), cfg) for step in steps]
+
+
+def subscribed_input(input: Any, event: str, ctx: Any) -> Any:
+    """Nuxt Queue handed a step subscribed to one event that event's payload
+    itself, beside the event's name and the run ({name, **payload, flowId,
+    flowName}), where nqd hands {"<event>": payload}. Nuxt Queue-shaped files
+    get the shape they were written for; a payload that is not a dict stays
+    whole under "payload", and "_resume" is kept."""
+    if not isinstance(input, dict) or event not in input:
+        return input
+    rest = {k: v for k, v in input.items() if k != event}
+    payload = input[event]
+    fields = payload if isinstance(payload, dict) else {"payload": payload}
+    return {"name": event, **fields, **rest, "flowId": ctx.flow_id, "flowName": ctx.flow_name}
+
+
+def with_subscribed_input(fn: Callable[..., Any], event: str) -> Handler:
+    """fn, given the Nuxt Queue form of a subscribed step's input; a
+    coroutine function stays one, so it still runs on the event loop."""
+    if inspect.iscoroutinefunction(fn):
+
+        async def run_async(input: Any, ctx: Any) -> Any:
+            return await fn(subscribed_input(input, event, ctx), ctx)
+
+        return run_async
+
+    def run_sync(input: Any, ctx: Any) -> Any:
+        return fn(subscribed_input(input, event, ctx), ctx)
+
+    return run_sync
 
 
 def queue_of(cfg: dict[str, Any], stem: str) -> str:

@@ -13,7 +13,7 @@ from typing import Any, Callable, cast
 
 from conftest import SDK, Nqd
 
-from nqd_worker.cli import expand, flow_definitions, load, nuxt_queue_steps
+from nqd_worker.cli import expand, flow_definitions, load, nuxt_queue_steps, subscribed_input
 
 NUXT_SHAPED = '''
 config = {
@@ -34,7 +34,9 @@ config = {
 }
 
 def run(input, ctx):
-    return input["hello.done"]["name"].upper()
+    # Subscribed to one event, the step gets its payload, as in Nuxt Queue.
+    assert input["flowId"] == ctx.flow_id
+    return input["name"].upper()
 '''
 
 DECORATED = '''
@@ -199,3 +201,13 @@ def test_step_files_of_one_name_in_two_folders_both_load(tmp_path: Path) -> None
     found = [s for t in expand([str(tmp_path)]) for s in nuxt_queue_steps(load(t))]
     results = [(r.step, cast(Callable[[Any, Any], Any], r.handler)(None, None)) for r, _ in found]
     assert sorted(results) == [("left", "left"), ("right", "right")]
+
+
+def test_subscribed_input_is_the_payload() -> None:
+    class Ctx:
+        flow_id, flow_name = "run-1", "f"
+
+    got = subscribed_input({"a.done": {"x": 1}, "_resume": {"awaitType": "time"}}, "a.done", Ctx())
+    assert got == {"name": "a.done", "x": 1, "_resume": {"awaitType": "time"}, "flowId": "run-1", "flowName": "f"}
+    assert subscribed_input({"a.done": 3}, "a.done", Ctx()) == {"name": "a.done", "payload": 3, "flowId": "run-1", "flowName": "f"}
+    assert subscribed_input({"other": 1}, "a.done", Ctx()) == {"other": 1}
