@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -41,6 +43,7 @@ type Config struct {
 	StreamMaxLenByType map[string]int64 // overrides StreamMaxLen per context type
 
 	CORSOrigins    []string      // browser origins allowed to call the API
+	AllowedHosts   []string      // Host names served besides IPs and localhost; "*": any
 	SSEHeartbeat   time.Duration // longest silence on an SSE connection
 	SSEMaxBackfill int           // most events one SSE backfill sends
 	SSEMaxLifetime time.Duration // 0: SSE connections are not rotated
@@ -127,6 +130,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 		{"stream-maxlen", "NQ_STREAM_MAXLEN", "approximate cap on events per stream (0: no cap)", "0", i64(&c.StreamMaxLen)},
 		{"stream-maxlen-by-type", "NQ_STREAM_MAXLEN_BY_TYPE", "per context type caps, e.g. flow=100000,trigger=1000 (0: no cap for that type)", "", typeCaps(&c.StreamMaxLenByType)},
 		{"cors-origins", "NQ_CORS_ORIGINS", "comma-separated browser origins allowed to call the API (empty: same origin only)", "", list(&c.CORSOrigins)},
+		{"allowed-hosts", "NQ_ALLOWED_HOSTS", "comma-separated host names the Host header may carry besides IP addresses and localhost (* for any); checked when listening on loopback or when set", "", list(&c.AllowedHosts)},
 		{"sse-heartbeat", "NQ_SSE_HEARTBEAT", "longest silence on an SSE connection before a comment line", "15s", dur(&c.SSEHeartbeat)},
 		{"sse-max-backfill", "NQ_SSE_MAX_BACKFILL", "most events an SSE backfill sends (the newest, after an 'event: truncated' notice)", "10000", integer(&c.SSEMaxBackfill)},
 		{"web-base", "NQ_WEB_BASE", "path the browser dashboard is served at (empty: /)", "", str(&c.WebBase)},
@@ -315,8 +319,14 @@ func (c Config) validate() error {
 		bad("NQ_CHECKPOINT_EVERY", "must not be negative")
 	}
 	for _, o := range c.CORSOrigins {
-		if u, err := url.Parse(o); o != "*" && (err != nil || u.Scheme == "" || u.Host == "" || u.Path != "") {
+		// The same rule that trusts the origin for state-changing requests.
+		if o != "*" && http.NewCrossOriginProtection().AddTrustedOrigin(o) != nil {
 			bad("NQ_CORS_ORIGINS", "want origins such as https://ui.example.com, got %q", o)
+		}
+	}
+	for _, h := range c.AllowedHosts {
+		if h != "*" && (strings.ContainsAny(h, "/:@ ") || strings.Trim(h, ".") == "") {
+			bad("NQ_ALLOWED_HOSTS", "want host names such as nqd.example.com, without scheme or port, got %q", h)
 		}
 	}
 	if c.SSEHeartbeat < time.Second || c.SSEHeartbeat > 60*time.Second {
@@ -333,6 +343,17 @@ func (c Config) validate() error {
 		return errors.New(strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// CheckHost reports whether requests must name an allowed Host: always when
+// nqd listens on loopback (a web page could otherwise rebind its own DNS name
+// to it), elsewhere only when NQ_ALLOWED_HOSTS names hosts; "*" turns it off.
+func (c Config) CheckHost() bool {
+	if slices.Contains(c.AllowedHosts, "*") {
+		return false
+	}
+	host, _, _ := net.SplitHostPort(c.Addr)
+	return IsLoopback(host) || len(c.AllowedHosts) > 0
 }
 
 // IsLoopback reports whether a listen host only accepts connections from

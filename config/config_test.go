@@ -54,6 +54,9 @@ func TestLoadRejects(t *testing.T) {
 		{args: []string{"-request-timeout", "soon"}, want: "-request-timeout"},
 		{env: map[string]string{"NQ_MAX_BODY_BYTES": "1"}, want: "NQ_MAX_BODY_BYTES"},
 		{env: map[string]string{"NQ_CORS_ORIGINS": "https://ok.example, ui.example"}, want: "NQ_CORS_ORIGINS"},
+		{env: map[string]string{"NQ_CORS_ORIGINS": "https://ok.example/path"}, want: "NQ_CORS_ORIGINS"},
+		{env: map[string]string{"NQ_ALLOWED_HOSTS": "nqd.example:8080"}, want: "NQ_ALLOWED_HOSTS"},
+		{env: map[string]string{"NQ_ALLOWED_HOSTS": "https://nqd.example"}, want: "NQ_ALLOWED_HOSTS"},
 		{env: map[string]string{"NQ_SSE_HEARTBEAT": "5m"}, want: "NQ_SSE_HEARTBEAT"},
 		{env: map[string]string{"NQ_STREAM_MAXLEN_BY_TYPE": "flow=10,Bad=3"}, want: "NQ_STREAM_MAXLEN_BY_TYPE"},
 		{env: map[string]string{"NQ_STREAM_MAXLEN_BY_TYPE": "flow"}, want: "NQ_STREAM_MAXLEN_BY_TYPE"},
@@ -238,6 +241,28 @@ func TestUsageText(t *testing.T) {
 	for _, f := range []string{"-version", "-healthcheck"} {
 		if !strings.Contains(out.String(), f+"\n") {
 			t.Errorf("-h text lacks %s", f)
+		}
+	}
+}
+
+func TestCheckHost(t *testing.T) {
+	tokens := "ui:read:" + testSecret
+	for _, tt := range []struct {
+		env  map[string]string
+		want bool
+	}{
+		{map[string]string{}, true}, // the default loopback address
+		{map[string]string{"NQ_ADDR": "[::1]:8080"}, true},
+		{map[string]string{"NQ_ALLOWED_HOSTS": "*"}, false},
+		{map[string]string{"NQ_ADDR": "0.0.0.0:8080", "NQ_TOKENS": tokens}, false},
+		{map[string]string{"NQ_ADDR": "0.0.0.0:8080", "NQ_TOKENS": tokens, "NQ_ALLOWED_HOSTS": "nqd.example"}, true},
+	} {
+		c, err := Load(nil, env(tt.env), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.CheckHost(); got != tt.want {
+			t.Errorf("%v: CheckHost() = %v, want %v", tt.env, got, tt.want)
 		}
 	}
 }

@@ -285,7 +285,7 @@ func TestBadRequests(t *testing.T) {
 		{"empty body", request{method: http.MethodPost, target: ctx}, 400, "bad_request", nil, ""},
 		{"two JSON values", post(ctx, `{"kind":"a"}{"kind":"b"}`), 400, "bad_request", nil, ""},
 		{"array body", post(ctx, `[{"kind":"a"}]`), 400, "bad_request", nil, ""},
-		{"form content type", request{method: http.MethodPost, target: ctx, body: `{"kind":"a"}`, header: http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}}, 400, "bad_request", nil, ""},
+		{"form content type", request{method: http.MethodPost, target: ctx, body: `{"kind":"a"}`, header: http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}}, 415, "unsupported_media_type", nil, ""},
 		{"body over the limit", post(ctx, `{"kind":"a","data":"`+strings.Repeat("x", handlers.DefaultMaxBodyBytes)+`"}`), 413, "too_large", nil, ""},
 
 		{"batch with other fields", post(ctx, `{"kind":"a","events":[{"kind":"b"}]}`), 400, "bad_request", nil, ""},

@@ -128,8 +128,7 @@ func (a *API) putFlow(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	isYAML := mt == "application/yaml" || mt == "application/x-yaml" || mt == "text/yaml"
-	d, err := flows.Parse(body, isYAML, name)
+	d, err := flows.Parse(body, isYAMLMedia(mt), name)
 	var ve *flows.ValidationError
 	if err != nil && !errors.As(err, &ve) {
 		writeError(w, r, badRequest("The body is not a flow definition: %v", err))

@@ -143,6 +143,7 @@ type request struct {
 	target string
 	body   string
 	header http.Header
+	host   string // the Host header, when not the default example.com
 }
 
 // do serves req through the router and checks the answer against
@@ -159,6 +160,9 @@ func (a *testAPI) do(t testing.TB, req request) *httptest.ResponseRecorder {
 	}
 	for k, vs := range req.header {
 		r.Header[k] = vs
+	}
+	if req.host != "" {
+		r.Host = req.host
 	}
 	rec := httptest.NewRecorder()
 	a.h.ServeHTTP(rec, r)

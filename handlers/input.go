@@ -106,7 +106,7 @@ func checkJSONContent(r *http.Request) error {
 		return nil
 	}
 	mt, _, err := mime.ParseMediaType(ct)
-	if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+	if err != nil || !isJSONMedia(mt) {
 		return badRequest("The body must be JSON, sent as Content-Type: application/json.")
 	}
 	return nil
