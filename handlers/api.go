@@ -155,6 +155,7 @@ type API struct {
 	ready     []func(context.Context) error
 	cors      []string
 	guard     guard
+	inFlight  *inFlight
 	log       zerolog.Logger
 	now       func() time.Time
 	limits    Limits
@@ -194,7 +195,7 @@ func New(d Deps) *API {
 		d.Log.Error().Err(err).Msg("NQ_CORS_ORIGINS: an origin is not valid; no origin is trusted")
 		g, _ = newGuard(d.CheckHost, d.AllowedHosts, nil)
 	}
-	return &API{guard: g,
+	return &API{guard: g, inFlight: &inFlight{},
 		store: d.Store, state: d.State, stream: d.Stream, flows: d.Flows, kv: d.KV, archive: d.Archive, restorer: d.Restorer, compact: d.Compactor, history: d.History, metrics: d.Metrics, ready: d.Ready, cors: d.CORSOrigins,
 		log: d.Log, now: now, limits: lim, access: newAccess(d.Access, now), validate: newValidator(),
 		web: d.Web, webBase: d.WebBase, queues: d.Queues, keyPrefix: keyPrefix,

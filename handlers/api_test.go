@@ -185,10 +185,6 @@ func TestListNewestFirst(t *testing.T) {
 
 func TestIdempotencyKey(t *testing.T) {
 	api := newTestAPI(t)
-	withKey := func(req request, key string) request {
-		req.header = http.Header{"Idempotency-Key": {key}}
-		return req
-	}
 
 	first := api.do(t, withKey(post("/api/_events/flow/run-1", `{"kind":"flow.started"}`), "k-1"))
 	wantStatus(t, first, http.StatusCreated)
@@ -211,9 +207,9 @@ func TestIdempotencyKey(t *testing.T) {
 	// A key first used for a batch cannot answer a single event.
 	wantStatus(t, api.do(t, withKey(post("/api/_events/flow/run-1", `{"events":[{"kind":"a"},{"kind":"b"}]}`), "k-2")), http.StatusCreated)
 	rec := api.do(t, withKey(post("/api/_events/flow/run-1", `{"kind":"a"}`), "k-2"))
-	wantStatus(t, rec, http.StatusConflict)
-	if code := decode[errorBody](t, rec).Error.Code; code != "conflict" {
-		t.Errorf("code %q, want conflict", code)
+	wantStatus(t, rec, http.StatusUnprocessableEntity)
+	if code := decode[errorBody](t, rec).Error.Code; code != handlers.CodeKeyReused {
+		t.Errorf("code %q, want %s", code, handlers.CodeKeyReused)
 	}
 }
 

@@ -99,6 +99,7 @@ var codes = []struct {
 	// A 502: the archive is storage behind nqd, and its copy is bad; the
 	// request was fine and repeating it will not help.
 	{archive.ErrCorrupt, http.StatusBadGateway, CodeArchiveCorrupt, "The archived copy does not match its manifest and cannot be read."},
+	{store.ErrKeyReused, http.StatusUnprocessableEntity, CodeKeyReused, "The Idempotency-Key was used before for a different request; nothing was stored. Use a new key for a new request."},
 	{store.ErrNotFound, http.StatusNotFound, CodeNotFound, "The resource does not exist."},
 	{store.ErrConflict, http.StatusConflict, CodeConflict, "The request conflicts with what is stored, such as an idempotency key reused for a different request."},
 	{store.ErrInvalid, http.StatusBadRequest, CodeBadRequest, "The request breaks a storage rule."},

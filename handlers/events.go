@@ -43,6 +43,12 @@ func (a *API) appendEvents(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
+	end, ok := a.inFlight.begin(keyOf("append", c.String(), opts.IdempotencyKey))
+	if !ok {
+		writeError(w, r, errKeyInFlight)
+		return
+	}
+	defer end()
 	r.Body = http.MaxBytesReader(w, r.Body, a.limits.MaxBodyBytes)
 	evs, batch, err := a.decodeAppend(r, c)
 	if err != nil {

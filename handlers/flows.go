@@ -198,6 +198,12 @@ func (a *API) startFlow(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, invalidField("Idempotency-Key", "at most 1024 bytes"))
 		return
 	}
+	end, ok := a.inFlight.begin(keyOf("start", name, key))
+	if !ok {
+		writeError(w, r, errKeyInFlight)
+		return
+	}
+	defer end()
 	s, err := a.flows.Start(r.Context(), name, input, key)
 	if err != nil {
 		writeError(w, r, flowError(err))

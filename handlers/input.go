@@ -95,7 +95,7 @@ func idempotencyOptions(r *http.Request) (store.AppendOptions, error) {
 			return store.AppendOptions{}, invalidField("Idempotency-Key", rule)
 		}
 	}
-	return store.AppendOptions{IdempotencyKey: vals[0]}, nil
+	return store.AppendOptions{IdempotencyKey: vals[0], SameRequest: true}, nil
 }
 
 // checkJSONContent accepts a JSON media type or none (some clients send

@@ -57,6 +57,7 @@ func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, 
 	}
 
 	bodies := make([]any, len(evs))
+	raw := make([][]byte, len(evs))
 	joins := make([]any, len(evs))
 	for i, e := range evs {
 		if !event.ValidKind(e.Kind) {
@@ -66,7 +67,7 @@ func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, 
 		if err != nil {
 			return store.AppendResult{}, invalid("append", "event %d: %v", i, err)
 		}
-		bodies[i] = b
+		bodies[i], raw[i] = b, b
 		joins[i] = 0
 		if ix, ok := joinedIndex(e); ok {
 			if !ix.Valid() {
@@ -81,12 +82,21 @@ func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, 
 		kinds[i] = keyAt(s.kindKey(e.Kind))
 	}
 
-	args := make([]any, 0, 9+3*len(evs))
+	fp, same := "", 0
+	if opts.IdempotencyKey != "" {
+		sum := store.Fingerprint(raw)
+		fp = hex.EncodeToString(sum[:])
+	}
+	if opts.SameRequest {
+		same = 1
+	}
+	args := make([]any, 0, 11+3*len(evs))
 	args = append(args, s.channel(c), c.ID, s.maxLen(c.Type), idem, s.opts.IdempotencyWindow.Milliseconds(), len(evs))
 	args = append(args, bodies...)
 	args = append(args, joins...)
 	args = append(args, s.kindWindow().Milliseconds(), c.Type, len(s.kindKey("")))
 	args = append(args, kinds...)
+	args = append(args, fp, same)
 	reply, err := appendScript.Run(ctx, s.client, keys, args...).Slice()
 	if err != nil {
 		return store.AppendResult{}, mapErr(ctx, "append", err)
@@ -112,7 +122,10 @@ func (s *Store) appendResult(c store.Context, evs []event.Event, reply []any) (s
 	if len(reply) == 0 {
 		return store.AppendResult{}, fmt.Errorf("redisstore: append: empty reply")
 	}
-	if replayed, _ := reply[0].(int64); replayed == 1 {
+	switch outcome, _ := reply[0].(int64); outcome {
+	case 2:
+		return store.AppendResult{}, fmt.Errorf("redisstore: append to %s: %w", c, store.ErrKeyReused)
+	case 1:
 		var out []event.Event
 		for i := 1; i+1 < len(reply); i += 2 {
 			id, err := parseID(reply[i])
