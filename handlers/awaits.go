@@ -76,6 +76,10 @@ func (a *API) fireTrigger(w http.ResponseWriter, r *http.Request) {
 	}
 	payload := json.RawMessage(`null`)
 	if len(bytes.TrimSpace(body)) > 0 {
+		if err := checkJSONText(body, "payload"); err != nil {
+			writeError(w, r, err)
+			return
+		}
 		if !json.Valid(body) {
 			writeError(w, r, badRequest("The body must be JSON, the trigger's payload."))
 			return

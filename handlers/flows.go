@@ -128,6 +128,12 @@ func (a *API) putFlow(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if !isYAMLMedia(mt) {
+		if err := checkJSONText(body, ""); err != nil {
+			writeError(w, r, err)
+			return
+		}
+	}
 	d, err := flows.Parse(body, isYAMLMedia(mt), name)
 	var ve *flows.ValidationError
 	if err != nil && !errors.As(err, &ve) {
@@ -187,7 +193,13 @@ func (a *API) startFlow(w http.ResponseWriter, r *http.Request) {
 	input := json.RawMessage(`{}`)
 	if len(body) > 0 {
 		var obj map[string]json.RawMessage
-		if err := decodeStrict(bytes.NewReader(body), &obj, ""); err != nil || obj == nil {
+		err := decodeStrict(bytes.NewReader(body), &obj, "")
+		var apiErr *Error
+		if errors.As(err, &apiErr) && len(apiErr.Fields) > 0 {
+			writeError(w, r, err) // a string not UTF-8, a name twice
+			return
+		}
+		if err != nil || obj == nil {
 			writeError(w, r, badRequest("The body must be a JSON object, the run's input."))
 			return
 		}

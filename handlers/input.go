@@ -208,7 +208,7 @@ func fillContextFields(c store.Context, evs []event.Event) {
 // decodeEvent reads one event of a batch; prefix is its place in the body.
 func (a *API) decodeEvent(raw json.RawMessage, subject, prefix string) (event.Event, error) {
 	var in inputRecord
-	if err := decodeStrict(bytes.NewReader(raw), &in, prefix); err != nil {
+	if err := decodeChecked(raw, &in, prefix); err != nil {
 		return event.Event{}, err
 	}
 	return a.toEvent(in, subject, prefix)
@@ -320,9 +320,23 @@ func resolveMeta(in inputRecord, prefix string, fields map[string]string) (json.
 }
 
 // decodeStrict decodes exactly one JSON value from src into v, refusing
-// fields v does not have. prefix names where v sits in the body.
+// fields v does not have, strings that are not UTF-8 and names that appear
+// twice in an object. prefix names where v sits in the body.
 func decodeStrict(src io.Reader, v any, prefix string) error {
-	dec := json.NewDecoder(src)
+	b, err := io.ReadAll(src)
+	if err != nil {
+		return err
+	}
+	if err := checkJSONText(b, prefix); err != nil {
+		return err
+	}
+	return decodeChecked(b, v, prefix)
+}
+
+// decodeChecked is decodeStrict for b that checkJSONText has passed, such
+// as one event of a batch body.
+func decodeChecked(b []byte, v any, prefix string) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return jsonError(err, prefix)
