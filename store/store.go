@@ -25,6 +25,10 @@ var (
 	// ErrKeyReused: an idempotency key that AppendOptions.SameRequest guards
 	// was used before for other events; nothing was written.
 	ErrKeyReused = errors.New("idempotency key reused for another request")
+	// ErrOutcomeUnknown: the write was sent but its answer was lost, and the
+	// backend could not be asked in time whether it was applied. It may or
+	// may not have been; a retry with the same idempotency key is safe.
+	ErrOutcomeUnknown = errors.New("outcome unknown")
 	// ErrUnavailable: the backend cannot be reached; nothing was written.
 	ErrUnavailable = errors.New("store unavailable")
 	// ErrClosed: the store or subscription was closed.

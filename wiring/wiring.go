@@ -261,8 +261,8 @@ func (a *App) openStore(ctx context.Context) (store.Store, error) {
 //
 // The client never retries a command by itself: an append script whose reply
 // was lost may have run, and running it again would store the batch twice.
-// A failed append answers 503 instead, and the caller retries with an
-// Idempotency-Key, which makes the retry exactly-once.
+// The store sends such an append again only under its idempotency key (see
+// redisstore.Store.Append), which makes the repeat exactly-once.
 func redisClient(raw string) (redis.UniversalClient, error) {
 	if strings.Contains(raw, "master_name=") {
 		opts, err := redis.ParseFailoverURL(raw)
