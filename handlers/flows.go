@@ -269,9 +269,9 @@ func (a *API) listRuns(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	status := q.Get("status")
-	if status != "" && !event.ValidName(status) {
-		writeError(w, r, invalidField("status", "must be a run status"))
+	status, err := enumParam(q, "status", store.RunStatuses)
+	if err != nil {
+		writeError(w, r, err)
 		return
 	}
 	page, err := a.flows.Runs(r.Context(), name, status, offset, limit)

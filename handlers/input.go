@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -422,6 +423,20 @@ func intParam(q url.Values, name string, def, lo, hi int) (int, error) {
 		return 0, invalidField(name, fmt.Sprintf("must be at least %d", lo))
 	}
 	return min(n, hi), nil
+}
+
+// enumParam reads an optional query parameter that takes one of allowed
+// values; absent it is "". Present and empty, or any other value, is a 400
+// naming the parameter and the values it takes.
+func enumParam(q url.Values, name string, allowed []string) (string, error) {
+	if !q.Has(name) {
+		return "", nil
+	}
+	v := q.Get(name)
+	if !slices.Contains(allowed, v) {
+		return "", invalidField(name, "must be one of "+strings.Join(allowed, ", "))
+	}
+	return v, nil
 }
 
 // noUpperBound is the hi of intParam for parameters without a cap.

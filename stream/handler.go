@@ -269,11 +269,18 @@ func (h *Handler) ServeStream(w http.ResponseWriter, r *http.Request) {
 // era A live tail of one stream (ui-contract A.7): live events only, unless
 // the client resumes after an event it has.
 func (h *Handler) ServeRawTail(w http.ResponseWriter, r *http.Request) {
-	key := r.URL.Query().Get("stream")
+	q := r.URL.Query()
+	key := q.Get("stream")
 	p := resumePlan(r)
 	p.tail = true
-	// The era A dashboard tails `<prefix>:events` by default, which nothing
-	// writes: it gets an open, quiet stream, as it did there.
+	if q.Has("stream") && key == "" {
+		writeError(w, http.StatusBadRequest, "validation_failed", "The request has invalid fields.",
+			map[string]string{"stream": "must not be empty: " + h.o.Prefix + ":<type>:<id>"})
+		return
+	}
+	// The era A dashboard tails `<prefix>:events` by default (or sends no
+	// stream), which nothing writes: it gets an open, quiet stream, as it
+	// did there.
 	if key == "" || key == h.o.Prefix+":events" {
 		p.noTopic = true
 		h.serve(w, r, store.Context{}, p)
