@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"regexp"
@@ -73,15 +74,16 @@ type Config struct {
 	// StreamTokenKeys unexported secrets, so printing a Config leaks neither.
 	Tokens              []auth.Token // NQ_TOKENS then NQ_TOKENS_FILE; none: every route is open
 	TokensFile          string
-	StreamTokenKeys     []auth.Key    // the first signs; none: a key per process
-	StreamTokenMaxTTL   time.Duration // longest life of a stream token
-	TriggerKeys         []auth.Key    // sign trigger ids, the first signs; none: a key per process
-	AllowInsecureBind   bool          // serve a non-loopback address without tokens
-	RatePerToken        Rate          // appends, starts and trigger POSTs per token
-	RatePerAddr         Rate          // the same per client address
-	MaxEventBytes       int64         // largest event in an append
-	MaxStreamsPerClient int           // open streams per token and per address; 0: no cap
-	MetricsPublic       bool          // serve /metrics without a token
+	StreamTokenKeys     []auth.Key     // the first signs; none: a key per process
+	StreamTokenMaxTTL   time.Duration  // longest life of a stream token
+	TriggerKeys         []auth.Key     // sign trigger ids, the first signs; none: a key per process
+	AllowInsecureBind   bool           // serve a non-loopback address without tokens
+	RatePerToken        Rate           // appends, starts and trigger POSTs per token
+	RatePerAddr         Rate           // the same per client address
+	MaxEventBytes       int64          // largest event in an append
+	MaxStreamsPerClient int            // open streams per token and per address; 0: no cap
+	MetricsPublic       bool           // serve /metrics without a token
+	TrustedProxies      []netip.Prefix // peers whose forwarding headers name the client; none by default
 
 	// Commands instead of serving; flags only.
 	Version     bool // print the version and exit
@@ -158,6 +160,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 		{"max-event-bytes", "NQ_MAX_EVENT_BYTES", "largest event in an append", "262144", i64(&c.MaxEventBytes)},
 		{"max-streams-per-client", "NQ_MAX_STREAMS_PER_CLIENT", "open SSE streams per token and per address (0: no cap)", "100", integer(&c.MaxStreamsPerClient)},
 		{"metrics-public", "NQ_METRICS_PUBLIC", "serve /metrics without a token", "false", boolean(&c.MetricsPublic)},
+		{"trusted-proxies", "NQ_TRUSTED_PROXIES", "comma-separated CIDRs (or addresses) of proxies whose X-Forwarded-For or Forwarded header names the client (empty: none)", "", prefixes(&c.TrustedProxies)},
 	}
 
 	fs := flag.NewFlagSet("nqd", flag.ContinueOnError)
@@ -431,6 +434,28 @@ func typeCaps(p *map[string]int64) func(string) error {
 			caps[strings.TrimSpace(typ)] = limit
 		}
 		*p = caps
+		return nil
+	}
+}
+
+// prefixes parses comma-separated CIDRs; a bare address is a CIDR of one.
+func prefixes(p *[]netip.Prefix) func(string) error {
+	return func(v string) error {
+		*p = nil
+		for _, part := range strings.Split(v, ",") {
+			if part = strings.TrimSpace(part); part == "" {
+				continue
+			}
+			pfx, err := netip.ParsePrefix(part)
+			if err != nil {
+				ip, ierr := netip.ParseAddr(part)
+				if ierr != nil {
+					return fmt.Errorf("want CIDRs such as 10.0.0.0/8 or addresses, got %q", part)
+				}
+				pfx = netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen())
+			}
+			*p = append(*p, pfx.Masked())
+		}
 		return nil
 	}
 }

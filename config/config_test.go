@@ -56,6 +56,7 @@ func TestLoadRejects(t *testing.T) {
 		{env: map[string]string{"NQ_CORS_ORIGINS": "https://ok.example, ui.example"}, want: "NQ_CORS_ORIGINS"},
 		{env: map[string]string{"NQ_CORS_ORIGINS": "https://ok.example/path"}, want: "NQ_CORS_ORIGINS"},
 		{env: map[string]string{"NQ_ALLOWED_HOSTS": "nqd.example:8080"}, want: "NQ_ALLOWED_HOSTS"},
+		{env: map[string]string{"NQ_TRUSTED_PROXIES": "10.0.0.0/8, nginx"}, want: "NQ_TRUSTED_PROXIES"},
 		{env: map[string]string{"NQ_ALLOWED_HOSTS": "https://nqd.example"}, want: "NQ_ALLOWED_HOSTS"},
 		{env: map[string]string{"NQ_SSE_HEARTBEAT": "5m"}, want: "NQ_SSE_HEARTBEAT"},
 		{env: map[string]string{"NQ_STREAM_MAXLEN_BY_TYPE": "flow=10,Bad=3"}, want: "NQ_STREAM_MAXLEN_BY_TYPE"},
@@ -264,5 +265,22 @@ func TestCheckHost(t *testing.T) {
 		if got := c.CheckHost(); got != tt.want {
 			t.Errorf("%v: CheckHost() = %v, want %v", tt.env, got, tt.want)
 		}
+	}
+}
+
+func TestTrustedProxies(t *testing.T) {
+	c, err := Load(nil, env(map[string]string{"NQ_TRUSTED_PROXIES": "10.0.0.0/8, 192.0.2.7,2001:db8::/32, 10.1.2.3/16"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range c.TrustedProxies {
+		got = append(got, p.String())
+	}
+	if want := "10.0.0.0/8 192.0.2.7/32 2001:db8::/32 10.1.0.0/16"; strings.Join(got, " ") != want {
+		t.Errorf("TrustedProxies = %v, want %s", got, want)
+	}
+	if c, _ := Load(nil, env(nil), io.Discard); len(c.TrustedProxies) != 0 {
+		t.Errorf("default TrustedProxies = %v, want none", c.TrustedProxies)
 	}
 }

@@ -210,6 +210,7 @@ func (a *API) Routes() http.Handler {
 	r.Use(
 		hlog.NewHandler(a.log),
 		requestID,
+		a.access.withClientAddr,
 		hlog.AccessHandler(accessLog),
 		recoverer,
 		a.guard.checkHost,

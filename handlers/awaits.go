@@ -49,7 +49,7 @@ func triggerError(err error) error {
 var sourceHeaders = map[string]bool{"Authorization": true, "Cookie": true, "Proxy-Authorization": true}
 
 func triggerSource(r *http.Request) engine.TriggerSource {
-	src := engine.TriggerSource{Addr: r.RemoteAddr, Headers: map[string]string{}}
+	src := engine.TriggerSource{Addr: clientIPOf(r), Headers: map[string]string{}}
 	for name, vals := range r.Header {
 		if sourceHeaders[name] || len(vals) == 0 || len(src.Headers) >= 32 {
 			continue

@@ -148,6 +148,7 @@ type request struct {
 	body   string
 	header http.Header
 	host   string // the Host header, when not the default example.com
+	remote string // the peer's address, when not the default 192.0.2.1:1234
 }
 
 // do serves req through the router and checks the answer against
@@ -167,6 +168,9 @@ func (a *testAPI) do(t testing.TB, req request) *httptest.ResponseRecorder {
 	}
 	if req.host != "" {
 		r.Host = req.host
+	}
+	if req.remote != "" {
+		r.RemoteAddr = req.remote
 	}
 	rec := httptest.NewRecorder()
 	a.h.ServeHTTP(rec, r)
