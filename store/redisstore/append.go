@@ -2,9 +2,9 @@ package redisstore
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	_ "embed"
-	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"

@@ -23,9 +23,9 @@ import (
 
 // Faults a flakyNet injects into the next script call (EVALSHA or EVAL).
 const (
-	loseReply = iota + 1 // the call reaches Redis, its reply is lost
-	loseCall             // the call is lost on the way, then the connection
-	loseReplyAndGoDown   // the call reaches Redis, then Redis becomes unreachable
+	loseReply          = iota + 1 // the call reaches Redis, its reply is lost
+	loseCall                      // the call is lost on the way, then the connection
+	loseReplyAndGoDown            // the call reaches Redis, then Redis becomes unreachable
 )
 
 // flakyNet is the network between a client and Redis, breaking where a test
