@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -32,14 +31,15 @@ func (a *API) awaitRoutes(r chi.Router) {
 
 // triggerError answers the trigger endpoint's refusals (contract §6).
 func triggerError(err error) error {
+	var pe *engine.PayloadError
 	switch {
 	case errors.Is(err, engine.ErrTriggerInvalid):
 		return &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Message: "The trigger id is not valid."}
 	case errors.Is(err, engine.ErrTriggerGone):
 		return &Error{Status: http.StatusGone, Code: CodeGone, Message: "The trigger expired, was canceled or its run ended."}
-	case errors.Is(err, engine.ErrPayloadInvalid):
-		return &Error{Status: http.StatusUnprocessableEntity, Code: CodeValidation, Message: "The payload does not match the trigger's schema.",
-			Fields: map[string]string{"payload": strings.TrimPrefix(err.Error(), engine.ErrPayloadInvalid.Error()+": ")}}
+	case errors.As(err, &pe):
+		return &Error{Status: http.StatusUnprocessableEntity, Code: CodeValidation, Message: "The payload does not match the trigger's schema; one line per failing place.",
+			Fields: pe.Fields}
 	}
 	return flowError(err)
 }

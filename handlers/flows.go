@@ -67,7 +67,7 @@ func flowError(err error) error {
 			Fields: map[string]string{re.Field: re.Reason}}
 	case errors.As(err, &se):
 		return &Error{Status: http.StatusUnprocessableEntity, Code: CodeValidation, Message: "The state does not match the flow's state schema; nothing was stored.",
-			Fields: map[string]string{"state." + se.Key: se.Reason}}
+			Fields: se.Fields}
 	case errors.As(err, &ve):
 		return &Error{Status: http.StatusUnprocessableEntity, Code: CodeValidation, Message: "The flow definition is invalid.", Fields: ve.Fields}
 	case errors.Is(err, engine.ErrLeaseLost):
