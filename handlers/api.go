@@ -156,6 +156,9 @@ type API struct {
 	cors      []string
 	guard     guard
 	inFlight  *inFlight
+	// closing ends when the server shuts down; long polls end with it.
+	closing   context.Context
+	stopPolls context.CancelFunc
 	log       zerolog.Logger
 	now       func() time.Time
 	limits    Limits
@@ -195,7 +198,8 @@ func New(d Deps) *API {
 		d.Log.Error().Err(err).Msg("NQ_CORS_ORIGINS: an origin is not valid; no origin is trusted")
 		g, _ = newGuard(d.CheckHost, d.AllowedHosts, nil)
 	}
-	return &API{guard: g, inFlight: &inFlight{},
+	closing, stopPolls := context.WithCancel(context.Background())
+	return &API{guard: g, inFlight: &inFlight{}, closing: closing, stopPolls: stopPolls,
 		store: d.Store, state: d.State, stream: d.Stream, flows: d.Flows, kv: d.KV, archive: d.Archive, restorer: d.Restorer, compact: d.Compactor, history: d.History, metrics: d.Metrics, ready: d.Ready, cors: d.CORSOrigins,
 		log: d.Log, now: now, limits: lim, access: newAccess(d.Access, now), validate: newValidator(),
 		web: d.Web, webBase: d.WebBase, queues: d.Queues, keyPrefix: keyPrefix,
@@ -294,6 +298,11 @@ func (a *API) Routes() http.Handler {
 
 	return r
 }
+
+// StopLongPolls ends the worker claims waiting for jobs, at once and for
+// good: on shutdown a worker is told to come back later (503 with
+// Retry-After) rather than held until the shutdown timeout.
+func (a *API) StopLongPolls() { a.stopPolls() }
 
 // isProbe reports whether r is a health probe.
 func isProbe(r *http.Request) bool { return r.URL.Path == "/healthz" || r.URL.Path == "/readyz" }

@@ -38,6 +38,7 @@ type App struct {
 	Stream  *stream.Handler
 	Metrics *metrics.Metrics
 	Handler http.Handler
+	api     *handlers.API
 	ln      net.Listener
 	srv     *http.Server
 	closers []func() error // run in reverse order by Close
@@ -180,8 +181,8 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 	if compactor != nil { // a nil *Compactor in the interface would not read as off
 		deps.Compactor, deps.History = compactor, history
 	}
-	api := handlers.New(deps)
-	a.Handler = a.Metrics.Middleware(api.Routes())
+	a.api = handlers.New(deps)
+	a.Handler = a.Metrics.Middleware(a.api.Routes())
 
 	a.srv = &http.Server{
 		Handler:           a.Handler,
@@ -302,13 +303,15 @@ func (a *App) Serve() error {
 	return nil
 }
 
-// Shutdown stops accepting connections, closes the open event streams spread
-// over part of the time left (so that their clients do not all reconnect to
-// the other instances at once) and waits for open requests until ctx ends.
+// Shutdown stops accepting connections, tells the workers waiting for jobs
+// to come back later, closes the open event streams spread over part of the
+// time left (so that their clients do not all reconnect to the other
+// instances at once) and waits for open requests until ctx ends.
 func (a *App) Shutdown(ctx context.Context) error {
 	if a.srv == nil {
 		return nil
 	}
+	a.api.StopLongPolls()
 	// Shutdown does not wait for hijacked or streaming responses to end on
 	// their own; Drain ends the streams, in parallel with it.
 	drained := make(chan error, 1)
