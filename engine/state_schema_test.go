@@ -64,12 +64,12 @@ func TestStateSchema(t *testing.T) {
 			}
 		}
 		// Each failing place of a value is named, one line each.
-		_, err = e.Report(ctx, ack, []event.Event{set("progress", `{"pct":2,"phase":"eval"}`)})
+		_, err = e.Report(ctx, ack, []event.Event{set("progress", `{"pct":2,"phase":"eval"}`)}, "")
 		var se *engine.StateError
 		if !errors.As(err, &se) || se.Fields["state.progress.pct"] == "" || se.Fields["state.progress.phase"] == "" || len(se.Fields) != 2 {
 			t.Fatalf("Report(progress) = %v, want state.progress.pct and state.progress.phase named", err)
 		}
-		if _, err := e.Report(ctx, ack, []event.Event{set("loss", "0.3")}); !errors.As(err, &se) || se.Fields["state.loss"] == "" {
+		if _, err := e.Report(ctx, ack, []event.Event{set("loss", "0.3")}, ""); !errors.As(err, &se) || se.Fields["state.loss"] == "" {
 			t.Fatalf("Report(loss) = %v, want state.loss named", err)
 		}
 		if n := count(); n != 0 {
