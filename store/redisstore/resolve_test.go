@@ -197,3 +197,25 @@ func TestUnresolvedAppendIsUnknown(t *testing.T) {
 		t.Errorf("Info = %+v, %v; want the one event", info, err)
 	}
 }
+
+// TestWriteWithLostReplyIsUnknown: a write other than an append whose reply
+// is lost is not reported as "nothing written".
+func TestWriteWithLostReplyIsUnknown(t *testing.T) {
+	s, f := newFlakyStore(t)
+	if _, err := s.Put(t.Context(), "warm", map[string]string{"a": "1"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	f.arm(loseReplyAndGoDown)
+	_, err := s.Put(t.Context(), "k1", map[string]string{"a": "1"}, 0)
+	if !errors.Is(err, store.ErrOutcomeUnknown) {
+		t.Fatalf("Put whose reply was lost = %v, want ErrOutcomeUnknown", err)
+	}
+	// Redis is now out of reach: nothing is sent, which is ErrUnavailable.
+	if _, err := s.Put(t.Context(), "k2", map[string]string{"a": "1"}, 0); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Put with Redis down = %v, want ErrUnavailable", err)
+	}
+	f.setDown(false)
+	if rec, err := s.Get(t.Context(), "k1"); err != nil || rec.Fields["a"] != "1" {
+		t.Errorf("Get(k1) = %+v, %v: the lost write ran", rec, err)
+	}
+}
