@@ -9,7 +9,9 @@
 //	<p>:<type>:<id>:live               Pub/Sub channel: each appended record, the full JSON of contract §2
 //	<p>:<type>s                        sorted set: context ids of a type, score = first event's ms
 //	<p>:<type>s:<name>                 sorted set: a named index, e.g. <p>:flows:<flowName> (score = start ms)
-//	<p>:<type>:<id>:idem:<sha256 hex>  string: the ids an idempotent append stored, expires after the window
+//	<p>:<type>:<id>:idem:<sha256 hex>  string: "f<fingerprint> <id>...", what an append with an idempotency
+//	                                  key stored, expires after the window; an append without one keeps a
+//	                                  record under a random token for a minute (see Append)
 //
 // and for the flow engine (store.RunStore, store.DefinitionStore):
 //
