@@ -1,14 +1,8 @@
 package redisstore_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"io"
-	"net"
-	"sync"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,92 +15,10 @@ import (
 	"github.com/nqd-dev/nqd/store/redisstore"
 )
 
-// Faults a flakyNet injects into the next script call (EVALSHA or EVAL).
-const (
-	loseReply          = iota + 1 // the call reaches Redis, its reply is lost
-	loseCall                      // the call is lost on the way, then the connection
-	loseReplyAndGoDown            // the call reaches Redis, then Redis becomes unreachable
-)
-
-// flakyNet is the network between a client and Redis, breaking where a test
-// asks: one script call at a time, or every new connection while down.
-type flakyNet struct {
-	mu    sync.Mutex
-	fault int
-	down  bool
-	calls atomic.Int64 // script calls that reached Redis
-}
-
-func (f *flakyNet) arm(fault int) { f.mu.Lock(); f.fault = fault; f.mu.Unlock() }
-
-func (f *flakyNet) setDown(down bool) { f.mu.Lock(); f.down = down; f.mu.Unlock() }
-
-func (f *flakyNet) take() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	fault := f.fault
-	f.fault = 0
-	return fault
-}
-
-func (f *flakyNet) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	f.mu.Lock()
-	down := f.down
-	f.mu.Unlock()
-	if down {
-		return nil, &net.OpError{Op: "dial", Net: network, Err: syscall.ECONNREFUSED}
-	}
-	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	return &flakyConn{Conn: c, net: f}, nil
-}
-
-type flakyConn struct {
-	net.Conn
-	net    *flakyNet
-	broken atomic.Bool
-}
-
-func (c *flakyConn) Write(p []byte) (int, error) {
-	c.net.mu.Lock()
-	down := c.net.down
-	c.net.mu.Unlock()
-	if down {
-		// go-redis finds a pooled connection to a server that went away
-		// dead before it sends on it, and dials anew: which fails.
-		return 0, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
-	}
-	if !bytes.Contains(bytes.ToLower(p), []byte("eval")) {
-		return c.Conn.Write(p)
-	}
-	switch c.net.take() {
-	case loseCall:
-		c.broken.Store(true)
-		return len(p), nil
-	case loseReply:
-		c.broken.Store(true)
-	case loseReplyAndGoDown:
-		c.broken.Store(true)
-		c.net.setDown(true)
-	}
-	c.net.calls.Add(1)
-	return c.Conn.Write(p)
-}
-
-func (c *flakyConn) Read(p []byte) (int, error) {
-	if c.broken.Load() {
-		_ = c.Conn.Close()
-		return 0, io.EOF
-	}
-	return c.Conn.Read(p)
-}
-
-func newFlakyStore(t *testing.T) (*redisstore.Store, *flakyNet) {
+func newFlakyStore(t *testing.T) (*redisstore.Store, *redistest.Flaky) {
 	t.Helper()
-	f := &flakyNet{}
-	client := redis.NewClient(&redis.Options{Addr: redistest.Addr(t), MaxRetries: -1, DialerRetries: 1, Dialer: f.dial})
+	f := &redistest.Flaky{}
+	client := redis.NewClient(&redis.Options{Addr: redistest.Addr(t), MaxRetries: -1, DialerRetries: 1, Dialer: f.Dial})
 	t.Cleanup(func() { _ = client.Close() })
 	s, err := redisstore.New(client, redisstore.Options{Prefix: redistest.Prefix(t), Logger: zerolog.New(zerolog.NewTestWriter(t))})
 	if err != nil {
@@ -122,10 +34,10 @@ func TestLostReplyIsResolved(t *testing.T) {
 		fault int
 		key   string
 	}{
-		{"reply lost, no key", loseReply, ""},
-		{"call lost, no key", loseCall, ""},
-		{"reply lost, a client key", loseReply, "k1"},
-		{"call lost, a client key", loseCall, "k1"},
+		{"reply lost, no key", redistest.LoseReply, ""},
+		{"call lost, no key", redistest.LoseCall, ""},
+		{"reply lost, a client key", redistest.LoseReply, "k1"},
+		{"call lost, a client key", redistest.LoseCall, "k1"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s, f := newFlakyStore(t)
@@ -135,13 +47,13 @@ func TestLostReplyIsResolved(t *testing.T) {
 			if _, err := s.Append(t.Context(), store.Context{Type: "flow", ID: "warm"}, batch[:1], store.AppendOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			f.calls.Store(0)
-			f.arm(tt.fault)
+			f.ResetCalls()
+			f.Arm(tt.fault)
 			res, err := s.Append(t.Context(), c, batch, store.AppendOptions{IdempotencyKey: tt.key, SameRequest: tt.key != ""})
 			if err != nil {
 				t.Fatalf("Append with a lost %s = %v, want the true outcome", tt.name, err)
 			}
-			if res.Replayed != (tt.fault == loseReply && tt.key != "") {
+			if res.Replayed != (tt.fault == redistest.LoseReply && tt.key != "") {
 				t.Errorf("Replayed = %v", res.Replayed)
 			}
 			stored, err := s.Range(t.Context(), c, store.RangeQuery{})
@@ -152,7 +64,7 @@ func TestLostReplyIsResolved(t *testing.T) {
 				t.Errorf("answered %v, stored %v: want the batch stored once, with the ids answered", res.Events, stored)
 			}
 			// The lost call ran, or was sent again; either way once more at most.
-			if n := f.calls.Load(); n < 1 || n > 2 {
+			if n := f.Calls(); n < 1 || n > 2 {
 				t.Errorf("%d script calls reached Redis", n)
 			}
 		})
@@ -165,7 +77,7 @@ func TestUnresolvedAppendIsUnknown(t *testing.T) {
 	ev := []event.Event{{Kind: "a.b", Subject: c.ID}}
 
 	// Redis cannot be reached at all: nothing was sent, nothing stored.
-	f.setDown(true)
+	f.SetDown(true)
 	start := time.Now()
 	idle, err := s.Append(t.Context(), c, ev, store.AppendOptions{})
 	if !errors.Is(err, store.ErrUnavailable) {
@@ -174,20 +86,20 @@ func TestUnresolvedAppendIsUnknown(t *testing.T) {
 	if waited := time.Since(start); waited > time.Second {
 		t.Errorf("an append that was never sent took %v to fail", waited)
 	}
-	f.setDown(false)
+	f.SetDown(false)
 	if info, err := s.Info(t.Context(), c); err != nil || info.Length != 0 {
 		t.Fatalf("Info = %+v, %v; want nothing stored", info, err)
 	}
 
 	// The reply is lost and Redis stays out of reach until the deadline.
-	f.arm(loseReplyAndGoDown)
+	f.Arm(redistest.LoseReplyAndGoDown)
 	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 	defer cancel()
 	_, err = s.Append(ctx, c, ev, store.AppendOptions{IdempotencyKey: "k1", SameRequest: true})
 	if !errors.Is(err, store.ErrOutcomeUnknown) {
 		t.Fatalf("Append whose reply was lost, Redis gone = %v, want ErrOutcomeUnknown", err)
 	}
-	f.setDown(false)
+	f.SetDown(false)
 	// The retry the error asks for, with the same key, finds what happened.
 	res, err := s.Append(t.Context(), c, ev, store.AppendOptions{IdempotencyKey: "k1", SameRequest: true})
 	if err != nil || !res.Replayed {
@@ -205,7 +117,7 @@ func TestWriteWithLostReplyIsUnknown(t *testing.T) {
 	if _, err := s.Put(t.Context(), "warm", map[string]string{"a": "1"}, 0); err != nil {
 		t.Fatal(err)
 	}
-	f.arm(loseReplyAndGoDown)
+	f.Arm(redistest.LoseReplyAndGoDown)
 	_, err := s.Put(t.Context(), "k1", map[string]string{"a": "1"}, 0)
 	if !errors.Is(err, store.ErrOutcomeUnknown) {
 		t.Fatalf("Put whose reply was lost = %v, want ErrOutcomeUnknown", err)
@@ -214,7 +126,7 @@ func TestWriteWithLostReplyIsUnknown(t *testing.T) {
 	if _, err := s.Put(t.Context(), "k2", map[string]string{"a": "1"}, 0); !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Put with Redis down = %v, want ErrUnavailable", err)
 	}
-	f.setDown(false)
+	f.SetDown(false)
 	if rec, err := s.Get(t.Context(), "k1"); err != nil || rec.Fields["a"] != "1" {
 		t.Errorf("Get(k1) = %+v, %v: the lost write ran", rec, err)
 	}
