@@ -359,6 +359,16 @@ func (c Config) CheckHost() bool {
 	return IsLoopback(host) || len(c.AllowedHosts) > 0
 }
 
+// ServedHosts are the Host names requests may carry besides IP addresses
+// and localhost: NQ_ALLOWED_HOSTS and the name NQ_ADDR listens on.
+func (c Config) ServedHosts() []string {
+	hosts := slices.Clone(c.AllowedHosts)
+	if host, _, err := net.SplitHostPort(c.Addr); err == nil && host != "" && net.ParseIP(host) == nil {
+		hosts = append(hosts, host)
+	}
+	return hosts
+}
+
 // IsLoopback reports whether a listen host only accepts connections from
 // this machine. An empty host listens on every interface.
 func IsLoopback(host string) bool {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -265,6 +266,9 @@ func TestCheckHost(t *testing.T) {
 		if got := c.CheckHost(); got != tt.want {
 			t.Errorf("%v: CheckHost() = %v, want %v", tt.env, got, tt.want)
 		}
+		if tt.env["NQ_ALLOWED_HOSTS"] == "nqd.example" && !slices.Contains(c.ServedHosts(), "nqd.example") {
+			t.Errorf("ServedHosts() = %v, want NQ_ALLOWED_HOSTS in it", c.ServedHosts())
+		}
 	}
 }
 
@@ -282,5 +286,15 @@ func TestTrustedProxies(t *testing.T) {
 	}
 	if c, _ := Load(nil, env(nil), io.Discard); len(c.TrustedProxies) != 0 {
 		t.Errorf("default TrustedProxies = %v, want none", c.TrustedProxies)
+	}
+}
+
+func TestServedHostsHoldTheListenName(t *testing.T) {
+	c, err := Load(nil, env(map[string]string{"NQ_ADDR": "nqd.internal:8080", "NQ_TOKENS": "ui:read:" + testSecret, "NQ_ALLOWED_HOSTS": "a.example"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.ServedHosts(); !slices.Equal(got, []string{"a.example", "nqd.internal"}) {
+		t.Errorf("ServedHosts() = %v, want the allowed hosts and the listen name", got)
 	}
 }

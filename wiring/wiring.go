@@ -166,7 +166,7 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 		Ready:        ready,
 		CORSOrigins:  cfg.CORSOrigins,
 		CheckHost:    cfg.CheckHost(),
-		AllowedHosts: cfg.AllowedHosts,
+		AllowedHosts: cfg.ServedHosts(),
 		Metrics:      a.Metrics.Handler(),
 		Log:          log,
 		Now:          time.Now,
