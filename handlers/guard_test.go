@@ -13,13 +13,14 @@ import (
 	"github.com/nqd-dev/nqd/store"
 )
 
-// stateChanging walks the router and calls try for every route that is not
-// a GET, with its pattern's parameters filled in and a JSON body it takes.
+// stateChanging walks the router and calls try for every route of a
+// state-changing method, with its pattern's parameters filled in and a JSON
+// body it takes.
 func stateChanging(t *testing.T, api *testAPI, try func(key, method, target, body string)) {
 	t.Helper()
 	n := 0
 	err := chi.Walk(api.h.(chi.Routes), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
-		if method == http.MethodGet {
+		if method == http.MethodGet || method == http.MethodHead || method == http.MethodOptions {
 			return nil
 		}
 		pattern := strings.TrimSuffix(strings.ReplaceAll(route, "/*/", "/"), "/")
