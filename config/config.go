@@ -9,9 +9,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -41,6 +44,7 @@ type Config struct {
 	StreamMaxLenByType map[string]int64 // overrides StreamMaxLen per context type
 
 	CORSOrigins    []string      // browser origins allowed to call the API
+	AllowedHosts   []string      // Host names served besides IPs and localhost; "*": any
 	SSEHeartbeat   time.Duration // longest silence on an SSE connection
 	SSEMaxBackfill int           // most events one SSE backfill sends
 	SSEMaxLifetime time.Duration // 0: SSE connections are not rotated
@@ -70,15 +74,16 @@ type Config struct {
 	// StreamTokenKeys unexported secrets, so printing a Config leaks neither.
 	Tokens              []auth.Token // NQ_TOKENS then NQ_TOKENS_FILE; none: every route is open
 	TokensFile          string
-	StreamTokenKeys     []auth.Key    // the first signs; none: a key per process
-	StreamTokenMaxTTL   time.Duration // longest life of a stream token
-	TriggerKeys         []auth.Key    // sign trigger ids, the first signs; none: a key per process
-	AllowInsecureBind   bool          // serve a non-loopback address without tokens
-	RatePerToken        Rate          // appends, starts and trigger POSTs per token
-	RatePerAddr         Rate          // the same per client address
-	MaxEventBytes       int64         // largest event in an append
-	MaxStreamsPerClient int           // open streams per token and per address; 0: no cap
-	MetricsPublic       bool          // serve /metrics without a token
+	StreamTokenKeys     []auth.Key     // the first signs; none: a key per process
+	StreamTokenMaxTTL   time.Duration  // longest life of a stream token
+	TriggerKeys         []auth.Key     // sign trigger ids, the first signs; none: a key per process
+	AllowInsecureBind   bool           // serve a non-loopback address without tokens
+	RatePerToken        Rate           // appends, starts and trigger POSTs per token
+	RatePerAddr         Rate           // the same per client address
+	MaxEventBytes       int64          // largest event in an append
+	MaxStreamsPerClient int            // open streams per token and per address; 0: no cap
+	MetricsPublic       bool           // serve /metrics without a token
+	TrustedProxies      []netip.Prefix // peers whose forwarding headers name the client; none by default
 
 	// Commands instead of serving; flags only.
 	Version     bool // print the version and exit
@@ -127,6 +132,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 		{"stream-maxlen", "NQ_STREAM_MAXLEN", "approximate cap on events per stream (0: no cap)", "0", i64(&c.StreamMaxLen)},
 		{"stream-maxlen-by-type", "NQ_STREAM_MAXLEN_BY_TYPE", "per context type caps, e.g. flow=100000,trigger=1000 (0: no cap for that type)", "", typeCaps(&c.StreamMaxLenByType)},
 		{"cors-origins", "NQ_CORS_ORIGINS", "comma-separated browser origins allowed to call the API (empty: same origin only)", "", list(&c.CORSOrigins)},
+		{"allowed-hosts", "NQ_ALLOWED_HOSTS", "comma-separated host names the Host header may carry besides IP addresses and localhost (* for any); checked when listening on loopback or when set", "", list(&c.AllowedHosts)},
 		{"sse-heartbeat", "NQ_SSE_HEARTBEAT", "longest silence on an SSE connection before a comment line", "15s", dur(&c.SSEHeartbeat)},
 		{"sse-max-backfill", "NQ_SSE_MAX_BACKFILL", "most events an SSE backfill sends (the newest, after an 'event: truncated' notice)", "10000", integer(&c.SSEMaxBackfill)},
 		{"web-base", "NQ_WEB_BASE", "path the browser dashboard is served at (empty: /)", "", str(&c.WebBase)},
@@ -154,6 +160,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 		{"max-event-bytes", "NQ_MAX_EVENT_BYTES", "largest event in an append", "262144", i64(&c.MaxEventBytes)},
 		{"max-streams-per-client", "NQ_MAX_STREAMS_PER_CLIENT", "open SSE streams per token and per address (0: no cap)", "100", integer(&c.MaxStreamsPerClient)},
 		{"metrics-public", "NQ_METRICS_PUBLIC", "serve /metrics without a token", "false", boolean(&c.MetricsPublic)},
+		{"trusted-proxies", "NQ_TRUSTED_PROXIES", "comma-separated CIDRs (or addresses) of proxies whose X-Forwarded-For or Forwarded header names the client (empty: none)", "", prefixes(&c.TrustedProxies)},
 	}
 
 	fs := flag.NewFlagSet("nqd", flag.ContinueOnError)
@@ -315,8 +322,14 @@ func (c Config) validate() error {
 		bad("NQ_CHECKPOINT_EVERY", "must not be negative")
 	}
 	for _, o := range c.CORSOrigins {
-		if u, err := url.Parse(o); o != "*" && (err != nil || u.Scheme == "" || u.Host == "" || u.Path != "") {
+		// The same rule that trusts the origin for state-changing requests.
+		if o != "*" && http.NewCrossOriginProtection().AddTrustedOrigin(o) != nil {
 			bad("NQ_CORS_ORIGINS", "want origins such as https://ui.example.com, got %q", o)
+		}
+	}
+	for _, h := range c.AllowedHosts {
+		if h != "*" && (strings.ContainsAny(h, "/:@ ") || strings.Trim(h, ".") == "") {
+			bad("NQ_ALLOWED_HOSTS", "want host names such as nqd.example.com, without scheme or port, got %q", h)
 		}
 	}
 	if c.SSEHeartbeat < time.Second || c.SSEHeartbeat > 60*time.Second {
@@ -333,6 +346,27 @@ func (c Config) validate() error {
 		return errors.New(strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// CheckHost reports whether requests must name an allowed Host: always when
+// nqd listens on loopback (a web page could otherwise rebind its own DNS name
+// to it), elsewhere only when NQ_ALLOWED_HOSTS names hosts; "*" turns it off.
+func (c Config) CheckHost() bool {
+	if slices.Contains(c.AllowedHosts, "*") {
+		return false
+	}
+	host, _, _ := net.SplitHostPort(c.Addr)
+	return IsLoopback(host) || len(c.AllowedHosts) > 0
+}
+
+// ServedHosts are the Host names requests may carry besides IP addresses
+// and localhost: NQ_ALLOWED_HOSTS and the name NQ_ADDR listens on.
+func (c Config) ServedHosts() []string {
+	hosts := slices.Clone(c.AllowedHosts)
+	if host, _, err := net.SplitHostPort(c.Addr); err == nil && host != "" && net.ParseIP(host) == nil {
+		hosts = append(hosts, host)
+	}
+	return hosts
 }
 
 // IsLoopback reports whether a listen host only accepts connections from
@@ -410,6 +444,28 @@ func typeCaps(p *map[string]int64) func(string) error {
 			caps[strings.TrimSpace(typ)] = limit
 		}
 		*p = caps
+		return nil
+	}
+}
+
+// prefixes parses comma-separated CIDRs; a bare address is a CIDR of one.
+func prefixes(p *[]netip.Prefix) func(string) error {
+	return func(v string) error {
+		*p = nil
+		for _, part := range strings.Split(v, ",") {
+			if part = strings.TrimSpace(part); part == "" {
+				continue
+			}
+			pfx, err := netip.ParsePrefix(part)
+			if err != nil {
+				ip, ierr := netip.ParseAddr(part)
+				if ierr != nil {
+					return fmt.Errorf("want CIDRs such as 10.0.0.0/8 or addresses, got %q", part)
+				}
+				pfx = netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen())
+			}
+			*p = append(*p, pfx.Masked())
+		}
 		return nil
 	}
 }

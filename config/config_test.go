@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -54,6 +55,10 @@ func TestLoadRejects(t *testing.T) {
 		{args: []string{"-request-timeout", "soon"}, want: "-request-timeout"},
 		{env: map[string]string{"NQ_MAX_BODY_BYTES": "1"}, want: "NQ_MAX_BODY_BYTES"},
 		{env: map[string]string{"NQ_CORS_ORIGINS": "https://ok.example, ui.example"}, want: "NQ_CORS_ORIGINS"},
+		{env: map[string]string{"NQ_CORS_ORIGINS": "https://ok.example/path"}, want: "NQ_CORS_ORIGINS"},
+		{env: map[string]string{"NQ_ALLOWED_HOSTS": "nqd.example:8080"}, want: "NQ_ALLOWED_HOSTS"},
+		{env: map[string]string{"NQ_TRUSTED_PROXIES": "10.0.0.0/8, nginx"}, want: "NQ_TRUSTED_PROXIES"},
+		{env: map[string]string{"NQ_ALLOWED_HOSTS": "https://nqd.example"}, want: "NQ_ALLOWED_HOSTS"},
 		{env: map[string]string{"NQ_SSE_HEARTBEAT": "5m"}, want: "NQ_SSE_HEARTBEAT"},
 		{env: map[string]string{"NQ_STREAM_MAXLEN_BY_TYPE": "flow=10,Bad=3"}, want: "NQ_STREAM_MAXLEN_BY_TYPE"},
 		{env: map[string]string{"NQ_STREAM_MAXLEN_BY_TYPE": "flow"}, want: "NQ_STREAM_MAXLEN_BY_TYPE"},
@@ -239,5 +244,57 @@ func TestUsageText(t *testing.T) {
 		if !strings.Contains(out.String(), f+"\n") {
 			t.Errorf("-h text lacks %s", f)
 		}
+	}
+}
+
+func TestCheckHost(t *testing.T) {
+	tokens := "ui:read:" + testSecret
+	for _, tt := range []struct {
+		env  map[string]string
+		want bool
+	}{
+		{map[string]string{}, true}, // the default loopback address
+		{map[string]string{"NQ_ADDR": "[::1]:8080"}, true},
+		{map[string]string{"NQ_ALLOWED_HOSTS": "*"}, false},
+		{map[string]string{"NQ_ADDR": "0.0.0.0:8080", "NQ_TOKENS": tokens}, false},
+		{map[string]string{"NQ_ADDR": "0.0.0.0:8080", "NQ_TOKENS": tokens, "NQ_ALLOWED_HOSTS": "nqd.example"}, true},
+	} {
+		c, err := Load(nil, env(tt.env), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.CheckHost(); got != tt.want {
+			t.Errorf("%v: CheckHost() = %v, want %v", tt.env, got, tt.want)
+		}
+		if tt.env["NQ_ALLOWED_HOSTS"] == "nqd.example" && !slices.Contains(c.ServedHosts(), "nqd.example") {
+			t.Errorf("ServedHosts() = %v, want NQ_ALLOWED_HOSTS in it", c.ServedHosts())
+		}
+	}
+}
+
+func TestTrustedProxies(t *testing.T) {
+	c, err := Load(nil, env(map[string]string{"NQ_TRUSTED_PROXIES": "10.0.0.0/8, 192.0.2.7,2001:db8::/32, 10.1.2.3/16"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range c.TrustedProxies {
+		got = append(got, p.String())
+	}
+	if want := "10.0.0.0/8 192.0.2.7/32 2001:db8::/32 10.1.0.0/16"; strings.Join(got, " ") != want {
+		t.Errorf("TrustedProxies = %v, want %s", got, want)
+	}
+	if c, _ := Load(nil, env(nil), io.Discard); len(c.TrustedProxies) != 0 {
+		t.Errorf("default TrustedProxies = %v, want none", c.TrustedProxies)
+	}
+}
+
+func TestServedHostsHoldTheListenName(t *testing.T) {
+	c, err := Load(nil, env(map[string]string{"NQ_ADDR": "nqd.internal:8080", "NQ_TOKENS": "ui:read:" + testSecret, "NQ_ALLOWED_HOSTS": "a.example"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.ServedHosts(); !slices.Equal(got, []string{"a.example", "nqd.internal"}) {
+		t.Errorf("ServedHosts() = %v, want the allowed hosts and the listen name", got)
 	}
 }

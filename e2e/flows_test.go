@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -109,6 +110,10 @@ func TestFailureAndCancel(t *testing.T) {
 			var in map[string]struct{ Mode string }
 			_ = sc.Input(&in)
 			if in["ingested"].Mode != "" {
+				// ingest's emit queues this step before ingest completes:
+				// fail once its completion is stored, so the run's history
+				// does not depend on which worker call lands first.
+				stepCompleted(ctx, base, sc.Job.Run, "ingest")
 				return nil, worker.Permanent(errors.New("unsupported format"))
 			}
 			blocked <- sc.Job.Run
@@ -171,4 +176,33 @@ func TestFailureAndCancel(t *testing.T) {
 			t.Errorf("publish ran %d times", published)
 		}
 	})
+}
+
+// stepCompleted waits until run's stream holds step.completed of step, or
+// ctx ends; it runs inside a step handler, so it reports nothing itself (the
+// test's own checks of the stream do).
+func stepCompleted(ctx context.Context, base, run, step string) {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/_events/flow/"+run, nil)
+		if err != nil {
+			return
+		}
+		if res, err := http.DefaultClient.Do(req); err == nil {
+			var r runEvents
+			err = json.NewDecoder(res.Body).Decode(&r)
+			_ = res.Body.Close()
+			for _, e := range r.Events {
+				if err == nil && e.Kind == "step.completed" && e.Step == step {
+					return
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }

@@ -14,8 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/getkin/kin-openapi/openapi3"
-
 	"github.com/nqd-dev/nqd/auth"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/flows"
@@ -470,22 +468,30 @@ func (e *Engine) triggerRecord(ctx context.Context, id string) (event.Event, err
 	return evs[0], nil
 }
 
+// PayloadError names each place of a trigger payload that breaks the
+// trigger's schema (payload, payload.approved, ...) and why.
+type PayloadError struct {
+	Fields map[string]string
+}
+
+func (e *PayloadError) Error() string { return fmt.Sprintf("%v: %v", ErrPayloadInvalid, e.Fields) }
+
+func (e *PayloadError) Unwrap() error { return ErrPayloadInvalid }
+
 // checkSchema validates a trigger payload against the step's schema.
 func checkSchema(d *flows.Definition, step string, payload json.RawMessage) error {
 	s, ok := d.Steps[step]
 	if !ok || s.Await == nil || len(s.Await.Schema) == 0 {
 		return nil
 	}
-	var sch openapi3.Schema
-	if err := json.Unmarshal(s.Await.Schema, &sch); err != nil {
-		return fmt.Errorf("%w: %v", ErrPayloadInvalid, err)
+	sch, bad := flows.CompileSchema(s.Await.Schema, "schema")
+	if bad != nil {
+		// Stored before schemas were checked when stored: refuse rather
+		// than let a payload through unchecked.
+		return &PayloadError{Fields: map[string]string{"payload": "the trigger's schema is not one nqd enforces"}}
 	}
-	var v any
-	if err := json.Unmarshal(payload, &v); err != nil {
-		return fmt.Errorf("%w: %v", ErrPayloadInvalid, err)
-	}
-	if err := sch.VisitJSON(v, openapi3.MultiErrors()); err != nil {
-		return fmt.Errorf("%w: %v", ErrPayloadInvalid, err)
+	if bad := sch.Validate(payload, "payload"); bad != nil {
+		return &PayloadError{Fields: bad}
 	}
 	return nil
 }

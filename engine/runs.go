@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -59,6 +60,9 @@ func (e *Engine) Start(ctx context.Context, flow string, input json.RawMessage, 
 	}
 	_, err = e.commit(ctx, u)
 	if errors.Is(err, errRace) && idempotencyKey != "" {
+		if err := e.sameInput(ctx, flow, id, input); err != nil {
+			return Started{}, err
+		}
 		out.Replayed = true
 		return out, nil
 	}
@@ -66,6 +70,21 @@ func (e *Engine) Start(ctx context.Context, flow string, input json.RawMessage, 
 		return Started{}, fmt.Errorf("engine: run id %s taken: %w", id, store.ErrConflict)
 	}
 	return out, err
+}
+
+// sameInput checks that a start replayed by its idempotency key asks for the
+// run the key started: the same input, compared as compact JSON. Errors:
+// store.ErrKeyReused.
+func (e *Engine) sameInput(ctx context.Context, flow, id string, input json.RawMessage) error {
+	r, err := e.readRun(ctx, flow, id)
+	if err != nil {
+		return err
+	}
+	var was, now bytes.Buffer
+	if json.Compact(&was, r.state.Input) != nil || json.Compact(&now, input) != nil || !bytes.Equal(was.Bytes(), now.Bytes()) {
+		return fmt.Errorf("engine: start of run %s: %w", id, store.ErrKeyReused)
+	}
+	return nil
 }
 
 // Cancel ends a running run: it appends flow.cancelled, marks the run

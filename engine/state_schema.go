@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/getkin/kin-openapi/openapi3"
-
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/flows"
 	"github.com/nqd-dev/nqd/store"
@@ -15,15 +13,19 @@ import (
 // state changes are validated at write time). Nothing of the report is stored.
 var ErrStateInvalid = fmt.Errorf("engine: state does not match the flow's state schema: %w", store.ErrInvalid)
 
-// StateError names the state key whose value broke the schema.
+// StateError names the places of the state that break the schema: under
+// Fields, state.<key> (and the path within its value) and the rule broken.
 type StateError struct {
-	Key    string
-	Reason string
+	Fields map[string]string
 }
 
-func (e *StateError) Error() string { return fmt.Sprintf("state %q: %s", e.Key, e.Reason) }
+func (e *StateError) Error() string { return fmt.Sprintf("state: %v", e.Fields) }
 
 func (e *StateError) Unwrap() error { return ErrStateInvalid }
+
+func stateError(at, reason string) *StateError {
+	return &StateError{Fields: map[string]string{at: reason}}
+}
 
 // checkState validates the state writes among evs against d's state
 // schema, which describes the run's state as one object: each key set is
@@ -33,9 +35,9 @@ func checkState(d *flows.Definition, evs []event.Event) error {
 	if d == nil || len(d.StateSchema) == 0 {
 		return nil
 	}
-	var sch openapi3.Schema
-	if err := json.Unmarshal(d.StateSchema, &sch); err != nil {
-		return &StateError{Key: "*", Reason: "the flow's state schema does not load: " + err.Error()}
+	sch, bad := flows.CompileSchema(d.StateSchema, "stateSchema")
+	if bad != nil {
+		return stateError("state", "the flow's state schema is not one nqd enforces")
 	}
 	for _, ev := range evs {
 		switch ev.Kind {
@@ -45,9 +47,9 @@ func checkState(d *flows.Definition, evs []event.Event) error {
 				Value json.RawMessage `json:"value"`
 			}
 			if json.Unmarshal(ev.Data, &op) != nil || op.Key == "" {
-				return &StateError{Key: "?", Reason: "state.set needs {key, value}"}
+				return stateError("state", "state.set needs {key, value}")
 			}
-			if err := checkKey(&sch, op.Key, op.Value); err != nil {
+			if err := checkKey(sch, op.Key, op.Value); err != nil {
 				return err
 			}
 		case "state.batch":
@@ -59,48 +61,40 @@ func checkState(d *flows.Definition, evs []event.Event) error {
 				} `json:"operations"`
 			}
 			if json.Unmarshal(ev.Data, &b) != nil {
-				return &StateError{Key: "?", Reason: "state.batch needs {operations: [...]}"}
+				return stateError("state", "state.batch needs {operations: [...]}")
 			}
 			for _, op := range b.Operations {
 				if op.Type != "set" {
 					continue
 				}
-				if err := checkKey(&sch, op.Key, op.Value); err != nil {
+				if err := checkKey(sch, op.Key, op.Value); err != nil {
 					return err
 				}
 			}
 		case "state.snapshot":
-			var v any
-			if err := json.Unmarshal(ev.Data, &v); err != nil {
-				return &StateError{Key: "*", Reason: "a snapshot must be a JSON object"}
-			}
-			if err := sch.VisitJSON(v, openapi3.MultiErrors()); err != nil {
-				return &StateError{Key: "*", Reason: err.Error()}
+			if bad := sch.Validate(ev.Data, "state"); bad != nil {
+				return &StateError{Fields: bad}
 			}
 		}
 	}
 	return nil
 }
 
-func checkKey(sch *openapi3.Schema, key string, raw json.RawMessage) error {
-	var v any
-	if len(raw) > 0 {
-		if err := json.Unmarshal(raw, &v); err != nil {
-			return &StateError{Key: key, Reason: "the value is not JSON"}
-		}
+func checkKey(sch *flows.Schema, key string, raw json.RawMessage) error {
+	at := "state." + key
+	if len(raw) == 0 {
+		raw = json.RawMessage("null")
 	}
-	prop, ok := sch.Properties[key]
+	sub, ok, err := sch.Property(key)
 	switch {
-	case ok && prop.Value != nil:
-		if err := prop.Value.VisitJSON(v, openapi3.MultiErrors()); err != nil {
-			return &StateError{Key: key, Reason: err.Error()}
+	case err != nil:
+		return stateError(at, "the state schema for this key does not compile")
+	case !ok:
+		return stateError(at, "the state schema has no such key")
+	case sub != nil:
+		if bad := flows.ValidateWith(sub, raw, at); bad != nil {
+			return &StateError{Fields: bad}
 		}
-	case sch.AdditionalProperties.Schema != nil && sch.AdditionalProperties.Schema.Value != nil:
-		if err := sch.AdditionalProperties.Schema.Value.VisitJSON(v, openapi3.MultiErrors()); err != nil {
-			return &StateError{Key: key, Reason: err.Error()}
-		}
-	case sch.AdditionalProperties.Has != nil && !*sch.AdditionalProperties.Has:
-		return &StateError{Key: key, Reason: "the state schema has no such key"}
 	}
 	return nil
 }

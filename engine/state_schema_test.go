@@ -25,7 +25,8 @@ func TestStateSchema(t *testing.T) {
 			Steps: map[string]flows.Step{"train": {Queue: "default"}},
 			StateSchema: json.RawMessage(`{"type":"object","additionalProperties":false,"properties":{
 				"status":{"type":"string","enum":["initializing","training","complete"]},
-				"accuracy":{"type":"number","minimum":0,"maximum":1}}}`),
+				"accuracy":{"type":"number","minimum":0,"maximum":1},
+				"progress":{"type":"object","properties":{"pct":{"maximum":1},"phase":{"const":"fit"}}}}}`),
 		}
 		if err := e.PutDefinition(ctx, d); err != nil {
 			t.Fatal(err)
@@ -61,6 +62,15 @@ func TestStateSchema(t *testing.T) {
 			if !errors.As(err, &se) || !errors.Is(err, engine.ErrStateInvalid) {
 				t.Fatalf("Report(%s) = %v, want a StateError", bad[len(bad)-1].Data, err)
 			}
+		}
+		// Each failing place of a value is named, one line each.
+		_, err = e.Report(ctx, ack, []event.Event{set("progress", `{"pct":2,"phase":"eval"}`)}, "")
+		var se *engine.StateError
+		if !errors.As(err, &se) || se.Fields["state.progress.pct"] == "" || se.Fields["state.progress.phase"] == "" || len(se.Fields) != 2 {
+			t.Fatalf("Report(progress) = %v, want state.progress.pct and state.progress.phase named", err)
+		}
+		if _, err := e.Report(ctx, ack, []event.Event{set("loss", "0.3")}, ""); !errors.As(err, &se) || se.Fields["state.loss"] == "" {
+			t.Fatalf("Report(loss) = %v, want state.loss named", err)
 		}
 		if n := count(); n != 0 {
 			t.Fatalf("%d state events stored after refused reports, want 0", n)

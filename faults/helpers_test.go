@@ -47,6 +47,8 @@ type appender struct {
 	acked       map[int][]string // batch → the ids nqd answered with
 	failed      []int            // batches with no 201
 	unavailable int              // 503 answers that carried Retry-After
+	notStored   []int            // batches answered 503, which promises nothing was stored
+	unknown     int              // 504 outcome_unknown answers: stored or not
 	problems    []string         // answers that break the contract
 	statuses    map[int]int      // status → count, for failure messages
 	lastAcked   event.ID         // the newest acknowledged id
@@ -137,6 +139,17 @@ func (a *appender) post(ctx context.Context, n int) {
 			a.problems = append(a.problems, fmt.Sprintf("batch %d: 503 without Retry-After", n))
 		} else {
 			a.unavailable++
+			a.notStored = append(a.notStored, n)
+		}
+	case http.StatusGatewayTimeout:
+		a.failed = append(a.failed, n)
+		var body struct {
+			Error struct{ Code string } `json:"error"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || body.Error.Code != "outcome_unknown" || resp.Header.Get("Retry-After") == "" {
+			a.problems = append(a.problems, fmt.Sprintf("batch %d: 504 %q (%v), want outcome_unknown with Retry-After", n, body.Error.Code, err))
+		} else {
+			a.unknown++
 		}
 	default:
 		a.failed = append(a.failed, n)
@@ -229,6 +242,11 @@ func checkStream(t *testing.T, a *appender, stored []storedEvent) {
 	}
 	if lost > 0 {
 		t.Errorf("%d acknowledged events lost of %d batches acknowledged", lost, len(a.acked))
+	}
+	for _, n := range a.notStored {
+		if len(parts[n]) > 0 {
+			t.Errorf("batch %d was answered 503, yet is stored", n)
+		}
 	}
 	for n, ps := range parts {
 		want := make([]int, batchSize)

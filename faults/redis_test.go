@@ -96,7 +96,7 @@ func TestRedisRestart(t *testing.T) {
 		f.check(t, fmt.Sprintf("follower %d", i), stored)
 	}
 	stopFollowers()
-	t.Logf("%d batches acknowledged, %d answered 503 with Retry-After, statuses %v", a.ackedCount(), a.unavailableCount(), a.statuses)
+	t.Logf("%d batches acknowledged, %d answered 503 with Retry-After (none stored), %d outcome_unknown, statuses %v", a.ackedCount(), a.unavailableCount(), a.unknown, a.statuses)
 }
 
 // TestPubSubKilled kills nqd's Pub/Sub connections to Redis while clients

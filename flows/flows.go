@@ -232,8 +232,9 @@ func (d *Definition) Validate() error {
 					bad[at+".await.where"] = err.Error()
 				}
 			}
-			if len(a.Schema) > 0 && !json.Valid(a.Schema) {
-				bad[at+".await.schema"] = "must be a JSON Schema object"
+			if len(a.Schema) > 0 {
+				_, errs := CompileSchema(a.Schema, at+".await.schema")
+				maps.Copy(bad, errs)
 			}
 		}
 		if s.Timeout < 0 {
@@ -241,10 +242,8 @@ func (d *Definition) Validate() error {
 		}
 	}
 	if len(d.StateSchema) > 0 {
-		var obj map[string]any
-		if json.Unmarshal(d.StateSchema, &obj) != nil {
-			bad["stateSchema"] = "must be a JSON Schema object"
-		}
+		_, errs := CompileSchema(d.StateSchema, "stateSchema")
+		maps.Copy(bad, errs)
 	}
 	if len(bad) == 0 {
 		d.checkGraph(bad)

@@ -117,8 +117,13 @@ type Deps struct {
 	// the live feed; /readyz fails while any of them does.
 	Ready []func(context.Context) error
 	// CORSOrigins may call the API from a browser on another origin; empty
-	// allows none (the UI is same-origin).
+	// allows none (the UI is same-origin). "*" allows every origin.
 	CORSOrigins []string
+	// CheckHost refuses a request whose Host header is not an IP address,
+	// localhost or one of AllowedHosts: what a loopback nqd needs against DNS
+	// rebinding.
+	CheckHost    bool
+	AllowedHosts []string
 	// Metrics is optional: it serves GET /metrics (Prometheus) when set.
 	Metrics http.Handler
 	Log     zerolog.Logger
@@ -149,6 +154,11 @@ type API struct {
 	metrics   http.Handler
 	ready     []func(context.Context) error
 	cors      []string
+	guard     guard
+	inFlight  *inFlight
+	// closing ends when the server shuts down; long polls end with it.
+	closing   context.Context
+	stopPolls context.CancelFunc
 	log       zerolog.Logger
 	now       func() time.Time
 	limits    Limits
@@ -181,7 +191,15 @@ func New(d Deps) *API {
 	if keyPrefix == "" {
 		keyPrefix = defaultKeyPrefix
 	}
-	return &API{
+	g, err := newGuard(d.CheckHost, d.AllowedHosts, d.CORSOrigins)
+	if err != nil {
+		// The config checks origins with the same rule; should one slip
+		// through, trust no origin rather than every one.
+		d.Log.Error().Err(err).Msg("NQ_CORS_ORIGINS: an origin is not valid; no origin is trusted")
+		g, _ = newGuard(d.CheckHost, d.AllowedHosts, nil)
+	}
+	closing, stopPolls := context.WithCancel(context.Background())
+	return &API{guard: g, inFlight: &inFlight{}, closing: closing, stopPolls: stopPolls,
 		store: d.Store, state: d.State, stream: d.Stream, flows: d.Flows, kv: d.KV, archive: d.Archive, restorer: d.Restorer, compact: d.Compactor, history: d.History, metrics: d.Metrics, ready: d.Ready, cors: d.CORSOrigins,
 		log: d.Log, now: now, limits: lim, access: newAccess(d.Access, now), validate: newValidator(),
 		web: d.Web, webBase: d.WebBase, queues: d.Queues, keyPrefix: keyPrefix,
@@ -196,8 +214,10 @@ func (a *API) Routes() http.Handler {
 	r.Use(
 		hlog.NewHandler(a.log),
 		requestID,
+		a.access.withClientAddr,
 		hlog.AccessHandler(accessLog),
 		recoverer,
+		a.guard.checkHost,
 	)
 	if len(a.cors) > 0 {
 		r.Use(cors.Handler(cors.Options{
@@ -208,7 +228,7 @@ func (a *API) Routes() http.Handler {
 			MaxAge:         600,
 		}))
 	}
-	r.Use(a.access.Auth.Middleware)
+	r.Use(a.guard.checkBrowser, a.access.Auth.Middleware)
 	// Set before any sub-router exists so that every one inherits them.
 	r.NotFound(notFound)
 	r.MethodNotAllowed(methodNotAllowed(r))
@@ -278,6 +298,11 @@ func (a *API) Routes() http.Handler {
 
 	return r
 }
+
+// StopLongPolls ends the worker claims waiting for jobs, at once and for
+// good: on shutdown a worker is told to come back later (503 with
+// Retry-After) rather than held until the shutdown timeout.
+func (a *API) StopLongPolls() { a.stopPolls() }
 
 // isProbe reports whether r is a health probe.
 func isProbe(r *http.Request) bool { return r.URL.Path == "/healthz" || r.URL.Path == "/readyz" }

@@ -185,10 +185,6 @@ func TestListNewestFirst(t *testing.T) {
 
 func TestIdempotencyKey(t *testing.T) {
 	api := newTestAPI(t)
-	withKey := func(req request, key string) request {
-		req.header = http.Header{"Idempotency-Key": {key}}
-		return req
-	}
 
 	first := api.do(t, withKey(post("/api/_events/flow/run-1", `{"kind":"flow.started"}`), "k-1"))
 	wantStatus(t, first, http.StatusCreated)
@@ -211,9 +207,9 @@ func TestIdempotencyKey(t *testing.T) {
 	// A key first used for a batch cannot answer a single event.
 	wantStatus(t, api.do(t, withKey(post("/api/_events/flow/run-1", `{"events":[{"kind":"a"},{"kind":"b"}]}`), "k-2")), http.StatusCreated)
 	rec := api.do(t, withKey(post("/api/_events/flow/run-1", `{"kind":"a"}`), "k-2"))
-	wantStatus(t, rec, http.StatusConflict)
-	if code := decode[errorBody](t, rec).Error.Code; code != "conflict" {
-		t.Errorf("code %q, want conflict", code)
+	wantStatus(t, rec, http.StatusUnprocessableEntity)
+	if code := decode[errorBody](t, rec).Error.Code; code != handlers.CodeKeyReused {
+		t.Errorf("code %q, want %s", code, handlers.CodeKeyReused)
 	}
 }
 
@@ -285,7 +281,7 @@ func TestBadRequests(t *testing.T) {
 		{"empty body", request{method: http.MethodPost, target: ctx}, 400, "bad_request", nil, ""},
 		{"two JSON values", post(ctx, `{"kind":"a"}{"kind":"b"}`), 400, "bad_request", nil, ""},
 		{"array body", post(ctx, `[{"kind":"a"}]`), 400, "bad_request", nil, ""},
-		{"form content type", request{method: http.MethodPost, target: ctx, body: `{"kind":"a"}`, header: http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}}, 400, "bad_request", nil, ""},
+		{"form content type", request{method: http.MethodPost, target: ctx, body: `{"kind":"a"}`, header: http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}}, 415, "unsupported_media_type", nil, ""},
 		{"body over the limit", post(ctx, `{"kind":"a","data":"`+strings.Repeat("x", handlers.DefaultMaxBodyBytes)+`"}`), 413, "too_large", nil, ""},
 
 		{"batch with other fields", post(ctx, `{"kind":"a","events":[{"kind":"b"}]}`), 400, "bad_request", nil, ""},

@@ -1,8 +1,8 @@
 package handlers
 
 import (
-	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -38,6 +38,10 @@ type Access struct {
 	// PublicMetrics serves /metrics without a token, for scrapers that
 	// cannot send one.
 	PublicMetrics bool
+	// TrustedProxies are the peers whose X-Forwarded-For or Forwarded
+	// header names the client; from any other peer those headers are
+	// ignored. None by default.
+	TrustedProxies []netip.Prefix
 }
 
 // Stream token lifetimes.
@@ -154,16 +158,6 @@ func (a *API) limitRate(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// clientAddr is the client's address as the limits count it: the peer's IP,
-// IPv6 by its /64. Forwarded headers are not trusted.
-func clientAddr(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	return httprate.CanonicalizeIP(host)
 }
 
 // clientKeys are the keys a client's open streams are counted under.

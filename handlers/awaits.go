@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -32,14 +31,15 @@ func (a *API) awaitRoutes(r chi.Router) {
 
 // triggerError answers the trigger endpoint's refusals (contract §6).
 func triggerError(err error) error {
+	var pe *engine.PayloadError
 	switch {
 	case errors.Is(err, engine.ErrTriggerInvalid):
 		return &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Message: "The trigger id is not valid."}
 	case errors.Is(err, engine.ErrTriggerGone):
 		return &Error{Status: http.StatusGone, Code: CodeGone, Message: "The trigger expired, was canceled or its run ended."}
-	case errors.Is(err, engine.ErrPayloadInvalid):
-		return &Error{Status: http.StatusUnprocessableEntity, Code: CodeValidation, Message: "The payload does not match the trigger's schema.",
-			Fields: map[string]string{"payload": strings.TrimPrefix(err.Error(), engine.ErrPayloadInvalid.Error()+": ")}}
+	case errors.As(err, &pe):
+		return &Error{Status: http.StatusUnprocessableEntity, Code: CodeValidation, Message: "The payload does not match the trigger's schema; one line per failing place.",
+			Fields: pe.Fields}
 	}
 	return flowError(err)
 }
@@ -49,7 +49,7 @@ func triggerError(err error) error {
 var sourceHeaders = map[string]bool{"Authorization": true, "Cookie": true, "Proxy-Authorization": true}
 
 func triggerSource(r *http.Request) engine.TriggerSource {
-	src := engine.TriggerSource{Addr: r.RemoteAddr, Headers: map[string]string{}}
+	src := engine.TriggerSource{Addr: clientIPOf(r), Headers: map[string]string{}}
 	for name, vals := range r.Header {
 		if sourceHeaders[name] || len(vals) == 0 || len(src.Headers) >= 32 {
 			continue
@@ -76,6 +76,10 @@ func (a *API) fireTrigger(w http.ResponseWriter, r *http.Request) {
 	}
 	payload := json.RawMessage(`null`)
 	if len(bytes.TrimSpace(body)) > 0 {
+		if err := checkJSONText(body, "payload"); err != nil {
+			writeError(w, r, err)
+			return
+		}
 		if !json.Valid(body) {
 			writeError(w, r, badRequest("The body must be JSON, the trigger's payload."))
 			return

@@ -36,6 +36,7 @@ const (
 	CodeCanceled         = "canceled"
 	CodeInternal         = "internal"
 	CodeArchiveCorrupt   = "archive_corrupt"
+	CodeOutcomeUnknown   = "outcome_unknown"
 )
 
 // retryAfterSeconds is what a 503 asks clients to wait: long enough for a
@@ -99,10 +100,13 @@ var codes = []struct {
 	// A 502: the archive is storage behind nqd, and its copy is bad; the
 	// request was fine and repeating it will not help.
 	{archive.ErrCorrupt, http.StatusBadGateway, CodeArchiveCorrupt, "The archived copy does not match its manifest and cannot be read."},
+	{store.ErrKeyReused, http.StatusUnprocessableEntity, CodeKeyReused, "The Idempotency-Key was used before for a different request; nothing was stored. Use a new key for a new request."},
 	{store.ErrNotFound, http.StatusNotFound, CodeNotFound, "The resource does not exist."},
 	{store.ErrConflict, http.StatusConflict, CodeConflict, "The request conflicts with what is stored, such as an idempotency key reused for a different request."},
 	{store.ErrInvalid, http.StatusBadRequest, CodeBadRequest, "The request breaks a storage rule."},
-	{store.ErrUnavailable, http.StatusServiceUnavailable, CodeUnavailable, "The store is unavailable; retry later."},
+	// A 504 like a timeout, and never a 503, which promises nothing was stored.
+	{store.ErrOutcomeUnknown, http.StatusGatewayTimeout, CodeOutcomeUnknown, "The store took the write but its answer was lost, and it could not be asked in time whether the write was applied. Retry with the same Idempotency-Key: that is always safe."},
+	{store.ErrUnavailable, http.StatusServiceUnavailable, CodeUnavailable, "The store is unavailable and nothing was stored; retry later."},
 	{store.ErrClosed, http.StatusServiceUnavailable, CodeUnavailable, "The store is shutting down; retry later."},
 	{context.DeadlineExceeded, http.StatusGatewayTimeout, CodeTimeout, "The request took too long."},
 	{context.Canceled, statusClientClosed, CodeCanceled, "The request was canceled."},
@@ -161,10 +165,10 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	default:
 		log.Debug().Err(err).Int("status", e.Status).Msg("request rejected")
 	}
-	switch e.Status {
-	case http.StatusServiceUnavailable:
+	switch {
+	case e.Status == http.StatusServiceUnavailable, e.Code == CodeOutcomeUnknown:
 		w.Header().Set("Retry-After", retryAfterSeconds)
-	case http.StatusUnauthorized:
+	case e.Status == http.StatusUnauthorized:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="nqd"`)
 	}
 	writeJSON(w, r, e.Status, errorBody{errorFields{Code: e.Code, Message: e.Message, Fields: e.Fields}})

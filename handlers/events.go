@@ -43,6 +43,12 @@ func (a *API) appendEvents(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
+	end, ok := a.inFlight.begin(keyOf("append", c.String(), opts.IdempotencyKey))
+	if !ok {
+		writeError(w, r, errKeyInFlight)
+		return
+	}
+	defer end()
 	r.Body = http.MaxBytesReader(w, r.Body, a.limits.MaxBodyBytes)
 	evs, batch, err := a.decodeAppend(r, c)
 	if err != nil {
@@ -176,8 +182,12 @@ func (a *API) listContexts(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ix := store.Index{Type: p.Type, Name: p.Name}
-	status := q.Get("status")
-	if q.Has("status") && (a.flows == nil || p.Type != "flow" || p.Name == "" || !event.ValidName(status)) {
+	status, err := enumParam(q, "status", store.RunStatuses)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if q.Has("status") && (a.flows == nil || p.Type != "flow" || p.Name == "") {
 		// Paging by status needs the engine's run index of one flow; a
 		// filter silently ignored would answer the wrong runs.
 		writeError(w, r, invalidField("status", "needs type flow, a name and the flow engine"))

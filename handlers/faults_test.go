@@ -64,6 +64,9 @@ func TestStoreFailures(t *testing.T) {
 		{"not ready", faultyStore{ping: unavailable}, handlers.Limits{}, get("/readyz"), 503, "unavailable"},
 		{"ping fails oddly", faultyStore{ping: func(context.Context) error { return errors.New(secret) }}, handlers.Limits{}, get("/readyz"), 503, "unavailable"},
 		{"append unavailable", faultyStore{append: unavailable}, handlers.Limits{}, post("/api/_events/flow/run-1", `{"kind":"a"}`), 503, "unavailable"},
+		{"append outcome unknown", faultyStore{append: func(context.Context) error {
+			return errors.Join(store.ErrOutcomeUnknown, context.DeadlineExceeded, errors.New(secret))
+		}}, handlers.Limits{}, post("/api/_events/flow/run-1", `{"kind":"a"}`), 504, "outcome_unknown"},
 		{"append fails oddly", faultyStore{append: func(context.Context) error { return errors.New(secret) }}, handlers.Limits{}, post("/api/_events/flow/run-1", `{"kind":"a"}`), 500, "internal"},
 		{"append panics", faultyStore{append: func(context.Context) error { panic(secret) }}, handlers.Limits{}, post("/api/_events/flow/run-1", `{"kind":"a"}`), 500, "internal"},
 		{"read outlives the timeout", faultyStore{rangeFn: func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }},
@@ -86,7 +89,7 @@ func TestStoreFailures(t *testing.T) {
 			if strings.Contains(rec.Body.String(), "bolt") {
 				t.Errorf("the store's error leaked into the body: %s", rec.Body)
 			}
-			if got, want := rec.Header().Get("Retry-After") != "", tt.wantStatus == 503; got != want {
+			if got, want := rec.Header().Get("Retry-After") != "", tt.wantStatus == 503 || tt.wantCode == "outcome_unknown"; got != want {
 				t.Errorf("Retry-After present %v, want %v", got, want)
 			}
 		})

@@ -67,7 +67,7 @@ func flowError(err error) error {
 			Fields: map[string]string{re.Field: re.Reason}}
 	case errors.As(err, &se):
 		return &Error{Status: http.StatusUnprocessableEntity, Code: CodeValidation, Message: "The state does not match the flow's state schema; nothing was stored.",
-			Fields: map[string]string{"state." + se.Key: se.Reason}}
+			Fields: se.Fields}
 	case errors.As(err, &ve):
 		return &Error{Status: http.StatusUnprocessableEntity, Code: CodeValidation, Message: "The flow definition is invalid.", Fields: ve.Fields}
 	case errors.Is(err, engine.ErrLeaseLost):
@@ -128,8 +128,13 @@ func (a *API) putFlow(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	isYAML := mt == "application/yaml" || mt == "application/x-yaml" || mt == "text/yaml"
-	d, err := flows.Parse(body, isYAML, name)
+	if !isYAMLMedia(mt) {
+		if err := checkJSONText(body, ""); err != nil {
+			writeError(w, r, err)
+			return
+		}
+	}
+	d, err := flows.Parse(body, isYAMLMedia(mt), name)
 	var ve *flows.ValidationError
 	if err != nil && !errors.As(err, &ve) {
 		writeError(w, r, badRequest("The body is not a flow definition: %v", err))
@@ -188,7 +193,13 @@ func (a *API) startFlow(w http.ResponseWriter, r *http.Request) {
 	input := json.RawMessage(`{}`)
 	if len(body) > 0 {
 		var obj map[string]json.RawMessage
-		if err := decodeStrict(bytes.NewReader(body), &obj, ""); err != nil || obj == nil {
+		err := decodeStrict(bytes.NewReader(body), &obj, "")
+		var apiErr *Error
+		if errors.As(err, &apiErr) && len(apiErr.Fields) > 0 {
+			writeError(w, r, err) // a string not UTF-8, a name twice
+			return
+		}
+		if err != nil || obj == nil {
 			writeError(w, r, badRequest("The body must be a JSON object, the run's input."))
 			return
 		}
@@ -199,6 +210,12 @@ func (a *API) startFlow(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, invalidField("Idempotency-Key", "at most 1024 bytes"))
 		return
 	}
+	end, ok := a.inFlight.begin(keyOf("start", name, key))
+	if !ok {
+		writeError(w, r, errKeyInFlight)
+		return
+	}
+	defer end()
 	s, err := a.flows.Start(r.Context(), name, input, key)
 	if err != nil {
 		writeError(w, r, flowError(err))
@@ -252,9 +269,9 @@ func (a *API) listRuns(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	status := q.Get("status")
-	if status != "" && !event.ValidName(status) {
-		writeError(w, r, invalidField("status", "must be a run status"))
+	status, err := enumParam(q, "status", store.RunStatuses)
+	if err != nil {
+		writeError(w, r, err)
 		return
 	}
 	page, err := a.flows.Runs(r.Context(), name, status, offset, limit)

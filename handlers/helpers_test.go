@@ -121,8 +121,8 @@ func newTestAPI(t testing.TB, opts ...func(*handlers.Deps)) *testAPI {
 }
 
 // newRedisTestAPI builds the API on the shared test Redis, under a key prefix
-// of its own.
-func newRedisTestAPI(t testing.TB) *testAPI {
+// of its own; opts work as in newTestAPI.
+func newRedisTestAPI(t testing.TB, opts ...func(*handlers.Deps)) *testAPI {
 	t.Helper()
 	log := zerolog.New(zerolog.NewTestWriter(t))
 	st, err := redisstore.New(redistest.Client(t), redisstore.Options{Prefix: redistest.Prefix(t), Logger: log})
@@ -134,7 +134,11 @@ func newRedisTestAPI(t testing.TB) *testAPI {
 			t.Errorf("close store: %v", err)
 		}
 	})
-	return &testAPI{h: handlers.New(handlers.Deps{Store: st, Log: log}).Routes(), store: st}
+	deps := handlers.Deps{Store: st, Log: log}
+	for _, opt := range opts {
+		opt(&deps)
+	}
+	return &testAPI{h: handlers.New(deps).Routes(), store: st}
 }
 
 // request is one HTTP call a test makes.
@@ -143,6 +147,8 @@ type request struct {
 	target string
 	body   string
 	header http.Header
+	host   string // the Host header, when not the default example.com
+	remote string // the peer's address, when not the default 192.0.2.1:1234
 }
 
 // do serves req through the router and checks the answer against
@@ -159,6 +165,12 @@ func (a *testAPI) do(t testing.TB, req request) *httptest.ResponseRecorder {
 	}
 	for k, vs := range req.header {
 		r.Header[k] = vs
+	}
+	if req.host != "" {
+		r.Host = req.host
+	}
+	if req.remote != "" {
+		r.RemoteAddr = req.remote
 	}
 	rec := httptest.NewRecorder()
 	a.h.ServeHTTP(rec, r)

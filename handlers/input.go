@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -95,7 +96,7 @@ func idempotencyOptions(r *http.Request) (store.AppendOptions, error) {
 			return store.AppendOptions{}, invalidField("Idempotency-Key", rule)
 		}
 	}
-	return store.AppendOptions{IdempotencyKey: vals[0]}, nil
+	return store.AppendOptions{IdempotencyKey: vals[0], SameRequest: true}, nil
 }
 
 // checkJSONContent accepts a JSON media type or none (some clients send
@@ -106,7 +107,7 @@ func checkJSONContent(r *http.Request) error {
 		return nil
 	}
 	mt, _, err := mime.ParseMediaType(ct)
-	if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+	if err != nil || !isJSONMedia(mt) {
 		return badRequest("The body must be JSON, sent as Content-Type: application/json.")
 	}
 	return nil
@@ -208,7 +209,7 @@ func fillContextFields(c store.Context, evs []event.Event) {
 // decodeEvent reads one event of a batch; prefix is its place in the body.
 func (a *API) decodeEvent(raw json.RawMessage, subject, prefix string) (event.Event, error) {
 	var in inputRecord
-	if err := decodeStrict(bytes.NewReader(raw), &in, prefix); err != nil {
+	if err := decodeChecked(raw, &in, prefix); err != nil {
 		return event.Event{}, err
 	}
 	return a.toEvent(in, subject, prefix)
@@ -320,9 +321,23 @@ func resolveMeta(in inputRecord, prefix string, fields map[string]string) (json.
 }
 
 // decodeStrict decodes exactly one JSON value from src into v, refusing
-// fields v does not have. prefix names where v sits in the body.
+// fields v does not have, strings that are not UTF-8 and names that appear
+// twice in an object. prefix names where v sits in the body.
 func decodeStrict(src io.Reader, v any, prefix string) error {
-	dec := json.NewDecoder(src)
+	b, err := io.ReadAll(src)
+	if err != nil {
+		return err
+	}
+	if err := checkJSONText(b, prefix); err != nil {
+		return err
+	}
+	return decodeChecked(b, v, prefix)
+}
+
+// decodeChecked is decodeStrict for b that checkJSONText has passed, such
+// as one event of a batch body.
+func decodeChecked(b []byte, v any, prefix string) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return jsonError(err, prefix)
@@ -408,6 +423,20 @@ func intParam(q url.Values, name string, def, lo, hi int) (int, error) {
 		return 0, invalidField(name, fmt.Sprintf("must be at least %d", lo))
 	}
 	return min(n, hi), nil
+}
+
+// enumParam reads an optional query parameter that takes one of allowed
+// values; absent it is "". Present and empty, or any other value, is a 400
+// naming the parameter and the values it takes.
+func enumParam(q url.Values, name string, allowed []string) (string, error) {
+	if !q.Has(name) {
+		return "", nil
+	}
+	v := q.Get(name)
+	if !slices.Contains(allowed, v) {
+		return "", invalidField(name, "must be one of "+strings.Join(allowed, ", "))
+	}
+	return v, nil
 }
 
 // noUpperBound is the hi of intParam for parameters without a cap.

@@ -3,11 +3,13 @@ package handlers
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/nqd-dev/nqd/event"
@@ -27,6 +29,7 @@ func FuzzDecodeAppend(f *testing.F) {
 		`{"kind":"a","meta":null,"data":null}`,
 		`{"kind":"a","meta":[]}`,
 		`[1,2]`, `{"events":[]}`, `{"kind":"a"} x`, ``,
+		"{\"kind\":\"x.y\",\"data\":{\"s\":\"\xff\xfe\"}}", `{"kind":"a","kind":"b"}`, `{"kind":"a","data":"\ud800"}`,
 	} {
 		f.Add(seed)
 	}
@@ -49,6 +52,9 @@ func FuzzDecodeAppend(f *testing.F) {
 			if err != nil {
 				t.Fatalf("event %d does not encode: %v", i, err)
 			}
+			if err := strictValue(wire); err != nil {
+				t.Fatalf("event %d reads back as %s, which a strict reader refuses: %v", i, wire, err)
+			}
 			again, _, err := a.decodeAppend(newBodyRequest(string(wire), a.limits.MaxBodyBytes), c)
 			if err != nil {
 				t.Fatalf("nqd's own record %s is rejected: %v", wire, err)
@@ -58,6 +64,40 @@ func FuzzDecodeAppend(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzStrictJSON feeds arbitrary bytes to the body decoder every route
+// uses: what it accepts, a strict reader (UTF-8 only, each name once per
+// object) accepts too, and what it refuses is a 400 or 413.
+func FuzzStrictJSON(f *testing.F) {
+	for _, seed := range []string{
+		`{"a":1}`, `{"a":{"b":[1,{"c":"d"}]}}`, `{"a":1,"a":2}`, `{"a":{"b":1,"b":1}}`,
+		"{\"a\":\"\xff\"}", "{\"\xc3\":1}", `{"a":"\udc00"}`, `{"a":"\ud83d\ude00"}`, `[{"x":1,"x":1}]`, `"s"`, `{`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var v any
+		err := decodeStrict(bytes.NewReader(body), &v, "")
+		if err != nil {
+			if e := toError(err); e.Status != http.StatusBadRequest {
+				t.Fatalf("refused with %d %s (%v), want 400", e.Status, e.Code, err)
+			}
+			return
+		}
+		if err := strictValue(bytes.TrimSpace(body)); err != nil {
+			t.Fatalf("accepted %q, which a strict reader refuses: %v", body, err)
+		}
+	})
+}
+
+// strictValue checks b as one JSON value by RFC 7493 (jsontext's default):
+// UTF-8 only, valid escapes, each name once per object.
+func strictValue(b []byte) error {
+	if !jsontext.Value(b).IsValid() {
+		return errors.New("not I-JSON")
+	}
+	return nil
 }
 
 func newBodyRequest(body string, limit int64) *http.Request {

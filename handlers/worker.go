@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -39,6 +40,10 @@ type claimRequest struct {
 	WaitMs int64    `json:"waitMs" validate:"gte=0"`
 }
 
+// errShuttingDown answers a claim while the server shuts down.
+var errShuttingDown = &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+	Message: "The server is shutting down; claim again after Retry-After, here or on another instance."}
+
 type claimBody struct {
 	Jobs []store.Job `json:"jobs"`
 }
@@ -55,7 +60,18 @@ func (a *API) claimJobs(w http.ResponseWriter, r *http.Request) {
 		req.Max = 1
 	}
 	wait := min(time.Duration(req.WaitMs)*time.Millisecond, maxClaimWait)
-	jobs, err := a.flows.Claim(r.Context(), req.Queues, req.Max, wait)
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	defer context.AfterFunc(a.closing, cancel)()
+	var jobs []store.Job
+	err := a.closing.Err()
+	if err == nil {
+		jobs, err = a.flows.Claim(ctx, req.Queues, req.Max, wait)
+	}
+	if err != nil && a.closing.Err() != nil {
+		writeError(w, r, errShuttingDown)
+		return
+	}
 	if err != nil {
 		writeError(w, r, flowError(err))
 		return

@@ -36,6 +36,9 @@ const (
 	RunCancelled = "cancelled"
 )
 
+// RunStatuses are the run statuses, in lifecycle order.
+var RunStatuses = []string{RunRunning, RunAwaiting, RunCompleted, RunFailed, RunCancelled}
+
 // RunMeta is a run's lifecycle record (seed 002): the index entry's metadata.
 type RunMeta struct {
 	Flow           string           `json:"flow"`

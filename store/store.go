@@ -6,6 +6,8 @@ package store
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 
 	"github.com/nqd-dev/nqd/event"
@@ -20,6 +22,13 @@ var (
 	ErrConflict = errors.New("conflict")
 	// ErrInvalid: an argument breaks the contract (bad name, empty batch, ...).
 	ErrInvalid = errors.New("invalid argument")
+	// ErrKeyReused: an idempotency key that AppendOptions.SameRequest guards
+	// was used before for other events; nothing was written.
+	ErrKeyReused = errors.New("idempotency key reused for another request")
+	// ErrOutcomeUnknown: the write was sent but its answer was lost, and the
+	// backend could not be asked in time whether it was applied. It may or
+	// may not have been; a retry with the same idempotency key is safe.
+	ErrOutcomeUnknown = errors.New("outcome unknown")
 	// ErrUnavailable: the backend cannot be reached; nothing was written.
 	ErrUnavailable = errors.New("store unavailable")
 	// ErrClosed: the store or subscription was closed.
@@ -61,6 +70,26 @@ type AppendOptions struct {
 	// context within the store's idempotency window return the first result
 	// and append nothing. Keys are scoped to the context.
 	IdempotencyKey string
+	// SameRequest makes the key a client's request key: a repeat must carry
+	// the same events (by Fingerprint) to be replayed, and other events get
+	// ErrKeyReused. Without it a repeat replays whatever it carries, which
+	// lets nqd's own keys mark "at most once".
+	SameRequest bool
+}
+
+// Fingerprint is what an idempotency record remembers of the events it
+// stored: a SHA-256 over their stored bodies, each prefixed by its length.
+func Fingerprint(bodies [][]byte) [sha256.Size]byte {
+	h := sha256.New()
+	var n [8]byte
+	for _, b := range bodies {
+		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
+		h.Write(n[:])
+		h.Write(b)
+	}
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
 }
 
 // AppendResult is what an append stored.

@@ -42,7 +42,7 @@ type Options struct {
 
 	Heartbeat    time.Duration // longest silence before a comment line; 15s
 	Retry        time.Duration // the `retry:` the browser waits before reconnecting; 2s
-	WriteTimeout time.Duration // bound on one write to a client; 10s
+	WriteTimeout time.Duration // bound on one write to a client; 5s
 	QueueEvents  int           // events a connection may have queued; 1000
 	QueueBytes   int           // bytes a connection may have queued; 1 MiB
 	MaxBackfill  int           // most events a backfill sends; 10000
@@ -93,7 +93,7 @@ func (o *Options) defaults() {
 		o.Retry = 2 * time.Second
 	}
 	if o.WriteTimeout <= 0 {
-		o.WriteTimeout = 10 * time.Second
+		o.WriteTimeout = 5 * time.Second
 	}
 	if o.QueueEvents <= 0 {
 		o.QueueEvents = 1000
@@ -269,11 +269,18 @@ func (h *Handler) ServeStream(w http.ResponseWriter, r *http.Request) {
 // era A live tail of one stream (ui-contract A.7): live events only, unless
 // the client resumes after an event it has.
 func (h *Handler) ServeRawTail(w http.ResponseWriter, r *http.Request) {
-	key := r.URL.Query().Get("stream")
+	q := r.URL.Query()
+	key := q.Get("stream")
 	p := resumePlan(r)
 	p.tail = true
-	// The era A dashboard tails `<prefix>:events` by default, which nothing
-	// writes: it gets an open, quiet stream, as it did there.
+	if q.Has("stream") && key == "" {
+		writeError(w, http.StatusBadRequest, "validation_failed", "The request has invalid fields.",
+			map[string]string{"stream": "must not be empty: " + h.o.Prefix + ":<type>:<id>"})
+		return
+	}
+	// The era A dashboard tails `<prefix>:events` by default (or sends no
+	// stream), which nothing writes: it gets an open, quiet stream, as it
+	// did there.
 	if key == "" || key == h.o.Prefix+":events" {
 		p.noTopic = true
 		h.serve(w, r, store.Context{}, p)
@@ -372,6 +379,9 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, c store.Context,
 	hdr.Del("Content-Length")
 	w.WriteHeader(http.StatusOK)
 	s := &sink{w: w, rc: http.NewResponseController(w), timeout: h.o.WriteTimeout, tail: p.tail}
+	// A deadline in the past fails the write in progress at once: an
+	// overflowing client is cut at the queue bound, not WriteTimeout later.
+	q.onFail(func() { _ = s.rc.SetWriteDeadline(time.Now()) })
 	if p.tail {
 		s.key, _ = json.Marshal(h.o.Prefix + ":" + c.String())
 	}

@@ -14,6 +14,7 @@ type queue struct {
 	wake     chan struct{} // capacity 1: "there is something to take"
 
 	mu     sync.Mutex
+	cut    func() // ends the connection's blocked write; set by the writer
 	frames []*frame
 	bytes  int
 	soft   bool // overflow means a hole, not a failure
@@ -27,11 +28,22 @@ func newQueue(tail bool, maxN, maxBytes int) *queue {
 
 // push adds f and reports whether the queue still wants frames.
 func (q *queue) push(f *frame) bool {
+	ok, cut := q.add(f)
+	if cut != nil {
+		// The writer may be blocked on a client that stopped reading: it
+		// would notice the overflow only once the write timed out.
+		cut()
+	}
+	return ok
+}
+
+// add is push under the lock; cut is what push must call once unlocked.
+func (q *queue) add(f *frame) (ok bool, cut func()) {
 	n := len(f.bytesFor(q.tail))
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.failed {
-		return false
+		return false, nil
 	}
 	// An empty queue takes any frame, so one event larger than the byte
 	// bound still reaches a client that keeps up.
@@ -42,14 +54,22 @@ func (q *queue) push(f *frame) bool {
 			q.failed = true
 			q.frames = nil
 			q.signal()
-			return false
+			return false, q.cut
 		}
 		q.lost = true
 	}
 	q.frames = append(q.frames, f)
 	q.bytes += n
 	q.signal()
-	return true
+	return true, nil
+}
+
+// onFail sets what ends the connection when the queue fails: cut must be
+// safe to call from another goroutine while the connection writes.
+func (q *queue) onFail(cut func()) {
+	q.mu.Lock()
+	q.cut = cut
+	q.mu.Unlock()
 }
 
 func (q *queue) signal() {

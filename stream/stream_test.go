@@ -72,6 +72,7 @@ func TestInvalidContext(t *testing.T) {
 		"/api/_events/flow/run-1/stream?backfill=-1",
 		"/api/_events/flow/run-1/stream?backfill=ten",
 		"/api/_events/sse?stream=nq:flow",
+		"/api/_events/sse?stream=",
 		"/api/_events/sse?stream=other:flow:run-1",
 		"/api/_events/sse?stream=" + url.QueryEscape("nq:flow:a b"),
 	} {

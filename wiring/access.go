@@ -40,5 +40,6 @@ func (a *App) access() (handlers.Access, error) {
 		MaxStreams:        cfg.MaxStreamsPerClient,
 		MaxStreamTokenTTL: cfg.StreamTokenMaxTTL,
 		PublicMetrics:     cfg.MetricsPublic,
+		TrustedProxies:    cfg.TrustedProxies,
 	}, nil
 }

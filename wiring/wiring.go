@@ -38,6 +38,7 @@ type App struct {
 	Stream  *stream.Handler
 	Metrics *metrics.Metrics
 	Handler http.Handler
+	api     *handlers.API
 	ln      net.Listener
 	srv     *http.Server
 	closers []func() error // run in reverse order by Close
@@ -151,22 +152,24 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 	}
 	restorer, _ := st.(handlers.Restorer) // both stores restore; nil keeps the route at 404
 	deps := handlers.Deps{
-		Store:       a.Metrics.Store(st),
-		State:       states,
-		Flows:       flowEngine,
-		Queues:      queues,
-		KeyPrefix:   cfg.Prefix,
-		KV:          kvStore(st),
-		Archive:     archived,
-		Restorer:    restorer,
-		Web:         web.FS,
-		WebBase:     cfg.WebBase,
-		Stream:      a.Stream,
-		Ready:       ready,
-		CORSOrigins: cfg.CORSOrigins,
-		Metrics:     a.Metrics.Handler(),
-		Log:         log,
-		Now:         time.Now,
+		Store:        a.Metrics.Store(st),
+		State:        states,
+		Flows:        flowEngine,
+		Queues:       queues,
+		KeyPrefix:    cfg.Prefix,
+		KV:           kvStore(st),
+		Archive:      archived,
+		Restorer:     restorer,
+		Web:          web.FS,
+		WebBase:      cfg.WebBase,
+		Stream:       a.Stream,
+		Ready:        ready,
+		CORSOrigins:  cfg.CORSOrigins,
+		CheckHost:    cfg.CheckHost(),
+		AllowedHosts: cfg.ServedHosts(),
+		Metrics:      a.Metrics.Handler(),
+		Log:          log,
+		Now:          time.Now,
 		Limits: handlers.Limits{
 			MaxBodyBytes:   cfg.MaxBodyBytes,
 			MaxBatch:       cfg.MaxBatch,
@@ -178,8 +181,8 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 	if compactor != nil { // a nil *Compactor in the interface would not read as off
 		deps.Compactor, deps.History = compactor, history
 	}
-	api := handlers.New(deps)
-	a.Handler = a.Metrics.Middleware(api.Routes())
+	a.api = handlers.New(deps)
+	a.Handler = a.Metrics.Middleware(a.api.Routes())
 
 	a.srv = &http.Server{
 		Handler:           a.Handler,
@@ -259,8 +262,8 @@ func (a *App) openStore(ctx context.Context) (store.Store, error) {
 //
 // The client never retries a command by itself: an append script whose reply
 // was lost may have run, and running it again would store the batch twice.
-// A failed append answers 503 instead, and the caller retries with an
-// Idempotency-Key, which makes the retry exactly-once.
+// The store sends such an append again only under its idempotency key (see
+// redisstore.Store.Append), which makes the repeat exactly-once.
 func redisClient(raw string) (redis.UniversalClient, error) {
 	if strings.Contains(raw, "master_name=") {
 		opts, err := redis.ParseFailoverURL(raw)
@@ -300,13 +303,15 @@ func (a *App) Serve() error {
 	return nil
 }
 
-// Shutdown stops accepting connections, closes the open event streams spread
-// over part of the time left (so that their clients do not all reconnect to
-// the other instances at once) and waits for open requests until ctx ends.
+// Shutdown stops accepting connections, tells the workers waiting for jobs
+// to come back later, closes the open event streams spread over part of the
+// time left (so that their clients do not all reconnect to the other
+// instances at once) and waits for open requests until ctx ends.
 func (a *App) Shutdown(ctx context.Context) error {
 	if a.srv == nil {
 		return nil
 	}
+	a.api.StopLongPolls()
 	// Shutdown does not wait for hijacked or streaming responses to end on
 	// their own; Drain ends the streams, in parallel with it.
 	drained := make(chan error, 1)

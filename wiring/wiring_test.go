@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 
 	"github.com/nqd-dev/nqd/config"
 	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/internal/wait"
 )
 
 // testConfig is the default configuration on a free loopback port.
@@ -291,4 +294,55 @@ func TestKVThroughWiring(t *testing.T) {
 	if code, _ := do(t, "POST", base+"/api/_kv/job-1/cas", `{"field":"state","expected":"pending","set":{"state":"claimed"}}`); code != http.StatusConflict {
 		t.Fatalf("second claim: got %d, want 409", code)
 	}
+}
+
+// TestShutdownEndsLongPolls: a worker's claim waiting for jobs does not hold
+// a shutdown up: the claim is answered 503 at once and, with nothing else in
+// flight, the shutdown takes a small part of its timeout.
+func TestShutdownEndsLongPolls(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.ShutdownTimeout = 10 * time.Second
+	app, err := New(context.Background(), cfg, zerolog.New(zerolog.NewTestWriter(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = app.Close() })
+	var active atomic.Int32
+	app.srv.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateActive {
+			active.Add(1)
+		}
+	}
+	served := make(chan error, 1)
+	go func() { served <- app.Serve() }()
+
+	claimed := make(chan int, 1)
+	go func() {
+		res, err := http.Post("http://"+app.Addr()+"/api/_workers/claim", "application/json", strings.NewReader(`{"queues":["q1"],"waitMs":30000}`))
+		if err != nil {
+			claimed <- 0
+			return
+		}
+		_ = res.Body.Close()
+		claimed <- res.StatusCode
+	}()
+	wait.For(t, 10*time.Second, time.Millisecond, "the claim is in flight", func() bool { return active.Load() == 1 })
+
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	start := time.Now()
+	if err := app.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	took := time.Since(start)
+	if code := <-claimed; code != http.StatusServiceUnavailable {
+		t.Errorf("the waiting claim got %d, want 503", code)
+	}
+	if err := <-served; err != nil {
+		t.Errorf("serve: %v", err)
+	}
+	if took > cfg.ShutdownTimeout/5 {
+		t.Errorf("shutdown took %v of its %v timeout with only a long poll open", took, cfg.ShutdownTimeout)
+	}
+	t.Logf("shutdown with a claim waiting took %v", took)
 }

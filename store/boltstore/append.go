@@ -3,6 +3,7 @@ package boltstore
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -20,6 +21,8 @@ type appendReq struct {
 	evs    []event.Event
 	bodies [][]byte
 	key    string
+	fp     [sha256.Size]byte // the bodies' store.Fingerprint, with a key
+	same   bool              // store.AppendOptions.SameRequest
 	// hook, when set, runs first in the append's transaction: an error
 	// wrapping store.ErrConflict ends the append with that error and writes
 	// nothing; any other error fails the transaction.
@@ -78,7 +81,7 @@ func newAppendReq(c store.Context, evs []event.Event, opts store.AppendOptions) 
 		return nil, invalid("idempotency key longer than %d bytes", maxIdempotencyKey)
 	}
 	r := &appendReq{
-		c: c, ck: contextKey(c), evs: evs, key: opts.IdempotencyKey,
+		c: c, ck: contextKey(c), evs: evs, key: opts.IdempotencyKey, same: opts.SameRequest,
 		bodies: make([][]byte, len(evs)),
 		done:   make(chan struct{}),
 	}
@@ -94,6 +97,9 @@ func newAppendReq(c store.Context, evs []event.Event, opts store.AppendOptions) 
 			return nil, invalid("event %d: %v", i, err)
 		}
 		r.bodies[i] = body
+	}
+	if r.key != "" {
+		r.fp = store.Fingerprint(r.bodies)
 	}
 	return r, nil
 }
@@ -175,9 +181,13 @@ func (s *Store) apply(tx *bolt.Tx, r *appendReq, nowMS uint64) error {
 		}
 	}
 	if r.key != "" {
-		replay, ok, err := lookupIdempotent(tx, r.ck, r.key, nowMS)
+		replay, fp, ok, err := lookupIdempotent(tx, r.ck, r.key, nowMS)
 		if err != nil {
 			return err
+		}
+		if ok && r.same && fp != nil && !bytes.Equal(fp, r.fp[:]) {
+			r.err = fmt.Errorf("boltstore: append to %s: %w", r.c, store.ErrKeyReused)
+			return nil
 		}
 		if ok {
 			r.res = store.AppendResult{Events: replay, Replayed: true}
@@ -225,7 +235,7 @@ func (s *Store) apply(tx *bolt.Tx, r *appendReq, nowMS uint64) error {
 		}
 	}
 	if r.key != "" {
-		if err := rememberIdempotent(tx, r.ck, r.key, nowMS+uint64(s.opts.IdempotencyWindow.Milliseconds()), keys); err != nil {
+		if err := rememberIdempotent(tx, r.ck, r.key, nowMS+uint64(s.opts.IdempotencyWindow.Milliseconds()), r.fp, keys); err != nil {
 			return err
 		}
 	}
@@ -256,43 +266,53 @@ func indexEvents(tx *bolt.Tx, c store.Context, evs []event.Event, first bool) er
 	return nil
 }
 
+// An idempotency record is its expiry (8 bytes), fpTag and the fingerprint
+// of the events, then their ids. Records written before fingerprints were
+// kept hold no tag: their length after the expiry is a multiple of idLen.
+const fpTag = 0xf1
+
 // lookupIdempotent returns the events of an earlier append with key, if its
-// record has not expired.
-func lookupIdempotent(tx *bolt.Tx, ck []byte, key string, nowMS uint64) ([]event.Event, bool, error) {
+// record has not expired, and their fingerprint (nil in an older record).
+func lookupIdempotent(tx *bolt.Tx, ck []byte, key string, nowMS uint64) ([]event.Event, []byte, bool, error) {
 	b := tx.Bucket(bIdem).Bucket(ck)
 	if b == nil {
-		return nil, false, nil
+		return nil, nil, false, nil
 	}
 	rec := b.Get([]byte(key))
 	if len(rec) < 8 || getUint64(rec) <= nowMS {
-		return nil, false, nil
+		return nil, nil, false, nil
+	}
+	ids, fp := rec[8:], []byte(nil)
+	if len(ids)%idLen == (1+sha256.Size)%idLen && ids[0] == fpTag {
+		fp, ids = ids[1:1+sha256.Size], ids[1+sha256.Size:]
 	}
 	stream := tx.Bucket(bStreams).Bucket(ck)
 	if stream == nil {
-		return nil, false, nil
+		return nil, nil, false, nil
 	}
 	var out []event.Event
-	for k := rec[8:]; len(k) >= idLen; k = k[idLen:] {
+	for k := ids; len(k) >= idLen; k = k[idLen:] {
 		body := stream.Get(k[:idLen])
 		if body == nil {
 			// The events are gone, so there is nothing to replay: append anew.
-			return nil, false, nil
+			return nil, nil, false, nil
 		}
 		e, err := event.DecodeStored(parseIDKey(k), body)
 		if err != nil {
-			return nil, false, fmt.Errorf("decode %s: %w", parseIDKey(k), err)
+			return nil, nil, false, fmt.Errorf("decode %s: %w", parseIDKey(k), err)
 		}
 		out = append(out, e)
 	}
-	return out, len(out) > 0, nil
+	return out, fp, len(out) > 0, nil
 }
 
-func rememberIdempotent(tx *bolt.Tx, ck []byte, key string, expiry uint64, ids []byte) error {
+func rememberIdempotent(tx *bolt.Tx, ck []byte, key string, expiry uint64, fp [sha256.Size]byte, ids []byte) error {
 	b, err := tx.Bucket(bIdem).CreateBucketIfNotExists(ck)
 	if err != nil {
 		return err
 	}
-	rec := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(ids)), expiry)
+	rec := binary.BigEndian.AppendUint64(make([]byte, 0, 9+sha256.Size+len(ids)), expiry)
+	rec = append(append(rec, fpTag), fp[:]...)
 	if err := b.Put([]byte(key), append(rec, ids...)); err != nil {
 		return err
 	}

@@ -2,11 +2,15 @@ package redisstore
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"net"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -20,9 +24,15 @@ var appendLua string
 var appendScript = redis.NewScript(appendLua)
 
 // Append stores evs atomically with their publication and index maintenance
-// (see scripts/append.lua). Errors: store.ErrInvalid, store.ErrUnavailable,
-// store.ErrClosed, or the context's error, after which the append may or may
-// not have happened: retry with an idempotency key to be sure.
+// (see scripts/append.lua). Errors: store.ErrInvalid, store.ErrUnavailable
+// and store.ErrClosed (nothing was stored), store.ErrKeyReused, or
+// store.ErrOutcomeUnknown.
+//
+// Every append carries an idempotency key: the caller's, or a token of its
+// own remembered for tokenWindow. When the connection breaks after the script
+// was sent, the append is sent again with the same key until ctx ends: the
+// script then either finds its record (the first one ran) or runs now, so
+// the caller learns the true outcome and the batch is stored once.
 func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, opts store.AppendOptions) (store.AppendResult, error) {
 	if s.closed.Load() {
 		return store.AppendResult{}, fmt.Errorf("redisstore: append: %w", store.ErrClosed)
@@ -50,13 +60,15 @@ func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, 
 		keys = append(keys, k)
 		return len(keys)
 	}
-	idem := 0
-	if opts.IdempotencyKey != "" {
-		sum := sha256.Sum256([]byte(opts.IdempotencyKey))
-		idem = keyAt(stream + ":idem:" + hex.EncodeToString(sum[:]))
+	key, window, same, token := opts.IdempotencyKey, s.opts.IdempotencyWindow, opts.SameRequest, false
+	if key == "" {
+		key, window, same, token = newToken(), tokenWindow, true, true
 	}
+	sum := sha256.Sum256([]byte(key))
+	idem := keyAt(stream + ":idem:" + hex.EncodeToString(sum[:]))
 
 	bodies := make([]any, len(evs))
+	raw := make([][]byte, len(evs))
 	joins := make([]any, len(evs))
 	for i, e := range evs {
 		if !event.ValidKind(e.Kind) {
@@ -66,7 +78,7 @@ func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, 
 		if err != nil {
 			return store.AppendResult{}, invalid("append", "event %d: %v", i, err)
 		}
-		bodies[i] = b
+		bodies[i], raw[i] = b, b
 		joins[i] = 0
 		if ix, ok := joinedIndex(e); ok {
 			if !ix.Valid() {
@@ -81,17 +93,94 @@ func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, 
 		kinds[i] = keyAt(s.kindKey(e.Kind))
 	}
 
-	args := make([]any, 0, 9+3*len(evs))
-	args = append(args, s.channel(c), c.ID, s.maxLen(c.Type), idem, s.opts.IdempotencyWindow.Milliseconds(), len(evs))
+	fp := store.Fingerprint(raw)
+	sameArg := 0
+	if same {
+		sameArg = 1
+	}
+	args := make([]any, 0, 11+3*len(evs))
+	args = append(args, s.channel(c), c.ID, s.maxLen(c.Type), idem, window.Milliseconds(), len(evs))
 	args = append(args, bodies...)
 	args = append(args, joins...)
 	args = append(args, s.kindWindow().Milliseconds(), c.Type, len(s.kindKey("")))
 	args = append(args, kinds...)
+	args = append(args, hex.EncodeToString(fp[:]), sameArg)
 	reply, err := appendScript.Run(ctx, s.client, keys, args...).Slice()
+	if err != nil && mayHaveRun(err) {
+		reply, err = s.resolveAppend(ctx, keys, args, err)
+	}
+	if errors.Is(err, store.ErrOutcomeUnknown) {
+		return store.AppendResult{}, err
+	}
 	if err != nil {
 		return store.AppendResult{}, mapErr(ctx, "append", err)
 	}
-	return s.appendResult(c, evs, reply)
+	res, err := s.appendResult(c, evs, reply)
+	if token {
+		// The token's record answering means this very append ran.
+		res.Replayed = false
+	}
+	return res, err
+}
+
+// tokenWindow is how long the record of an append without a caller's key is
+// kept: long enough to resolve a lost reply within any request deadline, and
+// for a command delayed on the network to find the record, short enough that
+// the records of a busy server stay few.
+const tokenWindow = time.Minute
+
+// maxResolve bounds how long a lost reply is resolved when ctx has no
+// deadline of its own.
+const maxResolve = 10 * time.Second
+
+// newToken is the idempotency key of an append whose caller gave none. It
+// starts with a byte no client key may hold, so the two never meet.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "\x00" + hex.EncodeToString(b[:])
+}
+
+// resolveAppend sends the append again, with its idempotency key, until it is
+// answered or ctx (at most maxResolve) ends; then the outcome is unknown.
+func (s *Store) resolveAppend(ctx context.Context, keys []string, args []any, cause error) ([]any, error) {
+	ctx, cancel := context.WithTimeout(ctx, maxResolve)
+	defer cancel()
+	s.log.Warn().Err(cause).Msg("append: the reply was lost; asking again with its idempotency key")
+	wait := 50 * time.Millisecond
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("redisstore: append: %w: %w", store.ErrOutcomeUnknown, cause)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+		reply, err := appendScript.Run(ctx, s.client, keys, args...).Slice()
+		var rerr redis.Error
+		switch {
+		case err == nil:
+			return reply, nil
+		case errors.As(err, &rerr) && !isServerRefusal(err):
+			return nil, err // the script itself failed: not a connection matter
+		}
+	}
+}
+
+// mayHaveRun reports whether a failed script call may have reached Redis and
+// run: anything but a failed dial, an exhausted or closed pool, or a reply
+// (a reply, even an error, means Redis answered this call).
+func mayHaveRun(err error) bool {
+	var (
+		opErr *net.OpError
+		rerr  redis.Error
+	)
+	switch {
+	case errors.As(err, &opErr) && opErr.Op == "dial",
+		errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrClosed),
+		errors.As(err, &rerr):
+		return false
+	}
+	return true
 }
 
 // joinedIndex names the named index an event adds its context to, beyond the
@@ -112,7 +201,10 @@ func (s *Store) appendResult(c store.Context, evs []event.Event, reply []any) (s
 	if len(reply) == 0 {
 		return store.AppendResult{}, fmt.Errorf("redisstore: append: empty reply")
 	}
-	if replayed, _ := reply[0].(int64); replayed == 1 {
+	switch outcome, _ := reply[0].(int64); outcome {
+	case 2:
+		return store.AppendResult{}, fmt.Errorf("redisstore: append to %s: %w", c, store.ErrKeyReused)
+	case 1:
 		var out []event.Event
 		for i := 1; i+1 < len(reply); i += 2 {
 			id, err := parseID(reply[i])

@@ -360,7 +360,7 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 
 	reply, err := runUpdateScript.Run(ctx, s.client, keys, args...).Slice()
 	if err != nil {
-		return store.AppendResult{}, mapErr(ctx, "update run", err)
+		return store.AppendResult{}, mapWriteErr(ctx, "update run", err)
 	}
 	if code, _ := reply[0].(int64); code != 0 {
 		reason, _ := reply[1].(string)

@@ -160,7 +160,7 @@ func (s *Store) Put(ctx context.Context, key string, fields map[string]string, t
 	}
 	v, err := kvPutScript.Run(ctx, s.client, []string{s.kvKey(key)}, pairs([]any{ms}, fields)...).Int64()
 	if err != nil {
-		return 0, mapErr(ctx, "kv put", err)
+		return 0, mapWriteErr(ctx, "kv put", err)
 	}
 	return v, nil
 }
@@ -195,7 +195,7 @@ func (s *Store) SetFields(ctx context.Context, key string, fields map[string]str
 	}
 	v, err := kvSetScript.Run(ctx, s.client, []string{s.kvKey(key)}, pairs([]any{store.MaxKVFields}, fields)...).Int64()
 	if err != nil {
-		return 0, mapErr(ctx, "kv set fields", err)
+		return 0, mapWriteErr(ctx, "kv set fields", err)
 	}
 	if v == -2 {
 		return 0, invalid("kv set fields", "record %q would have over %d fields", key, store.MaxKVFields)
@@ -219,7 +219,7 @@ func (s *Store) CompareAndSwap(ctx context.Context, key string, cond store.Condi
 	head := []any{cond.Field, cond.Value, cond.Version, store.MaxKVFields}
 	v, err := kvCASScript.Run(ctx, s.client, []string{s.kvKey(key)}, pairs(head, set)...).Int64()
 	if err != nil {
-		return 0, mapErr(ctx, "kv compare and swap", err)
+		return 0, mapWriteErr(ctx, "kv compare and swap", err)
 	}
 	switch v {
 	case 0:

@@ -9,7 +9,9 @@
 //	<p>:<type>:<id>:live               Pub/Sub channel: each appended record, the full JSON of contract §2
 //	<p>:<type>s                        sorted set: context ids of a type, score = first event's ms
 //	<p>:<type>s:<name>                 sorted set: a named index, e.g. <p>:flows:<flowName> (score = start ms)
-//	<p>:<type>:<id>:idem:<sha256 hex>  string: the ids an idempotent append stored, expires after the window
+//	<p>:<type>:<id>:idem:<sha256 hex>  string: "f<fingerprint> <id>...", what an append with an idempotency
+//	                                  key stored, expires after the window; an append without one keeps a
+//	                                  record under a random token for a minute (see Append)
 //
 // and for the flow engine (store.RunStore, store.DefinitionStore):
 //
@@ -231,8 +233,19 @@ func mapErr(ctx context.Context, op string, err error) error {
 		return fmt.Errorf("redisstore: %s: %w", op, err)
 	}
 	// Anything else (EOF, a reset connection, a failed dial, a closed or
-	// exhausted pool) means the command did not reach a working server.
+	// exhausted pool) means no working server answered. For a write that
+	// may have run, use mapWriteErr.
 	return fmt.Errorf("redisstore: %s: %w: %w", op, store.ErrUnavailable, err)
+}
+
+// mapWriteErr is mapErr for a write: a call that may have reached Redis
+// and run before its connection broke is store.ErrOutcomeUnknown, not
+// ErrUnavailable, which promises that nothing was written.
+func mapWriteErr(ctx context.Context, op string, err error) error {
+	if err != nil && ctx.Err() == nil && mayHaveRun(err) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("redisstore: %s: %w: %w", op, store.ErrOutcomeUnknown, err)
+	}
+	return mapErr(ctx, op, err)
 }
 
 func isServerRefusal(err error) bool {

@@ -92,7 +92,7 @@ func (s *Store) Restore(ctx context.Context, c store.Context, evs []event.Event,
 
 	reply, err := restoreScript.Run(ctx, s.client, keys, args...).Slice()
 	if err != nil {
-		return mapErr(ctx, "restore", err)
+		return mapWriteErr(ctx, "restore", err)
 	}
 	if code, _ := reply[0].(int64); code != 0 {
 		reason, _ := reply[1].(string)

@@ -44,6 +44,7 @@ var scenarios = []scenario{
 	{"EmptyBatchInvalid", testEmptyBatch},
 	{"Idempotency", testIdempotency},
 	{"IdempotencyScopedToContext", testIdempotencyScoped},
+	{"IdempotencyKeyReused", testIdempotencyKeyReused},
 	{"ConcurrentWriters", testConcurrentWriters},
 	{"SubscribeSeesLaterAppends", testSubscribeSeesAppends},
 	{"TwoSubscribers", testTwoSubscribers},
@@ -378,6 +379,44 @@ func testIdempotency(t *testing.T, s store.Store) {
 	}
 	if got := mustInfo(t, s, c).Length; got != info.Length+2 {
 		t.Errorf("length = %d, want %d", got, info.Length+2)
+	}
+}
+
+// testIdempotencyKeyReused: a client's key reused for other events is
+// refused and stores nothing; the same events still replay, and nqd's own
+// keys (without SameRequest) replay whatever the repeat carries.
+func testIdempotencyKeyReused(t *testing.T, s store.Store) {
+	c := store.Context{Type: "flow", ID: "run-reused"}
+	opts := store.AppendOptions{IdempotencyKey: "req-1", SameRequest: true}
+	first, err := s.Append(t.Context(), c, evs(c, "step.started", 0, 2), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := mustInfo(t, s, c)
+	for name, other := range map[string][]event.Event{
+		"other data": evs(c, "step.started", 5, 2),
+		"fewer":      evs(c, "step.started", 0, 1),
+		"other kind": evs(c, "step.completed", 0, 2),
+	} {
+		if res, err := s.Append(t.Context(), c, other, opts); !errors.Is(err, store.ErrKeyReused) {
+			t.Errorf("%s with the same key: %+v, %v; want ErrKeyReused", name, res, err)
+		}
+	}
+	if got := mustInfo(t, s, c); got != info {
+		t.Errorf("Info after refused reuses = %+v, want %+v", got, info)
+	}
+	again, err := s.Append(t.Context(), c, evs(c, "step.started", 0, 2), opts)
+	if err != nil || !again.Replayed {
+		t.Fatalf("the same events again: %+v, %v; want a replay", again, err)
+	}
+	diffEvents(t, "replayed events", first.Events, again.Events)
+
+	loose := store.AppendOptions{IdempotencyKey: "req-1"}
+	if res, err := s.Append(t.Context(), c, evs(c, "step.started", 5, 2), loose); err != nil || !res.Replayed {
+		t.Errorf("other events without SameRequest: %+v, %v; want a replay", res, err)
+	}
+	if got := mustInfo(t, s, c); got != info {
+		t.Errorf("Info after replays = %+v, want %+v", got, info)
 	}
 }
 

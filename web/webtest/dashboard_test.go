@@ -357,7 +357,7 @@ func startServer(t *testing.T, env map[string]string) *server {
 	})
 	h := app.Handler
 	probe := httptest.NewRecorder()
-	h.ServeHTTP(probe, httptest.NewRequest(http.MethodGet, "/", nil))
+	h.ServeHTTP(probe, httptest.NewRequest(http.MethodGet, "http://127.0.0.1/", nil))
 	if !strings.HasPrefix(probe.Header().Get("Content-Type"), "text/html") {
 		t.Log("the wiring does not mount the dashboard yet: mounting it in front")
 		dash := handlers.New(handlers.Deps{Web: web.FS}).Routes()
@@ -446,9 +446,9 @@ type browser struct {
 	errors []string
 }
 
-func newBrowser(t *testing.T) *browser {
+func newBrowser(t *testing.T, flags ...chromedp.ExecAllocatorOption) *browser {
 	t.Helper()
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append([]chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(chromium),
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
@@ -458,6 +458,7 @@ func newBrowser(t *testing.T) *browser {
 		chromedp.Flag("disable-sync", true),
 		chromedp.Flag("hide-scrollbars", true),
 		chromedp.WindowSize(1280, 860),
+	}, flags...)...,
 	)
 	b := &browser{}
 	ctx, cancel := chromedp.NewContext(alloc, chromedp.WithListener(func(ev any) {

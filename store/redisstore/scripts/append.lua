@@ -24,9 +24,14 @@
 --              in KEYS of each event's kind index, <p>:engine:kind:<kind> (a
 --              stream of "t" type, "c" id, "s" entry id, "e" body, trimmed
 --              by MINID to the window), written only for watched kinds
+-- then         the batch's fingerprint (hex) and "1" when a repeat must carry
+--              the same one to be replayed, else "0"
 --
--- Returns {0, id...} for a new append, or {1, id, body, id, body...} when the
--- idempotency key was seen; body is "" for an entry trimmed since.
+-- Returns {0, id...} for a new append, {1, id, body, id, body...} when the
+-- idempotency key was seen (body is "" for an entry trimmed since), or {2}
+-- when it was seen with another fingerprint and the repeat must match.
+-- The result key holds "f<fingerprint> id id ..."; records written before
+-- fingerprints were kept hold the ids alone.
 
 -- BEGIN iso_ms
 -- iso_ms formats epoch milliseconds exactly like Go's
@@ -66,6 +71,8 @@ local n = tonumber(ARGV[6])
 local kindWindow = tonumber(ARGV[7 + 2 * n])
 local ctype = ARGV[8 + 2 * n]
 local kindFrom = tonumber(ARGV[9 + 2 * n]) + 1
+local fingerprint = ARGV[10 + 3 * n]
+local sameRequest = ARGV[11 + 3 * n] == '1'
 
 -- watched caches, by KEYS position, whether a kind index is written: one
 -- SISMEMBER per distinct kind of the batch.
@@ -83,7 +90,13 @@ if idem > 0 then
   local seen = redis.call('GET', KEYS[idem])
   if seen then
     local ids = {}
-    for id in string.gmatch(seen, '%S+') do ids[#ids + 1] = id end
+    local seenPrint
+    for id in string.gmatch(seen, '%S+') do
+      if string.sub(id, 1, 1) == 'f' then seenPrint = string.sub(id, 2) else ids[#ids + 1] = id end
+    end
+    if sameRequest and seenPrint and seenPrint ~= fingerprint then
+      return {2}
+    end
     local bodies = {}
     -- A batch's ids are contiguous: no other append can interleave with
     -- this script, so one XRANGE reads the whole batch back.
@@ -129,6 +142,6 @@ for i = 1, n do
 end
 
 if idem > 0 then
-  redis.call('SET', KEYS[idem], table.concat(out, ' ', 2), 'PX', window)
+  redis.call('SET', KEYS[idem], 'f' .. fingerprint .. ' ' .. table.concat(out, ' ', 2), 'PX', window)
 end
 return out

@@ -1,0 +1,53 @@
+package handlers_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/nqd-dev/nqd/engine"
+	"github.com/nqd-dev/nqd/handlers"
+	"github.com/nqd-dev/nqd/store"
+)
+
+// waitingEngine tells when a claim starts waiting.
+type waitingEngine struct {
+	handlers.FlowEngine
+	claiming chan struct{}
+}
+
+func (e waitingEngine) Claim(ctx context.Context, queues []string, max int, wait time.Duration) ([]store.Job, error) {
+	e.claiming <- struct{}{}
+	return e.FlowEngine.Claim(ctx, queues, max, wait)
+}
+
+// TestClaimEndsOnShutdown: a claim waiting for jobs is answered 503 with
+// Retry-After as soon as the server stops long polls, and so is every later
+// claim, without waiting.
+func TestClaimEndsOnShutdown(t *testing.T) {
+	var api *handlers.API
+	claiming := make(chan struct{}, 1)
+	h := newTestAPI(t, func(d *handlers.Deps) {
+		d.Flows = waitingEngine{FlowEngine: engine.New(d.Store.(engine.Store), engine.Options{Logger: d.Log}), claiming: claiming}
+		api = handlers.New(*d)
+	})
+	h.h = api.Routes() // the API whose long polls the test stops
+
+	const claim = `{"queues":["q1"],"waitMs":30000}`
+	answered := make(chan *httptest.ResponseRecorder)
+	go func() { answered <- h.do(t, post("/api/_workers/claim", claim)) }()
+	<-claiming
+	api.StopLongPolls()
+	select {
+	case rec := <-answered:
+		wantStatus(t, rec, http.StatusServiceUnavailable)
+		if rec.Header().Get("Retry-After") == "" || decode[errorBody](t, rec).Error.Code != handlers.CodeUnavailable {
+			t.Errorf("answer %v %s, want unavailable with Retry-After", rec.Header(), rec.Body)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting claim was not answered once long polls stopped")
+	}
+	wantStatus(t, h.do(t, post("/api/_workers/claim", claim)), http.StatusServiceUnavailable)
+}
