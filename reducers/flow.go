@@ -407,12 +407,7 @@ func (s *FlowState) derive() {
 }
 
 func flowStarted(f *flowFold, ev event.Event, t Time) bool {
-	var d struct {
-		Name     string          `json:"name"`
-		FlowName string          `json:"flowName"`
-		Queue    string          `json:"queue"`
-		Input    json.RawMessage `json:"input"`
-	}
+	var d startedData
 	decode(ev.Data, &d)
 	s := f.s
 	s.Name = firstText(s.Name, d.Name, d.FlowName)
@@ -431,12 +426,7 @@ func flowStarted(f *flowFold, ev event.Event, t Time) bool {
 
 func flowEnded(status string) flowFunc {
 	return func(f *flowFold, ev event.Event, t Time) bool {
-		var d struct {
-			Result   json.RawMessage `json:"result"`
-			Error    flexText        `json:"error"`
-			Reason   flexText        `json:"reason"`
-			Duration flexInt         `json:"duration"`
-		}
+		var d endedData
 		decode(ev.Data, &d)
 		s := f.s
 		s.eventStatus, s.eventEnd = status, t
@@ -627,9 +617,7 @@ func stepAwaitTimeout(f *flowFold, ev event.Event, t Time) bool {
 
 // awaitKey is the later engine's synthetic key for an await (ui-contract B.13).
 func awaitKey(ev event.Event) (step, key string, ok bool) {
-	var d struct {
-		Position string `json:"position"`
-	}
+	var d awaitData
 	decode(ev.Data, &d)
 	step = ev.Step
 	if step == "" {
@@ -643,9 +631,7 @@ func awaitRegistered(f *flowFold, ev event.Event, t Time) bool {
 	if !ok {
 		return false
 	}
-	var d struct {
-		AwaitType string `json:"awaitType"`
-	}
+	var d awaitData
 	decode(ev.Data, &d)
 	f.writeAwait(key, Await{Step: step, Type: d.AwaitType, Status: AwaitWaiting, RegisteredAt: t, Data: rawValue(ev.Data)})
 	return true
@@ -657,9 +643,7 @@ func awaitEnded(status string) flowFunc {
 		if !ok {
 			return false
 		}
-		var d struct {
-			TriggerData json.RawMessage `json:"triggerData"`
-		}
+		var d awaitData
 		decode(ev.Data, &d)
 		f.endAwait(key, step, status, "", t, rawValue(d.TriggerData))
 		return true
@@ -694,17 +678,10 @@ func (f *flowFold) endAwait(key, step, status, kind string, t Time, result json.
 func flowLog(f *flowFold, ev event.Event, t Time) bool {
 	// Logs are most of a stream: read the usual string fields first and take
 	// the slower flexible reading only when they are missing.
-	var d struct {
-		Level   string `json:"level"`
-		Msg     string `json:"msg"`
-		Message string `json:"message"`
-	}
+	var d logData
 	decode(ev.Data, &d)
 	if d.Msg == "" && d.Message == "" {
-		var flex struct {
-			Msg     flexText `json:"msg"`
-			Message flexText `json:"message"`
-		}
+		var flex logText
 		decode(ev.Data, &flex)
 		d.Msg, d.Message = string(flex.Msg), string(flex.Message)
 	}
@@ -724,16 +701,12 @@ func flowLog(f *flowFold, ev event.Event, t Time) bool {
 
 // flowEmit reads seed 002's `{event, payload}` and era A's `{name, ...payload}`.
 func flowEmit(f *flowFold, ev event.Event, t Time) bool {
-	var d struct {
-		Event   string          `json:"event"`
-		Name    string          `json:"name"`
-		Payload json.RawMessage `json:"payload"`
-	}
+	var d emitData
 	decode(ev.Data, &d)
 	name, payload := d.Event, rawValue(d.Payload)
 	if name == "" && d.Name != "" {
 		var rest map[string]json.RawMessage
-		decode(ev.Data, &rest)
+		_ = json.Unmarshal(ev.Data, &rest)
 		delete(rest, "name")
 		name, payload = d.Name, nil
 		if len(rest) > 0 {
@@ -804,9 +777,7 @@ func stateDelete(f *flowFold, ev event.Event, _ Time) bool {
 
 // stateBatch applies the operations it can read and skips the others.
 func stateBatch(f *flowFold, ev event.Event, _ Time) bool {
-	var d struct {
-		Operations []stateOp `json:"operations"`
-	}
+	var d batchData
 	decode(ev.Data, &d)
 	applied := false
 	for _, op := range d.Operations {

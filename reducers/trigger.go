@@ -124,14 +124,7 @@ func (s *TriggerState) apply(ev event.Event) {
 	if s.CorrelationID == "" {
 		s.CorrelationID = ev.CorrelationID
 	}
-	var d struct {
-		Type     string          `json:"type"`
-		Config   json.RawMessage `json:"config"`
-		Payload  json.RawMessage `json:"payload"`
-		Source   string          `json:"source"`
-		Reason   flexText        `json:"reason"`
-		Duration flexInt         `json:"duration"`
-	}
+	var d triggerData
 	decode(ev.Data, &d)
 	switch ev.Kind {
 	case "trigger.registered":
