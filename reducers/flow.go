@@ -408,7 +408,7 @@ func (s *FlowState) derive() {
 
 func flowStarted(f *flowFold, ev event.Event, t Time) bool {
 	var d startedData
-	decode(ev.Data, &d)
+	decode(ev.Data, &d, d.set)
 	s := f.s
 	s.Name = firstText(s.Name, d.Name, d.FlowName)
 	s.Queue = firstText(s.Queue, d.Queue)
@@ -427,7 +427,7 @@ func flowStarted(f *flowFold, ev event.Event, t Time) bool {
 func flowEnded(status string) flowFunc {
 	return func(f *flowFold, ev event.Event, t Time) bool {
 		var d endedData
-		decode(ev.Data, &d)
+		decode(ev.Data, &d, d.set)
 		s := f.s
 		s.eventStatus, s.eventEnd = status, t
 		s.eventDuration = firstInt(int64(d.Duration), millisSince(s.StartedAt, t))
@@ -477,8 +477,8 @@ type stepEvent struct {
 // readStep finds the step an event names (ui-contract A.14's fallbacks) and
 // its current state. ok is false when no step is named.
 func (f *flowFold) readStep(ev event.Event) (e stepEvent, ok bool) {
-	decode(ev.Data, &e.data)
-	decode(ev.Meta, &e.meta)
+	decode(ev.Data, &e.data, e.data.set)
+	decode(ev.Meta, &e.meta, e.meta.set)
 	e.name = firstText(ev.Step, e.data.StepName, e.data.StepKey, e.data.Step, e.meta.StepKey, e.meta.Step)
 	if e.name == "" {
 		return e, false
@@ -618,7 +618,7 @@ func stepAwaitTimeout(f *flowFold, ev event.Event, t Time) bool {
 // awaitKey is the later engine's synthetic key for an await (ui-contract B.13).
 func awaitKey(ev event.Event) (step, key string, ok bool) {
 	var d awaitData
-	decode(ev.Data, &d)
+	decode(ev.Data, &d, d.set)
 	step = ev.Step
 	if step == "" {
 		return "", "", false
@@ -632,7 +632,7 @@ func awaitRegistered(f *flowFold, ev event.Event, t Time) bool {
 		return false
 	}
 	var d awaitData
-	decode(ev.Data, &d)
+	decode(ev.Data, &d, d.set)
 	f.writeAwait(key, Await{Step: step, Type: d.AwaitType, Status: AwaitWaiting, RegisteredAt: t, Data: rawValue(ev.Data)})
 	return true
 }
@@ -644,7 +644,7 @@ func awaitEnded(status string) flowFunc {
 			return false
 		}
 		var d awaitData
-		decode(ev.Data, &d)
+		decode(ev.Data, &d, d.set)
 		f.endAwait(key, step, status, "", t, rawValue(d.TriggerData))
 		return true
 	}
@@ -679,10 +679,10 @@ func flowLog(f *flowFold, ev event.Event, t Time) bool {
 	// Logs are most of a stream: read the usual string fields first and take
 	// the slower flexible reading only when they are missing.
 	var d logData
-	decode(ev.Data, &d)
+	decode(ev.Data, &d, d.set)
 	if d.Msg == "" && d.Message == "" {
 		var flex logText
-		decode(ev.Data, &flex)
+		decode(ev.Data, &flex, flex.set)
 		d.Msg, d.Message = string(flex.Msg), string(flex.Message)
 	}
 	level := d.Level
@@ -702,7 +702,7 @@ func flowLog(f *flowFold, ev event.Event, t Time) bool {
 // flowEmit reads seed 002's `{event, payload}` and era A's `{name, ...payload}`.
 func flowEmit(f *flowFold, ev event.Event, t Time) bool {
 	var d emitData
-	decode(ev.Data, &d)
+	decode(ev.Data, &d, d.set)
 	name, payload := d.Event, rawValue(d.Payload)
 	if name == "" && d.Name != "" {
 		var rest map[string]json.RawMessage
@@ -763,14 +763,14 @@ func (f *flowFold) stateOp(op stateOp) bool {
 
 func stateSet(f *flowFold, ev event.Event, _ Time) bool {
 	var op stateOp
-	decode(ev.Data, &op)
+	decode(ev.Data, &op, op.set)
 	op.Type = "set"
 	return f.stateOp(op)
 }
 
 func stateDelete(f *flowFold, ev event.Event, _ Time) bool {
 	var op stateOp
-	decode(ev.Data, &op)
+	decode(ev.Data, &op, op.set)
 	op.Type = "delete"
 	return f.stateOp(op)
 }
@@ -778,7 +778,7 @@ func stateDelete(f *flowFold, ev event.Event, _ Time) bool {
 // stateBatch applies the operations it can read and skips the others.
 func stateBatch(f *flowFold, ev event.Event, _ Time) bool {
 	var d batchData
-	decode(ev.Data, &d)
+	decode(ev.Data, &d, d.set)
 	applied := false
 	for _, op := range d.Operations {
 		applied = f.stateOp(op) || applied

@@ -6,37 +6,32 @@ import (
 	"github.com/nqd-dev/nqd/internal/jsonscan"
 )
 
-// payload is a struct a reducer decodes from an event's data or meta. Its
-// set method reads one member of the object, or reports false when the
-// member needs encoding/json's own rules; decode then reads the whole
-// payload with encoding/json instead, so both paths give the same result.
-//
-// Folding spends most of its time here: a reflection-based Unmarshal of
-// every payload was most of a fold's cost, so payloads are scanned once and
-// only the members a reducer reads are converted.
-type payload interface {
-	set(key, val []byte) bool
-}
-
 // decode reads what it can of raw into v, exactly as json.Unmarshal would
 // (see the flex types for the leniency). Payloads come from clients and old
 // writers, so a field of the wrong type is left as it was rather than
 // failing the event.
-func decode[T any, P interface {
-	*T
-	payload
-}](raw json.RawMessage, v P) {
+//
+// Folding spent most of its time in a reflection-based Unmarshal of every
+// payload, so payloads are scanned once and set, a method of v's type, reads
+// only the members the reducer uses. set reports false for a member that
+// needs encoding/json's own rules (a key matching a field only ignoring case,
+// a repeated array); the whole payload is then read by encoding/json, so both
+// paths give the same result. v is passed to encoding/json only through a
+// copy, so that on the fast path it stays on the caller's stack.
+func decode[T any](raw json.RawMessage, v *T, set func(key, val []byte) bool) {
 	if len(raw) == 0 || raw[0] != '{' {
 		return
 	}
 	before := *v
 	if jsonscan.Object(raw, func(key, val []byte) bool {
-		return jsonscan.Plain(key) && v.set(key, val)
+		return jsonscan.Plain(key) && set(key, val)
 	}) {
 		return
 	}
-	*v = before
-	_ = json.Unmarshal(raw, v)
+	w := new(T)
+	*w = before
+	_ = json.Unmarshal(raw, w)
+	*v = *w
 }
 
 // other reports whether key, a member no field of a payload matched exactly,
@@ -73,12 +68,6 @@ func setString(s *string, val []byte) bool {
 	if v, ok := jsonscan.String(val); ok {
 		*s = v
 	}
-	return true
-}
-
-// setFlex hands val to a flex type, as encoding/json would, null included.
-func setFlex(u json.Unmarshaler, val []byte) bool {
-	_ = u.UnmarshalJSON(val)
 	return true
 }
 
@@ -123,11 +112,14 @@ func (d *endedData) set(key, val []byte) bool {
 		d.Result = val
 		return true
 	case "error":
-		return setFlex(&d.Error, val)
+		_ = d.Error.UnmarshalJSON(val)
+		return true
 	case "reason":
-		return setFlex(&d.Reason, val)
+		_ = d.Reason.UnmarshalJSON(val)
+		return true
 	case "duration":
-		return setFlex(&d.Duration, val)
+		_ = d.Duration.UnmarshalJSON(val)
+		return true
 	}
 	return other(key, endedNames)
 }
@@ -140,32 +132,43 @@ var stepNames = []string{
 func (p *stepPayload) set(key, val []byte) bool {
 	switch string(key) {
 	case "error":
-		return setFlex(&p.Error, val)
+		_ = p.Error.UnmarshalJSON(val)
+		return true
 	case "message":
-		return setFlex(&p.Message, val)
+		_ = p.Message.UnmarshalJSON(val)
+		return true
 	case "willRetry":
-		return setFlex(&p.WillRetry, val)
+		_ = p.WillRetry.UnmarshalJSON(val)
+		return true
 	case "retry":
-		return setFlex(&p.Retry, val)
+		_ = p.Retry.UnmarshalJSON(val)
+		return true
 	case "nextAttempt":
-		return setFlex(&p.NextAttempt, val)
+		_ = p.NextAttempt.UnmarshalJSON(val)
+		return true
 	case "attempt":
-		return setFlex(&p.Attempt, val)
+		_ = p.Attempt.UnmarshalJSON(val)
+		return true
 	case "maxAttempts":
-		return setFlex(&p.MaxAttempts, val)
+		_ = p.MaxAttempts.UnmarshalJSON(val)
+		return true
 	case "nextRetryAt":
-		return setFlex(&p.NextRetryAt, val)
+		_ = p.NextRetryAt.UnmarshalJSON(val)
+		return true
 	case "scheduledAt":
-		return setFlex(&p.ScheduledAt, val)
+		_ = p.ScheduledAt.UnmarshalJSON(val)
+		return true
 	case "result":
 		p.Result = val
 		return true
 	case "duration":
-		return setFlex(&p.Duration, val)
+		_ = p.Duration.UnmarshalJSON(val)
+		return true
 	case "awaitType":
 		return setString(&p.AwaitType, val)
 	case "reason":
-		return setFlex(&p.Reason, val)
+		_ = p.Reason.UnmarshalJSON(val)
+		return true
 	case "stepName":
 		return setString(&p.StepName, val)
 	case "stepKey":
@@ -229,9 +232,11 @@ type logText struct {
 func (d *logText) set(key, val []byte) bool {
 	switch string(key) {
 	case "msg":
-		return setFlex(&d.Msg, val)
+		_ = d.Msg.UnmarshalJSON(val)
+		return true
 	case "message":
-		return setFlex(&d.Message, val)
+		_ = d.Message.UnmarshalJSON(val)
+		return true
 	}
 	return other(key, logNames[1:])
 }
@@ -335,9 +340,11 @@ func (d *triggerData) set(key, val []byte) bool {
 	case "source":
 		return setString(&d.Source, val)
 	case "reason":
-		return setFlex(&d.Reason, val)
+		_ = d.Reason.UnmarshalJSON(val)
+		return true
 	case "duration":
-		return setFlex(&d.Duration, val)
+		_ = d.Duration.UnmarshalJSON(val)
+		return true
 	}
 	return other(key, triggerNames)
 }

@@ -125,7 +125,7 @@ func (s *TriggerState) apply(ev event.Event) {
 		s.CorrelationID = ev.CorrelationID
 	}
 	var d triggerData
-	decode(ev.Data, &d)
+	decode(ev.Data, &d, d.set)
 	switch ev.Kind {
 	case "trigger.registered":
 		s.Status, s.RegisteredAt, s.EndedAt = TriggerRegistered, t, Time{}
