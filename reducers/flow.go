@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"strings"
+	"unique"
 
 	"github.com/nqd-dev/nqd/event"
 )
@@ -85,8 +86,8 @@ type FlowState struct {
 	kv      map[string]json.RawMessage
 	awaits  map[string]Await
 	emitted map[string]int
-	logs    tail[LogEntry]
-	emits   tail[Emit]
+	logs    tail[logRec]
+	emits   tail[emitRec]
 
 	// What the events said, before derive: the exported status, end and
 	// duration are computed from these and the step counts.
@@ -181,13 +182,67 @@ func (s *FlowState) Awaits() map[string]Await { return cloneOrEmpty(s.awaits) }
 // first Limits.Names distinct names are counted.
 func (s *FlowState) Emitted(name string) int { return s.emitted[name] }
 
-// Logs returns the newest log entries, oldest first. The slice is shared: do
-// not change it.
-func (s *FlowState) Logs() []LogEntry { return s.logs.list() }
+// Logs returns the newest log entries, oldest first, in a new slice.
+func (s *FlowState) Logs() []LogEntry {
+	out := make([]LogEntry, len(s.logs.items))
+	for i, l := range s.logs.items {
+		out[i] = l.entry()
+	}
+	return out
+}
 
-// Emits returns the newest emitted events, oldest first. The slice is shared:
-// do not change it.
-func (s *FlowState) Emits() []Emit { return s.emits.list() }
+// Emits returns the newest emitted events, oldest first, in a new slice.
+func (s *FlowState) Emits() []Emit {
+	out := make([]Emit, len(s.emits.items))
+	for i, e := range s.emits.items {
+		out[i] = e.entry()
+	}
+	return out
+}
+
+// logRec is a log entry as a state keeps it. A cache holds many states of
+// long runs and logs are most of what they hold, so an entry keeps only
+// what its LogEntry cannot be derived from: the event id, which gives the
+// entry's id and time; the payload, which gives the message; and the step
+// and level, interned, since a run repeats a few of them many times.
+type logRec struct {
+	id      event.ID
+	data    json.RawMessage
+	attempt int
+	tag     unique.Handle[logTag]
+}
+
+type logTag struct{ step, level string }
+
+func (l logRec) entry() LogEntry {
+	tag := l.tag.Value()
+	return LogEntry{
+		ID: formatID(l.id), TS: Time{l.id.Time()}, Step: tag.step, Attempt: l.attempt,
+		Level: tag.level, Msg: logMessage(l.data), Data: l.data,
+	}
+}
+
+// emitRec is an Emit as a state keeps it; see logRec.
+type emitRec struct {
+	id      event.ID
+	payload json.RawMessage
+	tag     unique.Handle[emitTag]
+}
+
+type emitTag struct{ step, event string }
+
+// intern returns the handle of v, reusing *last when it holds v already.
+func intern[T comparable](last *unique.Handle[T], v T) unique.Handle[T] {
+	if *last == (unique.Handle[T]{}) || last.Value() != v {
+		*last = unique.Make(v)
+	}
+	return *last
+}
+
+func (e emitRec) entry() Emit {
+	tag := e.tag.Value()
+	return Emit{ID: formatID(e.id), TS: Time{e.id.Time()}, Step: tag.step, Event: tag.event, Payload: e.payload}
+}
 
 func cloneOrEmpty[V any](m map[string]V) map[string]V {
 	if m == nil {
@@ -226,7 +281,7 @@ func (s *FlowState) MarshalJSON() ([]byte, error) {
 		Input: s.Input, Result: s.Result, Error: s.Error, Reason: s.Reason,
 		StartedAt: s.StartedAt, CompletedAt: s.CompletedAt, Duration: s.Duration,
 		Steps: nonNil(s.steps), Awaits: nonNil(s.awaits), State: nonNil(s.kv),
-		Logs: s.logs.list(), Emits: s.emits.list(), Emitted: nonNil(s.emitted),
+		Logs: s.Logs(), Emits: s.Emits(), Emitted: nonNil(s.emitted),
 		EventCount: s.count, Ignored: s.Ignored,
 	}
 	if s.count > 0 {
@@ -318,6 +373,11 @@ type flowFold struct {
 	s                                      *FlowState
 	lim                                    Limits
 	ownSteps, ownKV, ownAwaits, ownEmitted bool
+
+	// The last tags interned: consecutive entries mostly share them, and a
+	// comparison is cheaper than a lookup in unique's map.
+	logTag  unique.Handle[logTag]
+	emitTag unique.Handle[emitTag]
 }
 
 type flowFunc func(f *flowFold, ev event.Event, t Time) bool
@@ -676,15 +736,8 @@ func (f *flowFold) endAwait(key, step, status, kind string, t Time, result json.
 }
 
 func flowLog(f *flowFold, ev event.Event, t Time) bool {
-	// Logs are most of a stream: read the usual string fields first and take
-	// the slower flexible reading only when they are missing.
 	var d logData
 	decode(ev.Data, &d, d.set)
-	if d.Msg == "" && d.Message == "" {
-		var flex logText
-		decode(ev.Data, &flex, flex.set)
-		d.Msg, d.Message = string(flex.Msg), string(flex.Message)
-	}
 	level := d.Level
 	if level == "" {
 		level = "info"
@@ -692,11 +745,23 @@ func flowLog(f *flowFold, ev event.Event, t Time) bool {
 			level = l
 		}
 	}
-	f.s.logs = f.s.logs.push(LogEntry{
-		ID: formatID(ev.ID), TS: t, Step: ev.Step, Attempt: ev.Attempt,
-		Level: level, Msg: firstText(d.Msg, d.Message), Data: ev.Data,
-	}, f.lim.logs())
+	tag := intern(&f.logTag, logTag{step: ev.Step, level: level})
+	f.s.logs = f.s.logs.push(logRec{id: ev.ID, data: ev.Data, attempt: ev.Attempt, tag: tag}, f.lim.logs())
 	return true
+}
+
+// logMessage is the text of a log entry: its payload's msg, else its
+// message. Logs are most of a stream: the usual string fields are read
+// first, and the slower flexible reading only when both are missing.
+func logMessage(data json.RawMessage) string {
+	var d logData
+	decode(data, &d, d.set)
+	if d.Msg == "" && d.Message == "" {
+		var flex logText
+		decode(data, &flex, flex.set)
+		d.Msg, d.Message = string(flex.Msg), string(flex.Message)
+	}
+	return firstText(d.Msg, d.Message)
 }
 
 // flowEmit reads seed 002's `{event, payload}` and era A's `{name, ...payload}`.
@@ -717,7 +782,8 @@ func flowEmit(f *flowFold, ev event.Event, t Time) bool {
 		return false
 	}
 	s := f.s
-	s.emits = s.emits.push(Emit{ID: formatID(ev.ID), TS: t, Step: ev.Step, Event: name, Payload: payload}, f.lim.emits())
+	tag := intern(&f.emitTag, emitTag{step: ev.Step, event: name})
+	s.emits = s.emits.push(emitRec{id: ev.ID, payload: payload, tag: tag}, f.lim.emits())
 	if _, seen := s.emitted[name]; seen || len(s.emitted) < f.lim.names() {
 		if !f.ownEmitted {
 			s.emitted, f.ownEmitted = cloneOrEmpty(s.emitted), true

@@ -214,8 +214,10 @@ func rawValue(b json.RawMessage) json.RawMessage {
 	if len(b) == 0 || bytes.Equal(b, []byte("null")) {
 		return nil
 	}
-	var buf bytes.Buffer
-	if json.Compact(&buf, b) != nil {
+	// Compacting never lengthens a value: sized to it, the buffer never grows,
+	// where a zero bytes.Buffer would take 64 bytes for the shortest value.
+	buf := bytes.NewBuffer(make([]byte, 0, len(b)))
+	if json.Compact(buf, b) != nil {
 		return nil
 	}
 	return buf.Bytes()
