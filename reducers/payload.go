@@ -35,32 +35,9 @@ func decode[T any](raw json.RawMessage, v *T, set func(key, val []byte) bool) {
 }
 
 // other reports whether key, a member no field of a payload matched exactly,
-// also matches none of names ignoring case, as encoding/json would match it.
-// Such a key is skipped; one that matches is left to encoding/json.
-func other(key []byte, names []string) bool {
-	for _, n := range names {
-		if len(n) == len(key) && equalFoldASCII(key, n) {
-			return false
-		}
-	}
-	return true
-}
-
-func equalFoldASCII(b []byte, s string) bool {
-	for i := range b {
-		x, y := b[i], s[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
-}
+// also matches none of names ignoring case; a key that does is left to
+// encoding/json.
+func other(key []byte, names []string) bool { return !jsonscan.Folds(key, names) }
 
 // setString sets *s to val when val is a string; encoding/json leaves a
 // string field unchanged for null and for values of another type.

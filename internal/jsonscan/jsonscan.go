@@ -98,6 +98,34 @@ func Plain(key []byte) bool {
 	return true
 }
 
+// Folds reports whether key, as Plain accepts it, matches one of names
+// ignoring ASCII case, as encoding/json matches a member that names no field
+// exactly to a field.
+func Folds(key []byte, names []string) bool {
+	for _, n := range names {
+		if len(n) == len(key) && equalFold(key, n) {
+			return true
+		}
+	}
+	return false
+}
+
+func equalFold(b []byte, s string) bool {
+	for i := range b {
+		x, y := b[i], s[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
 // String returns the string a valid JSON value holds, as encoding/json would
 // decode it, and false for any other kind of value.
 func String(val []byte) (string, bool) {
