@@ -40,6 +40,16 @@ const (
 
 var stepStatuses = [...]string{StepPending, StepRunning, StepCompleted, StepFailed, StepRetrying, StepWaiting, StepTimeout}
 
+// Indexes of stepStatuses, for the counts derive reads on every event.
+const (
+	iRunning   = 1
+	iCompleted = 2
+	iFailed    = 3
+	iRetrying  = 4
+	iWaiting   = 5
+	iTimeout   = 6
+)
+
 func stepIndex(status string) int {
 	for i, s := range stepStatuses {
 		if s == status {
@@ -447,14 +457,14 @@ func (s *FlowState) derive() {
 		return
 	}
 	c := &s.stepCounts
-	moving := c[stepIndex(StepRunning)] + c[stepIndex(StepRetrying)]
-	waiting := c[stepIndex(StepWaiting)]
-	done := c[stepIndex(StepCompleted)] + c[stepIndex(StepFailed)] + c[stepIndex(StepTimeout)]
+	moving := c[iRunning] + c[iRetrying]
+	waiting := c[iWaiting]
+	done := c[iCompleted] + c[iFailed] + c[iTimeout]
 	s.CompletedAt, s.Duration = Time{}, 0
 	switch {
 	case s.inferEnd && len(s.steps) > 0 && done == len(s.steps):
 		s.Status = FlowCompleted
-		if c[stepIndex(StepFailed)] > 0 {
+		if c[iFailed] > 0 {
 			s.Status = FlowFailed
 		}
 		s.CompletedAt = s.lastDoneAt
@@ -736,7 +746,7 @@ func (f *flowFold) endAwait(key, step, status, kind string, t Time, result json.
 }
 
 func flowLog(f *flowFold, ev event.Event, t Time) bool {
-	var d logData
+	var d levelData
 	decode(ev.Data, &d, d.set)
 	level := d.Level
 	if level == "" {

@@ -201,6 +201,32 @@ func (d *logData) set(key, val []byte) bool {
 	return other(key, logNames)
 }
 
+// levelData is the part of a log event's payload a fold reads; the message
+// is read from the payload when the entry is.
+type levelData struct {
+	Level string `json:"level"`
+}
+
+func (d *levelData) set(key, val []byte) bool {
+	if string(key) != "level" {
+		return other(key, logNames[:1])
+	}
+	// The usual levels are constants rather than a string per entry.
+	switch string(val) {
+	case `"info"`:
+		d.Level = "info"
+	case `"debug"`:
+		d.Level = "debug"
+	case `"warn"`:
+		d.Level = "warn"
+	case `"error"`:
+		d.Level = "error"
+	default:
+		return setString(&d.Level, val)
+	}
+	return true
+}
+
 type logText struct {
 	Msg     flexText `json:"msg"`
 	Message flexText `json:"message"`

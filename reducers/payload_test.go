@@ -15,7 +15,7 @@ func FuzzPayloads(f *testing.F) {
 		`{"error":"e","willRetry":"true","nextAttempt":2,"attempt":"3","maxAttempts":4.5,"stepKey":"s","Step":"x"}`,
 		`{"position":"before","awaitType":"webhook","triggerData":{"a":1}}`,
 		`{"level":"info","msg":"m\u00e9","message":3}`,
-		`{"MSG":"upper","level":null}`,
+		`{"MSG":"upper","level":null}`, `{"level":"warn","level":3}`, `{"level":"debug"}`,
 		`{"event":"e","name":"n","payload":[1]}`,
 		`{"type":"set","key":"k","value":{"n":1}}`,
 		`{"operations":[{"type":"set","key":"k","value":1},null,3,{"Key":"x"}]}`,
@@ -31,6 +31,7 @@ func FuzzPayloads(f *testing.F) {
 		check(t, b, &stepPayload{})
 		check(t, b, &awaitData{})
 		check(t, b, &logData{})
+		check(t, b, &levelData{})
 		check(t, b, &logText{})
 		check(t, b, &emitData{})
 		check(t, b, &stateOp{})

@@ -209,13 +209,16 @@ func (t *flexText) UnmarshalJSON(b []byte) error {
 }
 
 // rawValue keeps a JSON value compacted, so equal values compare equal
-// byte for byte in Diff.
+// byte for byte in Diff. It is a copy: payloads are usually compact
+// already, and copying one is much cheaper than compacting it.
 func rawValue(b json.RawMessage) json.RawMessage {
 	if len(b) == 0 || bytes.Equal(b, []byte("null")) {
 		return nil
 	}
-	// Compacting never lengthens a value: sized to it, the buffer never grows,
-	// where a zero bytes.Buffer would take 64 bytes for the shortest value.
+	if bytes.IndexAny(b, " \t\n\r") < 0 && jsonscan.Valid(b) {
+		return bytes.Clone(b)
+	}
+	// Compacting never lengthens a value: sized to it, the buffer never grows.
 	buf := bytes.NewBuffer(make([]byte, 0, len(b)))
 	if json.Compact(buf, b) != nil {
 		return nil

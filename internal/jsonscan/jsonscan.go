@@ -65,6 +65,13 @@ func Object(b []byte, fn func(key, val []byte) bool) bool {
 	}
 }
 
+// Valid reports whether b is one JSON value, surrounded by whitespace at
+// most, as json.Valid does.
+func Valid(b []byte) bool {
+	i, ok := skipValue(b, skipSpace(b, 0), 1)
+	return ok && skipSpace(b, i) == len(b)
+}
+
 // Array calls fn with each element of val, a valid JSON array as Object
 // reports values, and returns false when fn does.
 func Array(val []byte, fn func(elem []byte) bool) bool {
