@@ -241,12 +241,23 @@ type emitRec struct {
 
 type emitTag struct{ step, event string }
 
-// intern returns the handle of v, reusing *last when it holds v already.
-func intern[T comparable](last *unique.Handle[T], v T) unique.Handle[T] {
-	if *last == (unique.Handle[T]{}) || last.Value() != v {
-		*last = unique.Make(v)
+// recent holds the handles a fold made last, newest at next-1.
+type recent[T comparable] struct {
+	handles [8]unique.Handle[T]
+	next    int
+}
+
+// intern returns the handle of v, one of r's when it holds v already.
+func (r *recent[T]) intern(v T) unique.Handle[T] {
+	for _, h := range r.handles {
+		if h != (unique.Handle[T]{}) && h.Value() == v {
+			return h
+		}
 	}
-	return *last
+	h := unique.Make(v)
+	r.handles[r.next] = h
+	r.next = (r.next + 1) % len(r.handles)
+	return h
 }
 
 func (e emitRec) entry() Emit {
@@ -384,10 +395,10 @@ type flowFold struct {
 	lim                                    Limits
 	ownSteps, ownKV, ownAwaits, ownEmitted bool
 
-	// The last tags interned: consecutive entries mostly share them, and a
-	// comparison is cheaper than a lookup in unique's map.
-	logTag  unique.Handle[logTag]
-	emitTag unique.Handle[emitTag]
+	// The tags interned lately: nearby entries mostly share them, and a few
+	// comparisons are cheaper than a lookup in unique's map.
+	logTags  recent[logTag]
+	emitTags recent[emitTag]
 }
 
 type flowFunc func(f *flowFold, ev event.Event, t Time) bool
@@ -755,7 +766,7 @@ func flowLog(f *flowFold, ev event.Event, t Time) bool {
 			level = l
 		}
 	}
-	tag := intern(&f.logTag, logTag{step: ev.Step, level: level})
+	tag := f.logTags.intern(logTag{step: ev.Step, level: level})
 	f.s.logs = f.s.logs.push(logRec{id: ev.ID, data: ev.Data, attempt: ev.Attempt, tag: tag}, f.lim.logs())
 	return true
 }
@@ -792,7 +803,7 @@ func flowEmit(f *flowFold, ev event.Event, t Time) bool {
 		return false
 	}
 	s := f.s
-	tag := intern(&f.emitTag, emitTag{step: ev.Step, event: name})
+	tag := f.emitTags.intern(emitTag{step: ev.Step, event: name})
 	s.emits = s.emits.push(emitRec{id: ev.ID, payload: payload, tag: tag}, f.lim.emits())
 	if _, seen := s.emitted[name]; seen || len(s.emitted) < f.lim.names() {
 		if !f.ownEmitted {
