@@ -215,7 +215,7 @@ func rawValue(b json.RawMessage) json.RawMessage {
 	if len(b) == 0 || bytes.Equal(b, []byte("null")) {
 		return nil
 	}
-	if bytes.IndexAny(b, " \t\n\r") < 0 && jsonscan.Valid(b) {
+	if !bytes.ContainsAny(b, " \t\n\r") && jsonscan.Valid(b) {
 		return bytes.Clone(b)
 	}
 	// Compacting never lengthens a value: sized to it, the buffer never grows.
