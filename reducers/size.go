@@ -21,8 +21,9 @@ const (
 )
 
 // ApproxSize estimates the bytes s holds, for caches that bound their memory.
-// It counts every value of s once, even parts shared with other states, and
-// the spare capacity of its lists, which a long run keeps; it costs a walk
+// It counts every value of s once, even parts shared with other states (but
+// not the interned names of its logs and emits, which the whole process
+// shares), and the spare capacity of its lists, which a long run keeps; it costs a walk
 // over the state's collections rather than an encoding.
 func ApproxSize(s State) int {
 	switch st := s.(type) {
