@@ -61,9 +61,12 @@ lint:
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzApply -fuzztime=30s ./reducers
 	$(GO) test -run='^$$' -fuzz=FuzzCheckpoint -fuzztime=30s ./reducers
+	$(GO) test -run='^$$' -fuzz=FuzzPayloads -fuzztime=30s ./reducers
+	$(GO) test -run='^$$' -fuzz=FuzzObject -fuzztime=30s ./internal/jsonscan
 	$(GO) test -run='^$$' -fuzz=FuzzParseID -fuzztime=30s ./event
 	$(GO) test -run='^$$' -fuzz=FuzzUnmarshal -fuzztime=30s ./event
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeStored -fuzztime=30s ./event
+	$(GO) test -run='^$$' -fuzz=FuzzDecoder -fuzztime=30s ./event
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeNodeFields -fuzztime=30s ./event
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeAppend -fuzztime=30s ./handlers
 	$(GO) test -run='^$$' -fuzz=FuzzStrictJSON -fuzztime=30s ./handlers

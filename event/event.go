@@ -6,6 +6,8 @@ import (
 	"errors"
 	"strconv"
 	"time"
+
+	"github.com/nqd-dev/nqd/internal/jsonscan"
 )
 
 // Event is one record of a context's stream. The store assigns ID; the
@@ -103,12 +105,153 @@ func (e *Event) UnmarshalJSON(b []byte) error {
 
 // DecodeStored reads a body written by MarshalBody and places it at id.
 func DecodeStored(id ID, body []byte) (Event, error) {
-	var e Event
-	if err := e.UnmarshalJSON(body); err != nil {
-		return Event{}, err
+	var d Decoder
+	return d.Decode(id, body)
+}
+
+// A Decoder reads stored records as DecodeStored does, for reads of many
+// records at once: a cold rebuild of a state reads every record of a
+// context, and decoding them was most of its time. It scans a record's
+// members without reflection, and shares with the record before the strings
+// that repeat it (subject, run, flow name, step, kind), as the records of
+// one context mostly do, so they are allocated once. The zero Decoder is
+// ready to use; it is not safe for concurrent use.
+type Decoder struct {
+	prev Event
+}
+
+var wireNames = []string{
+	"id", "ts", "kind", "type", "subject", "flow", "runId", "flowName", "step", "stepName",
+	"attempt", "trigger", "correlationId", "data", "meta",
+}
+
+// Decode reads a body written by MarshalBody and places it at id.
+func (d *Decoder) Decode(id ID, body []byte) (Event, error) {
+	var w struct {
+		kind, typ, flow, runID, step, stepName []byte
+		e                                      Event
+	}
+	e := &w.e
+	ok := jsonscan.Object(body, func(key, val []byte) bool {
+		if !jsonscan.Plain(key) {
+			return false
+		}
+		good := true
+		switch string(key) {
+		case "id":
+			// The store gives the id; one written in the body must still parse.
+			s, isStr := jsonscan.String(val)
+			if !isStr {
+				return jsonscan.IsNull(val)
+			}
+			_, err := ParseID(s)
+			return s == "" || err == nil
+		case "ts":
+			return jsonscan.IsNull(val) || val[0] == '"'
+		case "kind":
+			w.kind, good = stringOrNull(w.kind, val)
+		case "type":
+			w.typ, good = stringOrNull(w.typ, val)
+		case "subject":
+			e.Subject, good = d.str(val, d.prev.Subject, e.Subject)
+		case "flow":
+			w.flow, good = stringOrNull(w.flow, val)
+		case "runId":
+			w.runID, good = stringOrNull(w.runID, val)
+		case "flowName":
+			e.FlowName, good = d.str(val, d.prev.FlowName, e.FlowName)
+		case "step":
+			w.step, good = stringOrNull(w.step, val)
+		case "stepName":
+			w.stepName, good = stringOrNull(w.stepName, val)
+		case "attempt":
+			if jsonscan.IsNull(val) {
+				return true
+			}
+			e.Attempt, good = jsonscan.Int(val)
+		case "trigger":
+			e.Trigger, good = d.str(val, d.prev.Trigger, e.Trigger)
+		case "correlationId":
+			e.CorrelationID, good = d.str(val, d.prev.CorrelationID, e.CorrelationID)
+		case "data":
+			e.Data = rawCopy(val)
+		case "meta":
+			e.Meta = rawCopy(val)
+		default:
+			return !jsonscan.Folds(key, wireNames)
+		}
+		return good
+	})
+	if ok {
+		var kind, flow, step string
+		if kind, ok = d.str(w.kind, d.prev.Kind, ""); ok && kind == "" {
+			kind, ok = d.str(w.typ, d.prev.Kind, "")
+		}
+		if f, fok := d.str(w.flow, d.prev.Flow, ""); fok && ok {
+			if flow = f; flow == "" {
+				flow, ok = d.str(w.runID, d.prev.Flow, "")
+			}
+		} else {
+			ok = false
+		}
+		if st, sok := d.str(w.step, d.prev.Step, ""); sok && ok {
+			if step = st; step == "" {
+				step, ok = d.str(w.stepName, d.prev.Step, "")
+			}
+		} else {
+			ok = false
+		}
+		e.Kind, e.Flow, e.Step = kind, flow, step
+	}
+	if !ok {
+		// Anything the scan does not take as it comes (an escaped or
+		// case-folded key, a value of another type, a broken record) is left
+		// to encoding/json, which accepts or refuses it as it always has.
+		if err := e.UnmarshalJSON(body); err != nil {
+			return Event{}, err
+		}
 	}
 	e.ID = id
-	return e, nil
+	d.prev = *e
+	return *e, nil
+}
+
+// str reads the JSON string val, or keeps cur when val is absent or null.
+// It returns prev, the same field of the record before, when they are equal,
+// rather than a new copy. ok is false for a value of any other type.
+func (d *Decoder) str(val []byte, prev, cur string) (s string, ok bool) {
+	if len(val) == 0 || jsonscan.IsNull(val) {
+		return cur, true
+	}
+	if val[0] != '"' {
+		return "", false
+	}
+	// Without a backslash the quoted bytes are the string itself.
+	if inner := val[1 : len(val)-1]; len(inner) == len(prev) && string(inner) == prev && bytes.IndexByte(inner, '\\') < 0 {
+		return prev, true
+	}
+	return jsonscan.String(val)
+}
+
+// stringOrNull is val when it is a string, cur when it is null (encoding/json
+// leaves a string field as it was for a null), and not ok otherwise.
+func stringOrNull(cur, val []byte) ([]byte, bool) {
+	switch {
+	case jsonscan.IsNull(val):
+		return cur, true
+	case val[0] == '"':
+		return val, true
+	}
+	return nil, false
+}
+
+// rawCopy copies a raw value out of the buffer it was read from, which the
+// store may reuse, as json.RawMessage does; null is nil.
+func rawCopy(val []byte) json.RawMessage {
+	if jsonscan.IsNull(val) {
+		return nil
+	}
+	return bytes.Clone(val)
 }
 
 // ErrNotNodeEntry is returned by DecodeNodeFields for entries that lack the

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"unique"
 
 	"github.com/nqd-dev/nqd/event"
 )
@@ -150,7 +151,7 @@ func flowCheckpointOf(s *FlowState) flowCheckpoint {
 		Queue: s.Queue, Input: s.Input, Result: s.Result, Error: s.Error, Reason: s.Reason,
 		StartedAt: s.StartedAt, CompletedAt: s.CompletedAt, Duration: s.Duration, Ignored: s.Ignored,
 		Steps: s.steps, KV: s.kv, Awaits: s.awaits, Emitted: s.emitted,
-		Logs: s.logs.items, Emits: s.emits.items,
+		Logs: s.Logs(), Emits: s.Emits(),
 		EventStatus: s.eventStatus, EventEnd: s.eventEnd, EventDuration: s.eventDuration,
 		Started: s.started, InferEnd: s.inferEnd, StepCounts: s.stepCounts,
 		AwaitsWaiting: s.awaitsWaiting, LastDoneAt: s.lastDoneAt,
@@ -167,6 +168,22 @@ func (c *flowCheckpoint) state() (*FlowState, error) {
 			return nil, fmt.Errorf("step %q is null", name)
 		}
 	}
+	logs := make([]logRec, len(c.Logs))
+	for i, l := range c.Logs {
+		id, err := event.ParseID(l.ID)
+		if err != nil {
+			return nil, fmt.Errorf("log %q: %w", l.ID, err)
+		}
+		logs[i] = logRec{id: id, data: l.Data, attempt: l.Attempt, tag: unique.Make(logTag{step: l.Step, level: l.Level})}
+	}
+	emits := make([]emitRec, len(c.Emits))
+	for i, e := range c.Emits {
+		id, err := event.ParseID(e.ID)
+		if err != nil {
+			return nil, fmt.Errorf("emit %q: %w", e.ID, err)
+		}
+		emits[i] = emitRec{id: id, payload: e.Payload, tag: unique.Make(emitTag{step: e.Step, event: e.Event})}
+	}
 	// The lists get no spare capacity: the first push after a checkpoint
 	// copies them, as it would for any state whose array is shared.
 	return &FlowState{
@@ -174,7 +191,7 @@ func (c *flowCheckpoint) state() (*FlowState, error) {
 		Input: c.Input, Result: c.Result, Error: c.Error, Reason: c.Reason,
 		StartedAt: c.StartedAt, CompletedAt: c.CompletedAt, Duration: c.Duration, Ignored: c.Ignored,
 		steps: c.Steps, kv: c.KV, awaits: c.Awaits, emitted: c.Emitted,
-		logs: tail[LogEntry]{items: c.Logs}, emits: tail[Emit]{items: c.Emits},
+		logs: tail[logRec]{items: logs}, emits: tail[emitRec]{items: emits},
 		eventStatus: c.EventStatus, eventEnd: c.EventEnd, eventDuration: c.EventDuration,
 		started: c.Started, inferEnd: c.InferEnd, stepCounts: c.StepCounts,
 		awaitsWaiting: c.AwaitsWaiting, lastDoneAt: c.LastDoneAt,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"strings"
+	"unique"
 
 	"github.com/nqd-dev/nqd/event"
 )
@@ -38,6 +39,16 @@ const (
 )
 
 var stepStatuses = [...]string{StepPending, StepRunning, StepCompleted, StepFailed, StepRetrying, StepWaiting, StepTimeout}
+
+// Indexes of stepStatuses, for the counts derive reads on every event.
+const (
+	iRunning   = 1
+	iCompleted = 2
+	iFailed    = 3
+	iRetrying  = 4
+	iWaiting   = 5
+	iTimeout   = 6
+)
 
 func stepIndex(status string) int {
 	for i, s := range stepStatuses {
@@ -85,8 +96,8 @@ type FlowState struct {
 	kv      map[string]json.RawMessage
 	awaits  map[string]Await
 	emitted map[string]int
-	logs    tail[LogEntry]
-	emits   tail[Emit]
+	logs    tail[logRec]
+	emits   tail[emitRec]
 
 	// What the events said, before derive: the exported status, end and
 	// duration are computed from these and the step counts.
@@ -181,13 +192,78 @@ func (s *FlowState) Awaits() map[string]Await { return cloneOrEmpty(s.awaits) }
 // first Limits.Names distinct names are counted.
 func (s *FlowState) Emitted(name string) int { return s.emitted[name] }
 
-// Logs returns the newest log entries, oldest first. The slice is shared: do
-// not change it.
-func (s *FlowState) Logs() []LogEntry { return s.logs.list() }
+// Logs returns the newest log entries, oldest first, in a new slice.
+func (s *FlowState) Logs() []LogEntry {
+	out := make([]LogEntry, len(s.logs.items))
+	for i, l := range s.logs.items {
+		out[i] = l.entry()
+	}
+	return out
+}
 
-// Emits returns the newest emitted events, oldest first. The slice is shared:
-// do not change it.
-func (s *FlowState) Emits() []Emit { return s.emits.list() }
+// Emits returns the newest emitted events, oldest first, in a new slice.
+func (s *FlowState) Emits() []Emit {
+	out := make([]Emit, len(s.emits.items))
+	for i, e := range s.emits.items {
+		out[i] = e.entry()
+	}
+	return out
+}
+
+// logRec is a log entry as a state keeps it. A cache holds many states of
+// long runs and logs are most of what they hold, so an entry keeps only
+// what its LogEntry cannot be derived from: the event id, which gives the
+// entry's id and time; the payload, which gives the message; and the step
+// and level, interned, since a run repeats a few of them many times.
+type logRec struct {
+	id      event.ID
+	data    json.RawMessage
+	attempt int
+	tag     unique.Handle[logTag]
+}
+
+type logTag struct{ step, level string }
+
+func (l logRec) entry() LogEntry {
+	tag := l.tag.Value()
+	return LogEntry{
+		ID: formatID(l.id), TS: Time{l.id.Time()}, Step: tag.step, Attempt: l.attempt,
+		Level: tag.level, Msg: logMessage(l.data), Data: l.data,
+	}
+}
+
+// emitRec is an Emit as a state keeps it; see logRec.
+type emitRec struct {
+	id      event.ID
+	payload json.RawMessage
+	tag     unique.Handle[emitTag]
+}
+
+type emitTag struct{ step, event string }
+
+// recent holds the handles a fold made last, newest at next-1.
+type recent[T comparable] struct {
+	handles [8]unique.Handle[T]
+	next    int
+}
+
+// intern returns the handle of v, one of r's when it holds v already.
+func (r *recent[T]) intern(v T) unique.Handle[T] {
+	for _, h := range r.handles {
+		if h != (unique.Handle[T]{}) && h.Value() == v {
+			return h
+		}
+	}
+	h := unique.Make(v)
+	r.handles[r.next] = h
+	r.next = (r.next + 1) % len(r.handles)
+	return h
+}
+
+func (e emitRec) entry() Emit {
+	tag := e.tag.Value()
+	return Emit{ID: formatID(e.id), TS: Time{e.id.Time()}, Step: tag.step, Event: tag.event, Payload: e.payload}
+}
 
 func cloneOrEmpty[V any](m map[string]V) map[string]V {
 	if m == nil {
@@ -226,7 +302,7 @@ func (s *FlowState) MarshalJSON() ([]byte, error) {
 		Input: s.Input, Result: s.Result, Error: s.Error, Reason: s.Reason,
 		StartedAt: s.StartedAt, CompletedAt: s.CompletedAt, Duration: s.Duration,
 		Steps: nonNil(s.steps), Awaits: nonNil(s.awaits), State: nonNil(s.kv),
-		Logs: s.logs.list(), Emits: s.emits.list(), Emitted: nonNil(s.emitted),
+		Logs: s.Logs(), Emits: s.Emits(), Emitted: nonNil(s.emitted),
 		EventCount: s.count, Ignored: s.Ignored,
 	}
 	if s.count > 0 {
@@ -318,6 +394,11 @@ type flowFold struct {
 	s                                      *FlowState
 	lim                                    Limits
 	ownSteps, ownKV, ownAwaits, ownEmitted bool
+
+	// The tags interned lately: nearby entries mostly share them, and a few
+	// comparisons are cheaper than a lookup in unique's map.
+	logTags  recent[logTag]
+	emitTags recent[emitTag]
 }
 
 type flowFunc func(f *flowFold, ev event.Event, t Time) bool
@@ -387,14 +468,14 @@ func (s *FlowState) derive() {
 		return
 	}
 	c := &s.stepCounts
-	moving := c[stepIndex(StepRunning)] + c[stepIndex(StepRetrying)]
-	waiting := c[stepIndex(StepWaiting)]
-	done := c[stepIndex(StepCompleted)] + c[stepIndex(StepFailed)] + c[stepIndex(StepTimeout)]
+	moving := c[iRunning] + c[iRetrying]
+	waiting := c[iWaiting]
+	done := c[iCompleted] + c[iFailed] + c[iTimeout]
 	s.CompletedAt, s.Duration = Time{}, 0
 	switch {
 	case s.inferEnd && len(s.steps) > 0 && done == len(s.steps):
 		s.Status = FlowCompleted
-		if c[stepIndex(StepFailed)] > 0 {
+		if c[iFailed] > 0 {
 			s.Status = FlowFailed
 		}
 		s.CompletedAt = s.lastDoneAt
@@ -407,13 +488,8 @@ func (s *FlowState) derive() {
 }
 
 func flowStarted(f *flowFold, ev event.Event, t Time) bool {
-	var d struct {
-		Name     string          `json:"name"`
-		FlowName string          `json:"flowName"`
-		Queue    string          `json:"queue"`
-		Input    json.RawMessage `json:"input"`
-	}
-	decode(ev.Data, &d)
+	var d startedData
+	decode(ev.Data, &d, d.set)
 	s := f.s
 	s.Name = firstText(s.Name, d.Name, d.FlowName)
 	s.Queue = firstText(s.Queue, d.Queue)
@@ -431,13 +507,8 @@ func flowStarted(f *flowFold, ev event.Event, t Time) bool {
 
 func flowEnded(status string) flowFunc {
 	return func(f *flowFold, ev event.Event, t Time) bool {
-		var d struct {
-			Result   json.RawMessage `json:"result"`
-			Error    flexText        `json:"error"`
-			Reason   flexText        `json:"reason"`
-			Duration flexInt         `json:"duration"`
-		}
-		decode(ev.Data, &d)
+		var d endedData
+		decode(ev.Data, &d, d.set)
 		s := f.s
 		s.eventStatus, s.eventEnd = status, t
 		s.eventDuration = firstInt(int64(d.Duration), millisSince(s.StartedAt, t))
@@ -487,8 +558,8 @@ type stepEvent struct {
 // readStep finds the step an event names (ui-contract A.14's fallbacks) and
 // its current state. ok is false when no step is named.
 func (f *flowFold) readStep(ev event.Event) (e stepEvent, ok bool) {
-	decode(ev.Data, &e.data)
-	decode(ev.Meta, &e.meta)
+	decode(ev.Data, &e.data, e.data.set)
+	decode(ev.Meta, &e.meta, e.meta.set)
 	e.name = firstText(ev.Step, e.data.StepName, e.data.StepKey, e.data.Step, e.meta.StepKey, e.meta.Step)
 	if e.name == "" {
 		return e, false
@@ -627,10 +698,8 @@ func stepAwaitTimeout(f *flowFold, ev event.Event, t Time) bool {
 
 // awaitKey is the later engine's synthetic key for an await (ui-contract B.13).
 func awaitKey(ev event.Event) (step, key string, ok bool) {
-	var d struct {
-		Position string `json:"position"`
-	}
-	decode(ev.Data, &d)
+	var d awaitData
+	decode(ev.Data, &d, d.set)
 	step = ev.Step
 	if step == "" {
 		return "", "", false
@@ -643,10 +712,8 @@ func awaitRegistered(f *flowFold, ev event.Event, t Time) bool {
 	if !ok {
 		return false
 	}
-	var d struct {
-		AwaitType string `json:"awaitType"`
-	}
-	decode(ev.Data, &d)
+	var d awaitData
+	decode(ev.Data, &d, d.set)
 	f.writeAwait(key, Await{Step: step, Type: d.AwaitType, Status: AwaitWaiting, RegisteredAt: t, Data: rawValue(ev.Data)})
 	return true
 }
@@ -657,10 +724,8 @@ func awaitEnded(status string) flowFunc {
 		if !ok {
 			return false
 		}
-		var d struct {
-			TriggerData json.RawMessage `json:"triggerData"`
-		}
-		decode(ev.Data, &d)
+		var d awaitData
+		decode(ev.Data, &d, d.set)
 		f.endAwait(key, step, status, "", t, rawValue(d.TriggerData))
 		return true
 	}
@@ -692,22 +757,8 @@ func (f *flowFold) endAwait(key, step, status, kind string, t Time, result json.
 }
 
 func flowLog(f *flowFold, ev event.Event, t Time) bool {
-	// Logs are most of a stream: read the usual string fields first and take
-	// the slower flexible reading only when they are missing.
-	var d struct {
-		Level   string `json:"level"`
-		Msg     string `json:"msg"`
-		Message string `json:"message"`
-	}
-	decode(ev.Data, &d)
-	if d.Msg == "" && d.Message == "" {
-		var flex struct {
-			Msg     flexText `json:"msg"`
-			Message flexText `json:"message"`
-		}
-		decode(ev.Data, &flex)
-		d.Msg, d.Message = string(flex.Msg), string(flex.Message)
-	}
+	var d levelData
+	decode(ev.Data, &d, d.set)
 	level := d.Level
 	if level == "" {
 		level = "info"
@@ -715,25 +766,33 @@ func flowLog(f *flowFold, ev event.Event, t Time) bool {
 			level = l
 		}
 	}
-	f.s.logs = f.s.logs.push(LogEntry{
-		ID: formatID(ev.ID), TS: t, Step: ev.Step, Attempt: ev.Attempt,
-		Level: level, Msg: firstText(d.Msg, d.Message), Data: ev.Data,
-	}, f.lim.logs())
+	tag := f.logTags.intern(logTag{step: ev.Step, level: level})
+	f.s.logs = f.s.logs.push(logRec{id: ev.ID, data: ev.Data, attempt: ev.Attempt, tag: tag}, f.lim.logs())
 	return true
+}
+
+// logMessage is the text of a log entry: its payload's msg, else its
+// message. Logs are most of a stream: the usual string fields are read
+// first, and the slower flexible reading only when both are missing.
+func logMessage(data json.RawMessage) string {
+	var d logData
+	decode(data, &d, d.set)
+	if d.Msg == "" && d.Message == "" {
+		var flex logText
+		decode(data, &flex, flex.set)
+		d.Msg, d.Message = string(flex.Msg), string(flex.Message)
+	}
+	return firstText(d.Msg, d.Message)
 }
 
 // flowEmit reads seed 002's `{event, payload}` and era A's `{name, ...payload}`.
 func flowEmit(f *flowFold, ev event.Event, t Time) bool {
-	var d struct {
-		Event   string          `json:"event"`
-		Name    string          `json:"name"`
-		Payload json.RawMessage `json:"payload"`
-	}
-	decode(ev.Data, &d)
+	var d emitData
+	decode(ev.Data, &d, d.set)
 	name, payload := d.Event, rawValue(d.Payload)
 	if name == "" && d.Name != "" {
 		var rest map[string]json.RawMessage
-		decode(ev.Data, &rest)
+		_ = json.Unmarshal(ev.Data, &rest)
 		delete(rest, "name")
 		name, payload = d.Name, nil
 		if len(rest) > 0 {
@@ -744,7 +803,8 @@ func flowEmit(f *flowFold, ev event.Event, t Time) bool {
 		return false
 	}
 	s := f.s
-	s.emits = s.emits.push(Emit{ID: formatID(ev.ID), TS: t, Step: ev.Step, Event: name, Payload: payload}, f.lim.emits())
+	tag := f.emitTags.intern(emitTag{step: ev.Step, event: name})
+	s.emits = s.emits.push(emitRec{id: ev.ID, payload: payload, tag: tag}, f.lim.emits())
 	if _, seen := s.emitted[name]; seen || len(s.emitted) < f.lim.names() {
 		if !f.ownEmitted {
 			s.emitted, f.ownEmitted = cloneOrEmpty(s.emitted), true
@@ -790,24 +850,22 @@ func (f *flowFold) stateOp(op stateOp) bool {
 
 func stateSet(f *flowFold, ev event.Event, _ Time) bool {
 	var op stateOp
-	decode(ev.Data, &op)
+	decode(ev.Data, &op, op.set)
 	op.Type = "set"
 	return f.stateOp(op)
 }
 
 func stateDelete(f *flowFold, ev event.Event, _ Time) bool {
 	var op stateOp
-	decode(ev.Data, &op)
+	decode(ev.Data, &op, op.set)
 	op.Type = "delete"
 	return f.stateOp(op)
 }
 
 // stateBatch applies the operations it can read and skips the others.
 func stateBatch(f *flowFold, ev event.Event, _ Time) bool {
-	var d struct {
-		Operations []stateOp `json:"operations"`
-	}
-	decode(ev.Data, &d)
+	var d batchData
+	decode(ev.Data, &d, d.set)
 	applied := false
 	for _, op := range d.Operations {
 		applied = f.stateOp(op) || applied

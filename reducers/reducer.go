@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/jsonscan"
 )
 
 // Errors returned by Apply and Fold.
@@ -160,16 +161,6 @@ func (p position) validate(ignored int) error {
 	return nil
 }
 
-// decode reads what it can of a payload into v. Payloads come from clients and
-// old writers, so a field of the wrong type is left zero rather than failing
-// the event; the flex types below absorb the common variations.
-func decode(raw json.RawMessage, v any) {
-	if len(raw) == 0 || raw[0] != '{' {
-		return
-	}
-	_ = json.Unmarshal(raw, v)
-}
-
 // flexInt reads a number or a numeric string, as the Node module writes both.
 type flexInt int64
 
@@ -197,8 +188,7 @@ type flexText string
 
 func (t *flexText) UnmarshalJSON(b []byte) error {
 	if len(b) > 0 && b[0] == '"' {
-		var s string
-		if json.Unmarshal(b, &s) == nil {
+		if s, ok := jsonscan.String(b); ok {
 			*t = flexText(s)
 		}
 		return nil
@@ -219,13 +209,18 @@ func (t *flexText) UnmarshalJSON(b []byte) error {
 }
 
 // rawValue keeps a JSON value compacted, so equal values compare equal
-// byte for byte in Diff.
+// byte for byte in Diff. It is a copy: payloads are usually compact
+// already, and copying one is much cheaper than compacting it.
 func rawValue(b json.RawMessage) json.RawMessage {
 	if len(b) == 0 || bytes.Equal(b, []byte("null")) {
 		return nil
 	}
-	var buf bytes.Buffer
-	if json.Compact(&buf, b) != nil {
+	if !bytes.ContainsAny(b, " \t\n\r") && jsonscan.Valid(b) {
+		return bytes.Clone(b)
+	}
+	// Compacting never lengthens a value: sized to it, the buffer never grows.
+	buf := bytes.NewBuffer(make([]byte, 0, len(b)))
+	if json.Compact(buf, b) != nil {
 		return nil
 	}
 	return buf.Bytes()

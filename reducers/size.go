@@ -1,5 +1,7 @@
 package reducers
 
+import "unsafe"
+
 // Per-entry overheads of ApproxSize: a map entry or slice element with its
 // header, pointers and the fixed fields of its struct, roughly as the Go
 // runtime lays them out.
@@ -8,16 +10,20 @@ const (
 	sizeEntry = 64
 	sizeStep  = 192
 	sizeAwait = 160
-	sizeLog   = 144
-	sizeEmit  = 112
-	// The lists' spare capacity: an empty LogEntry or Emit slot.
-	sizeLogSlot  = 120
-	sizeEmitSlot = 96
+	// A log or emit record, and the rounding of its payload's allocation
+	// to a size class. Their steps, levels and event names are interned,
+	// shared by every state of the process, and not counted.
+	sizeLog  = int(unsafe.Sizeof(logRec{})) + 8
+	sizeEmit = int(unsafe.Sizeof(emitRec{})) + 8
+	// The lists' spare capacity: an empty record.
+	sizeLogSlot  = int(unsafe.Sizeof(logRec{}))
+	sizeEmitSlot = int(unsafe.Sizeof(emitRec{}))
 )
 
 // ApproxSize estimates the bytes s holds, for caches that bound their memory.
-// It counts every value of s once, even parts shared with other states, and
-// the spare capacity of its lists, which a long run keeps; it costs a walk
+// It counts every value of s once, even parts shared with other states (but
+// not the interned names of its logs and emits, which the whole process
+// shares), and the spare capacity of its lists, which a long run keeps; it costs a walk
 // over the state's collections rather than an encoding.
 func ApproxSize(s State) int {
 	switch st := s.(type) {
@@ -53,10 +59,10 @@ func (s *FlowState) approxSize() int {
 		n += sizeEntry + len(k)
 	}
 	for _, l := range s.logs.items {
-		n += sizeLog + len(l.ID) + len(l.Step) + len(l.Level) + len(l.Msg) + len(l.Data)
+		n += sizeLog + len(l.data)
 	}
 	for _, e := range s.emits.items {
-		n += sizeEmit + len(e.ID) + len(e.Step) + len(e.Event) + len(e.Payload)
+		n += sizeEmit + len(e.payload)
 	}
 	n += (cap(s.logs.items)-len(s.logs.items))*sizeLogSlot + (cap(s.emits.items)-len(s.emits.items))*sizeEmitSlot
 	return n

@@ -50,13 +50,4 @@ func keepNewest[T any](items []T, limit int) []T {
 	return items
 }
 
-// list returns the entries oldest first, in a slice the caller may keep but
-// must not change.
-func (l tail[T]) list() []T {
-	if l.items == nil {
-		return []T{}
-	}
-	return l.items[:len(l.items):len(l.items)]
-}
-
 func (l tail[T]) len() int { return len(l.items) }

@@ -124,15 +124,8 @@ func (s *TriggerState) apply(ev event.Event) {
 	if s.CorrelationID == "" {
 		s.CorrelationID = ev.CorrelationID
 	}
-	var d struct {
-		Type     string          `json:"type"`
-		Config   json.RawMessage `json:"config"`
-		Payload  json.RawMessage `json:"payload"`
-		Source   string          `json:"source"`
-		Reason   flexText        `json:"reason"`
-		Duration flexInt         `json:"duration"`
-	}
-	decode(ev.Data, &d)
+	var d triggerData
+	decode(ev.Data, &d, d.set)
 	switch ev.Kind {
 	case "trigger.registered":
 		s.Status, s.RegisteredAt, s.EndedAt = TriggerRegistered, t, Time{}

@@ -400,32 +400,60 @@ func (c *Cache) rebuild(ctx context.Context, sc store.Context, r reducers.Reduce
 }
 
 // fold extends s with sc's events after its position through at, a page at a
-// time, and reports how many it folded.
+// time, and reports how many it folded. While one page is folded the next is
+// read, so a long rebuild takes about the longer of reading and folding
+// rather than their sum.
 func (c *Cache) fold(ctx context.Context, sc store.Context, r reducers.Reducer, s reducers.State, at event.ID) (reducers.State, int, error) {
 	q := store.RangeQuery{After: s.Position(), Limit: c.opts.PageSize}
 	if at != event.MaxID {
 		q.Through = at
 	}
+	evs, err := c.store.Range(ctx, sc, q)
 	n := 0
 	for {
-		evs, err := c.store.Range(ctx, sc, q)
 		if err != nil {
 			return nil, 0, err
+		}
+		var next <-chan page
+		if len(evs) == c.opts.PageSize {
+			q.After = evs[len(evs)-1].ID
+			next = c.readPage(ctx, sc, q)
 		}
 		if len(evs) > 0 {
 			start := time.Now()
 			s, err = r.Fold(s, evs)
 			c.foldNanos.Add(int64(time.Since(start)))
 			if err != nil {
+				if next != nil {
+					<-next
+				}
 				return nil, 0, fmt.Errorf("snapshots: fold %s: %w", sc, err)
 			}
 			n += len(evs)
-			q.After = evs[len(evs)-1].ID
 		}
-		if len(evs) < c.opts.PageSize {
+		if next == nil {
 			return s, n, nil
 		}
+		p := <-next
+		evs, err = p.evs, p.err
 	}
+}
+
+// page is one store read.
+type page struct {
+	evs []event.Event
+	err error
+}
+
+// readPage reads one page in the background; the channel holds its result,
+// so the reader never waits for the caller.
+func (c *Cache) readPage(ctx context.Context, sc store.Context, q store.RangeQuery) <-chan page {
+	ch := make(chan page, 1)
+	go func() {
+		evs, err := c.store.Range(ctx, sc, q)
+		ch <- page{evs, err}
+	}()
+	return ch
 }
 
 // checkpointIfDue queues a checkpoint of to when folding from from to it

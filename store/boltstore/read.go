@@ -34,6 +34,7 @@ func (s *Store) Range(ctx context.Context, c store.Context, q store.RangeQuery) 
 			return nil
 		}
 		cur := stream.Cursor()
+		var dec event.Decoder
 		var k, v []byte
 		next := cur.Next
 		switch {
@@ -57,7 +58,7 @@ func (s *Store) Range(ctx context.Context, c store.Context, q store.RangeQuery) 
 			if id.Compare(lo) < 0 || (hi != event.MaxID && id.Compare(hi) >= 0) {
 				break
 			}
-			e, err := event.DecodeStored(id, v)
+			e, err := dec.Decode(id, v)
 			if err != nil {
 				return fmt.Errorf("decode %s %s: %w", c, id, err)
 			}

@@ -38,6 +38,7 @@ func (s *Store) Range(ctx context.Context, c store.Context, q store.RangeQuery) 
 		count = int64(q.Limit)
 	}
 	out := []event.Event{}
+	var dec event.Decoder
 	for {
 		var page []redis.XMessage
 		var err error
@@ -50,7 +51,7 @@ func (s *Store) Range(ctx context.Context, c store.Context, q store.RangeQuery) 
 			return nil, mapErr(ctx, "range", err)
 		}
 		for _, m := range page {
-			e, ok := s.decode(c, m)
+			e, ok := s.decode(&dec, c, m)
 			if !ok || (len(q.Kinds) > 0 && !slices.Contains(q.Kinds, e.Kind)) {
 				continue
 			}
@@ -115,7 +116,7 @@ func prev(id event.ID) event.ID {
 // decode reads an entry nqd wrote (field "e") or one the Node module wrote.
 // An entry that is neither is skipped with a warning: one foreign entry must
 // not make a whole context unreadable.
-func (s *Store) decode(c store.Context, m redis.XMessage) (event.Event, bool) {
+func (s *Store) decode(dec *event.Decoder, c store.Context, m redis.XMessage) (event.Event, bool) {
 	id, err := event.ParseID(m.ID)
 	if err != nil {
 		s.log.Warn().Str("stream", s.streamKey(c)).Str("entry", m.ID).Msg("skipping an entry with an unreadable id")
@@ -123,7 +124,7 @@ func (s *Store) decode(c store.Context, m redis.XMessage) (event.Event, bool) {
 	}
 	var e event.Event
 	if body, ok := m.Values["e"].(string); ok {
-		e, err = event.DecodeStored(id, []byte(body))
+		e, err = dec.Decode(id, []byte(body))
 	} else {
 		fields := make(map[string]string, len(m.Values))
 		for k, v := range m.Values {
