@@ -1,6 +1,8 @@
 # nqd — the event backend for Nuxt Queue flows.
 GO        ?= go
-PKGS      := ./...
+# Go packages of nqd: npm packages under sdk/typescript/node_modules may ship
+# Go files of their own, which are not ours to build or test.
+PKGS       = $(shell $(GO) list ./... | grep -v /node_modules/)
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 # Every binary is built with the same flags, so that make run, make build and
