@@ -177,6 +177,33 @@ func TestStreamAuthentication(t *testing.T) {
 	}
 }
 
+// TestStreamTokenLivesItsTTL issues tokens at instants across a second: the
+// token holds whole seconds, and whatever the fraction at issue it must be
+// accepted until its TTL has passed and refused once its expiry is reached.
+func TestStreamTokenLivesItsTTL(t *testing.T) {
+	base := time.Unix(1_800_000_000, 0)
+	for _, frac := range []time.Duration{0, time.Nanosecond, 400 * time.Millisecond, time.Second - time.Nanosecond} {
+		for _, ttl := range []time.Duration{time.Second, time.Minute} {
+			now := base.Add(frac)
+			a := auth.New(mustTokens(t, "ui:read:"+readSecret), nil, func() time.Time { return now })
+			tok, exp := a.IssueStream(auth.Principal{Name: "ui", Scope: auth.Read}, "flow", "run-1", ttl)
+			issued := now
+			if exp.Before(issued.Add(ttl)) || !exp.Before(issued.Add(ttl+time.Second)) {
+				t.Errorf("issued at +%v with ttl %v: expiry %s, want in [%s, %s)", frac, ttl, exp, issued.Add(ttl), issued.Add(ttl+time.Second))
+			}
+			r := httptest.NewRequest(http.MethodGet, "/s?"+auth.StreamTokenParam+"="+tok, nil)
+			now = issued.Add(ttl - time.Nanosecond)
+			if _, until, err := streamAuth(a, r, "flow", "run-1"); err != nil || !until.Equal(exp) {
+				t.Errorf("issued at +%v with ttl %v, just before the ttl passed: until %s, %v; want accepted until %s", frac, ttl, until, err, exp)
+			}
+			now = exp
+			if _, _, err := streamAuth(a, r, "flow", "run-1"); !errors.Is(err, auth.ErrExpired) {
+				t.Errorf("issued at +%v with ttl %v, at its expiry: %v, want ErrExpired", frac, ttl, err)
+			}
+		}
+	}
+}
+
 func TestStreamLimit(t *testing.T) {
 	l := auth.NewStreamLimit(2)
 	r1, ok1 := l.Acquire("tok:a", "addr:1")

@@ -114,9 +114,15 @@ func (a *Authenticator) Stream(r *http.Request, typ, id string) (p Principal, un
 }
 
 // IssueStream signs a stream token for p covering (typ, id), id possibly
-// AnyID, valid for ttl. The expiry is whole seconds, as the token holds it.
+// AnyID, valid for at least ttl. The token holds its expiry in whole
+// seconds, so the expiry is rounded up: rounding down would let a token of
+// ttl 1s issued late in a second expire at once.
 func (a *Authenticator) IssueStream(p Principal, typ, id string, ttl time.Duration) (token string, expires time.Time) {
-	expires = a.now().Add(ttl).Truncate(time.Second)
+	exact := a.now().Add(ttl)
+	expires = exact.Truncate(time.Second)
+	if expires.Before(exact) {
+		expires = expires.Add(time.Second)
+	}
 	return a.signer.Issue(Grant{Type: typ, ID: id, Expires: expires, Issuer: p.Name}), expires
 }
 
