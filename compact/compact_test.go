@@ -12,6 +12,7 @@ import (
 	"github.com/nqd-dev/nqd/archive"
 	"github.com/nqd-dev/nqd/compact"
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/reducers"
 	"github.com/nqd-dev/nqd/snapshots"
 	"github.com/nqd-dev/nqd/store"
@@ -30,11 +31,7 @@ func batch(from, n int) []event.Event {
 
 func openStores(t *testing.T) (*boltstore.Store, *archive.Dir) {
 	t.Helper()
-	st, err := boltstore.Open(filepath.Join(t.TempDir(), "nqd.db"), boltstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
+	st := testkit.Bolt(t, boltstore.Options{})
 	dir, err := archive.NewDir(filepath.Join(t.TempDir(), "archive"), nil)
 	if err != nil {
 		t.Fatal(err)

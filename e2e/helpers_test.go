@@ -17,6 +17,7 @@ import (
 	"github.com/nqd-dev/nqd/config"
 	"github.com/nqd-dev/nqd/examples/demo"
 	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/internal/wait"
 	"github.com/nqd-dev/nqd/wiring"
 	"github.com/nqd-dev/nqd/worker"
@@ -48,7 +49,7 @@ func startServer(t testing.TB, args []string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	app, err := wiring.New(context.Background(), cfg, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	app, err := wiring.New(context.Background(), cfg, testkit.Logger(t).Level(zerolog.WarnLevel))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package engine_test
 
 import (
 	"encoding/json"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/flows"
 	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
 	"github.com/nqd-dev/nqd/store/redisstore"
@@ -24,11 +24,7 @@ import (
 func BenchmarkTriggerToResumed(b *testing.B) {
 	stores := map[string]func(b *testing.B) engine.Store{
 		"bolt": func(b *testing.B) engine.Store {
-			s, err := boltstore.Open(filepath.Join(b.TempDir(), "nqd.db"), boltstore.Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { _ = s.Close() })
+			s := testkit.Bolt(b, boltstore.Options{})
 			return s
 		},
 		"redis": func(b *testing.B) engine.Store {
@@ -111,11 +107,7 @@ func BenchmarkTriggerToResumed(b *testing.B) {
 // clock with the engine's default tick: 100 runs each wait 300 ms, and the
 // lateness is step.resumed's store time minus the await's resume time.
 func BenchmarkTimerLateness(b *testing.B) {
-	st, err := boltstore.Open(filepath.Join(b.TempDir(), "nqd.db"), boltstore.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = st.Close() })
+	st := testkit.Bolt(b, boltstore.Options{})
 	e := engine.New(st, engine.Options{Logger: zerolog.Nop()})
 	go func() { _ = e.Run(b.Context()) }()
 	if err := e.PutDefinition(b.Context(), &flows.Definition{Name: "later", Entry: "wait", Steps: map[string]flows.Step{

@@ -12,6 +12,7 @@ import (
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/flows"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
 )
 
@@ -61,7 +62,7 @@ func awaitFlow(t *testing.T, e *engine.Engine, name string, a *flows.Await) {
 
 // startAwaiting starts a run of flow and runs its entry step, so that its
 // second step is awaiting.
-func startAwaiting(t *testing.T, e *engine.Engine, c *clock, flow string) string {
+func startAwaiting(t *testing.T, e *engine.Engine, c *testkit.Clock, flow string) string {
 	t.Helper()
 	s, err := e.Start(t.Context(), flow, json.RawMessage(`{"orderId":"o-1"}`), "")
 	if err != nil {
@@ -90,7 +91,7 @@ func runEntry(t *testing.T, e *engine.Engine) {
 
 func TestTriggerFiresOnce(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, st engine.Store) {
-		c := &clock{t: time.UnixMilli(1_700_000_000_000)}
+		c := testkit.NewClock(time.UnixMilli(1_700_000_000_000))
 		e := newEngine(t, st, c)
 		awaitFlow(t, e, "approve", &flows.Await{Type: "trigger", Timeout: 60_000})
 		run := startAwaiting(t, e, c, "approve")
@@ -162,7 +163,7 @@ func TestTriggerFiresOnce(t *testing.T) {
 
 func TestTriggerRefusals(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, st engine.Store) {
-		c := &clock{t: time.UnixMilli(1_700_000_000_000)}
+		c := testkit.NewClock(time.UnixMilli(1_700_000_000_000))
 		e := newEngine(t, st, c)
 		awaitFlow(t, e, "approve", &flows.Await{Type: "trigger", Timeout: 60_000})
 		run := startAwaiting(t, e, c, "approve")
@@ -209,7 +210,7 @@ func TestTriggerRefusals(t *testing.T) {
 
 func TestTriggerCancelledWithRun(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, st engine.Store) {
-		c := &clock{t: time.UnixMilli(1_700_000_000_000)}
+		c := testkit.NewClock(time.UnixMilli(1_700_000_000_000))
 		e := newEngine(t, st, c)
 		awaitFlow(t, e, "approve", &flows.Await{Type: "trigger"})
 		run := startAwaiting(t, e, c, "approve")
@@ -228,7 +229,7 @@ func TestTriggerCancelledWithRun(t *testing.T) {
 
 func TestTriggerSchema(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, st engine.Store) {
-		c := &clock{t: time.UnixMilli(1_700_000_000_000)}
+		c := testkit.NewClock(time.UnixMilli(1_700_000_000_000))
 		e := newEngine(t, st, c)
 		schema := json.RawMessage(`{"type":"object","required":["approved"],"properties":{"approved":{"type":"boolean"}}}`)
 		awaitFlow(t, e, "approve", &flows.Await{Type: "trigger", Schema: schema})
@@ -244,7 +245,7 @@ func TestTriggerSchema(t *testing.T) {
 
 func TestTimeAwait(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, st engine.Store) {
-		c := &clock{t: time.UnixMilli(1_700_000_000_000)}
+		c := testkit.NewClock(time.UnixMilli(1_700_000_000_000))
 		e1, e2 := newEngine(t, st, c), newEngine(t, st, c)
 		awaitFlow(t, e1, "later", &flows.Await{Type: "time", Delay: 30_000})
 		s, err := e1.Start(t.Context(), "later", nil, "")
@@ -291,7 +292,7 @@ func tickBoth(t *testing.T, es ...*engine.Engine) {
 
 func TestAwaitTimeoutRunsOnTimeout(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, st engine.Store) {
-		c := &clock{t: time.UnixMilli(1_700_000_000_000)}
+		c := testkit.NewClock(time.UnixMilli(1_700_000_000_000))
 		e := newEngine(t, st, c)
 		awaitFlow(t, e, "approve", &flows.Await{Type: "trigger", Timeout: 5_000, OnTimeout: "fallback"})
 		run := startAwaiting(t, e, c, "approve")

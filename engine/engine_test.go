@@ -5,47 +5,23 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/rs/zerolog"
 
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/flows"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
 )
 
-// clock is a fake clock that tests move by hand.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-// newStore is the embedded store; redis_test.go adds the Redis one.
-func newBoltStore(t *testing.T) engine.Store {
-	t.Helper()
-	s, err := boltstore.Open(filepath.Join(t.TempDir(), "nqd.db"), boltstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
-}
-
-// backends lists the stores every engine scenario runs on.
-var backends = map[string]func(t *testing.T) engine.Store{"bolt": newBoltStore}
+// backends lists the stores every engine scenario runs on; redis_test.go
+// adds the Redis one.
+var backends = map[string]func(t *testing.T) engine.Store{"bolt": func(t *testing.T) engine.Store { return testkit.Bolt(t, boltstore.Options{}) }}
 
 func forEachBackend(t *testing.T, f func(t *testing.T, st engine.Store)) {
 	for name, newStore := range backends {
@@ -53,8 +29,8 @@ func forEachBackend(t *testing.T, f func(t *testing.T, st engine.Store)) {
 	}
 }
 
-func newEngine(t *testing.T, st engine.Store, c *clock) *engine.Engine {
-	return engine.New(st, engine.Options{Now: c.Now, Lease: 10 * time.Second, Logger: zerolog.New(zerolog.NewTestWriter(t))})
+func newEngine(t *testing.T, st engine.Store, c *testkit.Clock) *engine.Engine {
+	return engine.New(st, engine.Options{Now: c.Now, Lease: 10 * time.Second, Logger: testkit.Logger(t)})
 }
 
 func mustDefine(t *testing.T, e *engine.Engine, name, file string) {
@@ -80,7 +56,7 @@ type handler func(j store.Job) (emits []string, failMsg string, retriable bool)
 
 // work claims and runs jobs until none is left, returning how often each
 // step ran.
-func work(t *testing.T, e *engine.Engine, c *clock, handlers map[string]handler) map[string]int {
+func work(t *testing.T, e *engine.Engine, c *testkit.Clock, handlers map[string]handler) map[string]int {
 	t.Helper()
 	ctx := t.Context()
 	runs := map[string]int{}
@@ -169,7 +145,7 @@ func kinds(t *testing.T, st engine.Store, run string) []string {
 
 func TestExampleFlowRetries(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, st engine.Store) {
-		c := &clock{t: time.UnixMilli(1_700_000_000_000)}
+		c := testkit.NewClock(time.UnixMilli(1_700_000_000_000))
 		e := newEngine(t, st, c)
 		mustDefine(t, e, "example-flow", "example-flow")
 		started, err := e.Start(t.Context(), "example-flow", json.RawMessage(`{"url":"x"}`), "")
@@ -225,7 +201,7 @@ func TestExampleFlowRetries(t *testing.T) {
 
 func TestDiamondFanIn(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, st engine.Store) {
-		c := &clock{t: time.UnixMilli(1_700_000_000_000)}
+		c := testkit.NewClock(time.UnixMilli(1_700_000_000_000))
 		e := newEngine(t, st, c)
 		mustDefine(t, e, "diamond", "diamond")
 		started, err := e.Start(t.Context(), "diamond", nil, "")
@@ -270,7 +246,7 @@ func count(s []string, v string) int {
 
 func TestNonRetriableFailureFailsRun(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, st engine.Store) {
-		c := &clock{t: time.UnixMilli(1_700_000_000_000)}
+		c := testkit.NewClock(time.UnixMilli(1_700_000_000_000))
 		e := newEngine(t, st, c)
 		mustDefine(t, e, "example-flow", "example-flow")
 		started, err := e.Start(t.Context(), "example-flow", nil, "")
@@ -292,7 +268,7 @@ func TestNonRetriableFailureFailsRun(t *testing.T) {
 func TestCancelStopsDispatch(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, st engine.Store) {
 		ctx := t.Context()
-		c := &clock{t: time.UnixMilli(1_700_000_000_000)}
+		c := testkit.NewClock(time.UnixMilli(1_700_000_000_000))
 		e := newEngine(t, st, c)
 		mustDefine(t, e, "diamond", "diamond")
 		started, err := e.Start(ctx, "diamond", nil, "")
@@ -336,7 +312,7 @@ func TestCancelStopsDispatch(t *testing.T) {
 func TestLeaseExpiryRedelivers(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, st engine.Store) {
 		ctx := t.Context()
-		c := &clock{t: time.UnixMilli(1_700_000_000_000)}
+		c := testkit.NewClock(time.UnixMilli(1_700_000_000_000))
 		e := newEngine(t, st, c)
 		mustDefine(t, e, "example-flow", "example-flow")
 		if _, err := e.Start(ctx, "example-flow", nil, ""); err != nil {
@@ -363,7 +339,7 @@ func TestLeaseExpiryRedelivers(t *testing.T) {
 
 func TestIdempotentStart(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, st engine.Store) {
-		c := &clock{t: time.UnixMilli(1_700_000_000_000)}
+		c := testkit.NewClock(time.UnixMilli(1_700_000_000_000))
 		e := newEngine(t, st, c)
 		mustDefine(t, e, "diamond", "diamond")
 		a, err := e.Start(t.Context(), "diamond", nil, "k1")
@@ -386,7 +362,7 @@ func TestTwoEnginesRace(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, st engine.Store) {
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
-		c := &clock{t: time.UnixMilli(1_700_000_000_000)}
+		c := testkit.NewClock(time.UnixMilli(1_700_000_000_000))
 		e1, e2 := newEngine(t, st, c), newEngine(t, st, c)
 		mustDefine(t, e1, "diamond", "diamond")
 		const n = 40

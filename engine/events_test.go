@@ -10,19 +10,18 @@ import (
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/flows"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
 )
 
 const lookback = 5 * time.Second
 
-func eventEngine(t *testing.T, st engine.Store, c *clock) *engine.Engine {
+func eventEngine(t *testing.T, st engine.Store, c *testkit.Clock) *engine.Engine {
 	t.Helper()
 	e := engine.New(st, engine.Options{Now: c.Now, Lease: 10 * time.Second, EventLookback: lookback, EventPoll: time.Second})
 	awaitFlow(t, e, "paid", &flows.Await{Type: "event", EventKind: "order.paid", Where: `event.data.orderId == input.orderId`})
 	return e
 }
-
-func (c *clock) set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
 
 // publish appends an order.paid for orderID and returns its id.
 func publish(t *testing.T, st engine.Store, orderID string) event.ID {
@@ -81,7 +80,7 @@ func runStart(t *testing.T, e *engine.Engine, run string) {
 }
 
 // tick runs the engine's due timers n times, a poll interval apart.
-func tick(t *testing.T, e *engine.Engine, c *clock, n int) {
+func tick(t *testing.T, e *engine.Engine, c *testkit.Clock, n int) {
 	t.Helper()
 	for range n {
 		if err := e.Tick(t.Context()); err != nil {
@@ -107,10 +106,10 @@ func TestEventAwaitLookback(t *testing.T) {
 		for i, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
 				order := fmt.Sprintf("o-%d", i)
-				c := &clock{}
+				c := testkit.NewClock(time.Time{})
 				e := eventEngine(t, st, c) // stored first: its kind is watched
 				id := publish(t, st, order)
-				c.set(id.Time().Add(tc.before))
+				c.Set(id.Time().Add(tc.before))
 				s, err := e.Start(t.Context(), "paid", json.RawMessage(fmt.Sprintf(`{"orderId":%q}`, order)), "")
 				if err != nil {
 					t.Fatal(err)
@@ -131,7 +130,7 @@ func TestEventAwaitLookback(t *testing.T) {
 
 func TestEventAwaitAfterRegistration(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, st engine.Store) {
-		c := &clock{t: time.Now()}
+		c := testkit.NewClock(time.Now())
 		e := eventEngine(t, st, c)
 		s, err := e.Start(t.Context(), "paid", json.RawMessage(`{"orderId":"late"}`), "")
 		if err != nil {
@@ -167,11 +166,11 @@ func TestEventAwaitAfterRegistration(t *testing.T) {
 
 func TestEventAwaitConsumesOnce(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, st engine.Store) {
-		c := &clock{}
+		c := testkit.NewClock(time.Time{})
 		e := eventEngine(t, st, c)
 		first := publish(t, st, "shared")
 		second := publish(t, st, "shared")
-		c.set(second.Time())
+		c.Set(second.Time())
 		start := func() string {
 			s, err := e.Start(t.Context(), "paid", json.RawMessage(`{"orderId":"shared"}`), "")
 			if err != nil {
@@ -209,10 +208,10 @@ func TestEventAwaitConsumesOnce(t *testing.T) {
 
 func TestEventAwaitTwoEnginesOneEvent(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, st engine.Store) {
-		c := &clock{}
+		c := testkit.NewClock(time.Time{})
 		e1 := eventEngine(t, st, c)
 		id := publish(t, st, "race")
-		c.set(id.Time())
+		c.Set(id.Time())
 		e2 := engine.New(st, engine.Options{Now: c.Now, Lease: 10 * time.Second, EventLookback: lookback})
 		var runs []string
 		for range 4 {
@@ -264,7 +263,7 @@ func TestEventAwaitWatchesItsKind(t *testing.T) {
 		if paidIndexed(t, st, "before") {
 			t.Fatal("indexed before any definition awaits the kind")
 		}
-		eventEngine(t, st, &clock{t: time.Now()})
+		eventEngine(t, st, testkit.NewClock(time.Now()))
 		if !paidIndexed(t, st, "after") {
 			t.Fatal("not indexed once a definition awaiting it is stored")
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/flows"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
 )
 
@@ -21,7 +22,7 @@ import (
 func TestDiamondWorkerKilledBetweenBranches(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, st engine.Store) {
 		ctx := t.Context()
-		c := &clock{t: time.UnixMilli(1_700_000_000_000)}
+		c := testkit.NewClock(time.UnixMilli(1_700_000_000_000))
 		e := newEngine(t, st, c)
 		// The seed's diamond with retries, as examples/flows has it: a step
 		// whose worker died is tried again rather than failing the run.

@@ -5,9 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/nqd-dev/nqd/engine"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
 )
 
@@ -52,9 +51,9 @@ func (r *recorder) TimerDue(t store.Timer, late time.Duration) {
 func TestObserver(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, st engine.Store) {
 		ctx := t.Context()
-		c := &clock{t: time.UnixMilli(1_700_000_000_000)}
+		c := testkit.NewClock(time.UnixMilli(1_700_000_000_000))
 		rec := &recorder{late: map[string]time.Duration{}}
-		e := engine.New(st, engine.Options{Now: c.Now, Lease: 10 * time.Second, Observer: rec, Logger: zerolog.New(zerolog.NewTestWriter(t))})
+		e := engine.New(st, engine.Options{Now: c.Now, Lease: 10 * time.Second, Observer: rec, Logger: testkit.Logger(t)})
 		mustDefine(t, e, "example-flow", "example-flow")
 		if _, err := e.Start(ctx, "example-flow", nil, ""); err != nil {
 			t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
 )
 
@@ -20,7 +21,7 @@ import (
 func TestQueueViews(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, st engine.Store) {
 		ctx := t.Context()
-		c := &clock{t: time.UnixMilli(1_800_000_000_000)}
+		c := testkit.NewClock(time.UnixMilli(1_800_000_000_000))
 		e := newEngine(t, st, c)
 		mustDefine(t, e, "dia", "diamond")
 		started, err := e.Start(ctx, "dia", json.RawMessage(`{"n":1}`), "")

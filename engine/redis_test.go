@@ -3,10 +3,9 @@ package engine_test
 import (
 	"testing"
 
-	"github.com/rs/zerolog"
-
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store/redisstore"
 )
 
@@ -21,7 +20,7 @@ func newRedisStore(t *testing.T) engine.Store {
 
 func newRedisStoreAt(t *testing.T, prefix string) *redisstore.Store {
 	t.Helper()
-	s, err := redisstore.New(redistest.Client(t), redisstore.Options{Prefix: prefix, Logger: zerolog.New(zerolog.NewTestWriter(t))})
+	s, err := redisstore.New(redistest.Client(t), redisstore.Options{Prefix: prefix, Logger: testkit.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

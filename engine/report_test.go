@@ -9,6 +9,7 @@ import (
 
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
 )
 
@@ -17,7 +18,7 @@ import (
 func TestRepeatedReports(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, st engine.Store) {
 		ctx := t.Context()
-		c := &clock{t: time.UnixMilli(1_700_000_000_000)}
+		c := testkit.NewClock(time.UnixMilli(1_700_000_000_000))
 		e := newEngine(t, st, c)
 		mustDefine(t, e, "example-flow", "example-flow")
 		started, err := e.Start(ctx, "example-flow", nil, "")
@@ -99,7 +100,7 @@ func TestRepeatedReports(t *testing.T) {
 func TestBadReportNamesTheField(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, st engine.Store) {
 		ctx := t.Context()
-		c := &clock{t: time.UnixMilli(1_700_000_000_000)}
+		c := testkit.NewClock(time.UnixMilli(1_700_000_000_000))
 		e := newEngine(t, st, c)
 		mustDefine(t, e, "example-flow", "example-flow")
 		if _, err := e.Start(ctx, "example-flow", nil, ""); err != nil {
@@ -131,7 +132,7 @@ func TestBadReportNamesTheField(t *testing.T) {
 func TestOutcomeCarriesEvents(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, st engine.Store) {
 		ctx := t.Context()
-		c := &clock{t: time.UnixMilli(1_700_000_000_000)}
+		c := testkit.NewClock(time.UnixMilli(1_700_000_000_000))
 		e := newEngine(t, st, c)
 		mustDefine(t, e, "example-flow", "example-flow")
 		started, err := e.Start(ctx, "example-flow", nil, "")

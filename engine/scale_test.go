@@ -13,6 +13,7 @@ import (
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
 )
 
@@ -34,7 +35,7 @@ func TestTwoInstancesOnRedis(t *testing.T) {
 	for range 2 {
 		st := newRedisStoreAt(t, prefix)
 		stores = append(stores, st)
-		engines = append(engines, engine.New(st, engine.Options{PollInterval: 20 * time.Millisecond, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)}))
+		engines = append(engines, engine.New(st, engine.Options{PollInterval: 20 * time.Millisecond, Logger: testkit.Logger(t).Level(zerolog.WarnLevel)}))
 	}
 	mustDefine(t, engines[0], "diamond", "diamond")
 

@@ -9,6 +9,7 @@ import (
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/flows"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
 )
 
@@ -18,7 +19,7 @@ import (
 func TestStateSchema(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, st engine.Store) {
 		ctx := t.Context()
-		c := &clock{t: time.UnixMilli(1_700_000_000_000)}
+		c := testkit.NewClock(time.UnixMilli(1_700_000_000_000))
 		e := newEngine(t, st, c)
 		d := &flows.Definition{
 			Name: "train", Entry: "train",

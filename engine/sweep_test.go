@@ -8,6 +8,7 @@ import (
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/flows"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
 )
 
@@ -27,7 +28,7 @@ func sweep(t *testing.T, e *engine.Engine, flow, run string) string {
 
 func TestSweepLeavesHealthyWaitingAlone(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, st engine.Store) {
-		c := &clock{t: time.Now()}
+		c := testkit.NewClock(time.Now())
 		e := newEngine(t, st, c)
 		awaitFlow(t, e, "approve", &flows.Await{Type: "trigger", Timeout: time.Hour.Milliseconds()})
 		run := startAwaiting(t, e, c, "approve")
@@ -47,7 +48,7 @@ func TestSweepLeavesHealthyWaitingAlone(t *testing.T) {
 
 func TestSweepFiresOverdueAwaitOnce(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, st engine.Store) {
-		c := &clock{t: time.Now()}
+		c := testkit.NewClock(time.Now())
 		e := newEngine(t, st, c)
 		awaitFlow(t, e, "approve", &flows.Await{Type: "trigger", Timeout: 5_000})
 		run := startAwaiting(t, e, c, "approve")
@@ -74,7 +75,7 @@ func TestSweepFiresOverdueAwaitOnce(t *testing.T) {
 
 func TestSweepFlagsStuckRunOnceAndRedispatches(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, st engine.Store) {
-		c := &clock{t: time.Now()}
+		c := testkit.NewClock(time.Now())
 		e := newEngine(t, st, c)
 		awaitFlow(t, e, "approve", &flows.Await{Type: "trigger"})
 		s, err := e.Start(t.Context(), "approve", json.RawMessage(`{}`), "")
@@ -131,7 +132,7 @@ func TestSweepFlagsStuckRunOnceAndRedispatches(t *testing.T) {
 
 func TestSweepLeavesLeasedJobAlone(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, st engine.Store) {
-		c := &clock{t: time.Now()}
+		c := testkit.NewClock(time.Now())
 		e := engine.New(st, engine.Options{Now: c.Now, Lease: 3 * stallAfter})
 		awaitFlow(t, e, "approve", &flows.Await{Type: "trigger"})
 		s, err := e.Start(t.Context(), "approve", json.RawMessage(`{}`), "")
@@ -153,7 +154,7 @@ func TestSweepLeavesLeasedJobAlone(t *testing.T) {
 
 func TestSweepRepairsOrphanedIndex(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, st engine.Store) {
-		c := &clock{t: time.Now()}
+		c := testkit.NewClock(time.Now())
 		e := newEngine(t, st, c)
 		awaitFlow(t, e, "approve", &flows.Await{Type: "trigger"})
 		s, err := e.Start(t.Context(), "approve", json.RawMessage(`{}`), "")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nqd-dev/nqd/config"
 	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/wiring"
 )
 
@@ -28,7 +29,7 @@ func startApp(t *testing.T, redisAddr string) string {
 		t.Fatal(err)
 	}
 	// Warnings are expected by the dozen while Redis is down.
-	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)
+	log := testkit.Logger(t).Level(zerolog.ErrorLevel)
 	app, err := wiring.New(context.Background(), cfg, log)
 	if err != nil {
 		t.Fatal(err)

@@ -3,18 +3,16 @@ package handlers_test
 import (
 	"encoding/json"
 	"net/http"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/flows"
 	"github.com/nqd-dev/nqd/handlers"
 	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
 	"github.com/nqd-dev/nqd/store/redisstore"
@@ -24,24 +22,20 @@ import (
 // fake clock, and a flow whose step "wait" awaits a trigger for a minute.
 func newAwaitAPI(t *testing.T, backend string) (*testAPI, *engine.Engine, engine.Store) {
 	t.Helper()
-	clock := &fakeClock{t: epoch}
-	log := zerolog.New(zerolog.NewTestWriter(t))
+	clock := testkit.NewClock(epoch)
+	log := testkit.Logger(t)
 	var st engine.Store
 	switch backend {
 	case "bolt":
-		bs, err := boltstore.Open(filepath.Join(t.TempDir(), "nqd.db"), boltstore.Options{Now: clock.Now, Logger: log})
-		if err != nil {
-			t.Fatal(err)
-		}
-		st = bs
+		st = testkit.Bolt(t, boltstore.Options{Now: clock.Now, Logger: log})
 	case "redis":
 		rs, err := redisstore.New(redistest.Client(t), redisstore.Options{Prefix: redistest.Prefix(t), Logger: log})
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { _ = rs.Close() })
 		st = rs
 	}
-	t.Cleanup(func() { _ = st.Close() })
 	e := engine.New(st, engine.Options{Now: clock.Now, Logger: log})
 	d := &flows.Definition{Name: "approve", Entry: "start", Steps: map[string]flows.Step{
 		"start": {Queue: "q1", Emits: []string{"started"}},

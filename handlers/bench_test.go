@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/handlers"
 	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
 	"github.com/nqd-dev/nqd/store/redisstore"
@@ -36,11 +36,7 @@ var benchParallelism = []int{1, 32}
 
 func BenchmarkAppendHTTP(b *testing.B) {
 	b.Run("bolt", func(b *testing.B) {
-		st, err := boltstore.Open(filepath.Join(b.TempDir(), "nqd.db"), boltstore.Options{Logger: zerolog.Nop()})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = st.Close() })
+		st := testkit.Bolt(b, boltstore.Options{Logger: zerolog.Nop()})
 		benchAppendClients(b, st)
 	})
 	b.Run("redis", func(b *testing.B) {

@@ -8,12 +8,12 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/rs/zerolog"
 
 	"github.com/nqd-dev/nqd/archive"
 	"github.com/nqd-dev/nqd/compact"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/handlers"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/snapshots"
 	"github.com/nqd-dev/nqd/store"
 )
@@ -32,7 +32,7 @@ func withCompaction(t testing.TB, dir string) func(*handlers.Deps) {
 			t.Fatalf("%T cannot be compacted", d.Store)
 		}
 		history := compact.NewReader(st, seg)
-		states := snapshots.New(history, snapshots.Options{Logger: zerolog.New(zerolog.NewTestWriter(t))})
+		states := snapshots.New(history, snapshots.Options{Logger: testkit.Logger(t)})
 		t.Cleanup(func() { _ = states.Close() })
 		d.State = states
 		d.History = history

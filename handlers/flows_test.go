@@ -6,24 +6,18 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"testing"
-
-	"github.com/rs/zerolog"
 
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/handlers"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store/boltstore"
 )
 
 func newFlowServer(t *testing.T) *httptest.Server {
 	t.Helper()
-	st, err := boltstore.Open(filepath.Join(t.TempDir(), "nqd.db"), boltstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	log := zerolog.New(zerolog.NewTestWriter(t))
+	st := testkit.Bolt(t, boltstore.Options{})
+	log := testkit.Logger(t)
 	api := handlers.New(handlers.Deps{Store: st, Flows: engine.New(st, engine.Options{Logger: log}), Log: log})
 	srv := httptest.NewServer(api.Routes())
 	t.Cleanup(srv.Close)

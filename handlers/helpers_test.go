@@ -20,10 +20,10 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/legacy"
 	"github.com/google/go-cmp/cmp"
-	"github.com/rs/zerolog"
 
 	"github.com/nqd-dev/nqd/handlers"
 	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store/boltstore"
 	"github.com/nqd-dev/nqd/store/redisstore"
 )
@@ -67,31 +67,14 @@ func mustSpec(t testing.TB) (*openapi3.T, routers.Router) {
 	return doc, router
 }
 
-// fakeClock is a settable clock, so that stored ids and times are the same on
-// every run and golden files hold them as they are.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
-
 // testAPI is the real router on a real store, the embedded one unless a
 // test asks for Redis.
 type testAPI struct {
 	h     http.Handler
 	store handlers.Store
-	clock *fakeClock // the embedded store's clock
+	// clock is the embedded store's, so that stored ids and times are the
+	// same on every run and golden files hold them as they are.
+	clock *testkit.Clock
 }
 
 // epoch is the fake clock's start: 2025-11-25T21:39:07.116Z.
@@ -101,17 +84,9 @@ var epoch = time.UnixMilli(1764106747116).UTC()
 // e.g. wrap the store to inject a failure.
 func newTestAPI(t testing.TB, opts ...func(*handlers.Deps)) *testAPI {
 	t.Helper()
-	clock := &fakeClock{t: epoch}
-	log := zerolog.New(zerolog.NewTestWriter(t))
-	st, err := boltstore.Open(filepath.Join(t.TempDir(), "nqd.db"), boltstore.Options{Now: clock.Now, Logger: log})
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := st.Close(); err != nil {
-			t.Errorf("close store: %v", err)
-		}
-	})
+	clock := testkit.NewClock(epoch)
+	log := testkit.Logger(t)
+	st := testkit.Bolt(t, boltstore.Options{Now: clock.Now, Logger: log})
 	deps := handlers.Deps{Store: st, Log: log}
 	for _, opt := range opts {
 		opt(&deps)
@@ -124,7 +99,7 @@ func newTestAPI(t testing.TB, opts ...func(*handlers.Deps)) *testAPI {
 // of its own; opts work as in newTestAPI.
 func newRedisTestAPI(t testing.TB, opts ...func(*handlers.Deps)) *testAPI {
 	t.Helper()
-	log := zerolog.New(zerolog.NewTestWriter(t))
+	log := testkit.Logger(t)
 	st, err := redisstore.New(redistest.Client(t), redisstore.Options{Prefix: redistest.Prefix(t), Logger: log})
 	if err != nil {
 		t.Fatalf("open store: %v", err)

@@ -4,18 +4,16 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/flows"
 	"github.com/nqd-dev/nqd/handlers"
 	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store/boltstore"
 	"github.com/nqd-dev/nqd/store/redisstore"
 )
@@ -24,24 +22,20 @@ import (
 // clock, and a two-step flow "gf" on queue "default".
 func newQueueAPI(t *testing.T, backend string) *testAPI {
 	t.Helper()
-	clock := &fakeClock{t: epoch}
-	log := zerolog.New(zerolog.NewTestWriter(t))
+	clock := testkit.NewClock(epoch)
+	log := testkit.Logger(t)
 	var st engine.Store
 	switch backend {
 	case "bolt":
-		bs, err := boltstore.Open(filepath.Join(t.TempDir(), "nqd.db"), boltstore.Options{Now: clock.Now, Logger: log})
-		if err != nil {
-			t.Fatal(err)
-		}
-		st = bs
+		st = testkit.Bolt(t, boltstore.Options{Now: clock.Now, Logger: log})
 	case "redis":
 		rs, err := redisstore.New(redistest.Client(t), redisstore.Options{Prefix: redistest.Prefix(t), Logger: log})
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { _ = rs.Close() })
 		st = rs
 	}
-	t.Cleanup(func() { _ = st.Close() })
 	e := engine.New(st, engine.Options{Now: clock.Now, Logger: log})
 	d := &flows.Definition{Name: "gf", Entry: "first", Steps: map[string]flows.Step{
 		"first":  {Queue: "default", Emits: []string{"first.done"}},

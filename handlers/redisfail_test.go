@@ -6,10 +6,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/rs/zerolog"
 
 	"github.com/nqd-dev/nqd/handlers"
 	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/redisstore"
 )
@@ -23,7 +23,7 @@ func TestRedisFailureAnswers(t *testing.T) {
 	f := &redistest.Flaky{}
 	client := redis.NewClient(&redis.Options{Addr: redistest.Addr(t), MaxRetries: -1, DialerRetries: 1, Dialer: f.Dial})
 	t.Cleanup(func() { _ = client.Close() })
-	log := zerolog.New(zerolog.NewTestWriter(t))
+	log := testkit.Logger(t)
 	st, err := redisstore.New(client, redisstore.Options{Prefix: redistest.Prefix(t), Logger: log})
 	if err != nil {
 		t.Fatal(err)

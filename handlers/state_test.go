@@ -10,16 +10,16 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/rs/zerolog"
 
 	"github.com/nqd-dev/nqd/handlers"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/snapshots"
 )
 
 // withState gives the API a snapshot cache over its own store.
 func withState(t testing.TB) func(*handlers.Deps) {
 	return func(d *handlers.Deps) {
-		c := snapshots.New(d.Store, snapshots.Options{Logger: zerolog.New(zerolog.NewTestWriter(t))})
+		c := snapshots.New(d.Store, snapshots.Options{Logger: testkit.Logger(t)})
 		t.Cleanup(func() { _ = c.Close() })
 		d.State = c
 	}

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/internal/wait"
 	"github.com/nqd-dev/nqd/metrics"
 	"github.com/nqd-dev/nqd/snapshots"
@@ -44,21 +44,13 @@ func wantLines(t *testing.T, text string, lines ...string) {
 
 func newBolt(t *testing.T) store.Store {
 	t.Helper()
-	s, err := boltstore.Open(filepath.Join(t.TempDir(), "nqd.db"), boltstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	s := testkit.Bolt(t, boltstore.Options{})
 	return s
 }
 
 func TestStore(t *testing.T) {
 	m := metrics.New()
-	bolt, err := boltstore.Open(filepath.Join(t.TempDir(), "nqd.db"), boltstore.Options{Appended: m.EventsAppended})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = bolt.Close() })
+	bolt := testkit.Bolt(t, boltstore.Options{Appended: m.EventsAppended})
 	st := m.Store(bolt)
 	c := store.Context{Type: "flow", ID: "r1"}
 	ctx := context.Background()

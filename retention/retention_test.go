@@ -6,58 +6,44 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/rs/zerolog"
 
 	"github.com/nqd-dev/nqd/archive"
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/reducers"
 	"github.com/nqd-dev/nqd/retention"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
 )
 
+// t0 starts the clock that both the store's id stamping and the reaper read.
 var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 
-// clock is the controllable clock of these tests: both the store's id
-// stamping and the reaper read it.
-type clock struct{ ms atomic.Int64 }
-
-func (c *clock) now() time.Time      { return time.UnixMilli(c.ms.Load()) }
-func (c *clock) set(t time.Time)     { c.ms.Store(t.UnixMilli()) }
-func (c *clock) add(d time.Duration) { c.ms.Add(d.Milliseconds()) }
-
-func newTestStore(t *testing.T, clk *clock) *boltstore.Store {
+func newTestStore(t *testing.T, clk *testkit.Clock) *boltstore.Store {
 	t.Helper()
-	s, err := boltstore.Open(filepath.Join(t.TempDir(), "nqd.db"), boltstore.Options{
-		Now:       clk.now,
+	return testkit.Bolt(t, boltstore.Options{
+		Now:       clk.Now,
 		Retention: store.Retention{Completed: 7 * 24 * time.Hour, Failed: 30 * 24 * time.Hour},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
 }
 
 // runFlow stores a run of steps step events ending in status, as the engine
 // would: a record per update, the terminal status written with its event.
-func runFlow(t *testing.T, s *boltstore.Store, clk *clock, run, status string, steps int) {
+func runFlow(t *testing.T, s *boltstore.Store, clk *testkit.Clock, run, status string, steps int) {
 	t.Helper()
 	ctx := t.Context()
-	m := store.RunMeta{Flow: "pipeline", Run: run, Status: store.RunRunning, StartedAt: clk.now().UnixMilli(), StepCount: steps}
+	m := store.RunMeta{Flow: "pipeline", Run: run, Status: store.RunRunning, StartedAt: clk.Now().UnixMilli(), StepCount: steps}
 	started := event.Event{Kind: "flow.started", Subject: run, Flow: run, FlowName: "pipeline"}
 	if _, err := s.UpdateRun(ctx, store.RunUpdate{Meta: m, Events: []event.Event{started}}); err != nil {
 		t.Fatal(err)
 	}
 	c := store.Context{Type: "flow", ID: run}
 	for i := range steps {
-		clk.add(time.Second)
+		clk.Add(time.Second)
 		step := fmt.Sprintf("s%d", i)
 		evs := []event.Event{
 			{Kind: "step.started", Subject: run, Flow: run, FlowName: "pipeline", Step: step, Attempt: 1},
@@ -67,8 +53,8 @@ func runFlow(t *testing.T, s *boltstore.Store, clk *clock, run, status string, s
 			t.Fatal(err)
 		}
 	}
-	clk.add(time.Second)
-	m.Version, m.Status, m.CompletedAt, m.CompletedSteps = 1, status, clk.now().UnixMilli(), steps
+	clk.Add(time.Second)
+	m.Version, m.Status, m.CompletedAt, m.CompletedSteps = 1, status, clk.Now().UnixMilli(), steps
 	end := event.Event{Kind: "flow." + status, Subject: run, Flow: run, FlowName: "pipeline"}
 	if _, err := s.UpdateRun(ctx, store.RunUpdate{Meta: m, PrevStatus: store.RunRunning, Events: []event.Event{end}}); err != nil {
 		t.Fatal(err)
@@ -98,20 +84,19 @@ func foldJSON(t *testing.T, evs []event.Event) string {
 }
 
 func TestSweepExpiresOnScheduleAndArchivesFirst(t *testing.T) {
-	clk := &clock{}
-	clk.set(t0)
+	clk := testkit.NewClock(t0)
 	s := newTestStore(t, clk)
-	arch, err := archive.NewDir(t.TempDir(), clk.now)
+	arch, err := archive.NewDir(t.TempDir(), clk.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := retention.New(s, retention.Options{Archive: arch, Now: clk.now, Batch: 2, Logger: zerolog.New(zerolog.NewTestWriter(t))})
+	r := retention.New(s, retention.Options{Archive: arch, Now: clk.Now, Batch: 2, Logger: testkit.Logger(t)})
 
 	runFlow(t, s, clk, "ok-1", store.RunCompleted, 3)
 	runFlow(t, s, clk, "ok-2", store.RunCompleted, 1)
 	runFlow(t, s, clk, "ok-3", store.RunCompleted, 2)
 	runFlow(t, s, clk, "bad-1", store.RunFailed, 2)
-	running := store.RunMeta{Flow: "pipeline", Run: "live-1", Status: store.RunRunning, StartedAt: clk.now().UnixMilli()}
+	running := store.RunMeta{Flow: "pipeline", Run: "live-1", Status: store.RunRunning, StartedAt: clk.Now().UnixMilli()}
 	if _, err := s.UpdateRun(t.Context(), store.RunUpdate{Meta: running, Events: []event.Event{{Kind: "flow.started", Subject: "live-1", Flow: "live-1", FlowName: "pipeline"}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -125,12 +110,12 @@ func TestSweepExpiresOnScheduleAndArchivesFirst(t *testing.T) {
 		t.Helper()
 		n, err := r.Sweep(t.Context())
 		if err != nil || n != want {
-			t.Fatalf("Sweep at %s = %d, %v; want %d", clk.now().Sub(t0), n, err, want)
+			t.Fatalf("Sweep at %s = %d, %v; want %d", clk.Now().Sub(t0), n, err, want)
 		}
 	}
-	clk.add(6 * 24 * time.Hour)
+	clk.Add(6 * 24 * time.Hour)
 	sweep(0)
-	clk.add(24 * time.Hour)
+	clk.Add(24 * time.Hour)
 	sweep(3) // the three completed runs, over two batches
 	if got := readAll(t, s, "ok-1"); len(got) != 0 {
 		t.Fatalf("expired run still has %d events", len(got))
@@ -159,12 +144,12 @@ func TestSweepExpiresOnScheduleAndArchivesFirst(t *testing.T) {
 		t.Errorf("archived record %s, want %+v (%v)", m.Record, meta, err)
 	}
 
-	clk.add(23 * 24 * time.Hour)
+	clk.Add(23 * 24 * time.Hour)
 	sweep(1)
 	if len(readAll(t, s, "bad-1")) != 0 {
 		t.Fatal("failed run kept after 30 days")
 	}
-	clk.add(10 * 365 * 24 * time.Hour)
+	clk.Add(10 * 365 * 24 * time.Hour)
 	sweep(0)
 	if len(readAll(t, s, "live-1")) != 1 {
 		t.Fatal("running run expired")
@@ -185,12 +170,11 @@ func (failingArchive) Put(ctx context.Context, c store.Context, record json.RawM
 }
 
 func TestSweepKeepsRunWhenArchivingFails(t *testing.T) {
-	clk := &clock{}
-	clk.set(t0)
+	clk := testkit.NewClock(t0)
 	s := newTestStore(t, clk)
-	r := retention.New(s, retention.Options{Archive: failingArchive{}, Now: clk.now, Logger: zerolog.New(zerolog.NewTestWriter(t))})
+	r := retention.New(s, retention.Options{Archive: failingArchive{}, Now: clk.Now, Logger: testkit.Logger(t)})
 	runFlow(t, s, clk, "ok-1", store.RunCompleted, 1)
-	clk.add(8 * 24 * time.Hour)
+	clk.Add(8 * 24 * time.Hour)
 	n, err := r.Sweep(t.Context())
 	if n != 0 || !errors.Is(err, errDiskFull) {
 		t.Fatalf("Sweep = %d, %v; want 0 and the archive's error", n, err)
@@ -198,15 +182,14 @@ func TestSweepKeepsRunWhenArchivingFails(t *testing.T) {
 	if len(readAll(t, s, "ok-1")) == 0 {
 		t.Fatal("run deleted although it was not archived")
 	}
-	due, err := s.ExpiredRuns(t.Context(), clk.now().UnixMilli(), 10)
+	due, err := s.ExpiredRuns(t.Context(), clk.Now().UnixMilli(), 10)
 	if err != nil || len(due) != 1 {
 		t.Fatalf("due runs after a failed archive: %v, %v; want the run still due", due, err)
 	}
 }
 
 func TestEventsPagesThroughLongStreams(t *testing.T) {
-	clk := &clock{}
-	clk.set(t0)
+	clk := testkit.NewClock(t0)
 	s := newTestStore(t, clk)
 	c := store.Context{Type: "flow", ID: "long"}
 	var batch []event.Event

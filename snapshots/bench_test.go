@@ -3,7 +3,6 @@ package snapshots_test
 import (
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"testing"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/reducers"
 	"github.com/nqd-dev/nqd/snapshots"
 	"github.com/nqd-dev/nqd/store"
@@ -51,11 +51,7 @@ func runEvents(c store.Context, n int) []event.Event {
 
 func benchBolt(b *testing.B) store.Store {
 	b.Helper()
-	st, err := boltstore.Open(filepath.Join(b.TempDir(), "nqd.db"), boltstore.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = st.Close() })
+	st := testkit.Bolt(b, boltstore.Options{})
 	return st
 }
 

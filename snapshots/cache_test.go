@@ -10,28 +10,11 @@ import (
 	"time"
 
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/reducers"
 	"github.com/nqd-dev/nqd/snapshots"
 	"github.com/nqd-dev/nqd/store"
 )
-
-// fakeClock is a settable clock for the TTLs.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 func mustState(t *testing.T, c *snapshots.Cache, sc store.Context) reducers.State {
 	t.Helper()
@@ -48,7 +31,7 @@ func flowEvent(kind, data string) event.Event {
 
 func TestTTLByStatus(t *testing.T) {
 	st := newBoltStore(t)
-	clock := &fakeClock{t: time.Unix(1e9, 0)}
+	clock := testkit.NewClock(time.Unix(1e9, 0))
 	cache := newCache(t, st, snapshots.Options{
 		TTL: snapshots.TTL{Active: time.Hour, Completed: 2 * time.Hour, Failed: 3 * time.Hour},
 		Now: clock.Now,

@@ -4,15 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
-	"github.com/rs/zerolog"
-
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/reducers"
 	"github.com/nqd-dev/nqd/snapshots"
 	"github.com/nqd-dev/nqd/store"
@@ -34,12 +32,7 @@ func backends(t *testing.T, f func(t *testing.T, newStore func(t *testing.T) sto
 
 func newBoltStore(t *testing.T) store.Store {
 	t.Helper()
-	st, err := boltstore.Open(filepath.Join(t.TempDir(), "nqd.db"), boltstore.Options{Logger: zerolog.New(zerolog.NewTestWriter(t))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	return st
+	return testkit.Bolt(t, boltstore.Options{Logger: testkit.Logger(t)})
 }
 
 func newRedisStore(t *testing.T) store.Store {
@@ -54,7 +47,7 @@ func newRedisStore(t *testing.T) store.Store {
 
 func newCache(t *testing.T, st store.Store, opts snapshots.Options) *snapshots.Cache {
 	t.Helper()
-	opts.Logger = zerolog.New(zerolog.NewTestWriter(t))
+	opts.Logger = testkit.Logger(t)
 	c := snapshots.New(st, opts)
 	t.Cleanup(func() { _ = c.Close() })
 	return c

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
 )
@@ -44,11 +44,7 @@ func benchBackends(b *testing.B, f func(b *testing.B, s store.Store)) {
 
 func openBoltForBench(b *testing.B) store.Store {
 	b.Helper()
-	s, err := boltstore.Open(filepath.Join(b.TempDir(), "nqd.db"), boltstore.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = s.Close() })
+	s := testkit.Bolt(b, boltstore.Options{})
 	return s
 }
 

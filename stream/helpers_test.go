@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/internal/wait"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
@@ -43,11 +43,7 @@ var backends = []backend{{name: "bolt", open: newBoltStore}}
 
 func newBoltStore(t *testing.T) store.Store {
 	t.Helper()
-	s, err := boltstore.Open(filepath.Join(t.TempDir(), "nqd.db"), boltstore.Options{})
-	if err != nil {
-		t.Fatalf("open bolt store: %v", err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	s := testkit.Bolt(t, boltstore.Options{})
 	return s
 }
 
@@ -59,7 +55,7 @@ func eachBackend(t *testing.T, f func(t *testing.T, b backend)) {
 }
 
 func testLogger(t testing.TB) zerolog.Logger {
-	return zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)
+	return testkit.Logger(t).Level(zerolog.InfoLevel)
 }
 
 // newTestServer serves h's routes as nqd mounts them, and extra's.

@@ -2,18 +2,17 @@ package sweeper_test
 
 import (
 	"encoding/json"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
 
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/flows"
 	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
 	"github.com/nqd-dev/nqd/store/redisstore"
@@ -28,15 +27,10 @@ type backendStore interface {
 
 var backends = map[string]func(t *testing.T) backendStore{
 	"bolt": func(t *testing.T) backendStore {
-		s, err := boltstore.Open(filepath.Join(t.TempDir(), "nqd.db"), boltstore.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		return s
+		return testkit.Bolt(t, boltstore.Options{})
 	},
 	"redis": func(t *testing.T) backendStore {
-		s, err := redisstore.New(redistest.Client(t), redisstore.Options{Prefix: redistest.Prefix(t), Logger: zerolog.New(zerolog.NewTestWriter(t))})
+		s, err := redisstore.New(redistest.Client(t), redisstore.Options{Prefix: redistest.Prefix(t), Logger: testkit.Logger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -49,20 +43,6 @@ func forEachBackend(t *testing.T, f func(t *testing.T, st backendStore)) {
 	for name, newStore := range backends {
 		t.Run(name, func(t *testing.T) { f(t, newStore(t)) })
 	}
-}
-
-// clock is a fake clock that starts at the wall clock, because the store
-// stamps events with the wall clock and a sweep measures idleness from them.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
 }
 
 const stallAfter = 5 * time.Minute
@@ -132,8 +112,8 @@ func streamLen(t *testing.T, st store.Store, run string) int {
 // checks that each is handled as its class says, once.
 func TestSweepOneFixturePerClass(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, st backendStore) {
-		c := &clock{t: time.Now()}
-		e := engine.New(st, engine.Options{Now: c.Now, Lease: 10 * time.Second, Logger: zerolog.New(zerolog.NewTestWriter(t))})
+		c := testkit.NewClock(time.Now()) // idleness is measured from the store's wall-clock stamps
+		e := engine.New(st, engine.Options{Now: c.Now, Lease: 10 * time.Second, Logger: testkit.Logger(t)})
 		awaitFlow(t, e, "waiting", time.Hour.Milliseconds())
 		awaitFlow(t, e, "overdue", 5_000)
 		awaitFlow(t, e, "stuck", 0)
@@ -153,7 +133,7 @@ func TestSweepOneFixturePerClass(t *testing.T) {
 		waitingLen := streamLen(t, st, waiting)
 
 		c.Add(2 * stallAfter)
-		sw := sweeper.New(e, st, sweeper.Options{StallAfter: stallAfter, Now: c.Now, Holder: "a", Logger: zerolog.New(zerolog.NewTestWriter(t))})
+		sw := sweeper.New(e, st, sweeper.Options{StallAfter: stallAfter, Now: c.Now, Holder: "a", Logger: testkit.Logger(t)})
 		rep, err := sw.Sweep(t.Context())
 		if err != nil {
 			t.Fatal(err)
@@ -246,7 +226,7 @@ func equalCounts(got, want map[string]int) bool {
 // its lease runs out.
 func TestLeaseOneSweeperAtATime(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, st backendStore) {
-		c := &clock{t: time.Now()}
+		c := testkit.NewClock(time.Now()) // idleness is measured from the store's wall-clock stamps
 		e := engine.New(st, engine.Options{Now: c.Now})
 		opts := sweeper.Options{Interval: time.Minute, Now: c.Now}
 		sweepers := map[string]*sweeper.Sweeper{}

@@ -1,15 +1,13 @@
 package wiring_test
 
 import (
-	"path/filepath"
 	"testing"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/nqd-dev/nqd/archive"
 	"github.com/nqd-dev/nqd/config"
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
 	"github.com/nqd-dev/nqd/wiring"
@@ -17,18 +15,14 @@ import (
 
 func TestStartRetentionArchivesThenExpires(t *testing.T) {
 	cfg := config.Config{RetainCompleted: time.Hour, ArchiveDir: t.TempDir(), RetentionInterval: time.Second}
-	st, err := boltstore.Open(filepath.Join(t.TempDir(), "nqd.db"), boltstore.Options{Retention: wiring.RetentionPolicy(cfg)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
+	st := testkit.Bolt(t, boltstore.Options{Retention: wiring.RetentionPolicy(cfg)})
 	finished := time.Now().Add(-2 * time.Hour).UnixMilli()
 	m := store.RunMeta{Flow: "f", Run: "r1", Status: store.RunCompleted, StartedAt: finished, CompletedAt: finished}
 	if _, err := st.UpdateRun(t.Context(), store.RunUpdate{Meta: m, Events: []event.Event{{Kind: "flow.completed", Subject: "r1", Flow: "r1", FlowName: "f"}}}); err != nil {
 		t.Fatal(err)
 	}
 
-	stop, err := wiring.StartRetention(t.Context(), st, cfg, zerolog.New(zerolog.NewTestWriter(t)))
+	stop, err := wiring.StartRetention(t.Context(), st, cfg, testkit.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,16 +2,14 @@ package wiring_test
 
 import (
 	"encoding/json"
-	"path/filepath"
 	"testing"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/nqd-dev/nqd/config"
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/flows"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/metrics"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
@@ -23,12 +21,8 @@ import (
 // runs when it starts, well within one interval.
 func TestStartSweeperRepairsOrphan(t *testing.T) {
 	cfg := config.Config{SweepInterval: time.Hour, StallAfter: time.Hour}
-	st, err := boltstore.Open(filepath.Join(t.TempDir(), "nqd.db"), boltstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	log := zerolog.New(zerolog.NewTestWriter(t))
+	st := testkit.Bolt(t, boltstore.Options{})
+	log := testkit.Logger(t)
 	e := engine.New(st, engine.Options{Logger: log})
 	d := &flows.Definition{Name: "f", Entry: "a", Steps: map[string]flows.Step{"a": {Queue: "default"}}}
 	if err := e.PutDefinition(t.Context(), d); err != nil {

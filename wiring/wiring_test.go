@@ -16,6 +16,7 @@ import (
 
 	"github.com/nqd-dev/nqd/config"
 	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/internal/wait"
 )
 
@@ -33,7 +34,7 @@ func testConfig(t *testing.T) config.Config {
 // the returned stop function is called).
 func mustStartApp(t *testing.T, cfg config.Config) (base string, stop func()) {
 	t.Helper()
-	app, err := New(context.Background(), cfg, zerolog.New(zerolog.NewTestWriter(t)))
+	app, err := New(context.Background(), cfg, testkit.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +303,7 @@ func TestKVThroughWiring(t *testing.T) {
 func TestShutdownEndsLongPolls(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.ShutdownTimeout = 10 * time.Second
-	app, err := New(context.Background(), cfg, zerolog.New(zerolog.NewTestWriter(t)))
+	app, err := New(context.Background(), cfg, testkit.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,20 +8,19 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/flows"
 	"github.com/nqd-dev/nqd/handlers"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
 	"github.com/nqd-dev/nqd/worker"
+	"github.com/rs/zerolog"
 )
 
 // TestRunExampleAndDiamond runs seed 001's example flow (fetch_data fails
@@ -29,12 +28,8 @@ import (
 func TestRunExampleAndDiamond(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	st, err := boltstore.Open(filepath.Join(t.TempDir(), "nqd.db"), boltstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	log := zerolog.New(zerolog.NewTestWriter(t))
+	st := testkit.Bolt(t, boltstore.Options{})
+	log := testkit.Logger(t)
 	e := engine.New(st, engine.Options{Logger: log, Interval: 20 * time.Millisecond})
 	go func() { _ = e.Run(ctx) }()
 	defs, err := flows.LoadDir("../flows/testdata")

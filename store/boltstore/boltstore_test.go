@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/rs/zerolog"
 
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
 	"github.com/nqd-dev/nqd/store/storetest"
@@ -20,7 +20,7 @@ import (
 
 func newTestStore(t testing.TB, path string, opts boltstore.Options) *boltstore.Store {
 	t.Helper()
-	opts.Logger = zerolog.New(zerolog.NewTestWriter(t))
+	opts.Logger = testkit.Logger(t)
 	s, err := boltstore.Open(path, opts)
 	if err != nil {
 		t.Fatalf("Open(%s): %v", path, err)
@@ -107,13 +107,8 @@ func ids(es []event.Event) []string {
 	return out
 }
 
-// fakeClock is a clock the test moves by hand.
-type fakeClock struct{ now time.Time }
-
-func (c *fakeClock) Now() time.Time { return c.now }
-
 func TestIDsNeverGoBackwards(t *testing.T) {
-	clock := &fakeClock{now: time.UnixMilli(1_700_000_000_000)}
+	clock := testkit.NewClock(time.UnixMilli(1_700_000_000_000))
 	s := newTestStore(t, tempPath(t), boltstore.Options{Now: clock.Now})
 	c := store.Context{Type: "flow", ID: "run-clock"}
 	appendOne := func() event.ID {
@@ -127,10 +122,10 @@ func TestIDsNeverGoBackwards(t *testing.T) {
 
 	want := []event.ID{{MS: 1_700_000_000_000, Seq: 1}}
 	got := []event.ID{appendOne()}
-	clock.now = clock.now.Add(-time.Hour)
+	clock.Add(-time.Hour)
 	want = append(want, event.ID{MS: 1_700_000_000_000, Seq: 3})
 	got = append(got, appendOne())
-	clock.now = clock.now.Add(2 * time.Hour)
+	clock.Add(2 * time.Hour)
 	want = append(want, event.ID{MS: 1_700_003_600_000, Seq: 1})
 	got = append(got, appendOne())
 	if d := cmp.Diff(want, got); d != "" {
@@ -139,7 +134,7 @@ func TestIDsNeverGoBackwards(t *testing.T) {
 }
 
 func TestIdempotencyWindowExpires(t *testing.T) {
-	clock := &fakeClock{now: time.UnixMilli(1_700_000_000_000)}
+	clock := testkit.NewClock(time.UnixMilli(1_700_000_000_000))
 	s := newTestStore(t, tempPath(t), boltstore.Options{Now: clock.Now, IdempotencyWindow: time.Minute})
 	c := store.Context{Type: "flow", ID: "run-window"}
 	opts := store.AppendOptions{IdempotencyKey: "k"}
@@ -153,17 +148,17 @@ func TestIdempotencyWindowExpires(t *testing.T) {
 	}
 
 	first := appendKeyed()
-	clock.now = clock.now.Add(time.Minute - time.Millisecond)
+	clock.Add(time.Minute - time.Millisecond)
 	if res := appendKeyed(); !res.Replayed || res.Events[0].ID != first.Events[0].ID {
 		t.Errorf("inside the window: Replayed %v id %v, want true %v", res.Replayed, res.Events[0].ID, first.Events[0].ID)
 	}
-	clock.now = clock.now.Add(time.Millisecond)
+	clock.Add(time.Millisecond)
 	second := appendKeyed()
 	if second.Replayed {
 		t.Error("at the end of the window: Replayed = true, want a new append")
 	}
 	// The key's new record starts a new window.
-	clock.now = clock.now.Add(30 * time.Second)
+	clock.Add(30 * time.Second)
 	if res := appendKeyed(); !res.Replayed || res.Events[0].ID != second.Events[0].ID {
 		t.Errorf("inside the new window: Replayed %v id %v, want true %v", res.Replayed, res.Events[0].ID, second.Events[0].ID)
 	}

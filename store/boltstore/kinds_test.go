@@ -1,20 +1,16 @@
 package boltstore_test
 
 import (
-	"path/filepath"
 	"testing"
 
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store/boltstore"
 	"github.com/nqd-dev/nqd/store/storetest"
 )
 
 func TestKindsConformance(t *testing.T) {
 	storetest.RunKinds(t, func(t *testing.T) storetest.KindStore {
-		s, err := boltstore.Open(filepath.Join(t.TempDir(), "nqd.db"), boltstore.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
+		s := testkit.Bolt(t, boltstore.Options{})
 		return s
 	})
 }

@@ -6,17 +6,14 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store/boltstore"
 	"github.com/nqd-dev/nqd/store/storetest"
 )
 
 func TestQueueStoreConformance(t *testing.T) {
 	storetest.RunQueueStore(t, func(t *testing.T) (s, other storetest.QueueStoreStore) {
-		st, err := boltstore.Open(filepath.Join(t.TempDir(), "nqd.db"), boltstore.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = st.Close() })
+		st := testkit.Bolt(t, boltstore.Options{})
 		// One process owns the file, so the second instance is the same one.
 		return st, st
 	})

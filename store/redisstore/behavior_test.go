@@ -17,10 +17,10 @@ import (
 	gocmp "github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/redis/go-redis/v9"
-	"github.com/rs/zerolog"
 
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/internal/wait"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/redisstore"
@@ -303,7 +303,7 @@ func newDedicated(t *testing.T) (*redistest.Server, *redisstore.Store, *redis.Cl
 	// No retries: a dead server should fail each call at once.
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { _ = client.Close() })
-	s, err := redisstore.New(client, redisstore.Options{Logger: zerolog.New(zerolog.NewTestWriter(t))})
+	s, err := redisstore.New(client, redisstore.Options{Logger: testkit.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,7 +408,7 @@ func TestWedgedPubSubIsReplaced(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { _ = client.Close() })
-	s, err := redisstore.New(client, redisstore.Options{LiveProbeInterval: 50 * time.Millisecond, Logger: zerolog.New(zerolog.NewTestWriter(t))})
+	s, err := redisstore.New(client, redisstore.Options{LiveProbeInterval: 50 * time.Millisecond, Logger: testkit.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,9 +4,9 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/rs/zerolog"
 
 	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/redisstore"
 	"github.com/nqd-dev/nqd/store/storetest"
@@ -21,7 +21,7 @@ func newTestStore(t testing.TB, opts redisstore.Options) (*redisstore.Store, *re
 	if opts.Prefix == "" {
 		opts.Prefix = redistest.Prefix(t)
 	}
-	opts.Logger = zerolog.New(zerolog.NewTestWriter(t))
+	opts.Logger = testkit.Logger(t)
 	s, err := redisstore.New(client, opts)
 	if err != nil {
 		t.Fatal(err)

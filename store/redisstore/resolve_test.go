@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/rs/zerolog"
 
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/redisstore"
 )
@@ -20,7 +20,7 @@ func newFlakyStore(t *testing.T) (*redisstore.Store, *redistest.Flaky) {
 	f := &redistest.Flaky{}
 	client := redis.NewClient(&redis.Options{Addr: redistest.Addr(t), MaxRetries: -1, DialerRetries: 1, Dialer: f.Dial})
 	t.Cleanup(func() { _ = client.Close() })
-	s, err := redisstore.New(client, redisstore.Options{Prefix: redistest.Prefix(t), Logger: zerolog.New(zerolog.NewTestWriter(t))})
+	s, err := redisstore.New(client, redisstore.Options{Prefix: redistest.Prefix(t), Logger: testkit.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/nqd-dev/nqd/config"
 	"github.com/nqd-dev/nqd/examples/demo"
 	"github.com/nqd-dev/nqd/handlers"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/web"
 	"github.com/nqd-dev/nqd/wiring"
 	"github.com/nqd-dev/nqd/worker"
@@ -346,7 +347,7 @@ func startServer(t *testing.T, env map[string]string) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	app, err := wiring.New(context.Background(), cfg, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel))
+	app, err := wiring.New(context.Background(), cfg, testkit.Logger(t).Level(zerolog.ErrorLevel))
 	if err != nil {
 		t.Fatal(err)
 	}
