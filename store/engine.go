@@ -10,7 +10,7 @@ import (
 // This file is the flow engine's part of the contract: flow definitions, the
 // run index with its lifecycle metadata, job queues with leases, and durable
 // timers. A backend offers it beside Store; the conformance scenarios are in
-// storetest.RunEngine.
+// storetest (RunAll).
 
 // DefinitionStore keeps flow definitions where every instance sees them.
 type DefinitionStore interface {

@@ -13,7 +13,7 @@ import (
 // with an optional TTL, field-level writes, compare-and-swap on one key and a
 // filtered scan by key prefix. Streams carry signals, KV carries the current
 // state workers and the sweeper ask about ("which jobs are stuck?"). A backend
-// offers it beside Store; the conformance scenarios are in storetest.RunKV.
+// offers it beside Store; the conformance scenarios are in storetest (RunAll).
 //
 // Field values are strings: seed 003 stores bytes in Redis hash fields, and a
 // string is the Go form of those bytes that also travels as JSON. Numbers

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,13 +37,26 @@ func newTestStore(t testing.TB, path string, opts boltstore.Options) *boltstore.
 func tempPath(t testing.TB) string { return filepath.Join(t.TempDir(), "nqd.db") }
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store {
-		return newTestStore(t, tempPath(t), boltstore.Options{})
+	storetest.RunAll(t, func(t *testing.T, opts storetest.Options) storetest.Harness {
+		// The wall clock, which the suite may move ahead so that TTLs
+		// expire without waiting.
+		var ahead atomic.Int64
+		s := newTestStore(t, tempPath(t), boltstore.Options{
+			Retention: opts.Retention,
+			Now:       func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) },
+		})
+		return storetest.Harness{Store: s, Advance: func(d time.Duration) { ahead.Add(int64(d)) }}
 	})
 }
 
 func BenchmarkConformance(b *testing.B) {
 	storetest.RunBenchmarks(b, func(b *testing.B) store.Store {
+		return newTestStore(b, tempPath(b), boltstore.Options{})
+	})
+}
+
+func BenchmarkKV(b *testing.B) {
+	storetest.RunKVBenchmarks(b, func(b *testing.B) store.KV {
 		return newTestStore(b, tempPath(b), boltstore.Options{})
 	})
 }

@@ -31,9 +31,9 @@ func newTestStore(t testing.TB, opts redisstore.Options) (*redisstore.Store, *re
 }
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store {
-		s, _ := newTestStore(t, redisstore.Options{})
-		return s
+	storetest.RunAll(t, func(t *testing.T, opts storetest.Options) storetest.Harness {
+		s, _ := newTestStore(t, redisstore.Options{Retention: opts.Retention})
+		return storetest.Harness{Store: s}
 	})
 }
 
@@ -44,9 +44,9 @@ func BenchmarkStore(b *testing.B) {
 	})
 }
 
-func TestEngineConformance(t *testing.T) {
-	storetest.RunEngine(t, func(t *testing.T) storetest.EngineStore {
-		s, _ := newTestStore(t, redisstore.Options{})
+func BenchmarkKV(b *testing.B) {
+	storetest.RunKVBenchmarks(b, func(b *testing.B) store.KV {
+		s, _ := newTestStore(b, redisstore.Options{})
 		return s
 	})
 }

@@ -9,15 +9,7 @@ import (
 	"github.com/nqd-dev/nqd/internal/redistest"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/redisstore"
-	"github.com/nqd-dev/nqd/store/storetest"
 )
-
-func TestRestoreConformance(t *testing.T) {
-	storetest.RunRestore(t, func(t *testing.T) storetest.RestoreStore {
-		s, _ := newTestStore(t, redisstore.Options{})
-		return s
-	})
-}
 
 // TestRestoreWritesRunUpdateHash checks that a restored run's record hash and
 // trigger index entry are the ones live writes leave, so other producers read

@@ -24,7 +24,7 @@ func benchEvent(c store.Context, n int) event.Event {
 // batched appends, reading a 1000-event stream whole and its newest 100 (a
 // backfill), and appends from 8 goroutines
 // per CPU, each to its own context. newStore is called once per benchmark and
-// follows the same rules as for Run.
+// follows the same rules as a NewStore given to RunAll.
 func RunBenchmarks(b *testing.B, newStore func(b *testing.B) store.Store) {
 	b.Run("AppendSingle", func(b *testing.B) {
 		s := newStore(b)

@@ -34,9 +34,9 @@ var engineScenarios = []struct {
 	{"DeleteRuns", testDeleteRuns},
 }
 
-// RunEngine runs the flow engine's conformance scenarios (store.RunStore and
+// runEngine runs the flow engine's conformance scenarios (store.RunStore and
 // store.DefinitionStore) against fresh stores from newStore.
-func RunEngine(t *testing.T, newStore func(t *testing.T) EngineStore) {
+func runEngine(t *testing.T, newStore func(t *testing.T) EngineStore) {
 	for _, sc := range engineScenarios {
 		t.Run(sc.name, func(t *testing.T) { sc.run(t, newStore(t)) })
 	}

@@ -29,9 +29,9 @@ var kindScenarios = []struct {
 	{"ConsumeOnce", testKindsConsumeOnce},
 }
 
-// RunKinds runs the kind index's conformance scenarios against fresh stores
+// runKinds runs the kind index's conformance scenarios against fresh stores
 // from newStore.
-func RunKinds(t *testing.T, newStore func(t *testing.T) KindStore) {
+func runKinds(t *testing.T, newStore func(t *testing.T) KindStore) {
 	for _, sc := range kindScenarios {
 		t.Run(sc.name, func(t *testing.T) { sc.run(t, newStore(t)) })
 	}

@@ -16,10 +16,10 @@ type QueueStatsStore interface {
 	store.QueueStats
 }
 
-// RunQueueStats checks QueueDepth against jobs enqueued through UpdateRun:
+// runQueueStats checks QueueDepth against jobs enqueued through UpdateRun:
 // ready, delayed and claimed jobs all count, only those whose time has come
 // are due, and a claimed job is due again once its lease has run out.
-func RunQueueStats(t *testing.T, newStore func(t *testing.T) QueueStatsStore) {
+func runQueueStats(t *testing.T, newStore func(t *testing.T) QueueStatsStore) {
 	t.Parallel()
 	ctx := context.Background()
 	s := newStore(t)

@@ -16,11 +16,11 @@ type RestoreStore interface {
 	store.Restorer
 }
 
-// RunRestore checks store.Restorer against fresh stores from newStore: a run
+// runRestore checks store.Restorer against fresh stores from newStore: a run
 // read from one store and restored into another reads back equal, with its
 // ids, its index entries and its record; a restore into a stream that has
 // events is refused and writes nothing.
-func RunRestore(t *testing.T, newStore func(t *testing.T) RestoreStore) {
+func runRestore(t *testing.T, newStore func(t *testing.T) RestoreStore) {
 	ctx := t.Context()
 	c := store.Context{Type: "flow", ID: "r1"}
 	src := newStore(t)

@@ -17,15 +17,15 @@ type RetentionStore interface {
 	store.Retainer
 }
 
-// RetentionPolicy is the policy RunRetention opens its stores with: completed
+// RetentionPolicy is the policy runRetention's stores are opened with: completed
 // and failed runs on their own schedules, cancelled ones kept forever.
 var RetentionPolicy = store.Retention{Completed: 7 * 24 * time.Hour, Failed: 30 * 24 * time.Hour}
 
-// RunRetention checks store.Retainer against a store from newStore, which must
-// be opened with RetentionPolicy. The clock is the scenario's own: due times
+// runRetention checks store.Retainer against stores from newStore, opened
+// with RetentionPolicy. The clock is the scenario's own: due times
 // come from the run records and "now" is an argument, so expiry is checked
 // days ahead without waiting.
-func RunRetention(t *testing.T, newStore func(t *testing.T) RetentionStore) {
+func runRetention(t *testing.T, newStore func(t *testing.T) RetentionStore) {
 	t.Run("ExpiryBySchedule", func(t *testing.T) { testExpiryBySchedule(t, newStore(t)) })
 	t.Run("ResumedRunIsNotDue", func(t *testing.T) { testResumedRunIsNotDue(t, newStore(t)) })
 }

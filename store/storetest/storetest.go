@@ -1,6 +1,7 @@
-// Package storetest is the conformance suite every store.Store backend must
-// pass. A backend's test calls Run with a constructor that gives each scenario
-// a fresh, isolated store, and RunBenchmarks to measure the same operations.
+// Package storetest is the conformance suite every nqd backend must pass. A
+// backend's test calls RunAll once with a constructor that gives each
+// scenario a fresh, isolated store, and RunBenchmarks to measure the same
+// operations.
 //
 // The suite assumes the store's clock is the wall clock of the test machine
 // (within a few seconds), since event times come from the store.
@@ -71,12 +72,9 @@ var scenarios = []scenario{
 	{"Checkpoints", testCheckpoints},
 }
 
-// Run runs every conformance scenario as a parallel subtest. newStore is
-// called once per scenario and must return a store that shares no data with
-// any other (a fresh file, a unique key prefix) and register its own cleanup
-// with t.Cleanup. Some scenarios Close the store themselves, so the cleanup
-// must tolerate a second Close.
-func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
+// runStore runs every store.Store scenario as a parallel subtest, each on a
+// store of its own from newStore.
+func runStore(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Helper()
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {

@@ -14,8 +14,8 @@ type TrimStore interface {
 	store.Trimmer
 }
 
-// RunTrim checks store.Trimmer against stores from newStore (see Run).
-func RunTrim(t *testing.T, newStore func(t *testing.T) TrimStore) {
+// runTrim checks store.Trimmer against stores from newStore (see runStore).
+func runTrim(t *testing.T, newStore func(t *testing.T) TrimStore) {
 	t.Run("TrimBelow", func(t *testing.T) { testTrimBelow(t, newStore(t)) })
 	t.Run("TrimKeepsNewest", func(t *testing.T) { testTrimKeepsNewest(t, newStore(t)) })
 	t.Run("TrimInvalid", func(t *testing.T) { testTrimInvalid(t, newStore(t)) })
