@@ -75,17 +75,15 @@ func TestBrowserResumes(t *testing.T) {
 	}
 	waitIDs := func(n int) []string {
 		t.Helper()
-		deadline := time.Now().Add(waitFor)
-		for {
-			got, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`window.ids`))
-			if err != nil {
+		var got []string
+		eventually(t, fmt.Sprintf("the page to hold %d events", n), func() bool {
+			var err error
+			if got, err = chromedp.Run(ctx, chromedp.Evaluate[[]string](`window.ids`)); err != nil {
 				t.Fatalf("evaluate: %v", err)
 			}
-			if len(got) >= n || time.Now().After(deadline) {
-				return got
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return len(got) >= n
+		})
+		return got
 	}
 	waitIDs(3)
 	appendN(t, s, c, 2)

@@ -8,6 +8,7 @@ import (
 	"github.com/nqd-dev/nqd/config"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/internal/testkit"
+	"github.com/nqd-dev/nqd/internal/wait"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
 	"github.com/nqd-dev/nqd/wiring"
@@ -31,20 +32,13 @@ func TestStartRetentionArchivesThenExpires(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	wait.For(t, 20*time.Second, 20*time.Millisecond, "the run to expire", func() bool {
 		info, err := st.Info(t.Context(), store.Context{Type: "flow", ID: "r1"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if info.Length == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the run was not expired within 20s")
-		}
-		time.Sleep(20 * time.Millisecond) // polling a condition, not waiting for it to settle
-	}
+		return info.Length == 0
+	})
 	if man, err := arch.Verify(t.Context(), store.Context{Type: "flow", ID: "r1"}); err != nil || man.Events != 1 {
 		t.Fatalf("archive of the expired run: %+v, %v", man, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/flows"
 	"github.com/nqd-dev/nqd/internal/testkit"
+	"github.com/nqd-dev/nqd/internal/wait"
 	"github.com/nqd-dev/nqd/metrics"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
@@ -43,20 +44,13 @@ func TestStartSweeperRepairsOrphan(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	wait.For(t, 20*time.Second, 20*time.Millisecond, "the sweeper to repair the record to completed", func() bool {
 		meta, err := st.RunMeta(t.Context(), "f", s.FlowID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if meta.Status == store.RunCompleted {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("status = %s after 20s, want the record repaired to completed", meta.Status)
-		}
-		time.Sleep(20 * time.Millisecond) // polling a condition, not waiting for it to settle
-	}
+		return meta.Status == store.RunCompleted
+	})
 	if _, err := st.Get(t.Context(), "nqd.sweeper.lease"); err != nil {
 		t.Errorf("the sweeper took no lease in the KV store: %v", err)
 	}
