@@ -61,13 +61,34 @@ func testLogger(t testing.TB) zerolog.Logger {
 // newTestServer serves h's routes as nqd mounts them, and extra's.
 func newTestServer(t *testing.T, h *Handler, extra ...func(chi.Router)) *httptest.Server {
 	t.Helper()
+	srv := httptest.NewServer(routes(h, extra...))
+	closeWithTest(t, h, srv)
+	return srv
+}
+
+// newSyncServer is newTestServer on in-memory pipes, for a test inside a
+// testing/synctest bubble: the handler's timers run on the bubble's clock,
+// so hours of heartbeats and lifetimes pass at once, to the nanosecond.
+// Open its streams with syncDial.
+func newSyncServer(t *testing.T, h *Handler) *httptest.Server {
+	t.Helper()
+	srv := testkit.PipeServer(t, routes(h))
+	closeWithTest(t, h, srv)
+	return srv
+}
+
+func routes(h *Handler, extra ...func(chi.Router)) http.Handler {
 	r := chi.NewRouter()
 	r.Get("/api/_events/sse", h.ServeRawTail)
 	r.Get("/api/_events/{type}/{id}/stream", h.ServeStream)
 	for _, f := range extra {
 		f(r)
 	}
-	srv := httptest.NewServer(r)
+	return r
+}
+
+// closeWithTest drains h and closes srv when the test ends.
+func closeWithTest(t *testing.T, h *Handler, srv *httptest.Server) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -76,7 +97,6 @@ func newTestServer(t *testing.T, h *Handler, extra ...func(chi.Router)) *httptes
 		srv.Close()
 		h.Close()
 	})
-	return srv
 }
 
 // newTestHandler builds a handler over s with o's settings and fast checks.
@@ -149,7 +169,9 @@ type sseConn struct {
 	resp   *http.Response
 	cancel context.CancelFunc
 	msgs   chan message
-	done   chan error // the read loop's end
+	done   chan error    // the read loop's end
+	within time.Duration // how long next waits for a message
+	ended  time.Time     // when the read loop saw the end; read after done
 }
 
 // dial opens an SSE stream; header may be nil. The stream closes with the test.
@@ -166,6 +188,23 @@ func dial(t *testing.T, url string, header http.Header) *sseConn {
 // response is returned closed, with a nil conn.
 func tryDial(t *testing.T, url string, header http.Header) (*sseConn, int) {
 	t.Helper()
+	return dialWith(t, http.DefaultClient, waitFor, url, header)
+}
+
+// syncDial opens a stream of a newSyncServer. Its waits are on the bubble's
+// clock, so they allow a day: a stream that never sends fails the test at
+// once instead of after a day.
+func syncDial(t *testing.T, srv *httptest.Server, url string, header http.Header) *sseConn {
+	t.Helper()
+	c, status := dialWith(t, srv.Client(), 24*time.Hour, url, header)
+	if status != http.StatusOK {
+		t.Fatalf("GET %s: status %d", url, status)
+	}
+	return c
+}
+
+func dialWith(t *testing.T, client *http.Client, within time.Duration, url string, header http.Header) (*sseConn, int) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -174,7 +213,7 @@ func tryDial(t *testing.T, url string, header http.Header) (*sseConn, int) {
 	for k, v := range header {
 		req.Header[k] = v
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		cancel()
 		t.Fatalf("GET %s: %v", url, err)
@@ -184,7 +223,7 @@ func tryDial(t *testing.T, url string, header http.Header) (*sseConn, int) {
 		cancel()
 		return nil, resp.StatusCode
 	}
-	c := &sseConn{resp: resp, cancel: cancel, msgs: make(chan message, 64), done: make(chan error, 1)}
+	c := &sseConn{resp: resp, cancel: cancel, msgs: make(chan message, 64), done: make(chan error, 1), within: within}
 	go c.read()
 	t.Cleanup(c.close)
 	return c, resp.StatusCode
@@ -202,6 +241,7 @@ func (c *sseConn) read() {
 	for {
 		line, err := br.ReadString('\n')
 		if err != nil {
+			c.ended = time.Now()
 			close(c.msgs)
 			c.done <- err
 			return
@@ -235,8 +275,8 @@ func (c *sseConn) read() {
 	}
 }
 
-// next returns the next message, failing the test after waitFor or at the
-// end of the stream.
+// next returns the next message, failing the test at the end of the stream
+// or when none comes within c.within.
 func (c *sseConn) next(t *testing.T) message {
 	t.Helper()
 	m, ok := c.tryNext(t)
@@ -252,8 +292,8 @@ func (c *sseConn) tryNext(t *testing.T) (message, bool) {
 	select {
 	case m, ok := <-c.msgs:
 		return m, ok
-	case <-time.After(waitFor):
-		t.Fatalf("no message within %v", waitFor)
+	case <-time.After(c.within):
+		t.Fatalf("no message within %v", c.within)
 		return message{}, false
 	}
 }

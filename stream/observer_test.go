@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/nqd-dev/nqd/event"
@@ -119,17 +120,22 @@ func TestObserver(t *testing.T) {
 
 func TestObserverSlowAndRotate(t *testing.T) {
 	t.Run("rotate", func(t *testing.T) {
-		s := newBoltStore(t)
-		rec := newRecorder()
-		srv := newTestServer(t, newTestHandler(t, s, Options{Observer: rec, MaxLifetime: 20 * time.Millisecond}))
-		conn := dial(t, streamURL(srv, newContext(t)), nil)
-		for {
-			if _, ok := conn.tryNext(t); !ok {
-				break
+		synctest.Test(t, func(t *testing.T) {
+			s := newBoltStore(t)
+			rec := newRecorder()
+			srv := newSyncServer(t, newTestHandler(t, s, Options{Observer: rec, MaxLifetime: time.Hour, CheckInterval: -1}))
+			conn := syncDial(t, srv, streamURL(srv, newContext(t)), nil)
+			for {
+				if _, ok := conn.tryNext(t); !ok {
+					break
+				}
 			}
-		}
-		eventually(t, "a rotate close", func() bool {
-			return rec.get(func(r *recorder) int { return r.closed[CloseRotate] }) == 1
+			// The server observes the close before the client sees the
+			// end, or right after: once everything is blocked it is done.
+			synctest.Wait()
+			if n := rec.get(func(r *recorder) int { return r.closed[CloseRotate] }); n != 1 {
+				t.Errorf("rotate closes %d, want 1", n)
+			}
 		})
 	})
 	t.Run("slow", func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/nqd-dev/nqd/event"
@@ -297,17 +298,30 @@ func TestHandoffRace(t *testing.T) {
 	})
 }
 
+// TestHeartbeat runs on the bubble's clock: an idle stream gets a comment
+// once Heartbeat has passed since it opened, and then every Heartbeat.
 func TestHeartbeat(t *testing.T) {
-	s := newBoltStore(t)
-	srv := newTestServer(t, newTestHandler(t, s, Options{Heartbeat: 20 * time.Millisecond}))
-	conn := dial(t, streamURL(srv, newContext(t)), nil)
-	conn.next(t) // the opening comment
-	for range 2 {
-		m := conn.next(t)
-		if m.Data != "" || m.Event != "" || !slices.Equal(m.Comments, []string{"ping"}) {
-			t.Fatalf("got %+v, want a heartbeat comment", m)
+	synctest.Test(t, func(t *testing.T) {
+		const every = 15 * time.Second
+		s := newBoltStore(t)
+		srv := newSyncServer(t, newTestHandler(t, s, Options{Heartbeat: every, CheckInterval: -1}))
+		conn := syncDial(t, srv, streamURL(srv, newContext(t)), nil)
+		opened := time.Now()
+		conn.next(t) // the opening comment
+		last := opened
+		for i := range 3 {
+			m := conn.next(t)
+			if m.Data != "" || m.Event != "" || !slices.Equal(m.Comments, []string{"ping"}) {
+				t.Fatalf("got %+v, want a heartbeat comment", m)
+			}
+			// The first interval starts when the stream goes live, a
+			// step after the request; the next ones are exact.
+			if gap := time.Since(last); gap < every || (i > 0 && gap != every) {
+				t.Errorf("heartbeat %d came %v after the one before, want %v", i+1, gap, every)
+			}
+			last = time.Now()
 		}
-	}
+	})
 }
 
 func TestRawTail(t *testing.T) {
@@ -410,53 +424,81 @@ func (s *countingSource) Subscribe(ctx context.Context, c store.Context, buffer 
 	return s.Source.Subscribe(ctx, c, buffer)
 }
 
+// TestDrain runs on the bubble's clock: Drain spreads the closes of open
+// streams over DrainWindow, returns once they are all closed, and refuses
+// new streams from then on.
 func TestDrain(t *testing.T) {
-	s := newBoltStore(t)
-	h := newTestHandler(t, s, Options{DrainWindow: 50 * time.Millisecond})
-	srv := newTestServer(t, h)
-	c := newContext(t)
-	var conns []*sseConn
-	for range 4 {
-		conn := dial(t, streamURL(srv, c), nil)
-		conn.next(t)
-		conns = append(conns, conn)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	defer cancel()
-	if err := h.Drain(ctx); err != nil {
-		t.Fatalf("drain: %v", err)
-	}
-	for i, conn := range conns {
+	synctest.Test(t, func(t *testing.T) {
+		const window = 5 * time.Second
+		s := newBoltStore(t)
+		h := newTestHandler(t, s, Options{DrainWindow: window, CheckInterval: -1})
+		srv := newSyncServer(t, h)
+		c := newContext(t)
+		var conns []*sseConn
+		for range 4 {
+			conn := syncDial(t, srv, streamURL(srv, c), nil)
+			conn.next(t)
+			conns = append(conns, conn)
+		}
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := h.Drain(ctx); err != nil {
+			t.Fatalf("drain: %v", err)
+		}
+		if took := time.Since(start); took > window {
+			t.Errorf("drain took %v, want at most the window %v", took, window)
+		}
+		ends := map[time.Time]bool{}
+		for i, conn := range conns {
+			for {
+				if _, ok := conn.tryNext(t); !ok {
+					break
+				}
+			}
+			if err := <-conn.done; err == nil {
+				t.Errorf("connection %d: ended without an error", i)
+			}
+			if conn.ended.Sub(start) > window {
+				t.Errorf("connection %d closed %v into the drain, after the window %v", i, conn.ended.Sub(start), window)
+			}
+			ends[conn.ended] = true
+		}
+		if len(ends) < 2 {
+			t.Errorf("four connections closed at %d instant(s), want them spread over the window", len(ends))
+		}
+		if _, status := dialWith(t, srv.Client(), time.Minute, streamURL(srv, c), nil); status != http.StatusServiceUnavailable {
+			t.Errorf("after drain: got %d, want 503", status)
+		}
+	})
+}
+
+// TestMaxLifetime runs on the bubble's clock: a stream is retired after
+// MaxLifetime plus at most its jitter, and the client resumes where it was.
+func TestMaxLifetime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const lifetime, jitter = time.Hour, 6 * time.Minute
+		s := newBoltStore(t)
+		srv := newSyncServer(t, newTestHandler(t, s, Options{MaxLifetime: lifetime, LifetimeJitter: jitter, CheckInterval: -1}))
+		c := newContext(t)
+		evs := appendN(t, s, c, 1)
+		opened := time.Now()
+		conn := syncDial(t, srv, streamURL(srv, c), nil)
+		conn.readEvents(t, 1)
 		for {
 			if _, ok := conn.tryNext(t); !ok {
 				break
 			}
 		}
-		if err := <-conn.done; err == nil {
-			t.Errorf("connection %d: ended without an error", i)
+		<-conn.done
+		if lived := conn.ended.Sub(opened); lived < lifetime || lived > lifetime+jitter {
+			t.Errorf("the stream lived %v, want between %v and %v", lived, lifetime, lifetime+jitter)
 		}
-	}
-	if _, status := tryDial(t, streamURL(srv, c), nil); status != http.StatusServiceUnavailable {
-		t.Errorf("after drain: got %d, want 503", status)
-	}
-}
-
-func TestMaxLifetime(t *testing.T) {
-	s := newBoltStore(t)
-	srv := newTestServer(t, newTestHandler(t, s, Options{MaxLifetime: 30 * time.Millisecond}))
-	c := newContext(t)
-	evs := appendN(t, s, c, 1)
-	conn := dial(t, streamURL(srv, c), nil)
-	conn.readEvents(t, 1)
-	for {
-		if _, ok := conn.tryNext(t); !ok {
-			break
+		// Retired, the client resumes where it was.
+		conn = syncDial(t, srv, streamURL(srv, c), http.Header{"Last-Event-Id": {evs[0].ID.String()}})
+		live := appendN(t, s, c, 1)
+		if got := conn.readEvents(t, 1)[0].ID; got != live[0].ID.String() {
+			t.Errorf("got %s, want %s", got, live[0].ID)
 		}
-	}
-	// Retired, the client resumes where it was.
-	conn = dial(t, streamURL(srv, c), http.Header{"Last-Event-Id": {evs[0].ID.String()}})
-	live := appendN(t, s, c, 1)
-	if got := conn.readEvents(t, 1)[0].ID; got != live[0].ID.String() {
-		t.Errorf("got %s, want %s", got, live[0].ID)
-	}
+	})
 }
