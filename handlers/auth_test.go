@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -18,6 +19,7 @@ import (
 	"github.com/nqd-dev/nqd/auth"
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/handlers"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/stream"
 )
@@ -259,50 +261,58 @@ func TestStreamTokens(t *testing.T) {
 	wantUnchanged(t, api)
 }
 
-// TestStreamEndsAtExpiry opens a stream with a token that expires in about
-// a second and waits for the server to end it.
+// TestStreamEndsAtExpiry runs on a synctest bubble's clock: a stream opened
+// with a token of ttl 1, issued late in a second, lives at least that second
+// and ends exactly when the token expires.
 func TestStreamEndsAtExpiry(t *testing.T) {
-	api := newTestAPI(t, withTokens(t, handlers.Access{}))
-	srv := httptest.NewServer(api.h)
-	t.Cleanup(srv.Close)
+	synctest.Test(t, func(t *testing.T) {
+		api := newTestAPI(t, withTokens(t, handlers.Access{}))
+		srv := testkit.PipeServer(t, api.h)
+		// Late in a second, where an expiry rounded down to the second
+		// would leave the token a tenth of its life.
+		time.Sleep(900 * time.Millisecond)
+		issued := time.Now()
 
-	var tok struct{ Token, ExpiresAt string }
-	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/api/_auth/stream-token", strings.NewReader(`{"type":"flow","id":"run-1","ttl":1,"cookie":true}`))
-	req.Header.Set("Authorization", "Bearer "+readSecret)
-	res, err := srv.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := decodeJSON(res, &tok); err != nil || res.StatusCode != http.StatusCreated {
-		t.Fatalf("issue: %d %v", res.StatusCode, err)
-	}
-	cookies := res.Cookies()
-	if len(cookies) != 1 || cookies[0].Name != auth.StreamTokenCookie || !cookies[0].HttpOnly {
-		t.Fatalf("cookies %+v, want one HttpOnly %s", cookies, auth.StreamTokenCookie)
-	}
+		var tok struct{ Token, ExpiresAt string }
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/api/_auth/stream-token", strings.NewReader(`{"type":"flow","id":"run-1","ttl":1,"cookie":true}`))
+		req.Header.Set("Authorization", "Bearer "+readSecret)
+		res, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := decodeJSON(res, &tok); err != nil || res.StatusCode != http.StatusCreated {
+			t.Fatalf("issue: %d %v", res.StatusCode, err)
+		}
+		cookies := res.Cookies()
+		if len(cookies) != 1 || cookies[0].Name != auth.StreamTokenCookie || !cookies[0].HttpOnly {
+			t.Fatalf("cookies %+v, want one HttpOnly %s", cookies, auth.StreamTokenCookie)
+		}
+		exp, err := time.Parse(time.RFC3339Nano, tok.ExpiresAt)
+		if err != nil {
+			t.Fatalf("expiresAt %q: %v", tok.ExpiresAt, err)
+		}
 
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	sreq, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/api/_events/flow/run-1/stream", nil)
-	sreq.AddCookie(cookies[0])
-	sres, err := srv.Client().Do(sreq)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sres.Body.Close()
-	if sres.StatusCode != http.StatusOK {
-		t.Fatalf("stream by cookie: status %d", sres.StatusCode)
-	}
-	sc := bufio.NewScanner(sres.Body)
-	for sc.Scan() {
-	}
-	if ctx.Err() != nil {
-		t.Fatal("the stream outlived its token by seconds")
-	}
-	exp, _ := time.Parse(time.RFC3339Nano, tok.ExpiresAt)
-	if time.Now().Before(exp) {
-		t.Errorf("the stream ended at %s, before its token expired at %s", time.Now(), exp)
-	}
+		sreq, _ := http.NewRequest(http.MethodGet, srv.URL+"/api/_events/flow/run-1/stream", nil)
+		sreq.AddCookie(cookies[0])
+		sres, err := srv.Client().Do(sreq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sres.Body.Close()
+		if sres.StatusCode != http.StatusOK {
+			t.Fatalf("stream by cookie: status %d", sres.StatusCode)
+		}
+		sc := bufio.NewScanner(sres.Body)
+		for sc.Scan() {
+		}
+		ended := time.Now()
+		if lived := ended.Sub(issued); lived < time.Second {
+			t.Errorf("the stream of a token of ttl 1 ended %v after the token was issued", lived)
+		}
+		if !ended.Equal(exp) {
+			t.Errorf("the stream ended at %s, want at its token's expiry %s", ended, exp)
+		}
+	})
 }
 
 func TestCORSPreflightNeedsNoToken(t *testing.T) {
