@@ -11,6 +11,7 @@ import (
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/flows"
 	"github.com/nqd-dev/nqd/internal/testkit"
+	"github.com/nqd-dev/nqd/internal/wait"
 	"github.com/nqd-dev/nqd/store"
 )
 
@@ -292,11 +293,10 @@ func TestEventAwaitRunWatchesStoredDefinitions(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- e.Run(ctx) }()
 		defer func() { cancel(); <-done }()
-		deadline := time.Now().Add(10 * time.Second)
-		for n := 0; !paidIndexed(t, st, fmt.Sprintf("after-%d", n)); n++ {
-			if time.Now().After(deadline) {
-				t.Fatal("Run did not watch the stored definition's kind")
-			}
-		}
+		n := 0
+		wait.For(t, 10*time.Second, 10*time.Millisecond, "Run to watch the stored definition's kind", func() bool {
+			n++
+			return paidIndexed(t, st, fmt.Sprintf("after-%d", n))
+		})
 	})
 }
