@@ -155,14 +155,15 @@ func TestObserverSlowAndRotate(t *testing.T) {
 		}
 		eventually(t, "the stream opened", func() bool { return rec.get(func(r *recorder) int { return r.opened }) == 1 })
 		big := event.Event{Kind: "log", Data: json.RawMessage(`"` + strings.Repeat("x", 64<<10) + `"`)}
-		deadline := time.Now().Add(waitFor)
-		for rec.get(func(r *recorder) int { return r.closed[CloseSlow] }) == 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("no slow close within %v; closes %v", waitFor, rec.closed)
+		// Append until the stream's buffers are full and a write times out.
+		eventually(t, "a slow close", func() bool {
+			if rec.get(func(r *recorder) int { return r.closed[CloseSlow] }) > 0 {
+				return true
 			}
 			if _, err := s.Append(context.Background(), c, []event.Event{big}, store.AppendOptions{}); err != nil {
 				t.Fatal(err)
 			}
-		}
+			return false
+		})
 	})
 }
