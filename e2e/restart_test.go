@@ -141,7 +141,13 @@ func TestKillAndRestart(t *testing.T) {
 					mu.Unlock()
 					if step == "transform" {
 						enter.Do(func() { close(entered) })
-						<-release
+						// The worker's end releases it too, so that a test
+						// that fails early ends instead of hanging.
+						select {
+						case <-release:
+						case <-ctx.Done():
+							return nil, ctx.Err()
+						}
 					}
 					return h(ctx, sc)
 				}
