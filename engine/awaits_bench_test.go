@@ -24,8 +24,7 @@ import (
 func BenchmarkTriggerToResumed(b *testing.B) {
 	stores := map[string]func(b *testing.B) engine.Store{
 		"bolt": func(b *testing.B) engine.Store {
-			s := testkit.Bolt(b, boltstore.Options{})
-			return s
+			return testkit.Bolt(b, boltstore.Options{})
 		},
 		"redis": func(b *testing.B) engine.Store {
 			s, err := redisstore.New(redistest.Client(b), redisstore.Options{Prefix: redistest.Prefix(b), Logger: zerolog.Nop()})

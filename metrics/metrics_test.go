@@ -44,8 +44,7 @@ func wantLines(t *testing.T, text string, lines ...string) {
 
 func newBolt(t *testing.T) store.Store {
 	t.Helper()
-	s := testkit.Bolt(t, boltstore.Options{})
-	return s
+	return testkit.Bolt(t, boltstore.Options{})
 }
 
 func TestStore(t *testing.T) {

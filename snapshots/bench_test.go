@@ -51,8 +51,7 @@ func runEvents(c store.Context, n int) []event.Event {
 
 func benchBolt(b *testing.B) store.Store {
 	b.Helper()
-	st := testkit.Bolt(b, boltstore.Options{})
-	return st
+	return testkit.Bolt(b, boltstore.Options{})
 }
 
 func benchRedis(b *testing.B) store.Store {

@@ -45,8 +45,7 @@ func benchBackends(b *testing.B, f func(b *testing.B, s store.Store)) {
 
 func openBoltForBench(b *testing.B) store.Store {
 	b.Helper()
-	s := testkit.Bolt(b, boltstore.Options{})
-	return s
+	return testkit.Bolt(b, boltstore.Options{})
 }
 
 func prefixOf(s store.Store) string {

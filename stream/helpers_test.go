@@ -43,8 +43,7 @@ var backends = []backend{{name: "bolt", open: newBoltStore}}
 
 func newBoltStore(t *testing.T) store.Store {
 	t.Helper()
-	s := testkit.Bolt(t, boltstore.Options{})
-	return s
+	return testkit.Bolt(t, boltstore.Options{})
 }
 
 // eachBackend runs f as a subtest per backend.
