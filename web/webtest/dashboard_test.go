@@ -182,9 +182,10 @@ func TestDashboard(t *testing.T) {
 		b.waitJS(t, `document.querySelector('#run-status .badge')?.textContent === 'completed'`)
 		b.waitJS(t, `document.querySelectorAll('.diagram.vertical .node[data-status="completed"]').length === 3`)
 		b.waitJS(t, `getComputedStyle(document.documentElement).backgroundColor === 'rgb(15, 18, 23)'`)
-		// Layout settles as the run's events render; a page that still
-		// scrolls sideways when the wait runs out fails here.
-		b.waitJS(t, `document.documentElement.scrollWidth <= innerWidth`)
+		// The widest content, the state JSON, is drawn last: checked before
+		// it, a page that scrolls sideways would pass by luck.
+		b.waitJS(t, `document.getElementById('tt-state').dataset.status === 'completed'`)
+		b.waitNoSideScroll(t)
 		b.shot(t, "run-phone-dark")
 		b.do(t, chromedp.EmulateViewport(1280, 860), chromedp.Navigate(srv.URL+"/flows/diamond"))
 		b.waitJS(t, `document.querySelectorAll('.diagram .node[data-status="completed"]').length === 4`)
@@ -530,6 +531,40 @@ func (b *browser) waitJS(t *testing.T, expr string) {
 	if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(25*time.Second))); err != nil {
 		page, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`location.href + '\n' + document.querySelector('main').innerText.slice(0, 1500)`))
 		t.Fatalf("waiting for %s: %v\npage: %s", expr, err, page)
+	}
+}
+
+// overflowing names the innermost elements that reach past the viewport's
+// right edge, with their right edge and text, to say what makes a page
+// scroll sideways.
+const overflowing = `(() => {
+  const past = (e) => e.getBoundingClientRect().right > innerWidth + 0.5;
+  // Content that scrolls inside a box that fits does not widen the page.
+  const clipped = (e) => {
+    for (let a = e.parentElement; a; a = a.parentElement) {
+      if (getComputedStyle(a).overflowX !== 'visible' && !past(a)) return true;
+    }
+    return false;
+  };
+  return [...document.querySelectorAll('body *')]
+    .filter((e) => past(e) && !clipped(e) && ![...e.children].some(past))
+    .slice(0, 8)
+    .map((e) => e.tagName.toLowerCase() + (e.getAttribute('class') ? '.' + e.getAttribute('class').trim().split(/\s+/).join('.') : '') +
+      ' right ' + Math.round(e.getBoundingClientRect().right) + 'px: ' + (e.textContent || '').trim().slice(0, 100))
+    .join('\n');
+})()`
+
+// waitNoSideScroll waits until the page fits the viewport's width and, when
+// it does not, fails naming what sticks out.
+func (b *browser) waitNoSideScroll(t *testing.T) {
+	t.Helper()
+	const fits = `document.documentElement.scrollWidth <= innerWidth`
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](fits, chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(25*time.Second))); err != nil {
+		width, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.documentElement.scrollWidth + 'px wide in a ' + innerWidth + 'px viewport'`))
+		culprits, _ := chromedp.Run(ctx, chromedp.Evaluate[string](overflowing))
+		t.Fatalf("the page scrolls sideways, %s: %v\nsticking out:\n%s", width, err, culprits)
 	}
 }
 
