@@ -45,7 +45,12 @@ func TestConformance(t *testing.T) {
 			Retention: opts.Retention,
 			Now:       func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) },
 		})
-		return storetest.Harness{Store: s, Advance: func(d time.Duration) { ahead.Add(int64(d)) }}
+		return storetest.Harness{
+			Store:   s,
+			Advance: func(d time.Duration) { ahead.Add(int64(d)) },
+			// One process owns the file, so a second instance is this one.
+			Reopen: func() storetest.Backend { return s },
+		}
 	})
 }
 

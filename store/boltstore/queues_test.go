@@ -6,18 +6,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store/boltstore"
-	"github.com/nqd-dev/nqd/store/storetest"
 )
-
-func TestQueueStoreConformance(t *testing.T) {
-	storetest.RunQueueStore(t, func(t *testing.T) (s, other storetest.QueueStoreStore) {
-		st := testkit.Bolt(t, boltstore.Options{})
-		// One process owns the file, so the second instance is the same one.
-		return st, st
-	})
-}
 
 func TestQueuePauseSurvivesRestart(t *testing.T) {
 	ctx := context.Background()

@@ -32,8 +32,17 @@ func newTestStore(t testing.TB, opts redisstore.Options) (*redisstore.Store, *re
 
 func TestConformance(t *testing.T) {
 	storetest.RunAll(t, func(t *testing.T, opts storetest.Options) storetest.Harness {
-		s, _ := newTestStore(t, redisstore.Options{Retention: opts.Retention})
-		return storetest.Harness{Store: s}
+		prefix := redistest.Prefix(t)
+		s, client := newTestStore(t, redisstore.Options{Prefix: prefix, Retention: opts.Retention})
+		return storetest.Harness{Store: s, Reopen: func() storetest.Backend {
+			// A second instance on the same Redis and prefix.
+			other, err := redisstore.New(client, redisstore.Options{Prefix: prefix, Retention: opts.Retention, Logger: testkit.Logger(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = other.Close() })
+			return other
+		}}
 	})
 }
 

@@ -16,6 +16,7 @@ type Backend interface {
 	store.KindIndex
 	store.KV
 	store.QueueStats
+	store.QueueStore
 	store.Restorer
 	store.Checkpointer
 	store.Retainer
@@ -34,6 +35,10 @@ type Harness struct {
 	// Advance moves the store's clock forward by d. It is nil for a backend
 	// on the real clock (Redis), where the suite waits instead.
 	Advance func(d time.Duration)
+	// Reopen returns another handle on Store's data, as a second instance
+	// would open it; a backend that one process owns (the embedded store)
+	// returns Store itself.
+	Reopen func() Backend
 }
 
 // NewStore opens a store for one scenario. The store shares no data with
@@ -67,6 +72,12 @@ var parts = []struct {
 	}},
 	{"QueueStats", func(t *testing.T, newStore NewStore) {
 		runQueueStats(t, func(t *testing.T) QueueStatsStore { return newStore(t, Options{}).Store })
+	}},
+	{"QueueStore", func(t *testing.T, newStore NewStore) {
+		runQueueStore(t, func(t *testing.T) (s, reopen QueueStoreStore) {
+			h := newStore(t, Options{})
+			return h.Store, h.Reopen()
+		})
 	}},
 	{"Restore", func(t *testing.T, newStore NewStore) {
 		runRestore(t, func(t *testing.T) RestoreStore { return newStore(t, Options{}).Store })

@@ -17,12 +17,12 @@ type QueueStoreStore interface {
 	store.QueueStore
 }
 
-// RunQueueStore checks the pause switch and the queue listings: a paused
+// runQueueStore checks the pause switch and the queue listings: a paused
 // queue hands out no job while the others still do, a resumed one hands its
 // jobs out again, the pause is seen by a second handle on the same data, and
 // QueueJobs pages by score. reopen returns another handle on s's data (a
 // second instance).
-func RunQueueStore(t *testing.T, newStore func(t *testing.T) (s, reopen QueueStoreStore)) {
+func runQueueStore(t *testing.T, newStore func(t *testing.T) (s, reopen QueueStoreStore)) {
 	t.Parallel()
 	ctx := context.Background()
 	s, other := newStore(t)
