@@ -29,7 +29,8 @@ type Options struct {
 	Retention store.Retention
 }
 
-// Harness is one scenario's store and the means to move its clock.
+// Harness is one scenario's store, with the means to move its clock and to
+// open it a second time.
 type Harness struct {
 	Store Backend
 	// Advance moves the store's clock forward by d. It is nil for a backend
