@@ -16,7 +16,7 @@ shift || true
 pkgs=("$@")
 if [ ${#pkgs[@]} -eq 0 ]; then
 	pkgs=(./e2e ./faults ./handlers ./stream ./engine ./web/webtest ./wiring ./worker
-		./metrics ./sweeper ./store/redisstore ./internal/redistest)
+		./metrics ./sweeper ./store/redisstore ./internal/redistest ./internal/outage ./internal/testkit)
 fi
 case $n in '' | *[!0-9]*) echo "usage: $0 [N] [package ...]" >&2; exit 2 ;; esac
 
