@@ -100,12 +100,10 @@ func (a *API) getContext(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	var after event.ID
-	if s := q.Get("fromId"); s != "" {
-		if after, err = event.ParseID(s); err != nil {
-			writeError(w, r, invalidField("fromId", "must be a stream entry id such as 1732000000000-0"))
-			return
-		}
+	after, err := idParam(q, "fromId")
+	if err != nil {
+		writeError(w, r, err)
+		return
 	}
 	at, err := pointParam(q, "at", event.MaxID)
 	if err != nil {

@@ -425,6 +425,20 @@ func intParam(q url.Values, name string, def, lo, hi int) (int, error) {
 	return min(n, hi), nil
 }
 
+// idParam reads an optional stream entry id; absent it is the zero id, which
+// sorts before every entry.
+func idParam(q url.Values, name string) (event.ID, error) {
+	s := q.Get(name)
+	if s == "" {
+		return event.ID{}, nil
+	}
+	id, err := event.ParseID(s)
+	if err != nil {
+		return event.ID{}, invalidField(name, "must be a stream entry id such as 1732000000000-0")
+	}
+	return id, nil
+}
+
 // enumParam reads an optional query parameter that takes one of allowed
 // values; absent it is "". Present and empty, or any other value, is a 400
 // naming the parameter and the values it takes.

@@ -304,12 +304,10 @@ func (a *API) jobLogs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	var after event.ID
-	if s := q.Get("fromId"); s != "" {
-		if after, err = event.ParseID(s); err != nil {
-			writeError(w, r, invalidField("fromId", "must be a stream entry id such as 1732000000000-0"))
-			return
-		}
+	after, err := idParam(q, "fromId")
+	if err != nil {
+		writeError(w, r, err)
+		return
 	}
 	logs, next, err := a.queues.JobLogs(r.Context(), name, id, after, limit)
 	if err != nil {

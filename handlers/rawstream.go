@@ -37,12 +37,10 @@ func (a *API) readRawStream(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	var after event.ID
-	if s := q.Get("fromId"); s != "" {
-		if after, err = event.ParseID(s); err != nil {
-			writeError(w, r, invalidField("fromId", "must be a stream entry id such as 1732000000000-0"))
-			return
-		}
+	after, err := idParam(q, "fromId")
+	if err != nil {
+		writeError(w, r, err)
+		return
 	}
 	if key == a.keyPrefix+":events" {
 		a.recentEvents(w, r, after, limit)
