@@ -41,8 +41,8 @@ var archiveQueries = []string{
 	"/api/_events/flow/abc-123/state/diff?from=2025-11-05T10:00:03Z&to=2025-11-05T10:00:10Z",
 }
 
-// archiveSeedRun stores seed 000's run live on one server, archives it into
-// dir, and returns that server's answers to archiveQueries.
+// archiveSeedRun stores the ml-training run live on one server, archives it
+// into dir, and returns that server's answers to archiveQueries.
 func archiveSeedRun(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	sc := loadSeedScenario(t)

@@ -34,7 +34,7 @@ type restoreAnswer struct {
 	LastEventID string `json:"lastEventId"`
 }
 
-// archiveSeedRunWithRecord archives seed 000's run into dir as
+// archiveSeedRunWithRecord archives the ml-training example run into dir as
 // archiveSeedRun does, with a run record, and returns the live answers, the
 // archived events and the record.
 func archiveSeedRunWithRecord(t *testing.T, dir string) (map[string]string, store.RunMeta) {
@@ -62,8 +62,8 @@ func archiveSeedRunWithRecord(t *testing.T, dir string) (map[string]string, stor
 	return answers, record
 }
 
-// TestRestoreBringsArchivedRunBack restores seed 000's run into a store that
-// never held it: it then reads live exactly as it did before it was
+// TestRestoreBringsArchivedRunBack restores the ml-training run into a store
+// that never held it: it then reads live exactly as it did before it was
 // archived, its record is back, and a second restore is refused.
 func TestRestoreBringsArchivedRunBack(t *testing.T) {
 	dir := t.TempDir()

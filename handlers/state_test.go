@@ -25,8 +25,10 @@ func withState(t testing.TB) func(*handlers.Deps) {
 	}
 }
 
-// seedScenario is reducers/testdata/seed000_training.txt: seed 000's training
-// run, with the states the reducers expect at its points in time.
+// seedScenario is reducers/testdata/seed000_training.txt: a run of the
+// ml-training example (examples/flows/ml-training.yaml) that keeps its
+// progress in the run's state, with the states the reducers expect at its
+// points in time.
 type seedScenario struct {
 	events []struct {
 		at   time.Time
@@ -126,7 +128,7 @@ func jsonCmp(t *testing.T, what string, want string, got json.RawMessage) {
 	}
 }
 
-// TestSeed000TimeTravel runs seed 000's example through the API: at 10:00:03
+// TestSeed000TimeTravel runs the ml-training run through the API: at 10:00:03
 // the run's KV state is {status: training, epoch: 2, accuracy: 0.92}, in
 // every spelling of the point and on every route that takes one.
 func TestSeed000TimeTravel(t *testing.T) {
