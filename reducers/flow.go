@@ -10,7 +10,7 @@ import (
 	"github.com/nqd-dev/nqd/event"
 )
 
-// Flow run statuses, as both UI generations show them.
+// Flow run statuses (listed in docs/compatibility.md, "Statuses").
 const (
 	FlowRunning   = "running"
 	FlowAwaiting  = "awaiting"
@@ -19,8 +19,9 @@ const (
 	FlowCancelled = "cancelled"
 )
 
-// Step statuses, as both UI generations show them. Like the UIs, the reducer
-// never assigns StepPending: a step exists once an event names it.
+// Step statuses (listed in docs/compatibility.md, "Statuses"). Like the UIs,
+// the reducer never assigns StepPending: a step exists once an event names
+// it.
 const (
 	StepPending   = "pending"
 	StepRunning   = "running"
@@ -128,7 +129,7 @@ type Step struct {
 }
 
 // Await is one pause of a step: keyed by step for step.await.* events, and by
-// `<step>:await-<position>` for the later engine's await.* events.
+// `<step>:await-<position>` for the v0.4/v0.5 engine's await.* events.
 type Await struct {
 	Step         string          `json:"step"`
 	Type         string          `json:"type,omitempty"` // time, event, trigger, webhook, schedule

@@ -8,7 +8,7 @@ import (
 )
 
 // Trigger statuses: registered until the first fired, timeout or cancelled
-// event ends the trigger.
+// event ends the trigger (docs/compatibility.md, "Statuses").
 const (
 	TriggerRegistered = "registered"
 	TriggerFired      = "fired"

@@ -27,8 +27,8 @@ type DefinitionStore interface {
 	Definitions(ctx context.Context) (map[string][]byte, error)
 }
 
-// Run statuses kept in the run index: the flow run statuses the UIs know,
-// the same as the flow reducer's (reducers/flow.go).
+// Run statuses kept in the run index: the flow reducer's run statuses
+// (reducers/flow.go; listed in docs/compatibility.md, "Statuses").
 const (
 	RunRunning   = "running"
 	RunAwaiting  = "awaiting"
