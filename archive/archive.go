@@ -1,7 +1,8 @@
-// Package archive keeps finished runs outside the live store, so retention can
-// drop them from the store without losing them. A run's archive is its events
-// as gzip-compressed NDJSON (the wire form of contract §2, ids included) and a
-// manifest that counts them and holds the checksum of the compressed file.
+// Package archive keeps finished runs outside the live store, so retention
+// can drop them from the store without losing them. A run's archive is its
+// events as gzip-compressed NDJSON (each line the record as nqd sends it, ids
+// included) and a manifest that counts them and holds the checksum of the
+// compressed file.
 //
 // Dir keeps archives in a directory; an object store can implement Archive
 // later with the same layout of names.

@@ -1,8 +1,9 @@
 // Package cond compiles and evaluates the conditions of event awaits: CEL
 // expressions (github.com/google/cel-go) over two variables, `event` (the
-// candidate event as its contract §2 JSON object) and `input` (the run's
-// input). A condition is compiled when its definition is stored, so a bad one
-// is refused up front instead of failing the run that reaches it.
+// candidate event as the JSON object nqd sends, Event in openapi.yaml) and
+// `input` (the run's input). A condition is compiled when its definition is
+// stored, so a bad one is refused up front instead of failing the run that
+// reaches it.
 package cond
 
 import (

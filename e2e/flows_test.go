@@ -14,9 +14,9 @@ import (
 	"github.com/nqd-dev/nqd/worker"
 )
 
-// TestExampleFlows runs the seeds' examples through the server and the
-// demo worker: seed 001's example flow with its retried fetch, seed 002's
-// diamond, and seed 000's training run writing state.
+// TestExampleFlows runs the flows of examples/flows through the server and
+// the demo worker: example-flow with its retried fetch, the diamond, and the
+// ml-training run writing state.
 func TestExampleFlows(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, args []string) {
 		base := startServer(t, args)

@@ -20,13 +20,15 @@ import (
 	"github.com/nqd-dev/nqd/store"
 )
 
-// This file is the awaits feature (seed 001 §6): a step that declares an
-// await is not queued when it is due; the engine registers the await in the
-// run's record and queues the step once the await resolves. The run record
-// is the continuation: the await, the input to run the step with and, once
-// a trigger fired, the answer a replayed POST gets. Every resolution is one
-// versioned UpdateRun, so of any number of concurrent resolutions (trigger
-// POSTs, timers on several instances) exactly one wins.
+// This file is the awaits feature: a step that declares an await (a time, an
+// event or a trigger to wait for, as await_approval in
+// examples/flows/example-flow.yaml does) is not queued when it is due; the
+// engine registers the await in the run's record and queues the step once the
+// await resolves. The run record is the continuation: the await, the input to
+// run the step with and, once a trigger fired, the answer a replayed POST
+// gets. Every resolution is one versioned UpdateRun, so of any number of
+// concurrent resolutions (trigger POSTs, timers on several instances) exactly
+// one wins.
 
 // Errors of the trigger endpoint beyond the store's sentinels.
 var (
@@ -200,8 +202,8 @@ func (r *run) settle() {
 	}
 }
 
-// withResume adds the await's resolution to a step's input as `_resume`
-// (seed 001 §6.5), when the input is an object.
+// withResume adds the await's resolution to a step's input as `_resume`,
+// when the input is an object, so the step sees how its wait ended.
 func withResume(input json.RawMessage, resume map[string]any) json.RawMessage {
 	var m map[string]json.RawMessage
 	if len(input) == 0 {

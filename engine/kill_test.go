@@ -24,7 +24,7 @@ func TestDiamondWorkerKilledBetweenBranches(t *testing.T) {
 		ctx := t.Context()
 		c := testkit.NewClock(time.UnixMilli(1_700_000_000_000))
 		e := newEngine(t, st, c)
-		// The seed's diamond with retries, as examples/flows has it: a step
+		// The diamond example with retries, as examples/flows has it: a step
 		// whose worker died is tried again rather than failing the run.
 		d, err := flows.LoadDir("../examples/flows")
 		if err != nil {

@@ -13,8 +13,8 @@ import (
 	"github.com/nqd-dev/nqd/store"
 )
 
-// Started is the answer to a start (ui-contract A.3): the entry job's id and
-// queue, the entry step, and the new run's id.
+// Started is the answer to a start, in the shape the v0.3 UI reads: the entry
+// job's id and queue, the entry step, and the new run's id.
 type Started struct {
 	ID     string `json:"id"`
 	Queue  string `json:"queue"`
@@ -163,7 +163,7 @@ func retryTimer(r *run, step string) store.Timer {
 	return store.Timer{Kind: "retry", Flow: r.meta.Flow, Run: r.meta.Run, Step: step}
 }
 
-// Restarted is the answer to a restart (ui-contract B.4).
+// Restarted is the answer to a restart, in the shape the v0.4/v0.5 UI reads.
 type Restarted struct {
 	Success  bool   `json:"success"`
 	OldRunID string `json:"oldRunId"`
@@ -222,7 +222,8 @@ func (e *Engine) Runs(ctx context.Context, flow, status string, offset, limit in
 }
 
 // stepInput is the input a step's job gets: the run input for the entry,
-// otherwise each subscribed event's payload keyed by event name (seed 002).
+// otherwise each subscribed event's payload keyed by event name (the final
+// step of examples/flows/diamond.yaml gets both branches' payloads).
 func stepInput(d *flows.Definition, r *run, step string) json.RawMessage {
 	if step == d.Entry {
 		return r.state.Input

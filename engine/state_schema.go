@@ -9,8 +9,8 @@ import (
 	"github.com/nqd-dev/nqd/store"
 )
 
-// ErrStateInvalid: a state.* event breaks the flow's state schema (seed 000:
-// state changes are validated at write time). Nothing of the report is stored.
+// ErrStateInvalid: a state.* event breaks the flow's state schema (state
+// changes are validated at write time). Nothing of the report is stored.
 var ErrStateInvalid = fmt.Errorf("engine: state does not match the flow's state schema: %w", store.ErrInvalid)
 
 // StateError names the places of the state that break the schema: under

@@ -14,8 +14,8 @@ import (
 )
 
 // TestStateSchema: state writes are checked against the flow's state schema
-// at write time (seed 000): a bad value or an unknown key is refused and
-// nothing of the report is stored; good ones are stored.
+// at write time: a bad value or an unknown key is refused and nothing of the
+// report is stored; good ones are stored.
 func TestStateSchema(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, st engine.Store) {
 		ctx := t.Context()

@@ -12,7 +12,7 @@ import (
 	"github.com/nqd-dev/nqd/store"
 )
 
-// This file is the engine's side of the sweeper (seeds 002–004): one call
+// This file is the engine's side of the sweeper (package sweeper): one call
 // classifies a run that the index says is still going and, when the run
 // needs it, acts through the same versioned UpdateRun as every other
 // decision, so a sweep racing the engine's own timers or workers never acts
@@ -208,11 +208,12 @@ func (e *Engine) queuedJobs(ctx context.Context, r *run, now int64) (map[string]
 	return jobs, false, nil
 }
 
-// stall writes flow.stalled (ui-contract's {reason, previousStatus,
-// stalledAt}, with idleMs and the re-dispatched steps) and re-dispatches r's steps: each queued step's
-// job is queued again (its lost or expired delivery does not count as an
-// attempt, so the step's retry policy still has all its tries), and each
-// retrying step's retry timer is made due now.
+// stall writes flow.stalled ({reason, previousStatus, stalledAt}, the fields
+// the v0.4/v0.5 UI reads, with idleMs and the re-dispatched steps) and
+// re-dispatches r's steps: each queued step's job is queued again (its lost
+// or expired delivery does not count as an attempt, so the step's retry
+// policy still has all its tries), and each retrying step's retry timer is
+// made due now.
 func (e *Engine) stall(ctx context.Context, r *run, d *flows.Definition, jobs map[string]store.Job, idle int64, after time.Duration, now int64) error {
 	u, err := r.update()
 	if err != nil {

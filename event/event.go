@@ -33,8 +33,9 @@ const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
 // Time is when the store accepted the event.
 func (e Event) Time() time.Time { return e.ID.Time() }
 
-// wire is the record as it leaves nqd: every aliased pair of contract §2 is
-// written in both spellings so both UI generations read it.
+// wire is the record as it leaves nqd: every aliased pair (the field aliases
+// of docs/compatibility.md) is written in both spellings so both UI
+// generations read it.
 type wire struct {
 	ID            string          `json:"id,omitempty"`
 	TS            string          `json:"ts,omitempty"`
@@ -68,7 +69,7 @@ func (e Event) toWire(withPosition bool) wire {
 	return w
 }
 
-// MarshalJSON writes the record of contract §2.
+// MarshalJSON writes the record as it leaves nqd (Event in openapi.yaml).
 func (e Event) MarshalJSON() ([]byte, error) {
 	return json.Marshal(e.toWire(true))
 }

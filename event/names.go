@@ -2,15 +2,15 @@ package event
 
 import "regexp"
 
-// The name rules of contract §1–2. A string that passes them cannot add a `:`,
-// `*`, `{`, `}` or white space to a storage key.
+// The name rules: a context's type and id, and an event's kind. A string that
+// passes them cannot add a `:`, `*`, `{`, `}` or white space to a storage key.
 var (
 	typeRe = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
 	idRe   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._~-]{0,127}$`)
 	kindRe = regexp.MustCompile(`^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$`)
 )
 
-// MaxKindLen bounds an event kind; contract §2 gives the pattern, this keeps it sane.
+// MaxKindLen bounds an event kind; kindRe gives the pattern, this keeps it sane.
 const MaxKindLen = 128
 
 // reservedTypes name keys nqd keeps beside the streams (`<prefix>:await:<id>`

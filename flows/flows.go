@@ -1,7 +1,7 @@
 // Package flows holds flow definitions: their types, loading from JSON or
 // YAML files, the checks that reject a definition the engine could not run
-// (unknown subscriptions, cycles, unreachable steps), the diagram of seed 001
-// §6.5 and the era A listing shape of `GET /api/_flows`.
+// (unknown subscriptions, cycles, unreachable steps), the diagram the UIs draw
+// and the listing shape of `GET /api/_flows` that the v0.3 UI reads.
 package flows
 
 import (
@@ -24,7 +24,8 @@ type Definition struct {
 	Entry string          `json:"entry"`
 	Steps map[string]Step `json:"steps"`
 	// StateSchema is an optional JSON Schema the values of state.* events
-	// must satisfy (seed 000).
+	// must satisfy; writes that break it are refused (see
+	// examples/flows/ml-training.yaml).
 	StateSchema json.RawMessage `json:"stateSchema,omitempty"`
 }
 
@@ -99,7 +100,8 @@ func (p *RetryPolicy) Retriable(msg string) bool {
 	return len(p.RetriableErrors) == 0 || slices.Contains(p.RetriableErrors, msg)
 }
 
-// Await declares that a step waits before it runs (seed 001 §6.5): when the
+// Await declares that a step waits before it runs (a time, an event or a
+// trigger; await_approval in examples/flows/example-flow.yaml): when the
 // step is due the engine registers the await instead of queueing the step,
 // and queues it once the await resolves, with the resolution in its input.
 type Await struct {

@@ -21,7 +21,9 @@ type Edge struct {
 	Timeout int64  `json:"timeout,omitempty"`
 }
 
-// Diagram is the graph of seed 001 §6.5.
+// Diagram is a flow's graph as the UIs draw it (FlowDiagram in openapi.yaml):
+// a node per step, an edge per emit from a step to each subscriber, and a
+// self-edge per await.
 type Diagram struct {
 	Nodes []Node `json:"nodes"`
 	Edges []Edge `json:"edges"`
@@ -59,8 +61,8 @@ func (d *Definition) Diagram() Diagram {
 	return g
 }
 
-// ListedStep is a step in the era A listing (ui-contract A.2) plus emits and
-// await.
+// ListedStep is a step in the listing the v0.3 UI reads ("era A",
+// docs/compatibility.md) plus emits and await.
 type ListedStep struct {
 	Step       string   `json:"step,omitempty"` // only on the entry
 	Queue      string   `json:"queue"`

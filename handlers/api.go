@@ -60,7 +60,8 @@ type StateReader interface {
 	StateAt(ctx context.Context, c store.Context, at event.ID) (reducers.State, error)
 }
 
-// Streamer serves the Server-Sent Events routes of contract §5.
+// Streamer serves the Server-Sent Events routes (their frames are described
+// in openapi.yaml).
 type Streamer interface {
 	// ServeStream serves GET /api/_events/{type}/{id}/stream.
 	ServeStream(w http.ResponseWriter, r *http.Request)
@@ -77,7 +78,8 @@ type Limits struct {
 	RequestTimeout time.Duration // time an API route may take
 }
 
-// The default limits. The body limit is contract §2's.
+// The default limits. The body limit, 1 MiB, is the one openapi.yaml states
+// for an append.
 const (
 	DefaultMaxBodyBytes   = 1 << 20
 	DefaultMaxBatch       = 1000

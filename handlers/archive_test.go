@@ -41,11 +41,11 @@ var archiveQueries = []string{
 	"/api/_events/flow/abc-123/state/diff?from=2025-11-05T10:00:03Z&to=2025-11-05T10:00:10Z",
 }
 
-// archiveSeedRun stores seed 000's run live on one server, archives it into
-// dir, and returns that server's answers to archiveQueries.
-func archiveSeedRun(t *testing.T, dir string) map[string]string {
+// archiveTrainingRun stores the ml-training run live on one server, archives it
+// into dir, and returns that server's answers to archiveQueries.
+func archiveTrainingRun(t *testing.T, dir string) map[string]string {
 	t.Helper()
-	sc := loadSeedScenario(t)
+	sc := loadTrainingScenario(t)
 	live := newTestAPI(t, withState(t))
 	for _, e := range sc.events {
 		live.clock.Set(e.at)
@@ -78,7 +78,7 @@ func archiveSeedRun(t *testing.T, dir string) map[string]string {
 // server did.
 func TestArchivedRunReadsAsLive(t *testing.T) {
 	dir := t.TempDir()
-	want := archiveSeedRun(t, dir)
+	want := archiveTrainingRun(t, dir)
 	api := newTestAPI(t, withState(t), withArchive(t, dir))
 
 	for _, q := range archiveQueries {
@@ -104,7 +104,7 @@ func TestArchivedRunReadsAsLive(t *testing.T) {
 // route answers 502 archive_corrupt instead of wrong events or states.
 func TestCorruptArchiveIsDetected(t *testing.T) {
 	dir := t.TempDir()
-	archiveSeedRun(t, dir)
+	archiveTrainingRun(t, dir)
 	path := filepath.Join(dir, "flow", "abc-123.ndjson.gz")
 	raw, err := os.ReadFile(path)
 	if err != nil {

@@ -20,16 +20,17 @@ import (
 // (410).
 const CodeGone = "gone"
 
-// awaitRoutes mounts the trigger webhook and the waits listing (seed 001
-// §6.3). A trigger POST carries no API token: its signed, single-use
-// trigger id is its credential, so it is mounted without a scope, limited
-// by the caller's address.
+// awaitRoutes mounts the trigger webhook that resumes a step awaiting a
+// trigger, and the waits listing. A trigger POST carries no API token: its
+// signed, single-use trigger id is its credential, so it is mounted without
+// a scope, limited by the caller's address.
 func (a *API) awaitRoutes(r chi.Router) {
 	r.With(a.limitRate).Post("/api/_flows/triggers/{id}", a.fireTrigger)
 	r.With(a.require(auth.Read)).Get("/api/_flows/waits", a.listWaits)
 }
 
-// triggerError answers the trigger endpoint's refusals (contract §6).
+// triggerError answers the trigger endpoint's refusals in the error shape of
+// openapi.yaml (Error).
 func triggerError(err error) error {
 	var pe *engine.PayloadError
 	switch {

@@ -76,8 +76,8 @@ func benchAppendClients(b *testing.B, st handlers.Store) {
 
 // benchAppend posts benchEvent from parallelism×GOMAXPROCS clients, each to
 // its own run, through the whole router, and reports throughput and the
-// latency percentiles of contract target T1. The access log is off: it
-// measures the API and the store, not the log sink.
+// latency percentiles (the target: p99 ≤ 5 ms at 5,000 appends/s). The access
+// log is off: it measures the API and the store, not the log sink.
 func benchAppend(b *testing.B, st handlers.Store, parallelism int) {
 	h := handlers.New(handlers.Deps{Store: st, Log: zerolog.Nop()}).Routes()
 	var (

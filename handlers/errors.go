@@ -19,8 +19,8 @@ import (
 	"github.com/nqd-dev/nqd/store"
 )
 
-// Error codes of the contract §6 body. Clients branch on these; messages are
-// for people.
+// Error codes of the error body (Error in openapi.yaml). Clients branch on
+// these; messages are for people.
 const (
 	CodeBadRequest       = "bad_request"
 	CodeUnauthorized     = "unauthorized"
@@ -47,9 +47,9 @@ const retryAfterSeconds = "5"
 // answer; it only ever reaches the access log.
 const statusClientClosed = 499
 
-// Error is an API error: an HTTP status and the contract §6 body. Handlers
-// return it for problems they detect themselves; writeError derives one for
-// every other error.
+// Error is an API error: an HTTP status and the body openapi.yaml calls
+// Error. Handlers return it for problems they detect themselves; writeError
+// derives one for every other error.
 type Error struct {
 	Status  int
 	Code    string
@@ -138,7 +138,7 @@ func toError(err error) *Error {
 	return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "Internal error."}
 }
 
-// errorBody is the contract §6 shape.
+// errorBody is the error shape of openapi.yaml (Error).
 type errorBody struct {
 	Error errorFields `json:"error"`
 }
@@ -229,7 +229,7 @@ func methodNotAllowed(root chi.Routes) http.HandlerFunc {
 	}
 }
 
-// recoverer turns a panic into a logged 500 in the contract shape instead of
+// recoverer turns a panic into a logged 500 in the error shape instead of
 // a dropped connection.
 func recoverer(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

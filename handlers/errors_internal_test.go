@@ -60,7 +60,7 @@ func TestWriteError(t *testing.T) {
 			dec := json.NewDecoder(rec.Body)
 			dec.DisallowUnknownFields()
 			if err := dec.Decode(&body); err != nil {
-				t.Fatalf("body is not the contract shape: %v", err)
+				t.Fatalf("body is not the error shape: %v", err)
 			}
 			if body.Error.Code != tt.wantCode || body.Error.Message == "" {
 				t.Errorf("error %+v, want code %q and a message", body.Error, tt.wantCode)

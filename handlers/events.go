@@ -17,7 +17,7 @@ const (
 	maxEventLimit     = 10000
 )
 
-// Paging of the list route (ui-contract A.4).
+// Paging of the list route, as the v0.3 UI pages runs.
 const (
 	defaultListLimit = 50
 	maxListLimit     = 100
@@ -28,7 +28,7 @@ type eventsBody struct {
 	Events []event.Event `json:"events"`
 }
 
-// appendEvents stores one record or a batch (contract §4). A replay of an
+// appendEvents stores one record or a batch, all or nothing. A replay of an
 // Idempotency-Key answers the first append's body and status again, marked by
 // the Idempotent-Replayed header, so a retrying client cannot tell a lost
 // answer from a repeated one.
@@ -149,7 +149,8 @@ func (a *API) getContext(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, r, http.StatusOK, body)
 }
 
-// listBody answers the list route (contract §4, ui-contract A.4).
+// listBody answers the list route (ContextList in openapi.yaml), in the shape
+// the v0.3 UI reads.
 type listBody struct {
 	Type  string     `json:"type"`
 	Name  string     `json:"name,omitempty"`

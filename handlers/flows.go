@@ -40,8 +40,9 @@ type FlowEngine interface {
 	Waits(ctx context.Context, q engine.WaitQuery) ([]engine.Wait, error)
 }
 
-// flowRoutes mounts the flow definition and run routes (contract §4,
-// ui-contract A.2, A.3, B.3, B.4).
+// flowRoutes mounts the flow definition and run routes: the listing and the
+// start the v0.3 UI calls, and the runs page and run actions of the
+// v0.4/v0.5 UI (docs/compatibility.md; the shapes are in openapi.yaml).
 func (a *API) flowRoutes(r chi.Router) {
 	read, write, admin := r.With(a.require(auth.Read)), r.With(a.require(auth.Write)), r.With(a.require(auth.Admin))
 	read.Get("/api/_flows", a.listFlows)
@@ -177,8 +178,8 @@ func (a *API) flowDiagram(w http.ResponseWriter, r *http.Request) {
 	writeError(w, r, err)
 }
 
-// startFlow starts a run with the body as input (ui-contract A.3): any JSON
-// object, an empty body meaning {}.
+// startFlow starts a run with the body as input, as the v0.3 UI starts one:
+// any JSON object, an empty body meaning {}.
 func (a *API) startFlow(w http.ResponseWriter, r *http.Request) {
 	name, err := flowName(r)
 	if err != nil {
@@ -227,8 +228,8 @@ func (a *API) startFlow(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, r, http.StatusOK, s)
 }
 
-// runsBody is the v0.4 runs answer (ui-contract B.3); total counts the
-// runs of the status asked for.
+// runsBody is the runs page the v0.4/v0.5 UI reads (RunPage in
+// openapi.yaml); total counts the runs of the status asked for.
 type runsBody struct {
 	FlowName string    `json:"flowName"`
 	Count    int       `json:"count"`

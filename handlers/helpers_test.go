@@ -211,7 +211,7 @@ func checkSpec(t testing.TB, r *http.Request, body string, rec *httptest.Respons
 	}
 }
 
-// errorBody is the contract §6 error shape.
+// errorBody is the error shape of openapi.yaml (Error).
 type errorBody struct {
 	Error struct {
 		Code    string            `json:"code"`

@@ -22,9 +22,9 @@ import (
 	"github.com/nqd-dev/nqd/store"
 )
 
-// inputRecord is one event as a client sends it (contract §2): either
-// spelling of each aliased pair, and `stepId`, which the Node module's records
-// carry and nqd keeps as meta.stepId.
+// inputRecord is one event as a client sends it (EventInput in openapi.yaml):
+// either spelling of each aliased pair (docs/compatibility.md), and `stepId`,
+// which the Node module's records carry and nqd keeps as meta.stepId.
 type inputRecord struct {
 	ID            json.RawMessage `json:"id"` // ignored: the store assigns it
 	TS            json.RawMessage `json:"ts"` // ignored: the id's time is the record's
@@ -194,7 +194,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 
 // fillContextFields gives the events of a flow run its run id, and those of a
 // trigger the trigger id, when the client left them out: the UI reads `runId`
-// from every record of a run (seed 001 §3.3 writes it on each).
+// from every record of a run, and the engine writes it on each of its own.
 func fillContextFields(c store.Context, evs []event.Event) {
 	for i := range evs {
 		switch {

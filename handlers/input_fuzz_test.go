@@ -19,7 +19,7 @@ import (
 // FuzzDecodeAppend feeds arbitrary bodies to the append decoder. Whatever it
 // accepts must be a valid record whose aliases agree, and must read back the
 // same when sent again in the form nqd writes it; whatever it rejects must be
-// a 4xx in the contract shape.
+// a 4xx in the error shape.
 func FuzzDecodeAppend(f *testing.F) {
 	for _, seed := range []string{
 		`{"kind":"step.started","flow":"r1","step":"a","meta":{"attempt":1}}`,

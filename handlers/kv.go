@@ -30,7 +30,7 @@ const (
 	maxKVScan     = 1000
 )
 
-// kvRoutes mounts the KV state store (seed 003) for workers: records of
+// kvRoutes mounts the KV state store (store/kv.go) for workers: records of
 // string fields with a TTL, field writes and compare-and-swap (e.g. a claim
 // that only one worker wins).
 func (a *API) kvRoutes(r chi.Router) {
@@ -82,8 +82,9 @@ type kvFieldsRequest struct {
 	Fields map[string]string `json:"fields" validate:"required,min=1,max=256,dive,keys,key_name,endkeys"`
 }
 
-// kvCASRequest is seed 003's compare_and_swap: when field holds expected
-// (and, if version is set, the record is at that version), set is written.
+// kvCASRequest is a compare-and-swap on a KV record: when field holds
+// expected (and, if version is set, the record is at that version), set is
+// written.
 type kvCASRequest struct {
 	Field    string            `json:"field" validate:"omitempty,key_name"`
 	Expected *string           `json:"expected"`

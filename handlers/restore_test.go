@@ -34,12 +34,12 @@ type restoreAnswer struct {
 	LastEventID string `json:"lastEventId"`
 }
 
-// archiveSeedRunWithRecord archives seed 000's run into dir as
-// archiveSeedRun does, with a run record, and returns the live answers, the
-// archived events and the record.
-func archiveSeedRunWithRecord(t *testing.T, dir string) (map[string]string, store.RunMeta) {
+// archiveTrainingRunWithRecord archives the ml-training example run into dir
+// as archiveTrainingRun does, with a run record, and returns the live
+// answers, the archived events and the record.
+func archiveTrainingRunWithRecord(t *testing.T, dir string) (map[string]string, store.RunMeta) {
 	t.Helper()
-	answers := archiveSeedRun(t, dir)
+	answers := archiveTrainingRun(t, dir)
 	a, err := archive.NewDir(dir, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -62,12 +62,12 @@ func archiveSeedRunWithRecord(t *testing.T, dir string) (map[string]string, stor
 	return answers, record
 }
 
-// TestRestoreBringsArchivedRunBack restores seed 000's run into a store that
-// never held it: it then reads live exactly as it did before it was
+// TestRestoreBringsArchivedRunBack restores the ml-training run into a store
+// that never held it: it then reads live exactly as it did before it was
 // archived, its record is back, and a second restore is refused.
 func TestRestoreBringsArchivedRunBack(t *testing.T) {
 	dir := t.TempDir()
-	answers, record := archiveSeedRunWithRecord(t, dir)
+	answers, record := archiveTrainingRunWithRecord(t, dir)
 	api := newTestAPI(t, withState(t), withArchive(t, dir), withRestorer(t))
 
 	rec := api.do(t, post("/api/_events/flow/abc-123/restore", ""))
@@ -117,7 +117,7 @@ func TestRestoreBringsArchivedRunBack(t *testing.T) {
 // archived, a corrupt archive, and a server without an archive.
 func TestRestoreErrors(t *testing.T) {
 	dir := t.TempDir()
-	archiveSeedRun(t, dir)
+	archiveTrainingRun(t, dir)
 	api := newTestAPI(t, withArchive(t, dir), withRestorer(t))
 	rec := api.do(t, post("/api/_events/flow/never-archived/restore", ""))
 	wantStatus(t, rec, http.StatusNotFound)

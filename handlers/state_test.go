@@ -25,9 +25,11 @@ func withState(t testing.TB) func(*handlers.Deps) {
 	}
 }
 
-// seedScenario is reducers/testdata/seed000_training.txt: seed 000's training
-// run, with the states the reducers expect at its points in time.
-type seedScenario struct {
+// trainingScenario is reducers/testdata/seed000_training.txt: a run of the
+// ml-training example (examples/flows/ml-training.yaml) that keeps its
+// progress in the run's state, with the states the reducers expect at its
+// points in time.
+type trainingScenario struct {
 	events []struct {
 		at   time.Time
 		body string
@@ -35,13 +37,13 @@ type seedScenario struct {
 	outputs map[string]string // command line -> expected JSON
 }
 
-func loadSeedScenario(t *testing.T) seedScenario {
+func loadTrainingScenario(t *testing.T) trainingScenario {
 	t.Helper()
 	raw, err := os.ReadFile("../reducers/testdata/seed000_training.txt")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := seedScenario{outputs: map[string]string{}}
+	sc := trainingScenario{outputs: map[string]string{}}
 	for block := range strings.SplitSeq(string(raw), "\n\n") {
 		var lines []string
 		for l := range strings.SplitSeq(strings.TrimSpace(block), "\n") {
@@ -126,11 +128,11 @@ func jsonCmp(t *testing.T, what string, want string, got json.RawMessage) {
 	}
 }
 
-// TestSeed000TimeTravel runs seed 000's example through the API: at 10:00:03
+// TestMLTrainingTimeTravel runs the ml-training run through the API: at 10:00:03
 // the run's KV state is {status: training, epoch: 2, accuracy: 0.92}, in
 // every spelling of the point and on every route that takes one.
-func TestSeed000TimeTravel(t *testing.T) {
-	sc := loadSeedScenario(t)
+func TestMLTrainingTimeTravel(t *testing.T) {
+	sc := loadTrainingScenario(t)
 	api := newTestAPI(t, withState(t))
 	for _, e := range sc.events {
 		api.clock.Set(e.at)

@@ -10,7 +10,7 @@ import (
 	"github.com/nqd-dev/nqd/event"
 )
 
-// Flow run statuses (contract §7).
+// Flow run statuses (listed in docs/compatibility.md, "Statuses").
 const (
 	FlowRunning   = "running"
 	FlowAwaiting  = "awaiting"
@@ -19,8 +19,9 @@ const (
 	FlowCancelled = "cancelled"
 )
 
-// Step statuses (contract §7). Like the UIs, the reducer never assigns
-// StepPending: a step exists once an event names it.
+// Step statuses (listed in docs/compatibility.md, "Statuses"). Like the UIs,
+// the reducer never assigns StepPending: a step exists once an event names
+// it.
 const (
 	StepPending   = "pending"
 	StepRunning   = "running"
@@ -59,8 +60,9 @@ func stepIndex(status string) int {
 	return -1
 }
 
-// Flow reduces a flow run's stream (contract §3, seed 001 §5.1, seed 000,
-// seed 002, and the UI variants of ui-contract A.14 and B.13).
+// Flow reduces a flow run's stream: the kinds nqd's engine writes (flow.*,
+// step.*, step.await.*, state.*, emit, log) and the v0.3 and v0.4/v0.5
+// spellings of them listed in docs/compatibility.md.
 //
 // Status comes from flow.completed, flow.failed and flow.cancelled; the latest
 // of them decides. Until one arrives the run is awaiting while some step or
@@ -127,7 +129,7 @@ type Step struct {
 }
 
 // Await is one pause of a step: keyed by step for step.await.* events, and by
-// `<step>:await-<position>` for the later engine's await.* events.
+// `<step>:await-<position>` for the v0.4/v0.5 engine's await.* events.
 type Await struct {
 	Step         string          `json:"step"`
 	Type         string          `json:"type,omitempty"` // time, event, trigger, webhook, schedule
@@ -149,7 +151,7 @@ type LogEntry struct {
 	Data    json.RawMessage `json:"data,omitempty"`
 }
 
-// Emit is one event a step emitted, with the payload that seed 002 passes to
+// Emit is one event a step emitted, with the payload the engine passes to
 // the steps subscribed to it.
 type Emit struct {
 	ID      string          `json:"id"`
@@ -182,7 +184,7 @@ func (s *FlowState) Value(key string) (json.RawMessage, bool) {
 	return v, ok
 }
 
-// KV returns a copy of the run's KV state (seed 000).
+// KV returns a copy of the run's KV state, built from its state.* events.
 func (s *FlowState) KV() map[string]json.RawMessage { return cloneOrEmpty(s.kv) }
 
 // Awaits returns a copy of the awaits by key.
@@ -527,7 +529,7 @@ func flowEnded(status string) flowFunc {
 }
 
 // stepPayload is what step events carry in data and meta; the era A engine
-// puts in data what the seeds put in meta, so both are read.
+// puts in data what nqd's engine puts in meta, so both are read.
 type stepPayload struct {
 	Error       flexText        `json:"error"`
 	Message     flexText        `json:"message"`
@@ -555,8 +557,9 @@ type stepEvent struct {
 	prevAttempt int // the step's attempt before this event, 0 for a new step
 }
 
-// readStep finds the step an event names (ui-contract A.14's fallbacks) and
-// its current state. ok is false when no step is named.
+// readStep finds the step an event names (the record's step, else data's
+// stepName, stepKey or step, else meta's stepKey or step, as the v0.3 UI
+// looks for it) and its current state. ok is false when no step is named.
 func (f *flowFold) readStep(ev event.Event) (e stepEvent, ok bool) {
 	decode(ev.Data, &e.data, e.data.set)
 	decode(ev.Meta, &e.meta, e.meta.set)
@@ -622,8 +625,8 @@ func stepCompleted(f *flowFold, ev event.Event, t Time) bool {
 	return true
 }
 
-// stepFailed handles both retry forms of contract §3: the seeds' non-final
-// failure (willRetry) and the era A engine's final-only failure.
+// stepFailed handles both retry forms (docs/compatibility.md): nqd's
+// non-final failure (willRetry) and the era A engine's final-only failure.
 func stepFailed(f *flowFold, ev event.Event, t Time) bool {
 	e, ok := f.readStep(ev)
 	if !ok {
@@ -648,7 +651,7 @@ func stepRetry(f *flowFold, ev event.Event, t Time) bool {
 	if !ok {
 		return false
 	}
-	// The seeds put the coming attempt in meta.attempt, era A in
+	// nqd's engine puts the coming attempt in meta.attempt, era A in
 	// data.nextAttempt beside the failed one in data.attempt.
 	e.st.Attempt = int(firstInt(int64(e.data.NextAttempt), int64(ev.Attempt), int64(e.meta.Attempt), int64(e.prevAttempt)+1))
 	e.st.Status = StepRetrying
@@ -696,7 +699,8 @@ func stepAwaitTimeout(f *flowFold, ev event.Event, t Time) bool {
 	return true
 }
 
-// awaitKey is the later engine's synthetic key for an await (ui-contract B.13).
+// awaitKey is the key the v0.4/v0.5 UI gives an await, <step>:await-<position>
+// (position "after" when the event names none).
 func awaitKey(ev event.Event) (step, key string, ok bool) {
 	var d awaitData
 	decode(ev.Data, &d, d.set)
@@ -785,7 +789,7 @@ func logMessage(data json.RawMessage) string {
 	return firstText(d.Msg, d.Message)
 }
 
-// flowEmit reads seed 002's `{event, payload}` and era A's `{name, ...payload}`.
+// flowEmit reads nqd's `{event, payload}` and era A's `{name, ...payload}`.
 func flowEmit(f *flowFold, ev event.Event, t Time) bool {
 	var d emitData
 	decode(ev.Data, &d, d.set)

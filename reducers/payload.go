@@ -156,7 +156,7 @@ func (p *stepPayload) set(key, val []byte) bool {
 	return other(key, stepNames)
 }
 
-// awaitData is what the later engine's await.* events carry.
+// awaitData is what the v0.4/v0.5 engine's await.* events carry.
 type awaitData struct {
 	Position    string          `json:"position"`
 	AwaitType   string          `json:"awaitType"`
@@ -244,7 +244,7 @@ func (d *logText) set(key, val []byte) bool {
 	return other(key, logNames[1:])
 }
 
-// emitData is seed 002's `{event, payload}` or era A's `{name, ...payload}`.
+// emitData is nqd's `{event, payload}` or era A's `{name, ...payload}`.
 type emitData struct {
 	Event   string          `json:"event"`
 	Name    string          `json:"name"`

@@ -10,11 +10,12 @@
 // cached state can be read, marshalled or extended by any number of goroutines
 // at once. Callers must treat every State as read-only.
 //
-// Unknown kinds are not errors: contract §3 lets any kind into a stream, so a
-// reducer counts such an event, advances its position and changes nothing else.
-// The same holds for a known kind whose payload it cannot use. Apply fails only
-// when the event cannot belong after the state (ErrOutOfOrder) or the state is
-// another reducer's (ErrStateType); the state is then returned unchanged.
+// Unknown kinds are not errors: any kind may enter a stream (see "Event kinds
+// the reducers read" in docs/compatibility.md), so a reducer counts such an
+// event, advances its position and changes nothing else. The same holds for a
+// known kind whose payload it cannot use. Apply fails only when the event
+// cannot belong after the state (ErrOutOfOrder) or the state is another
+// reducer's (ErrStateType); the state is then returned unchanged.
 package reducers
 
 import (

@@ -390,9 +390,9 @@ func TestApplyToNilIsInit(t *testing.T) {
 	}
 }
 
-// TestSeed000 checks the results seed 000 states for its training run: the
-// final KV state, and the state as of 10:00:03 (time travel).
-func TestSeed000(t *testing.T) {
+// TestMLTrainingRun checks the ml-training run of testdata/seed000_training.txt:
+// the final KV state, and the state as of 10:00:03 (time travel).
+func TestMLTrainingRun(t *testing.T) {
 	var run corpus
 	for _, c := range scenarioCorpora(t) {
 		if c.name == "seed000_training.txt" {

@@ -7,7 +7,8 @@ import (
 	"github.com/nqd-dev/nqd/event"
 )
 
-// Trigger statuses (contract §7, seed 001 §5.1).
+// Trigger statuses: registered until the first fired, timeout or cancelled
+// event ends the trigger (docs/compatibility.md, "Statuses").
 const (
 	TriggerRegistered = "registered"
 	TriggerFired      = "fired"
@@ -15,10 +16,11 @@ const (
 	TriggerCancelled  = "cancelled"
 )
 
-// Trigger reduces a trigger's stream (seed 001 §3.4 and §5.1). A trigger ends
-// once: the first trigger.fired, trigger.timeout or trigger.cancelled decides,
-// so a timeout racing a fire cannot undo it. A later trigger.registered arms
-// it again, for triggers that are registered more than once.
+// Trigger reduces a trigger's stream (trigger.registered, trigger.fired,
+// trigger.timeout, trigger.cancelled). A trigger ends once: the first
+// trigger.fired, trigger.timeout or trigger.cancelled decides, so a timeout
+// racing a fire cannot undo it. A later trigger.registered arms it again, for
+// triggers that are registered more than once.
 type Trigger struct{}
 
 // TriggerState is the state of a trigger. It is immutable.
@@ -59,7 +61,7 @@ type triggerWire struct {
 }
 
 // MarshalJSON writes the state the API returns for a trigger context; firedAt
-// repeats endedAt for fired triggers, as seed 001 names it.
+// repeats endedAt for fired triggers, under the name clients read for it.
 func (s *TriggerState) MarshalJSON() ([]byte, error) {
 	w := triggerWire{
 		Status: s.Status, Trigger: s.Trigger, Type: s.Type, Config: s.Config,

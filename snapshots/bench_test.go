@@ -154,8 +154,8 @@ func measure(b *testing.B, f func()) {
 }
 
 // BenchmarkMemory1000 caches 1,000 runs of 500 events each and reports the
-// heap they hold and the cache's own estimate of it (contract §7: under
-// 100 MB).
+// heap they hold and the cache's own estimate of it (the bound: 1,000
+// contexts under 100 MB).
 func BenchmarkMemory1000(b *testing.B) {
 	st := benchBolt(b)
 	var ctxs []store.Context

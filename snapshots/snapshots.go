@@ -38,22 +38,23 @@ type Reader interface {
 }
 
 // TTL is how long a cached state lives after it was last updated, by the
-// status of its run. Seed 000 keeps failed runs longest, for debugging.
+// status of its run. Failed runs are kept longest, for debugging.
 type TTL struct {
 	Active    time.Duration // running or awaiting flows, registered triggers, other contexts
 	Completed time.Duration // completed or cancelled flows, fired or cancelled triggers
 	Failed    time.Duration // failed flows, timed out triggers
 }
 
-// DefaultTTL is seed 000's cache configuration.
+// DefaultTTL keeps active contexts a day, completed runs a week and failed
+// runs thirty days.
 var DefaultTTL = TTL{Active: 24 * time.Hour, Completed: 7 * 24 * time.Hour, Failed: 30 * 24 * time.Hour}
 
 // Options tune a Cache. Zero fields take the defaults below.
 type Options struct {
-	// MaxEntries bounds the contexts cached; default 1000 (contract §7).
+	// MaxEntries bounds the contexts cached; default 1000.
 	MaxEntries int
 	// MaxBytes bounds the cached states' estimated size
-	// (reducers.ApproxSize); default 100 MiB (contract §7).
+	// (reducers.ApproxSize); default 100 MiB.
 	MaxBytes int64
 	// TTL by run status; zero fields take DefaultTTL's.
 	TTL TTL

@@ -27,7 +27,8 @@ type DefinitionStore interface {
 	Definitions(ctx context.Context) (map[string][]byte, error)
 }
 
-// Run statuses kept in the run index: contract §7's flow statuses.
+// Run statuses kept in the run index: the flow reducer's run statuses
+// (reducers/flow.go; listed in docs/compatibility.md, "Statuses").
 const (
 	RunRunning   = "running"
 	RunAwaiting  = "awaiting"
@@ -39,7 +40,8 @@ const (
 // RunStatuses are the run statuses, in lifecycle order.
 var RunStatuses = []string{RunRunning, RunAwaiting, RunCompleted, RunFailed, RunCancelled}
 
-// RunMeta is a run's lifecycle record (seed 002): the index entry's metadata.
+// RunMeta is a run's lifecycle record: the index entry's metadata, which the
+// v0.4/v0.5 UI reads as a run's status.
 type RunMeta struct {
 	Flow           string           `json:"flow"`
 	Run            string           `json:"run"`

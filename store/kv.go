@@ -9,16 +9,17 @@ import (
 	"github.com/nqd-dev/nqd/event"
 )
 
-// This file is the KV state store of seed 003: small records of named fields
-// with an optional TTL, field-level writes, compare-and-swap on one key and a
+// This file is the KV state store: small records of named fields with an
+// optional TTL, field-level writes, compare-and-swap on one key and a
 // filtered scan by key prefix. Streams carry signals, KV carries the current
-// state workers and the sweeper ask about ("which jobs are stuck?"). A backend
-// offers it beside Store; the conformance scenarios are in storetest (RunAll).
+// state workers and the sweeper ask about ("which jobs are stuck?"). A
+// backend offers it beside Store; the conformance scenarios are in storetest
+// (RunAll).
 //
-// Field values are strings: seed 003 stores bytes in Redis hash fields, and a
-// string is the Go form of those bytes that also travels as JSON. Numbers
-// (such as an updated_at in epoch ms) are written in decimal; Filter compares
-// them as numbers.
+// Field values are strings: the Redis backend stores bytes in hash fields,
+// and a string is the Go form of those bytes that also travels as JSON.
+// Numbers (such as an updated_at in epoch ms) are written in decimal; Filter
+// compares them as numbers.
 
 // KV limits. They keep every record small enough to read in one command and
 // every name safe to put in a Redis key.
@@ -26,7 +27,7 @@ const (
 	// MaxKVFields is the most fields one record, or one write, may have.
 	MaxKVFields = 256
 	// MaxKVValueLen is the longest field value in bytes; larger values belong
-	// in an object store with a reference here (seed 003's claim check).
+	// in an object store with a reference here (a claim check).
 	MaxKVValueLen = 64 << 10
 	// MaxKVPrefixLen is the longest scan prefix, the longest key.
 	MaxKVPrefixLen = 128
@@ -59,8 +60,8 @@ type KVEntry struct {
 // Condition is what a compare-and-swap requires of the stored record. At
 // least one part is set; every part that is set must hold.
 type Condition struct {
-	// Field, when set, must hold exactly Value (seed 003's
-	// compare_and_swap); a missing field never matches.
+	// Field, when set, must hold exactly Value (a compare-and-swap on one
+	// field); a missing field never matches.
 	Field string
 	Value string
 	// Version, when positive, must be the record's version.
@@ -106,7 +107,7 @@ type KV interface {
 
 	// SetFields writes fields (at least one) into the record at key, keeping
 	// its other fields and its TTL, creating it without a TTL if it does not
-	// exist, and returns the new version. Seed 003's set_field is a call with
+	// exist, and returns the new version. Setting one field is a call with
 	// one field. Errors: ErrInvalid, ErrUnavailable, ErrClosed.
 	SetFields(ctx context.Context, key string, fields map[string]string) (int64, error)
 
@@ -128,7 +129,7 @@ type KV interface {
 }
 
 // ValidKVKey reports whether key may name a record. Keys follow the context
-// id rule of contract §1 (dots separate segments, as in seed 003's
+// id rule of event/names.go (dots separate segments, as in
 // tasks.email-send.job_123): no ':', '/', glob character or whitespace can
 // reach a Redis key or a URL path.
 func ValidKVKey(key string) bool { return event.ValidName(key) }

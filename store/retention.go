@@ -6,9 +6,9 @@ import (
 )
 
 // Retention is how long a finished run is kept after it finished, by its
-// terminal status (seed 000: e.g. 7 days for completed runs, 30 for failed
-// ones). Zero keeps runs of that status forever; running and awaiting runs are
-// never due.
+// terminal status (e.g. 7 days for completed runs, 30 for failed ones, so
+// failures stay around for debugging). Zero keeps runs of that status
+// forever; running and awaiting runs are never due.
 type Retention struct {
 	Completed time.Duration
 	Failed    time.Duration

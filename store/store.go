@@ -47,7 +47,7 @@ type Context struct {
 	ID   string
 }
 
-// Valid reports whether both parts pass the name rules of contract §1.
+// Valid reports whether both parts pass the name rules (event/names.go).
 func (c Context) Valid() bool { return event.ValidType(c.Type) && event.ValidContextID(c.ID) }
 
 func (c Context) String() string { return c.Type + ":" + c.ID }
@@ -59,7 +59,7 @@ type Index struct {
 	Name string
 }
 
-// Valid reports whether the index names pass the rules of contract §1.
+// Valid reports whether the index names pass the name rules (event/names.go).
 func (ix Index) Valid() bool {
 	return event.ValidType(ix.Type) && (ix.Name == "" || event.ValidName(ix.Name))
 }

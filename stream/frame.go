@@ -11,7 +11,7 @@ import (
 // connection of the context writes the same bytes.
 type frame struct {
 	id   event.ID
-	data []byte // the §5 message: `id:` and `data: {"v":1,"event":...}`
+	data []byte // the SSE message: `id:` and `data: {"v":1,"event":...}`
 	tail []byte // the raw-tail message; nil while no raw-tail client listens
 }
 
@@ -23,7 +23,9 @@ func (f *frame) bytesFor(tail bool) []byte {
 	return f.data
 }
 
-// appendEvent appends the contract §5 message of ev to b.
+// appendEvent appends the SSE message of ev to b: an `id:` line and one
+// `data:` line holding {"v":1,"event":<kind>,"record":<record>}, as
+// openapi.yaml describes the stream route.
 func appendEvent(b []byte, ev event.Event) ([]byte, error) {
 	rec, err := ev.MarshalJSON()
 	if err != nil {
@@ -45,8 +47,9 @@ func appendEventRecord(b []byte, ev event.Event, rec []byte) ([]byte, error) {
 	return append(b, "}\n\n"...), nil
 }
 
-// appendTail appends the era A raw-tail message (ui-contract A.7) of ev, read
-// from the stream named key, to b.
+// appendTail appends the raw-tail message the v0.3 UI reads,
+// {"v":1,"stream":<key>,"record":<record>}, of ev, read from the stream
+// named key, to b.
 func appendTail(b []byte, key []byte, ev event.Event, rec []byte) []byte {
 	b = appendID(b, ev.ID)
 	b = append(b, `data: {"v":1,"stream":`...)

@@ -115,7 +115,7 @@ func (o *Options) defaults() {
 	}
 }
 
-// Handler serves the SSE endpoints of contract §5 from one Hub.
+// Handler serves the SSE endpoints (described in openapi.yaml) from one Hub.
 type Handler struct {
 	o   Options
 	hub *Hub
@@ -266,8 +266,8 @@ func (h *Handler) ServeStream(w http.ResponseWriter, r *http.Request) {
 }
 
 // ServeRawTail serves GET /api/_events/sse?stream=<prefix>:<type>:<id>, the
-// era A live tail of one stream (ui-contract A.7): live events only, unless
-// the client resumes after an event it has.
+// live tail of one stream that the v0.3 UI ("era A", docs/compatibility.md)
+// reads: live events only, unless the client resumes after an event it has.
 func (h *Handler) ServeRawTail(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	key := q.Get("stream")
@@ -720,7 +720,7 @@ func (s *sink) release() {
 	s.buf = nil
 }
 
-// writeError writes the contract §6 error body.
+// writeError writes the error body of openapi.yaml (Error).
 func writeError(w http.ResponseWriter, status int, code, message string, fields map[string]string) {
 	type body struct {
 		Code    string            `json:"code"`

@@ -308,7 +308,7 @@ func (c *sseConn) nextData(t *testing.T) message {
 	}
 }
 
-// frameBody is the data of a contract §5 message.
+// frameBody is the data of an SSE message of the stream route.
 type frameBody struct {
 	V      int             `json:"v"`
 	Event  string          `json:"event"`

@@ -1,7 +1,9 @@
 // Package stream pushes context events to browsers over Server-Sent Events
-// (contract §5): a per-instance Hub that holds one store subscription per
-// context and fans each event out, encoded once, to bounded per-connection
-// queues; and the HTTP handlers that backfill, resume and stream.
+// (the frames are in openapi.yaml; the path of an event in
+// docs/architecture.md): a per-instance Hub that holds one store subscription
+// per context and fans each event out, encoded once, to bounded
+// per-connection queues; and the HTTP handlers that backfill, resume and
+// stream.
 package stream
 
 import (

@@ -189,7 +189,7 @@ func TestResume(t *testing.T) {
 			"lastEventId":   func() *sseConn { return dial(t, u+"?lastEventId="+evs[2].ID.String(), nil) },
 			"fromId":        func() *sseConn { return dial(t, u+"?fromId="+evs[2].ID.String(), nil) },
 			// A browser's own reconnect sends the header; the URL keeps the
-			// first fromId (ui-contract A.6), which must not win.
+			// first fromId (the v0.3 UI puts it there), which must not win.
 			"header over query": func() *sseConn {
 				return dial(t, u+"?fromId="+evs[0].ID.String(), http.Header{"Last-Event-Id": {evs[2].ID.String()}})
 			},
@@ -333,7 +333,7 @@ func TestRawTail(t *testing.T) {
 		old := appendN(t, s, c, 2)
 		key := h.o.Prefix + ":" + c.Type + ":" + c.ID
 		tail := dial(t, srv.URL+"/api/_events/sse?stream="+url.QueryEscape(key), nil)
-		// A §5 client of the same context shares the subscription.
+		// A client of the context's stream route shares the subscription.
 		full := dial(t, streamURL(srv, c), nil)
 		full.readEvents(t, 2)
 		eventually(t, "both connections attach", func() bool { return topicSubs(h, c) == 2 })

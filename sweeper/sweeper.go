@@ -1,11 +1,11 @@
 // Package sweeper finds flow runs that the engine's own timers and workers
-// will not move on (seeds 002–004). Every interval, on one instance at a
-// time, it asks the engine to classify each run the index lists as running
-// or awaiting: a run waiting on an await that is not due, or still moving,
-// is left alone; an overdue await is timed out, a stuck run is flagged with
-// flow.stalled and re-dispatched, an orphaned run's record is repaired from
-// its stream. Each action is an event in the run's stream, written by the
-// engine in the same atomic update as the change.
+// will not move on. Every interval, on one instance at a time, it asks the
+// engine to classify each run the index lists as running or awaiting: a run
+// waiting on an await that is not due, or still moving, is left alone; an
+// overdue await is timed out, a stuck run is flagged with flow.stalled and
+// re-dispatched, an orphaned run's record is repaired from its stream. Each
+// action is an event in the run's stream, written by the engine in the same
+// atomic update as the change.
 package sweeper
 
 import (

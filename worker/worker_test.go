@@ -23,8 +23,8 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// TestRunExampleAndDiamond runs seed 001's example flow (fetch_data fails
-// once) and seed 002's diamond through the SDK against a real server.
+// TestRunExampleAndDiamond runs the example flow (fetch_data fails once) and
+// the diamond of examples/flows through the SDK against a real server.
 func TestRunExampleAndDiamond(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()

@@ -83,7 +83,8 @@ func httpClient(conns int) *http.Client {
 // warmUp is how long a load runs unrecorded before it is measured.
 const warmUp = 2 * time.Second
 
-// pad fills events to about 256 bytes on the wire, as targets.md assumes.
+// pad fills events to about 256 bytes on the wire, the event size the
+// performance targets assume.
 var pad = strings.Repeat("x", 180)
 
 // appendsResult compares HTTP appends through nqd with the same writes made

@@ -124,7 +124,7 @@ func (r report) markdown() string {
 		b.WriteString(header)
 		line(a.NQD)
 		line(a.Baseline)
-		fmt.Fprintf(&b, "\nRatio nqd / baseline: p50 **%.2f×**, p99 **%.2f×**, throughput **%.2f×** (targets.md T1: p99 ≤ 5 ms at 5k appends/s).\n\n", a.P50Ratio, a.P99Ratio, a.ThroughputRatio)
+		fmt.Fprintf(&b, "\nRatio nqd / baseline: p50 **%.2f×**, p99 **%.2f×**, throughput **%.2f×** (target: p99 ≤ 5 ms at 5,000 appends/s).\n\n", a.P50Ratio, a.P99Ratio, a.ThroughputRatio)
 	}
 	if f := r.Fanout; f != nil {
 		fmt.Fprintf(&b, "## SSE fan-out\n\n")
@@ -136,14 +136,14 @@ func (r report) markdown() string {
 		if f.Missing+f.Duplicates+f.Reordered+f.Unexpected > 0 {
 			verdict = "**the checker failed**"
 		}
-		fmt.Fprintf(&b, "\nChecker: %d of %d expected deliveries; %d missing, %d duplicates, %d reordered, %d unexpected: %s (targets.md T3: p99 ≤ 25 ms at 10k deliveries/s; T12: 0 gaps, 0 duplicates, 0 reorders).\n\n",
+		fmt.Fprintf(&b, "\nChecker: %d of %d expected deliveries; %d missing, %d duplicates, %d reordered, %d unexpected: %s (targets: p99 ≤ 25 ms at 10,000 deliveries/s; 0 gaps, 0 duplicates, 0 reorders).\n\n",
 			f.Deliveries, f.Expected, f.Missing, f.Duplicates, f.Reordered, f.Unexpected, verdict)
 	}
 	if i := r.Idle; i != nil {
 		fmt.Fprintf(&b, "## Idle connections\n\n")
 		fmt.Fprintf(&b, "| streams | contexts | opened in | RSS per stream | heap per stream | goroutines per stream |\n| ---: | ---: | ---: | ---: | ---: | ---: |\n")
 		fmt.Fprintf(&b, "| %d | %d | %.1f s | %.1f KB | %.1f KB | %.2f |\n\n", i.Connections, i.Contexts, i.OpenTime, i.RSSPerConn/1024, i.HeapPerConn/1024, i.GoroutinesPer)
-		fmt.Fprintf(&b, "RSS is nqd's resident set (from /proc) with the streams open minus before, over the streams; heap and goroutines come from nqd's own `/metrics`. Targets.md T7: ≤ 20 KB per idle connection.\n\n")
+		fmt.Fprintf(&b, "RSS is nqd's resident set (from /proc) with the streams open minus before, over the streams; heap and goroutines come from nqd's own `/metrics`. Target: ≤ 20 KB per idle connection.\n\n")
 	}
 	if f := r.Flows; f != nil {
 		fmt.Fprintf(&b, "## Flow runs end to end\n\n")

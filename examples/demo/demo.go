@@ -1,7 +1,7 @@
 // Package demo is the demo worker's code: a handler for every step of the
-// example flows in examples/flows (seed 001's example-flow, seed 002's
-// diamond, seed 000's ml-training, and the three-step pipeline), run by
-// cmd/demo-worker through the worker SDK.
+// example flows in examples/flows (example-flow with its retry and approval,
+// the diamond's fan-out and fan-in, ml-training writing the run's state, and
+// the three-step pipeline), run by cmd/demo-worker through the worker SDK.
 package demo
 
 import (
@@ -67,8 +67,8 @@ func Handlers(o Options) map[string]worker.Handler {
 	}
 }
 
-// fetchData fails its first attempt, as seed 001's example does, so the
-// run shows a step.failed with willRetry and a step.retry.
+// fetchData fails its first attempt, as examples/flows/example-flow.yaml
+// describes, so the run shows a step.failed with willRetry and a step.retry.
 func fetchData(_ context.Context, sc *worker.StepContext) (any, error) {
 	if sc.Attempt() == 1 {
 		return nil, errors.New("network timeout")
@@ -119,7 +119,8 @@ func branch(event string, value int) worker.Handler {
 	}
 }
 
-// final gets both branches' payloads keyed by event name (seed 002).
+// final gets both branches' payloads keyed by event name, as a step that
+// subscribes to several events does.
 func final(_ context.Context, sc *worker.StepContext) (any, error) {
 	var in map[string]struct {
 		Value int `json:"value"`
@@ -146,8 +147,9 @@ func publish(_ context.Context, sc *worker.StepContext) (any, error) {
 	return map[string]any{"published": true}, nil
 }
 
-// train is seed 000's complete example: progress goes to the run's state,
-// so the state at any event shows how far training had come.
+// train is the ml-training example's step (examples/flows/ml-training.yaml):
+// progress goes to the run's state, so the state at any event shows how far
+// training had come.
 func train(defaultEpochs int, work func(context.Context) error) worker.Handler {
 	return func(ctx context.Context, sc *worker.StepContext) (any, error) {
 		var in struct {

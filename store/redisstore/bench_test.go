@@ -15,7 +15,7 @@ import (
 	"github.com/nqd-dev/nqd/store/redisstore"
 )
 
-// event256 stores as about 256 bytes, the event size of the targets.
+// event256 stores as about 256 bytes, the event size nqd's benchmarks use.
 func event256(c store.Context, n int) event.Event {
 	return event.Event{
 		Kind: "step.completed", Subject: c.ID, Flow: c.ID, FlowName: "bench", Step: "charge",

@@ -14,7 +14,9 @@ import (
 )
 
 // TestRunRecordIsContractHash checks the record's layout that other
-// producers (the Node module, dashboards) read: contract §1's hash fields.
+// producers (the Node module, dashboards) read: the hash fields status,
+// startedAt, completedAt, stepCount, completedSteps, emittedEvents and
+// version under <p>:flows:<flow>:meta:<run>.
 func TestRunRecordIsContractHash(t *testing.T) {
 	ctx := t.Context()
 	prefix := redistest.Prefix(t)

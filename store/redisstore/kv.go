@@ -14,7 +14,7 @@ import (
 	"github.com/nqd-dev/nqd/store"
 )
 
-// The KV records of store.KV (seed 003) are one hash each:
+// The KV records of store.KV are one hash each:
 //
 //	<p>:_kv:<key>   hash: the record's fields, plus _v = its version; PEXPIRE holds its TTL
 //
@@ -233,10 +233,9 @@ func (s *Store) CompareAndSwap(ctx context.Context, key string, cond store.Condi
 }
 
 // Scan returns the records under q.Prefix that match q.Filter, in key order.
-// It filters in nqd, not in Redis: seed 003's sweeper reads every record
-// under a prefix once a minute, and a script walking them would block Redis
-// for as long. Errors: store.ErrInvalid, store.ErrUnavailable,
-// store.ErrClosed.
+// It filters in nqd, not in Redis: a sweeper may read every record under a
+// prefix once a minute, and a script walking them would block Redis for as
+// long. Errors: store.ErrInvalid, store.ErrUnavailable, store.ErrClosed.
 func (s *Store) Scan(ctx context.Context, q store.ScanQuery) ([]store.KVEntry, error) {
 	if err := s.checkOpen("kv scan"); err != nil {
 		return nil, err

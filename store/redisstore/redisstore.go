@@ -6,7 +6,7 @@
 // Keys, under a configurable prefix <p> (default "nq"):
 //
 //	<p>:<type>:<id>                    stream: the context's events, field "e" = the record without id and ts
-//	<p>:<type>:<id>:live               Pub/Sub channel: each appended record, the full JSON of contract §2
+//	<p>:<type>:<id>:live               Pub/Sub channel: each appended record, its full JSON (Event in openapi.yaml)
 //	<p>:<type>s                        sorted set: context ids of a type, score = first event's ms
 //	<p>:<type>s:<name>                 sorted set: a named index, e.g. <p>:flows:<flowName> (score = start ms)
 //	<p>:<type>:<id>:idem:<sha256 hex>  string: "f<fingerprint> <id>...", what an append with an idempotency
@@ -15,7 +15,7 @@
 //
 // and for the flow engine (store.RunStore, store.DefinitionStore):
 //
-//	<p>:flows:<flow>:meta:<run>       hash: a run's record (contract §1): status, startedAt, completedAt,
+//	<p>:flows:<flow>:meta:<run>       hash: a run's record (store.RunMeta): status, startedAt, completedAt,
 //	                                  stepCount, completedSteps, emittedEvents (JSON), version, and state
 //	                                  (the engine's bookkeeping, JSON)
 //	<p>:flows:<flow>:status:<status>  sorted set: the flow's runs with that status, score = startedAt
@@ -48,7 +48,7 @@
 // as are claims, heartbeats and timer pickups, and the restore of an
 // archived run (scripts/restore.lua). Every key reaches a script
 // through KEYS[]. Every name that becomes part of a key is
-// checked against the rules of contract §1 before any command is sent.
+// checked against the name rules (event/names.go) before any command is sent.
 package redisstore
 
 import (

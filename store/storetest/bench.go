@@ -11,7 +11,7 @@ import (
 	"github.com/nqd-dev/nqd/store"
 )
 
-// benchEvent is about 256 bytes stored, the event size the targets assume.
+// benchEvent is about 256 bytes stored, the event size nqd's benchmarks use.
 func benchEvent(c store.Context, n int) event.Event {
 	return event.Event{
 		Kind: "step.completed", Subject: c.ID, Flow: c.ID, FlowName: "bench", Step: "charge",

@@ -332,8 +332,8 @@ func testKVCASRace(t *testing.T, h KVHarness) {
 	}
 }
 
-// testKVCASFieldRace is seed 003's worker claim: many workers swap state
-// from pending to claimed at once and exactly one does.
+// testKVCASFieldRace is a worker claim: many workers swap state from pending
+// to claimed at once and exactly one does.
 func testKVCASFieldRace(t *testing.T, h KVHarness) {
 	kv, ctx := h.KV, t.Context()
 	const workers = 100

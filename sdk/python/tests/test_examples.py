@@ -1,4 +1,4 @@
-"""The example handlers run seed 001's example flow from examples/flows,
+"""The example handlers run the example flow from examples/flows,
 stored as YAML: a Python worker for a flow defined for nqd."""
 
 from __future__ import annotations

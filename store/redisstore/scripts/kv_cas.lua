@@ -1,5 +1,5 @@
--- kv_cas.lua: seed 003's compare_and_swap, on a field's value, the record's
--- version or both.
+-- kv_cas.lua: the KV store's compare-and-swap (store.KV), on a field's
+-- value, the record's version or both.
 -- KEYS[1] the record's hash
 -- ARGV[1] field to compare, '' for none; ARGV[2] the value it must hold
 -- ARGV[3] the version the record must have, '0' for any
