@@ -1,0 +1,299 @@
+// Package pgtest gives nqd's tests a real PostgreSQL: one throwaway server per
+// test binary (or the server named by POSTGRES_URL), and a schema of its own
+// per test so tests can run in parallel.
+//
+// The server is found on PATH or in /usr/lib/postgresql/<version>/bin (the
+// newest version), initialised in a temporary directory and started on a free
+// port. PostgreSQL refuses to run as root, so a root test binary runs it as
+// the postgres user (or nobody).
+//
+// A missing server skips the test, unless NQD_REQUIRE_POSTGRES=1, which turns
+// it into a failure so CI cannot pass by skipping.
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// startTimeout bounds how long a fresh server may take to accept connections.
+const startTimeout = 30 * time.Second
+
+var (
+	sharedOnce sync.Once
+	shared     *Server
+	sharedErr  error
+	schemaSeq  atomic.Uint64
+)
+
+// URL returns the connection URL of a schema that no other test uses, on the
+// PostgreSQL shared by every test of this binary (started on first use, or
+// the one POSTGRES_URL names). The URL sets search_path to that schema, so a
+// store opened with it keeps its tables there. The schema is dropped when the
+// test ends.
+func URL(t testing.TB) string {
+	t.Helper()
+	base := serverURL(t)
+	schema := fmt.Sprintf("nqt%d_%d", os.Getpid(), schemaSeq.Add(1))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := exec1(ctx, base, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatalf("pgtest: create schema %s: %v", schema, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := exec1(ctx, base, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			t.Errorf("pgtest: drop schema %s: %v", schema, err)
+		}
+	})
+	return WithSearchPath(base, schema)
+}
+
+// WithSearchPath returns rawURL with its search_path set to schema.
+func WithSearchPath(rawURL, schema string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return rawURL
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func serverURL(t testing.TB) string {
+	t.Helper()
+	if u := os.Getenv("POSTGRES_URL"); u != "" {
+		return u
+	}
+	sharedOnce.Do(func() {
+		// The shared server lives as long as the test binary; the kernel
+		// signal set up in spawn ends it when the binary exits.
+		shared, sharedErr = launch()
+	})
+	if sharedErr != nil {
+		unavailable(t, sharedErr)
+	}
+	return shared.URL
+}
+
+func exec1(ctx context.Context, connURL, sql string) error {
+	conn, err := pgx.Connect(ctx, connURL)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	_, err = conn.Exec(ctx, sql)
+	return err
+}
+
+// Server is a postgres process started by this package.
+type Server struct {
+	URL  string
+	dir  string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// Start runs a dedicated server that the test owns; it is stopped when the
+// test ends. Tests that stop or break their server use it instead of URL.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	s, err := launch()
+	if err != nil {
+		unavailable(t, err)
+	}
+	t.Cleanup(s.Kill)
+	return s
+}
+
+// Kill ends the server at once with SIGKILL, as a crash would, waits for it to
+// exit and removes its directory.
+func (s *Server) Kill() {
+	if s.cmd != nil {
+		_ = s.cmd.Process.Kill()
+		<-s.done
+		s.cmd = nil
+	}
+	_ = os.RemoveAll(s.dir)
+}
+
+// launch initialises a cluster in a new temporary directory and starts it.
+func launch() (*Server, error) {
+	bin, err := binDir()
+	if err != nil {
+		return nil, err
+	}
+	cred, err := credential()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "nqd-pgtest-")
+	if err != nil {
+		return nil, err
+	}
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+	}
+	data := filepath.Join(dir, "data")
+	initdb := exec.Command(filepath.Join(bin, "initdb"),
+		"-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions")
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	if out, err := initdb.CombinedOutput(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("initdb: %v: %s", err, out)
+	}
+	var lastErr error
+	// A free port found by listening may be taken by someone else before
+	// postgres binds it; a few attempts make that race harmless.
+	for range 3 {
+		port, err := freePort()
+		if err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+		s, err := run(bin, dir, data, port, cred)
+		if err == nil {
+			return s, nil
+		}
+		lastErr = err
+	}
+	_ = os.RemoveAll(dir)
+	return nil, lastErr
+}
+
+// run starts postgres in the foreground, so it is this process's child, and
+// waits until it accepts connections.
+func run(bin, dir, data string, port int, cred *syscall.Credential) (*Server, error) {
+	logf, err := os.OpenFile(filepath.Join(dir, "postgres.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = logf.Close() }()
+	cmd := exec.Command(filepath.Join(bin, "postgres"),
+		"-D", data, "-p", strconv.Itoa(port),
+		"-c", "listen_addresses=127.0.0.1",
+		"-c", "unix_socket_directories="+dir,
+		"-c", "max_connections=400",
+		// A throwaway server: durability across a machine crash buys nothing.
+		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+	)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := spawn(cmd, cred); err != nil {
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	s := &Server{
+		URL: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port),
+		dir: dir, cmd: cmd, done: done,
+	}
+	deadline := time.Now().Add(startTimeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		pingErr := exec1(ctx, s.URL, "SELECT 1")
+		cancel()
+		if pingErr == nil {
+			return s, nil
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			<-done
+			return nil, fmt.Errorf("postgres on port %d did not accept connections within %s: %w", port, startTimeout, pingErr)
+		}
+		select {
+		case <-done:
+			return nil, fmt.Errorf("postgres on port %d exited at start (see %s/postgres.log)", port, dir)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// binDir finds the directory holding initdb and postgres: PATH first, then
+// the newest /usr/lib/postgresql/<version>/bin.
+func binDir() (string, error) {
+	if p, err := exec.LookPath("initdb"); err == nil {
+		dir := filepath.Dir(p)
+		if _, err := os.Stat(filepath.Join(dir, "postgres")); err == nil {
+			return dir, nil
+		}
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return version(dirs[i]) > version(dirs[j]) })
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
+			return d, nil
+		}
+	}
+	return "", errMissing
+}
+
+// version reads the major version out of /usr/lib/postgresql/<version>/bin.
+func version(binDir string) float64 {
+	v, _ := strconv.ParseFloat(filepath.Base(filepath.Dir(binDir)), 64)
+	return v
+}
+
+// credential returns whom to run PostgreSQL as: nil (this process's user)
+// unless that is root, which PostgreSQL refuses.
+func credential() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	for _, name := range []string{"postgres", "nobody"} {
+		u, err := user.Lookup(name)
+		if err != nil {
+			continue
+		}
+		uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+		gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}, nil
+	}
+	return nil, errors.New("running as root and neither a postgres nor a nobody user exists to run PostgreSQL as")
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = ln.Close() }()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+var errMissing = errors.New("PostgreSQL (initdb, postgres) is not installed")
+
+// unavailable skips the test, or fails it when CI requires PostgreSQL.
+func unavailable(t testing.TB, err error) {
+	t.Helper()
+	if os.Getenv("NQD_REQUIRE_POSTGRES") == "1" || !errors.Is(err, errMissing) {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Skipf("pgtest: %v (set NQD_REQUIRE_POSTGRES=1 to fail instead)", err)
+}
