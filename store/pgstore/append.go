@@ -1,0 +1,205 @@
+package pgstore
+
+import (
+	"context"
+	"math"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/store"
+)
+
+// batch is one append, checked and encoded before its transaction starts so
+// a bad event rejects it without a round trip.
+type batch struct {
+	c      store.Context
+	ck     string
+	evs    []event.Event
+	bodies [][]byte
+	key    string
+}
+
+// Append stores evs at the end of c's stream, maintains the indexes and
+// notifies c's subscribers on every instance once committed. Errors:
+// ErrInvalid, ErrClosed, ErrUnavailable, or ctx's error.
+func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, opts store.AppendOptions) (store.AppendResult, error) {
+	b, err := newBatch(c, evs, opts.IdempotencyKey)
+	if err != nil {
+		return store.AppendResult{}, err
+	}
+	if err := s.ready(ctx); err != nil {
+		return store.AppendResult{}, err
+	}
+	var res store.AppendResult
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		res, err = s.appendTx(ctx, tx, b)
+		return err
+	})
+	if err != nil {
+		return store.AppendResult{}, dbErr(err)
+	}
+	s.appended(res)
+	return res, nil
+}
+
+func (s *Store) appended(res store.AppendResult) {
+	if s.opts.Appended != nil && !res.Replayed {
+		s.opts.Appended(len(res.Events))
+	}
+}
+
+func newBatch(c store.Context, evs []event.Event, key string) (*batch, error) {
+	if err := checkContext(c); err != nil {
+		return nil, err
+	}
+	if len(evs) == 0 {
+		return nil, invalid("empty batch")
+	}
+	if len(key) > maxIdempotencyKey {
+		return nil, invalid("idempotency key longer than %d bytes", maxIdempotencyKey)
+	}
+	b := &batch{c: c, ck: contextKey(c), evs: evs, key: key, bodies: make([][]byte, len(evs))}
+	for i, e := range evs {
+		if !event.ValidKind(e.Kind) {
+			return nil, invalid("event %d: kind %q", i, e.Kind)
+		}
+		if isFlowStart(e.Kind) && e.FlowName != "" && !event.ValidName(e.FlowName) {
+			return nil, invalid("event %d: flow name %q", i, e.FlowName)
+		}
+		body, err := e.MarshalBody()
+		if err != nil {
+			return nil, invalid("event %d: %v", i, err)
+		}
+		b.bodies[i] = body
+	}
+	return b, nil
+}
+
+// appendTx writes b inside tx: the stream row lock, the events, the indexes,
+// the idempotency record and the notification that is sent on commit.
+func (s *Store) appendTx(ctx context.Context, tx pgx.Tx, b *batch) (store.AppendResult, error) {
+	var lastMS, lastSeq, length, nowMS int64
+	if err := tx.QueryRow(ctx, sqlLockStream, b.ck).Scan(&lastMS, &lastSeq, &length, &nowMS); err != nil {
+		return store.AppendResult{}, err
+	}
+	if b.key != "" {
+		// Looked up under the stream lock, so a concurrent repeat of the
+		// same key waits for the first and then replays it.
+		replay, ok, err := lookupIdempotent(ctx, tx, b.ck, b.key, nowMS)
+		if err != nil || ok {
+			return store.AppendResult{Events: replay, Replayed: ok}, err
+		}
+	}
+
+	// The clock may step back; the stream's ids may not.
+	last := event.ID{MS: uint64(lastMS), Seq: uint64(lastSeq)}
+	id := event.ID{MS: uint64(max(nowMS, 0))}
+	if id.Compare(last) <= 0 {
+		id = last.Next()
+	}
+	out := make([]event.Event, len(b.evs))
+	ms := make([]int64, len(b.evs))
+	seqs := make([]int64, len(b.evs))
+	kinds := make([]string, len(b.evs))
+	for i, e := range b.evs {
+		if id.Seq > math.MaxInt64 {
+			id = event.ID{MS: id.MS + 1}
+		}
+		e.ID = id
+		out[i] = e
+		ms[i], seqs[i], kinds[i] = int64(id.MS), int64(id.Seq), e.Kind
+		id = id.Next()
+	}
+	first, newest := out[0].ID, out[len(out)-1].ID
+	if _, err := tx.Exec(ctx, sqlInsertEvents, b.ck, ms, seqs, kinds, b.bodies); err != nil {
+		return store.AppendResult{}, err
+	}
+	if _, err := tx.Exec(ctx, sqlAdvanceStream, b.ck, int64(newest.MS), int64(newest.Seq), len(out)); err != nil {
+		return store.AppendResult{}, err
+	}
+	if err := indexEvents(ctx, tx, b.c, out, length == 0); err != nil {
+		return store.AppendResult{}, err
+	}
+	if b.key != "" {
+		if _, err := tx.Exec(ctx, sqlIdemSweep, nowMS); err != nil {
+			return store.AppendResult{}, err
+		}
+		expires := nowMS + s.opts.IdempotencyWindow.Milliseconds()
+		if _, err := tx.Exec(ctx, sqlIdemPut, b.ck, b.key, expires,
+			int64(first.MS), int64(first.Seq), int64(newest.MS), int64(newest.Seq), len(out)); err != nil {
+			return store.AppendResult{}, err
+		}
+	}
+	if _, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", s.channel, b.ck+" "+newest.String()); err != nil {
+		return store.AppendResult{}, err
+	}
+	return store.AppendResult{Events: out}, nil
+}
+
+// lookupIdempotent returns the events of an earlier append with key, if its
+// record has not expired and its events are all still there.
+func lookupIdempotent(ctx context.Context, tx pgx.Tx, ck, key string, nowMS int64) ([]event.Event, bool, error) {
+	var fms, fseq, lms, lseq int64
+	var count int
+	err := tx.QueryRow(ctx, sqlIdemLookup, ck, key, nowMS).Scan(&fms, &fseq, &lms, &lseq, &count)
+	if err == pgx.ErrNoRows {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	hi := event.ID{MS: uint64(lms), Seq: uint64(lseq)}.Next()
+	evs, err := rangeQuery(ctx, tx, sqlRange, ck, event.ID{MS: uint64(fms), Seq: uint64(fseq)}, hi, nil, count)
+	if err != nil {
+		return nil, false, err
+	}
+	if len(evs) != count {
+		// Some events are gone, so there is nothing to replay: append anew.
+		return nil, false, nil
+	}
+	return evs, true, nil
+}
+
+// indexEvents applies the index rules of the store.Store contract to newly
+// appended events.
+func indexEvents(ctx context.Context, tx pgx.Tx, c store.Context, evs []event.Event, first bool) error {
+	if first {
+		if _, err := tx.Exec(ctx, sqlIndexAdd, indexKey(store.Index{Type: c.Type}), c.ID, int64(evs[0].ID.MS)); err != nil {
+			return err
+		}
+	}
+	for _, e := range evs {
+		var ix string
+		switch {
+		case isFlowStart(e.Kind) && e.FlowName != "":
+			ix = indexKey(store.Index{Type: "flow", Name: e.FlowName})
+		case e.Kind == "trigger.registered":
+			ix = indexKey(store.Index{Type: "trigger"})
+		default:
+			continue
+		}
+		if _, err := tx.Exec(ctx, sqlIndexAdd, ix, c.ID, int64(e.ID.MS)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func isFlowStart(kind string) bool { return kind == "flow.started" || kind == "flow.start" }
+
+func contextKey(c store.Context) string { return c.Type + ":" + c.ID }
+
+func indexKey(ix store.Index) string {
+	if ix.Name == "" {
+		return ix.Type
+	}
+	return ix.Type + ":" + ix.Name
+}
+
+// pgID splits id into the two bigints of the tables, saturating the parts
+// beyond int64 (bounds such as event.MaxID) at the largest stored value.
+func pgID(id event.ID) (int64, int64) {
+	return int64(min(id.MS, math.MaxInt64)), int64(min(id.Seq, math.MaxInt64))
+}
