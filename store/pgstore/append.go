@@ -34,7 +34,7 @@ func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, 
 	var res store.AppendResult
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
-		res, err = s.appendTx(ctx, tx, b)
+		res, err = s.appendTx(ctx, tx, b, true)
 		return err
 	})
 	if err != nil {
@@ -77,9 +77,10 @@ func newBatch(c store.Context, evs []event.Event, key string) (*batch, error) {
 	return b, nil
 }
 
-// appendTx writes b inside tx: the stream row lock, the events, the indexes,
-// the idempotency record and the notification that is sent on commit.
-func (s *Store) appendTx(ctx context.Context, tx pgx.Tx, b *batch) (store.AppendResult, error) {
+// appendTx writes b inside tx: the stream row lock, the events, the indexes
+// (with kinds, the kind index too), the idempotency record and the
+// notification that is sent on commit.
+func (s *Store) appendTx(ctx context.Context, tx pgx.Tx, b *batch, kinds bool) (store.AppendResult, error) {
 	var lastMS, lastSeq, length, nowMS int64
 	if err := tx.QueryRow(ctx, sqlLockStream, b.ck).Scan(&lastMS, &lastSeq, &length, &nowMS); err != nil {
 		return store.AppendResult{}, err
@@ -102,18 +103,18 @@ func (s *Store) appendTx(ctx context.Context, tx pgx.Tx, b *batch) (store.Append
 	out := make([]event.Event, len(b.evs))
 	ms := make([]int64, len(b.evs))
 	seqs := make([]int64, len(b.evs))
-	kinds := make([]string, len(b.evs))
+	evKinds := make([]string, len(b.evs))
 	for i, e := range b.evs {
 		if id.Seq > math.MaxInt64 {
 			id = event.ID{MS: id.MS + 1}
 		}
 		e.ID = id
 		out[i] = e
-		ms[i], seqs[i], kinds[i] = int64(id.MS), int64(id.Seq), e.Kind
+		ms[i], seqs[i], evKinds[i] = int64(id.MS), int64(id.Seq), e.Kind
 		id = id.Next()
 	}
 	first, newest := out[0].ID, out[len(out)-1].ID
-	if _, err := tx.Exec(ctx, sqlInsertEvents, b.ck, ms, seqs, kinds, b.bodies); err != nil {
+	if _, err := tx.Exec(ctx, sqlInsertEvents, b.ck, ms, seqs, evKinds, b.bodies); err != nil {
 		return store.AppendResult{}, err
 	}
 	if _, err := tx.Exec(ctx, sqlAdvanceStream, b.ck, int64(newest.MS), int64(newest.Seq), len(out)); err != nil {
@@ -121,6 +122,11 @@ func (s *Store) appendTx(ctx context.Context, tx pgx.Tx, b *batch) (store.Append
 	}
 	if err := indexEvents(ctx, tx, b.c, out, length == 0); err != nil {
 		return store.AppendResult{}, err
+	}
+	if kinds {
+		if err := s.indexKinds(ctx, tx, b, out, nowMS); err != nil {
+			return store.AppendResult{}, err
+		}
 	}
 	if b.key != "" {
 		if _, err := tx.Exec(ctx, sqlIdemSweep, nowMS); err != nil {

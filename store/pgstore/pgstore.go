@@ -43,6 +43,12 @@ type Options struct {
 	SubscriptionBuffer int
 	// Logger receives the store's diagnostics; the zero value discards them.
 	Logger zerolog.Logger
+	// Retention sets when finished runs become due for the reaper; the
+	// zero value keeps every run.
+	Retention store.Retention
+	// KindWindow is how long the kind index keeps an event; default
+	// store.DefaultKindWindow.
+	KindWindow time.Duration
 	// Appended, when set, is told how many events each write stored (a
 	// replay stores none), for the appended-events metric. It must return
 	// quickly.

@@ -27,3 +27,11 @@ func newTestStore(t testing.TB, opts pgstore.Options) *pgstore.Store {
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store { return newTestStore(t, pgstore.Options{}) })
 }
+
+func TestEngineConformance(t *testing.T) {
+	storetest.RunEngine(t, func(t *testing.T) storetest.EngineStore { return newTestStore(t, pgstore.Options{}) })
+}
+
+func TestKindsConformance(t *testing.T) {
+	storetest.RunKinds(t, func(t *testing.T) storetest.KindStore { return newTestStore(t, pgstore.Options{}) })
+}

@@ -38,3 +38,30 @@ var (
 	//go:embed sql/checkpoint_get.sql
 	sqlCheckpointGet string
 )
+
+var (
+	//go:embed sql/definition_put.sql
+	sqlDefinitionPut string
+	//go:embed sql/run_create.sql
+	sqlRunCreate string
+	//go:embed sql/run_update.sql
+	sqlRunUpdate string
+	//go:embed sql/job_put.sql
+	sqlJobPut string
+	//go:embed sql/job_get.sql
+	sqlJobGet string
+	//go:embed sql/claim.sql
+	sqlClaim string
+	//go:embed sql/timer_set.sql
+	sqlTimerSet string
+	//go:embed sql/due_timers.sql
+	sqlDueTimers string
+	//go:embed sql/runs_count.sql
+	sqlRunsCount string
+	//go:embed sql/runs_list.sql
+	sqlRunsList string
+	//go:embed sql/runs_count_status.sql
+	sqlRunsCountStatus string
+	//go:embed sql/runs_list_status.sql
+	sqlRunsListStatus string
+)
