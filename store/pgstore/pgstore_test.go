@@ -35,3 +35,37 @@ func TestEngineConformance(t *testing.T) {
 func TestKindsConformance(t *testing.T) {
 	storetest.RunKinds(t, func(t *testing.T) storetest.KindStore { return newTestStore(t, pgstore.Options{}) })
 }
+
+func TestQueueStoreConformance(t *testing.T) {
+	storetest.RunQueueStore(t, func(t *testing.T) (s, other storetest.QueueStoreStore) {
+		url := pgtest.URL(t)
+		open := func() *pgstore.Store {
+			st, err := pgstore.Open(t.Context(), url, pgstore.Options{Logger: zerolog.New(zerolog.NewTestWriter(t))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = st.Close() })
+			return st
+		}
+		// A second instance on the same schema.
+		return open(), open()
+	})
+}
+
+func TestQueueStatsConformance(t *testing.T) {
+	storetest.RunQueueStats(t, func(t *testing.T) storetest.QueueStatsStore { return newTestStore(t, pgstore.Options{}) })
+}
+
+func TestRetentionConformance(t *testing.T) {
+	storetest.RunRetention(t, func(t *testing.T) storetest.RetentionStore {
+		return newTestStore(t, pgstore.Options{Retention: storetest.RetentionPolicy})
+	})
+}
+
+func TestRestoreConformance(t *testing.T) {
+	storetest.RunRestore(t, func(t *testing.T) storetest.RestoreStore { return newTestStore(t, pgstore.Options{}) })
+}
+
+func TestTrimConformance(t *testing.T) {
+	storetest.RunTrim(t, func(t *testing.T) storetest.TrimStore { return newTestStore(t, pgstore.Options{}) })
+}

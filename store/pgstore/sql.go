@@ -65,3 +65,6 @@ var (
 	//go:embed sql/runs_list_status.sql
 	sqlRunsListStatus string
 )
+
+//go:embed sql/queue_jobs.sql
+var sqlQueueJobs string
