@@ -69,3 +69,10 @@ func TestRestoreConformance(t *testing.T) {
 func TestTrimConformance(t *testing.T) {
 	storetest.RunTrim(t, func(t *testing.T) storetest.TrimStore { return newTestStore(t, pgstore.Options{}) })
 }
+
+func TestKVConformance(t *testing.T) {
+	storetest.RunKV(t, func(t *testing.T) storetest.KVHarness {
+		// The database clock cannot be moved, so the suite waits for expiry.
+		return storetest.KVHarness{KV: newTestStore(t, pgstore.Options{})}
+	})
+}
