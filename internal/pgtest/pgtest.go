@@ -23,6 +23,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -107,32 +108,67 @@ func exec1(ctx context.Context, connURL, sql string) error {
 // Server is a postgres process started by this package.
 type Server struct {
 	URL  string
+	bin  string
 	dir  string
+	port int
+	cred *syscall.Credential
+
+	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}
 }
 
-// Start runs a dedicated server that the test owns; it is stopped when the
-// test ends. Tests that stop or break their server use it instead of URL.
+// Start runs a dedicated server that the test may Kill and Restart; it is
+// killed and its directory removed when the test ends. Tests that stop or
+// break their server use it instead of URL.
 func Start(t testing.TB) *Server {
 	t.Helper()
 	s, err := launch()
 	if err != nil {
 		unavailable(t, err)
 	}
-	t.Cleanup(s.Kill)
+	t.Cleanup(func() {
+		s.Kill()
+		_ = os.RemoveAll(s.dir)
+	})
 	return s
 }
 
-// Kill ends the server at once with SIGKILL, as a crash would, waits for it to
-// exit and removes its directory.
+// Kill ends the server at once with SIGKILL, as a crash would, and waits for
+// it to exit. Killing a stopped server does nothing.
 func (s *Server) Kill() {
-	if s.cmd != nil {
-		_ = s.cmd.Process.Kill()
-		<-s.done
-		s.cmd = nil
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
 	}
-	_ = os.RemoveAll(s.dir)
+	kill(s.cmd)
+	<-s.done
+	s.cmd = nil
+}
+
+// Restart kills the server if it runs and starts it again on the same port
+// with the same data directory, so it comes back with every committed write.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.Kill()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// The killed backends detach from the shared memory as they exit, a
+	// moment after the postmaster; until then a new postmaster refuses to
+	// start, so it is tried again for a while.
+	deadline := time.Now().Add(startTimeout)
+	for {
+		cmd, done, err := run(s.bin, s.dir, s.port, s.cred)
+		if err == nil {
+			s.cmd, s.done = cmd, done
+			return
+		}
+		if !strings.Contains(err.Error(), "is still in use") || time.Now().After(deadline) {
+			t.Fatalf("pgtest: restart postgres on port %d: %v", s.port, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // launch initialises a cluster in a new temporary directory and starts it.
@@ -172,9 +208,9 @@ func launch() (*Server, error) {
 			_ = os.RemoveAll(dir)
 			return nil, err
 		}
-		s, err := run(bin, dir, data, port, cred)
+		cmd, done, err := run(bin, dir, port, cred)
 		if err == nil {
-			return s, nil
+			return &Server{URL: serverURLOf(port), bin: bin, dir: dir, port: port, cred: cred, cmd: cmd, done: done}, nil
 		}
 		lastErr = err
 	}
@@ -184,52 +220,56 @@ func launch() (*Server, error) {
 
 // run starts postgres in the foreground, so it is this process's child, and
 // waits until it accepts connections.
-func run(bin, dir, data string, port int, cred *syscall.Credential) (*Server, error) {
+func run(bin, dir string, port int, cred *syscall.Credential) (*exec.Cmd, chan struct{}, error) {
 	logf, err := os.OpenFile(filepath.Join(dir, "postgres.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer func() { _ = logf.Close() }()
 	cmd := exec.Command(filepath.Join(bin, "postgres"),
-		"-D", data, "-p", strconv.Itoa(port),
+		"-D", filepath.Join(dir, "data"), "-p", strconv.Itoa(port),
 		"-c", "listen_addresses=127.0.0.1",
 		"-c", "unix_socket_directories="+dir,
 		"-c", "max_connections=400",
-		// A throwaway server: durability across a machine crash buys nothing.
-		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+		// A throwaway server: durability across a machine crash buys nothing,
+		// but a killed server must keep what it acknowledged, so commits
+		// still wait for the WAL write.
+		"-c", "fsync=off", "-c", "full_page_writes=off",
 	)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := spawn(cmd, cred); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	done := make(chan struct{})
 	go func() {
 		_ = cmd.Wait()
 		close(done)
 	}()
-	s := &Server{
-		URL: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port),
-		dir: dir, cmd: cmd, done: done,
-	}
+	url := serverURLOf(port)
 	deadline := time.Now().Add(startTimeout)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		pingErr := exec1(ctx, s.URL, "SELECT 1")
+		pingErr := exec1(ctx, url, "SELECT 1")
 		cancel()
 		if pingErr == nil {
-			return s, nil
+			return cmd, done, nil
 		}
 		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
+			kill(cmd)
 			<-done
-			return nil, fmt.Errorf("postgres on port %d did not accept connections within %s: %w", port, startTimeout, pingErr)
+			return nil, nil, fmt.Errorf("postgres on port %d did not accept connections within %s: %w", port, startTimeout, pingErr)
 		}
 		select {
 		case <-done:
-			return nil, fmt.Errorf("postgres on port %d exited at start (see %s/postgres.log)", port, dir)
+			log, _ := os.ReadFile(filepath.Join(dir, "postgres.log"))
+			return nil, nil, fmt.Errorf("postgres on port %d exited at start: %s", port, log)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+func serverURLOf(port int) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
 }
 
 // binDir finds the directory holding initdb and postgres: PATH first, then

@@ -28,8 +28,14 @@ func init() {
 }
 
 func spawn(cmd *exec.Cmd, cred *syscall.Credential) error {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Credential: cred}
+	// A group of its own lets kill end the backends with the postmaster.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Credential: cred, Setpgid: true}
 	errc := make(chan error, 1)
 	spawnCh <- spawnReq{cmd: cmd, err: errc}
 	return <-errc
 }
+
+// kill ends the postmaster and every backend at once, as a crash of the
+// machine would; a backend left behind would keep the data directory's
+// shared memory in use and refuse a restart.
+func kill(cmd *exec.Cmd) { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }

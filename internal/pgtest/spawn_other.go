@@ -13,3 +13,5 @@ func spawn(cmd *exec.Cmd, cred *syscall.Credential) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	return cmd.Start()
 }
+
+func kill(cmd *exec.Cmd) { _ = cmd.Process.Kill() }
