@@ -125,6 +125,20 @@ func (s *Store) Ping(ctx context.Context) error {
 	return dbErr(s.pool.Ping(ctx))
 }
 
+// LiveHealthy reports whether the live feed is listening. A readiness probe
+// calls it so an instance whose listener is down stops taking SSE clients
+// (its subscribers would only catch up once it is back). Errors:
+// ErrUnavailable, ErrClosed.
+func (s *Store) LiveHealthy(ctx context.Context) error {
+	if s.isClosed() {
+		return errClosed
+	}
+	if !s.feed.listening.Load() {
+		return fmt.Errorf("pgstore: live: %w: the listener is reconnecting", store.ErrUnavailable)
+	}
+	return ctx.Err()
+}
+
 // Close ends every subscription with ErrClosed, stops the listener and closes
 // the pool. Calling it again does nothing.
 func (s *Store) Close() error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -27,6 +28,8 @@ type feed struct {
 
 	cancel context.CancelFunc
 	done   chan struct{}
+	// listening is whether the listener connection is up.
+	listening atomic.Bool
 }
 
 // retryDelay is how long the listener, or a subscription whose read failed,
@@ -44,6 +47,7 @@ func (f *feed) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	f.listening.Store(true)
 	loopCtx, cancel := context.WithCancel(context.Background())
 	f.cancel = cancel
 	go f.loop(loopCtx, conn)
@@ -71,6 +75,7 @@ func (f *feed) loop(ctx context.Context, conn *pgx.Conn) {
 			f.kick(ck)
 			continue
 		}
+		f.listening.Store(false)
 		_ = conn.Close(context.Background())
 		if ctx.Err() != nil {
 			return
@@ -86,6 +91,7 @@ func (f *feed) loop(ctx context.Context, conn *pgx.Conn) {
 				break
 			}
 		}
+		f.listening.Store(true)
 		f.s.log.Info().Msg("pgstore: listener reconnected")
 		f.kick("")
 	}
