@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"math"
 
 	"github.com/jackc/pgx/v5"
@@ -150,7 +151,7 @@ func lookupIdempotent(ctx context.Context, tx pgx.Tx, ck, key string, nowMS int6
 	var fms, fseq, lms, lseq int64
 	var count int
 	err := tx.QueryRow(ctx, sqlIdemLookup, ck, key, nowMS).Scan(&fms, &fseq, &lms, &lseq, &count)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, nil
 	}
 	if err != nil {

@@ -234,3 +234,58 @@ func TestServerDownIsUnavailable(t *testing.T) {
 		t.Fatalf("Info after the restart = %+v, %v; want the 2 acknowledged events", info, err)
 	}
 }
+
+// Two instances on one schema: subscribers on each see every event that
+// writers on both appended, once and in stream order.
+func TestTwoInstancesShareStreams(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	open := func() *pgstore.Store {
+		s, err := pgstore.Open(t.Context(), url, pgstore.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	a, b := open(), open()
+	c := store.Context{Type: "flow", ID: "shared"}
+	var subs []store.Subscription
+	for _, s := range []*pgstore.Store{a, b} {
+		sub, err := s.Subscribe(t.Context(), c, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Close()
+		subs = append(subs, sub)
+	}
+	const writers, each = 4, 25
+	var wg sync.WaitGroup
+	for w := range writers {
+		s := a
+		if w%2 == 1 {
+			s = b
+		}
+		wg.Go(func() {
+			for i := range each {
+				if _, err := s.Append(context.Background(), c, []event.Event{logEvent(w*each + i)}, store.AppendOptions{}); err != nil {
+					t.Errorf("writer %d: %v", w, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	stored, err := a.Range(t.Context(), c, store.RangeQuery{})
+	if err != nil || len(stored) != writers*each {
+		t.Fatalf("stored %d events, %v; want %d", len(stored), err, writers*each)
+	}
+	for i, sub := range subs {
+		got := receive(t, sub, len(stored))
+		for j := range stored {
+			if got[j].ID != stored[j].ID {
+				t.Fatalf("subscriber %d, event %d: got %s, want %s", i, j, got[j].ID, stored[j].ID)
+			}
+		}
+	}
+}

@@ -115,8 +115,8 @@ func (s *Store) kvUpdate(ctx context.Context, key string, fn func(old kvRecord, 
 	return dbErr(pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// A missing key gets a placeholder row first, so there is always a
 		// row to lock and two writers of a new key take turns.
-		if _, err := tx.Exec(ctx, `INSERT INTO nqd_kv (key, version, expires, fields) VALUES ($1, 0, 0, '\x7b7d')
-			ON CONFLICT (key) DO NOTHING`, key); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO nqd_kv (key, version, expires, fields) VALUES ($1, 0, 0, $2)
+			ON CONFLICT (key) DO NOTHING`, key, []byte("{}")); err != nil {
 			return err
 		}
 		var old kvRecord

@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"sync"
 	"time"
 
@@ -106,15 +107,27 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		pool.Close()
 		return nil, dbErr(err)
 	}
-	// Channels are per database; naming this schema's keeps stores of other
-	// schemas on the same database from waking each other.
-	s.channel = "nqd_events." + s.schema
+	s.channel = channelName(s.schema)
 	s.feed = newFeed(s, cfg.ConnConfig.Copy())
 	if err := s.feed.start(ctx); err != nil {
 		pool.Close()
 		return nil, err
 	}
 	return s, nil
+}
+
+// channelName is the NOTIFY channel of schema. Channels are per database;
+// naming this schema's keeps stores of other schemas on the same database
+// from waking each other. A name must stay under PostgreSQL's 64-byte
+// identifier limit, so a long schema name is replaced by its hash.
+func channelName(schema string) string {
+	name := "nqd_events." + schema
+	if len(name) < 64 {
+		return name
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(schema))
+	return fmt.Sprintf("nqd_events.%x", h.Sum64())
 }
 
 // Ping checks that the database answers. Errors: ErrUnavailable, ErrClosed.

@@ -76,3 +76,11 @@ func TestKVConformance(t *testing.T) {
 		return storetest.KVHarness{KV: newTestStore(t, pgstore.Options{})}
 	})
 }
+
+func BenchmarkStore(b *testing.B) {
+	storetest.RunBenchmarks(b, func(b *testing.B) store.Store { return newTestStore(b, pgstore.Options{}) })
+}
+
+func BenchmarkKV(b *testing.B) {
+	storetest.RunKVBenchmarks(b, func(b *testing.B) store.KV { return newTestStore(b, pgstore.Options{}) })
+}

@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 
@@ -111,7 +112,7 @@ func (s *Store) Info(ctx context.Context, c store.Context) (store.StreamInfo, er
 	var info store.StreamInfo
 	var fms, fseq, lms, lseq int64
 	err := s.pool.QueryRow(ctx, sqlInfo, contextKey(c)).Scan(&info.Length, &fms, &fseq, &lms, &lseq)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return store.StreamInfo{}, nil
 	}
 	if err != nil {

@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -55,7 +56,7 @@ func (s *Store) DeleteExpiredRun(ctx context.Context, flow, run string, now int6
 		var due bool
 		err := tx.QueryRow(ctx, `SELECT expires_at <= $3 FROM nqd_runs
 			WHERE flow = $1 AND run = $2 AND expires_at IS NOT NULL FOR UPDATE`, flow, run, now).Scan(&due)
-		if err == pgx.ErrNoRows || (err == nil && !due) {
+		if errors.Is(err, pgx.ErrNoRows) || (err == nil && !due) {
 			return fmt.Errorf("%w: run %s of %s is not due", errConflict, run, flow)
 		}
 		if err != nil {

@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -192,7 +193,7 @@ func (s *Store) Subscribe(ctx context.Context, c store.Context, buffer int) (sto
 
 	var ms, seq int64
 	err := s.pool.QueryRow(ctx, sqlStreamHead, sub.ck).Scan(&ms, &seq)
-	if err != nil && err != pgx.ErrNoRows {
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		f.remove(sub)
 		return nil, dbErr(err)
 	}

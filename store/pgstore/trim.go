@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 
 	"github.com/jackc/pgx/v5"
 
@@ -31,7 +32,7 @@ func (s *Store) Trim(ctx context.Context, c store.Context, before event.ID) (int
 		var lastMS, lastSeq, length int64
 		err := tx.QueryRow(ctx, `SELECT last_ms, last_seq, length FROM nqd_streams WHERE ctx = $1 FOR UPDATE`, ck).
 			Scan(&lastMS, &lastSeq, &length)
-		if err == pgx.ErrNoRows || (err == nil && length == 0) {
+		if errors.Is(err, pgx.ErrNoRows) || (err == nil && length == 0) {
 			return nil
 		}
 		if err != nil {
