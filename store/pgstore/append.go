@@ -115,32 +115,35 @@ func (s *Store) appendTx(ctx context.Context, tx pgx.Tx, b *batch, kinds bool) (
 		id = id.Next()
 	}
 	first, newest := out[0].ID, out[len(out)-1].ID
-	if _, err := tx.Exec(ctx, sqlInsertEvents, b.ck, ms, seqs, evKinds, b.bodies); err != nil {
-		return store.AppendResult{}, err
-	}
-	if _, err := tx.Exec(ctx, sqlAdvanceStream, b.ck, int64(newest.MS), int64(newest.Seq), len(out)); err != nil {
-		return store.AppendResult{}, err
-	}
-	if err := indexEvents(ctx, tx, b.c, out, length == 0); err != nil {
-		return store.AppendResult{}, err
-	}
-	if kinds {
-		if err := s.indexKinds(ctx, tx, b, out, nowMS); err != nil {
-			return store.AppendResult{}, err
-		}
-	}
+
+	// The writes need no answer from each other, so they travel together:
+	// one round trip however many indexes the batch touches.
+	wb := &pgx.Batch{}
+	wb.Queue(sqlInsertEvents, b.ck, ms, seqs, evKinds, b.bodies)
+	wb.Queue(sqlAdvanceStream, b.ck, int64(newest.MS), int64(newest.Seq), len(out))
+	indexEvents(wb, b.c, out, length == 0)
 	if b.key != "" {
-		if _, err := tx.Exec(ctx, sqlIdemSweep, nowMS); err != nil {
-			return store.AppendResult{}, err
-		}
 		expires := nowMS + s.opts.IdempotencyWindow.Milliseconds()
-		if _, err := tx.Exec(ctx, sqlIdemPut, b.ck, b.key, expires,
-			int64(first.MS), int64(first.Seq), int64(newest.MS), int64(newest.Seq), len(out)); err != nil {
+		wb.Queue(sqlIdemSweep, nowMS)
+		wb.Queue(sqlIdemPut, b.ck, b.key, expires,
+			int64(first.MS), int64(first.Seq), int64(newest.MS), int64(newest.Seq), len(out))
+	}
+	wb.Queue("SELECT pg_notify($1, $2)", s.channel, b.ck+" "+newest.String())
+	var watched map[string]event.ID
+	if kinds {
+		wb.Queue(sqlLockWatchedKinds, distinctKinds(out)).Query(func(rows pgx.Rows) error {
+			var err error
+			watched, err = scanWatched(rows)
+			return err
+		})
+	}
+	if err := tx.SendBatch(ctx, wb).Close(); err != nil {
+		return store.AppendResult{}, err
+	}
+	if len(watched) > 0 {
+		if err := s.indexKinds(ctx, tx, b, out, watched, nowMS); err != nil {
 			return store.AppendResult{}, err
 		}
-	}
-	if _, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", s.channel, b.ck+" "+newest.String()); err != nil {
-		return store.AppendResult{}, err
 	}
 	return store.AppendResult{Events: out}, nil
 }
@@ -169,29 +172,20 @@ func lookupIdempotent(ctx context.Context, tx pgx.Tx, ck, key string, nowMS int6
 	return evs, true, nil
 }
 
-// indexEvents applies the index rules of the store.Store contract to newly
+// indexEvents queues the index rules of the store.Store contract for newly
 // appended events.
-func indexEvents(ctx context.Context, tx pgx.Tx, c store.Context, evs []event.Event, first bool) error {
+func indexEvents(wb *pgx.Batch, c store.Context, evs []event.Event, first bool) {
 	if first {
-		if _, err := tx.Exec(ctx, sqlIndexAdd, indexKey(store.Index{Type: c.Type}), c.ID, int64(evs[0].ID.MS)); err != nil {
-			return err
-		}
+		wb.Queue(sqlIndexAdd, indexKey(store.Index{Type: c.Type}), c.ID, int64(evs[0].ID.MS))
 	}
 	for _, e := range evs {
-		var ix string
 		switch {
 		case isFlowStart(e.Kind) && e.FlowName != "":
-			ix = indexKey(store.Index{Type: "flow", Name: e.FlowName})
+			wb.Queue(sqlIndexAdd, indexKey(store.Index{Type: "flow", Name: e.FlowName}), c.ID, int64(e.ID.MS))
 		case e.Kind == "trigger.registered":
-			ix = indexKey(store.Index{Type: "trigger"})
-		default:
-			continue
-		}
-		if _, err := tx.Exec(ctx, sqlIndexAdd, ix, c.ID, int64(e.ID.MS)); err != nil {
-			return err
+			wb.Queue(sqlIndexAdd, indexKey(store.Index{Type: "trigger"}), c.ID, int64(e.ID.MS))
 		}
 	}
-	return nil
 }
 
 func isFlowStart(kind string) bool { return kind == "flow.started" || kind == "flow.start" }

@@ -17,39 +17,37 @@ var _ store.KindIndex = (*Store)(nil)
 // so cleaning never makes one append slow.
 const kindTrimLimit = 64
 
-// indexKinds records evs of watched kinds in the kind index. Each kind's
-// row is locked while its entries are written, so a kind's positions follow
-// commit order and a reader's cursor never skips an entry that commits late.
-func (s *Store) indexKinds(ctx context.Context, tx pgx.Tx, b *batch, evs []event.Event, nowMS int64) error {
+// distinctKinds returns the kinds of evs, sorted, each once.
+func distinctKinds(evs []event.Event) []string {
 	kinds := make([]string, 0, len(evs))
 	for _, e := range evs {
 		kinds = append(kinds, e.Kind)
 	}
 	slices.Sort(kinds)
-	kinds = slices.Compact(kinds)
-	// Locked in name order, the same in every transaction, so two appends
-	// never wait on each other's kinds.
-	rows, err := tx.Query(ctx, `SELECT kind, last_ms, last_seq FROM nqd_watched_kinds
-		WHERE kind = ANY($1) ORDER BY kind FOR UPDATE`, kinds)
-	if err != nil {
-		return err
-	}
+	return slices.Compact(kinds)
+}
+
+// scanWatched reads the rows of sqlLockWatchedKinds: each watched kind with
+// the newest position it gave out.
+func scanWatched(rows pgx.Rows) (map[string]event.ID, error) {
 	last := map[string]event.ID{}
 	for rows.Next() {
 		var kind string
 		var ms, seq int64
 		if err := rows.Scan(&kind, &ms, &seq); err != nil {
-			rows.Close()
-			return err
+			return nil, err
 		}
 		last[kind] = event.ID{MS: uint64(ms), Seq: uint64(seq)}
 	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	if len(last) == 0 {
-		return nil
-	}
+	return last, rows.Err()
+}
+
+// indexKinds records evs of the watched kinds in last (locked by
+// sqlLockWatchedKinds in this transaction, with their newest positions) in
+// the kind index. The lock makes a kind's positions follow commit order, so
+// a reader's cursor never skips an entry that commits late.
+func (s *Store) indexKinds(ctx context.Context, tx pgx.Tx, b *batch, evs []event.Event, last map[string]event.ID, nowMS int64) error {
+	kb := &pgx.Batch{}
 	for i, e := range evs {
 		prev, ok := last[e.Kind]
 		if !ok {
@@ -62,24 +60,18 @@ func (s *Store) indexKinds(ctx context.Context, tx pgx.Tx, b *batch, evs []event
 		last[e.Kind] = pos
 		pms, pseq := pgID(pos)
 		ems, eseq := pgID(e.ID)
-		if _, err := tx.Exec(ctx, `INSERT INTO nqd_kind_events (kind, ms, seq, ctx_type, ctx_id, ev_ms, ev_seq, body)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, e.Kind, pms, pseq, b.c.Type, b.c.ID, ems, eseq, b.bodies[i]); err != nil {
-			return err
-		}
+		kb.Queue(`INSERT INTO nqd_kind_events (kind, ms, seq, ctx_type, ctx_id, ev_ms, ev_seq, body)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, e.Kind, pms, pseq, b.c.Type, b.c.ID, ems, eseq, b.bodies[i])
 	}
 	window := s.kindWindow().Milliseconds()
 	for kind, pos := range last {
 		ms, seq := pgID(pos)
-		if _, err := tx.Exec(ctx, `UPDATE nqd_watched_kinds SET last_ms = $2, last_seq = $3 WHERE kind = $1`, kind, ms, seq); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `DELETE FROM nqd_kind_events WHERE kind = $1 AND (ms, seq) IN (
+		kb.Queue(`UPDATE nqd_watched_kinds SET last_ms = $2, last_seq = $3 WHERE kind = $1`, kind, ms, seq)
+		kb.Queue(`DELETE FROM nqd_kind_events WHERE kind = $1 AND (ms, seq) IN (
 			SELECT ms, seq FROM nqd_kind_events WHERE kind = $1 AND ms + $2 < $3 ORDER BY ms, seq LIMIT $4)`,
-			kind, window, nowMS, kindTrimLimit); err != nil {
-			return err
-		}
+			kind, window, nowMS, kindTrimLimit)
 	}
-	return nil
+	return tx.SendBatch(ctx, kb).Close()
 }
 
 func (s *Store) kindWindow() time.Duration {

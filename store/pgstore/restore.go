@@ -69,7 +69,9 @@ func (s *Store) Restore(ctx context.Context, c store.Context, evs []event.Event,
 		if _, err := tx.Exec(ctx, sqlAdvanceStream, ck, lastMS, lastSeq, len(evs)); err != nil {
 			return err
 		}
-		return indexEvents(ctx, tx, c, evs, true)
+		wb := &pgx.Batch{}
+		indexEvents(wb, c, evs, true)
+		return tx.SendBatch(ctx, wb).Close()
 	})
 	return dbErr(err)
 }

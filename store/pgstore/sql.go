@@ -68,3 +68,6 @@ var (
 
 //go:embed sql/queue_jobs.sql
 var sqlQueueJobs string
+
+//go:embed sql/lock_watched_kinds.sql
+var sqlLockWatchedKinds string
