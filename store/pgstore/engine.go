@@ -277,7 +277,9 @@ func (s *Store) Claim(ctx context.Context, queues []string, now, leaseUntil int6
 					rows.Close()
 					return err
 				}
-				j.Queue, j.ReadyAt = q, leaseUntil
+				// ReadyAt is the score the job had when it was taken, as on
+				// the other stores.
+				j.Queue, j.ReadyAt = q, c.score
 				if input != nil {
 					j.Input = json.RawMessage(input)
 				}
@@ -327,7 +329,7 @@ func (s *Store) Heartbeat(ctx context.Context, ref store.JobAck, leaseUntil int6
 			ref.Queue, ref.ID, leaseUntil); err != nil {
 			return err
 		}
-		j.LeaseUntil, j.ReadyAt = leaseUntil, leaseUntil
+		j.LeaseUntil = leaseUntil
 		out = j
 		return nil
 	})
