@@ -1,11 +1,15 @@
 package pgstore
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
+	"fmt"
 	"math"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/store"
@@ -19,6 +23,8 @@ type batch struct {
 	evs    []event.Event
 	bodies [][]byte
 	key    string
+	fp     [sha256.Size]byte // the bodies' store.Fingerprint, with a key
+	same   bool              // store.AppendOptions.SameRequest
 }
 
 // Append stores evs at the end of c's stream, maintains the indexes and
@@ -29,20 +35,45 @@ func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, 
 	if err != nil {
 		return store.AppendResult{}, err
 	}
+	b.same = opts.SameRequest
 	if err := s.ready(ctx); err != nil {
 		return store.AppendResult{}, err
 	}
 	var res store.AppendResult
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = s.write(ctx, func(tx pgx.Tx) error {
 		var err error
 		res, err = s.appendTx(ctx, tx, b, true)
 		return err
 	})
 	if err != nil {
-		return store.AppendResult{}, dbErr(err)
+		return store.AppendResult{}, err
 	}
 	s.appended(res)
 	return res, nil
+}
+
+// write runs fn in a transaction and commits it. A commit whose answer was
+// lost (the connection broke after COMMIT went out) may have been applied:
+// that is ErrOutcomeUnknown, never ErrUnavailable, which promises nothing
+// was written.
+func (s *Store) write(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return dbErr(err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback(context.Background())
+		return dbErr(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) || pgconn.SafeToRetry(err) {
+			// The server refused the commit, or it was never sent.
+			return dbErr(err)
+		}
+		return fmt.Errorf("pgstore: %w: commit: %w", store.ErrOutcomeUnknown, err)
+	}
+	return nil
 }
 
 func (s *Store) appended(res store.AppendResult) {
@@ -75,6 +106,9 @@ func newBatch(c store.Context, evs []event.Event, key string) (*batch, error) {
 		}
 		b.bodies[i] = body
 	}
+	if key != "" {
+		b.fp = store.Fingerprint(b.bodies)
+	}
 	return b, nil
 }
 
@@ -89,9 +123,15 @@ func (s *Store) appendTx(ctx context.Context, tx pgx.Tx, b *batch, kinds bool) (
 	if b.key != "" {
 		// Looked up under the stream lock, so a concurrent repeat of the
 		// same key waits for the first and then replays it.
-		replay, ok, err := lookupIdempotent(ctx, tx, b.ck, b.key, nowMS)
-		if err != nil || ok {
-			return store.AppendResult{Events: replay, Replayed: ok}, err
+		replay, fp, ok, err := lookupIdempotent(ctx, tx, b.ck, b.key, nowMS)
+		if err != nil {
+			return store.AppendResult{}, err
+		}
+		if ok && b.same && fp != nil && !bytes.Equal(fp, b.fp[:]) {
+			return store.AppendResult{}, fmt.Errorf("pgstore: append to %s: %w", b.c, store.ErrKeyReused)
+		}
+		if ok {
+			return store.AppendResult{Events: replay, Replayed: true}, nil
 		}
 	}
 
@@ -126,7 +166,7 @@ func (s *Store) appendTx(ctx context.Context, tx pgx.Tx, b *batch, kinds bool) (
 		expires := nowMS + s.opts.IdempotencyWindow.Milliseconds()
 		wb.Queue(sqlIdemSweep, nowMS)
 		wb.Queue(sqlIdemPut, b.ck, b.key, expires,
-			int64(first.MS), int64(first.Seq), int64(newest.MS), int64(newest.Seq), len(out))
+			int64(first.MS), int64(first.Seq), int64(newest.MS), int64(newest.Seq), len(out), b.fp[:])
 	}
 	wb.Queue("SELECT pg_notify($1, $2)", s.channel, b.ck+" "+newest.String())
 	var watched map[string]event.ID
@@ -149,27 +189,29 @@ func (s *Store) appendTx(ctx context.Context, tx pgx.Tx, b *batch, kinds bool) (
 }
 
 // lookupIdempotent returns the events of an earlier append with key, if its
-// record has not expired and its events are all still there.
-func lookupIdempotent(ctx context.Context, tx pgx.Tx, ck, key string, nowMS int64) ([]event.Event, bool, error) {
+// record has not expired and its events are all still there, and their
+// fingerprint (nil in a record written before fingerprints were kept).
+func lookupIdempotent(ctx context.Context, tx pgx.Tx, ck, key string, nowMS int64) ([]event.Event, []byte, bool, error) {
 	var fms, fseq, lms, lseq int64
 	var count int
-	err := tx.QueryRow(ctx, sqlIdemLookup, ck, key, nowMS).Scan(&fms, &fseq, &lms, &lseq, &count)
+	var fp []byte
+	err := tx.QueryRow(ctx, sqlIdemLookup, ck, key, nowMS).Scan(&fms, &fseq, &lms, &lseq, &count, &fp)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, false, nil
+		return nil, nil, false, nil
 	}
 	if err != nil {
-		return nil, false, err
+		return nil, nil, false, err
 	}
 	hi := event.ID{MS: uint64(lms), Seq: uint64(lseq)}.Next()
 	evs, err := rangeQuery(ctx, tx, sqlRange, ck, event.ID{MS: uint64(fms), Seq: uint64(fseq)}, hi, nil, count)
 	if err != nil {
-		return nil, false, err
+		return nil, nil, false, err
 	}
 	if len(evs) != count {
 		// Some events are gone, so there is nothing to replay: append anew.
-		return nil, false, nil
+		return nil, nil, false, nil
 	}
-	return evs, true, nil
+	return evs, fp, true, nil
 }
 
 // indexEvents queues the index rules of the store.Store contract for newly

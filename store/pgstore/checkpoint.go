@@ -22,7 +22,7 @@ func (s *Store) PutCheckpoint(ctx context.Context, c store.Context, at event.ID,
 		return err
 	}
 	ms, seq := pgID(at)
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := s.write(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, sqlCheckpointPut, contextKey(c), ms, seq, state); err != nil {
 			return err
 		}

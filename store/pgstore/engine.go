@@ -134,7 +134,7 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 		return store.AppendResult{}, err
 	}
 	var res store.AppendResult
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := s.write(ctx, func(tx pgx.Tx) error {
 		if err := s.writeRun(ctx, tx, u); err != nil {
 			return err
 		}
@@ -254,7 +254,7 @@ func (s *Store) Claim(ctx context.Context, queues []string, now, leaseUntil int6
 		return nil, err
 	}
 	var out []store.Job
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := s.write(ctx, func(tx pgx.Tx) error {
 		out = out[:0]
 		for _, q := range queues {
 			if len(out) == max {
@@ -317,7 +317,7 @@ func (s *Store) Heartbeat(ctx context.Context, ref store.JobAck, leaseUntil int6
 		return store.Job{}, err
 	}
 	var out store.Job
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := s.write(ctx, func(tx pgx.Tx) error {
 		j, err := getJob(ctx, tx, ref.Queue, ref.ID, true)
 		if err != nil {
 			return err
@@ -504,7 +504,7 @@ func (s *Store) DeleteRuns(ctx context.Context, flow string) (int, error) {
 		return 0, err
 	}
 	var n int
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := s.write(ctx, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT member FROM nqd_index WHERE ix = $1 ORDER BY member`, indexKey(store.Index{Type: "flow", Name: flow}))
 		if err != nil {
 			return err

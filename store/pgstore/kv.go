@@ -112,7 +112,7 @@ func (s *Store) kvUpdate(ctx context.Context, key string, fn func(old kvRecord, 
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	return dbErr(pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	return dbErr(s.write(ctx, func(tx pgx.Tx) error {
 		// A missing key gets a placeholder row first, so there is always a
 		// row to lock and two writers of a new key take turns.
 		if _, err := tx.Exec(ctx, `INSERT INTO nqd_kv (key, version, expires, fields) VALUES ($1, 0, 0, $2)

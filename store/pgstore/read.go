@@ -65,6 +65,7 @@ func rangeQuery(ctx context.Context, db querier, query, ck string, lo, hi event.
 	}
 	defer rows.Close()
 	out := []event.Event{}
+	var dec event.Decoder
 	for rows.Next() {
 		var ms, seq int64
 		var body []byte
@@ -72,7 +73,7 @@ func rangeQuery(ctx context.Context, db querier, query, ck string, lo, hi event.
 			return nil, err
 		}
 		id := event.ID{MS: uint64(ms), Seq: uint64(seq)}
-		e, err := event.DecodeStored(id, body)
+		e, err := dec.Decode(id, body)
 		if err != nil {
 			return nil, fmt.Errorf("decode %s %s: %w", ck, id, err)
 		}

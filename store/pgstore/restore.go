@@ -25,7 +25,7 @@ func (s *Store) Restore(ctx context.Context, c store.Context, evs []event.Event,
 		return err
 	}
 	ck := contextKey(c)
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = s.write(ctx, func(tx pgx.Tx) error {
 		var lastMS, lastSeq, length, nowMS int64
 		if err := tx.QueryRow(ctx, sqlLockStream, ck).Scan(&lastMS, &lastSeq, &length, &nowMS); err != nil {
 			return err

@@ -50,7 +50,7 @@ func (s *Store) DeleteExpiredRun(ctx context.Context, flow, run string, now int6
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := s.write(ctx, func(tx pgx.Tx) error {
 		// The row lock keeps a concurrent update from resuming the run
 		// between this check and the delete.
 		var due bool

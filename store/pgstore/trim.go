@@ -27,7 +27,7 @@ func (s *Store) Trim(ctx context.Context, c store.Context, before event.ID) (int
 	ck := contextKey(c)
 	bms, bseq := pgID(before)
 	var n int64
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := s.write(ctx, func(tx pgx.Tx) error {
 		// Under the stream lock, so the newest event cannot change meanwhile.
 		var lastMS, lastSeq, length int64
 		err := tx.QueryRow(ctx, `SELECT last_ms, last_seq, length FROM nqd_streams WHERE ctx = $1 FOR UPDATE`, ck).
