@@ -213,30 +213,25 @@ func (s *Store) writeRun(ctx context.Context, tx pgx.Tx, u store.RunUpdate) erro
 }
 
 func applyJobsAndTimers(ctx context.Context, tx pgx.Tx, u store.RunUpdate) error {
+	wb := &pgx.Batch{}
 	for _, r := range u.Remove {
-		if _, err := tx.Exec(ctx, `DELETE FROM nqd_jobs WHERE queue = $1 AND id = $2`, r.Queue, r.ID); err != nil {
-			return err
-		}
+		wb.Queue(`DELETE FROM nqd_jobs WHERE queue = $1 AND id = $2`, r.Queue, r.ID)
 	}
 	for _, j := range u.Enqueue {
-		attempt := max(j.Attempt, 1)
-		input := []byte(j.Input)
-		if _, err := tx.Exec(ctx, sqlJobPut, j.Queue, j.ID, j.Flow, j.Run, j.Step, input, attempt, j.ReadyAt); err != nil {
-			return err
-		}
+		wb.Queue(sqlJobPut, j.Queue, j.ID, j.Flow, j.Run, j.Step, []byte(j.Input), max(j.Attempt, 1), j.ReadyAt)
 	}
 	for _, t := range u.ClearTimers {
-		if _, err := tx.Exec(ctx, `DELETE FROM nqd_timers WHERE kind = $1 AND flow = $2 AND run = $3 AND step = $4`,
-			t.Kind, t.Flow, t.Run, t.Step); err != nil {
-			return err
-		}
+		wb.Queue(`DELETE FROM nqd_timers WHERE kind = $1 AND flow = $2 AND run = $3 AND step = $4`,
+			t.Kind, t.Flow, t.Run, t.Step)
 	}
 	for _, t := range u.SetTimers {
-		if _, err := tx.Exec(ctx, sqlTimerSet, t.Kind, t.Flow, t.Run, t.Step, t.Due); err != nil {
-			return err
-		}
+		wb.Queue(sqlTimerSet, t.Kind, t.Flow, t.Run, t.Step, t.Due)
 	}
-	return nil
+	if wb.Len() == 0 {
+		return nil
+	}
+	// None needs another's answer: one round trip for all of them.
+	return tx.SendBatch(ctx, wb).Close()
 }
 
 // Claim hands out jobs ready or lease-expired at now, skipping rows another

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"strings"
 	"sync"
 	"time"
 
@@ -61,6 +62,8 @@ const (
 	defaultSubscriptionBuffer = 256
 	// keepCheckpoints is how many checkpoints a context keeps.
 	keepCheckpoints = 4
+	// defaultMaxConns is the pool size unless the URL sets pool_max_conns.
+	defaultMaxConns = 16
 	// maxIdempotencyKey matches the other stores' limit.
 	maxIdempotencyKey = 1024
 )
@@ -93,6 +96,12 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: %w: %w", store.ErrInvalid, err)
+	}
+	// pgx's default pool (four connections on a small machine) makes the
+	// engine's claims, the appends and the subscribers' reads queue for a
+	// connection; a URL that names pool_max_conns keeps its own.
+	if !strings.Contains(url, "pool_max_conns") {
+		cfg.MaxConns = defaultMaxConns
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
