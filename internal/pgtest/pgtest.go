@@ -181,8 +181,13 @@ func launch() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "nqd-pgtest-")
+	sweepStale()
+	dir, err := os.MkdirTemp("", dirPrefix)
 	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		_ = os.RemoveAll(dir)
 		return nil, err
 	}
 	if cred != nil {
@@ -193,7 +198,9 @@ func launch() (*Server, error) {
 	}
 	data := filepath.Join(dir, "data")
 	initdb := exec.Command(filepath.Join(bin, "initdb"),
-		"-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions")
+		"-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions",
+		// Small WAL segments keep a throwaway cluster a few megabytes.
+		"--wal-segsize=1")
 	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	if out, err := initdb.CombinedOutput(); err != nil {
 		_ = os.RemoveAll(dir)
@@ -235,6 +242,7 @@ func run(bin, dir string, port int, cred *syscall.Credential) (*exec.Cmd, chan s
 		// but a killed server must keep what it acknowledged, so commits
 		// still wait for the WAL write.
 		"-c", "fsync=off", "-c", "full_page_writes=off",
+		"-c", "min_wal_size=2MB", "-c", "max_wal_size=64MB",
 	)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := spawn(cmd, cred); err != nil {
@@ -270,6 +278,38 @@ func run(bin, dir string, port int, cred *syscall.Credential) (*exec.Cmd, chan s
 
 func serverURLOf(port int) string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+}
+
+// dirPrefix names the temporary directories of the servers this package
+// starts.
+const dirPrefix = "nqd-pgtest-"
+
+// ownerFile holds the pid of the test binary that made a server's directory.
+const ownerFile = "owner.pid"
+
+// sweepStale removes the directories whose test binary is gone: the shared
+// server lives as long as its binary, and nothing runs after it to remove
+// its directory. The postmaster's own pid would not do: a test may kill its
+// server and restart it on the same directory. A directory without an owner
+// is stale after an hour.
+func sweepStale() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), dirPrefix+"*"))
+	for _, dir := range dirs {
+		b, err := os.ReadFile(filepath.Join(dir, ownerFile))
+		if err != nil {
+			if st, err := os.Stat(dir); err == nil && time.Since(st.ModTime()) > time.Hour {
+				_ = os.RemoveAll(dir)
+			}
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 0 || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			_ = os.RemoveAll(dir)
+		}
+	}
 }
 
 // binDir finds the directory holding initdb and postgres: PATH first, then
