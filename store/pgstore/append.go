@@ -66,9 +66,11 @@ func (s *Store) write(ctx context.Context, fn func(tx pgx.Tx) error) error {
 		return dbErr(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
+		// Only an ERROR answer is the server refusing the commit. A broken
+		// connection, or a FATAL that a dying backend sends after it may
+		// have committed, leaves the outcome open.
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) || pgconn.SafeToRetry(err) {
-			// The server refused the commit, or it was never sent.
+		if errors.As(err, &pgErr) && pgErr.Severity == "ERROR" {
 			return dbErr(err)
 		}
 		return fmt.Errorf("pgstore: %w: commit: %w", store.ErrOutcomeUnknown, err)
