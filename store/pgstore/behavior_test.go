@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/rs/zerolog"
 
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/internal/pgtest"
+	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/internal/wait"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/pgstore"
@@ -57,7 +57,7 @@ func receive(t *testing.T, sub store.Subscription, n int) []event.Event {
 func TestListenerLossLosesNoEvent(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
-	s, err := pgstore.Open(t.Context(), url, pgstore.Options{Logger: zerolog.New(zerolog.NewTestWriter(t))})
+	s, err := pgstore.Open(t.Context(), url, pgstore.Options{Logger: testkit.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func TestConcurrentOpenMigratesOnce(t *testing.T) {
 func TestServerDownIsUnavailable(t *testing.T) {
 	t.Parallel()
 	srv := pgtest.Start(t)
-	s, err := pgstore.Open(t.Context(), srv.URL, pgstore.Options{Logger: zerolog.New(zerolog.NewTestWriter(t))})
+	s, err := pgstore.Open(t.Context(), srv.URL, pgstore.Options{Logger: testkit.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
