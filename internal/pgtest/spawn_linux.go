@@ -39,10 +39,11 @@ func spawn(cmd *exec.Cmd, cred *syscall.Credential) error {
 }
 
 // kill ends the postmaster and every backend at once, as a crash of the
-// machine would. Backends run in sessions of their own, so they are found by
-// their parent: the postmaster is stopped first so that it forks no more,
-// then its children are killed, then it is. A backend left behind could
-// still commit a transaction on a connection it holds.
+// machine would. Backends call setsid, so a signal to the postmaster's
+// process group misses them; they are found by their parent instead: the
+// postmaster is stopped first so that it forks no more, then its children
+// are killed, then it is. A backend left behind could still commit a
+// transaction on a connection it holds.
 func kill(cmd *exec.Cmd) {
 	pid := cmd.Process.Pid
 	_ = syscall.Kill(pid, syscall.SIGSTOP)
