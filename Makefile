@@ -24,7 +24,7 @@ build:
 	@echo "building bin/nqd $(VERSION) (the first build compiles every dependency and takes a few minutes)"
 	$(GOBUILD) -o bin/nqd ./cmd/server
 
-## test: every test with the race detector; Redis tests start their own redis-server.
+## test: every test with the race detector; Redis and PostgreSQL tests start their own servers.
 ## One package at a time: several packages start servers, browsers and load of
 ## their own, and on a small machine running them side by side only slows each.
 test:

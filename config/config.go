@@ -28,12 +28,15 @@ var prefixRe = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
 
 // Config is every setting of an nqd process.
 type Config struct {
-	Addr      string // listen address
-	RedisURL  string // empty: the embedded store in DataDir
-	DataDir   string
-	Prefix    string // key prefix
-	LogLevel  string // trace, debug, info, warn, error
-	LogFormat string // auto, json, console
+	Addr     string // listen address
+	RedisURL string // empty: the embedded store in DataDir, or PostgreSQL
+	// PostgresURL selects the PostgreSQL store (postgres://...); empty
+	// with RedisURL empty: the embedded store.
+	PostgresURL string
+	DataDir     string
+	Prefix      string // key prefix
+	LogLevel    string // trace, debug, info, warn, error
+	LogFormat   string // auto, json, console
 
 	MaxBodyBytes       int64
 	MaxBatch           int
@@ -98,8 +101,11 @@ type Rate struct {
 
 // Backend names the store the settings select.
 func (c Config) Backend() string {
-	if c.RedisURL != "" {
+	switch {
+	case c.RedisURL != "":
 		return "redis"
+	case c.PostgresURL != "":
+		return "postgres"
 	}
 	return "embedded"
 }
@@ -120,6 +126,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 	settings := []setting{
 		{"addr", "NQ_ADDR", "listen address", "127.0.0.1:8080", str(&c.Addr)},
 		{"redis-url", "NQ_REDIS_URL", "Redis URL (redis://, rediss://; add ?master_name= for Sentinel); empty uses the embedded store", "", str(&c.RedisURL)},
+		{"postgres-url", "NQ_POSTGRES_URL", "PostgreSQL URL (postgres://user:pass@host/db?sslmode=...); empty uses the embedded store", "", str(&c.PostgresURL)},
 		{"data-dir", "NQ_DATA_DIR", "directory of the embedded store", "./data", str(&c.DataDir)},
 		{"prefix", "NQ_PREFIX", "storage key prefix", "nq", str(&c.Prefix)},
 		{"log-level", "NQ_LOG_LEVEL", "trace, debug, info, warn or error", "info", str(&c.LogLevel)},
@@ -246,13 +253,21 @@ func (c Config) validate() error {
 	if c.MaxStreamsPerClient < 0 {
 		bad("NQ_MAX_STREAMS_PER_CLIENT", "must not be negative")
 	}
-	if c.RedisURL != "" {
+	switch {
+	case c.RedisURL != "" && c.PostgresURL != "":
+		bad("NQ_REDIS_URL and NQ_POSTGRES_URL", "both set: nqd keeps its data in one store, so set only one")
+	case c.RedisURL != "":
 		u, err := url.Parse(c.RedisURL)
 		if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix") {
 			bad("NQ_REDIS_URL", "want a redis://, rediss:// or unix:// URL")
 		}
-	} else if c.DataDir == "" {
-		bad("NQ_DATA_DIR", "must not be empty when NQ_REDIS_URL is unset")
+	case c.PostgresURL != "":
+		u, err := url.Parse(c.PostgresURL)
+		if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+			bad("NQ_POSTGRES_URL", "want a postgres:// or postgresql:// URL")
+		}
+	case c.DataDir == "":
+		bad("NQ_DATA_DIR", "must not be empty when neither NQ_REDIS_URL nor NQ_POSTGRES_URL is set")
 	}
 	if c.FlowsDir != "" {
 		if st, err := os.Stat(c.FlowsDir); err != nil {

@@ -41,6 +41,16 @@ func TestLoadPrecedence(t *testing.T) {
 	}
 }
 
+func TestLoadPostgres(t *testing.T) {
+	c, err := Load(nil, env(map[string]string{"NQ_POSTGRES_URL": "postgres://nqd@db.example/nqd?sslmode=verify-full"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Backend() != "postgres" {
+		t.Errorf("got backend %q, want postgres", c.Backend())
+	}
+}
+
 func TestLoadRejects(t *testing.T) {
 	tests := []struct {
 		env  map[string]string
@@ -50,6 +60,8 @@ func TestLoadRejects(t *testing.T) {
 		{env: map[string]string{"NQ_MAX_BATCH": "many"}, want: "NQ_MAX_BATCH"},
 		{env: map[string]string{"NQ_PREFIX": "nq:x"}, want: "NQ_PREFIX"},
 		{env: map[string]string{"NQ_REDIS_URL": "http://x"}, want: "NQ_REDIS_URL"},
+		{env: map[string]string{"NQ_POSTGRES_URL": "mysql://x"}, want: "NQ_POSTGRES_URL"},
+		{env: map[string]string{"NQ_REDIS_URL": "redis://x", "NQ_POSTGRES_URL": "postgres://x/db"}, want: "NQ_REDIS_URL and NQ_POSTGRES_URL"},
 		{env: map[string]string{"NQ_LOG_LEVEL": "loud"}, want: "NQ_LOG_LEVEL"},
 		{env: map[string]string{"NQ_ADDR": "8080"}, want: "NQ_ADDR"},
 		{args: []string{"-request-timeout", "soon"}, want: "-request-timeout"},

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nqd-dev/nqd/config"
 	"github.com/nqd-dev/nqd/examples/demo"
+	"github.com/nqd-dev/nqd/internal/pgtest"
 	"github.com/nqd-dev/nqd/internal/redistest"
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/internal/wait"
@@ -32,6 +33,7 @@ var backends = []struct {
 	{"redis", func(t testing.TB) []string {
 		return []string{"-redis-url", "redis://" + redistest.Addr(t), "-prefix", redistest.Prefix(t)}
 	}},
+	{"postgres", func(t testing.TB) []string { return []string{"-postgres-url", pgtest.URL(t)} }},
 }
 
 func forEachBackend(t *testing.T, f func(t *testing.T, args []string)) {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nqd-dev/nqd/internal/pgtest"
 	"github.com/nqd-dev/nqd/internal/redistest"
 	"github.com/nqd-dev/nqd/worker"
 )
@@ -121,6 +122,7 @@ func TestKillAndRestart(t *testing.T) {
 		{"redis", func(t *testing.T) []string {
 			return []string{"NQ_REDIS_URL=redis://" + redistest.Addr(t), "NQ_PREFIX=" + redistest.Prefix(t)}
 		}},
+		{"postgres", func(t *testing.T) []string { return []string{"NQ_POSTGRES_URL=" + pgtest.URL(t)} }},
 	} {
 		t.Run(backend.name, func(t *testing.T) {
 			env := backend.env(t)

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nqd-dev/nqd/internal/pgtest"
 	"github.com/nqd-dev/nqd/internal/redistest"
 )
 
@@ -166,6 +167,9 @@ func TestCrash(t *testing.T) {
 	t.Run("redis", func(t *testing.T) {
 		srv := redistest.Start(t, redistest.Options{AOF: true})
 		crashUnderLoad(t, "NQ_REDIS_URL=redis://"+srv.Addr+"/0")
+	})
+	t.Run("postgres", func(t *testing.T) {
+		crashUnderLoad(t, "NQ_POSTGRES_URL="+pgtest.URL(t))
 	})
 }
 

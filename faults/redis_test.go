@@ -20,11 +20,16 @@ import (
 // at addr, and returns its base URL.
 func startApp(t *testing.T, redisAddr string) string {
 	t.Helper()
-	cfg, err := config.Load([]string{
+	return startAppOn(t, "-redis-url", "redis://"+redisAddr+"/0")
+}
+
+// startAppOn runs the real wiring on the store that storeArgs select.
+func startAppOn(t *testing.T, storeArgs ...string) string {
+	t.Helper()
+	cfg, err := config.Load(append([]string{
 		"-addr", "127.0.0.1:0",
-		"-redis-url", "redis://" + redisAddr + "/0",
 		"-sse-heartbeat", "1s",
-	}, func(string) string { return "" }, io.Discard)
+	}, storeArgs...), func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ func (a *App) access() (handlers.Access, error) {
 		if signer, err = auth.NewSigner(cfg.StreamTokenKeys...); err != nil {
 			return handlers.Access{}, err
 		}
-	} else if len(cfg.Tokens) > 0 && cfg.Backend() == "redis" {
+	} else if len(cfg.Tokens) > 0 && cfg.Backend() != "embedded" {
 		a.log.Warn().Msg("NQ_STREAM_TOKEN_KEYS is unset: stream tokens are signed with a key of this process and open streams on this instance only")
 	}
 	return handlers.Access{

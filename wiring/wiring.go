@@ -25,6 +25,7 @@ import (
 	"github.com/nqd-dev/nqd/snapshots"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/store/pgstore"
 	"github.com/nqd-dev/nqd/store/redisstore"
 	"github.com/nqd-dev/nqd/stream"
 	"github.com/nqd-dev/nqd/web"
@@ -101,8 +102,11 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 	})
 	a.closers = append(a.closers, func() error { a.Stream.Close(); return nil })
 	ready = append(ready, func(context.Context) error { return a.Stream.Ready() })
-	if rs, ok := st.(*redisstore.Store); ok {
-		ready = append(ready, rs.LiveHealthy)
+	switch ls := st.(type) {
+	case *redisstore.Store:
+		ready = append(ready, ls.LiveHealthy)
+	case *pgstore.Store:
+		ready = append(ready, ls.LiveHealthy)
 	}
 
 	var flowEngine handlers.FlowEngine
@@ -237,6 +241,25 @@ func (a *App) openStore(ctx context.Context) (store.Store, error) {
 		}
 		a.closers = append(a.closers, st.Close)
 		a.log.Info().Str("store", "redis").Str("redis", redactURL(a.cfg.RedisURL)).Str("prefix", a.cfg.Prefix).Msg("using the Redis store")
+		return st, nil
+	case "postgres":
+		if a.cfg.StreamMaxLen > 0 || len(a.cfg.StreamMaxLenByType) > 0 {
+			a.log.Warn().Msg("NQ_STREAM_MAXLEN and NQ_STREAM_MAXLEN_BY_TYPE do not apply to the PostgreSQL store: its streams are trimmed by compaction only")
+		}
+		openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		st, err := pgstore.Open(openCtx, a.cfg.PostgresURL, pgstore.Options{
+			IdempotencyWindow: a.cfg.IdempotencyWindow,
+			Logger:            a.log,
+			Retention:         RetentionPolicy(a.cfg),
+			Appended:          a.Metrics.EventsAppended,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("postgres at %s: %w", redactURL(a.cfg.PostgresURL), err)
+		}
+		a.closers = append(a.closers, st.Close)
+		version, _ := st.SchemaVersion(openCtx)
+		a.log.Info().Str("store", "postgres").Str("postgres", redactURL(a.cfg.PostgresURL)).Int("schema_version", version).Msg("using the PostgreSQL store")
 		return st, nil
 	default:
 		if err := os.MkdirAll(a.cfg.DataDir, 0o750); err != nil {

@@ -1,0 +1,379 @@
+// Package pgtest gives nqd's tests a real PostgreSQL: one throwaway server per
+// test binary (or the server named by POSTGRES_URL), and a schema of its own
+// per test so tests can run in parallel.
+//
+// The server is found on PATH or in /usr/lib/postgresql/<version>/bin (the
+// newest version), initialised in a temporary directory and started on a free
+// port. PostgreSQL refuses to run as root, so a root test binary runs it as
+// the postgres user (or nobody).
+//
+// A missing server skips the test, unless NQD_REQUIRE_POSTGRES=1, which turns
+// it into a failure so CI cannot pass by skipping.
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// startTimeout bounds how long a fresh server may take to accept connections.
+const startTimeout = 30 * time.Second
+
+var (
+	sharedOnce sync.Once
+	shared     *Server
+	sharedErr  error
+	schemaSeq  atomic.Uint64
+)
+
+// URL returns the connection URL of a schema that no other test uses, on the
+// PostgreSQL shared by every test of this binary (started on first use, or
+// the one POSTGRES_URL names). The URL sets search_path to that schema, so a
+// store opened with it keeps its tables there. The schema is dropped when the
+// test ends.
+func URL(t testing.TB) string {
+	t.Helper()
+	base := serverURL(t)
+	schema := fmt.Sprintf("nqt%d_%d", os.Getpid(), schemaSeq.Add(1))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := exec1(ctx, base, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatalf("pgtest: create schema %s: %v", schema, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := exec1(ctx, base, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			t.Errorf("pgtest: drop schema %s: %v", schema, err)
+		}
+	})
+	return WithSearchPath(base, schema)
+}
+
+// WithSearchPath returns rawURL with its search_path set to schema.
+func WithSearchPath(rawURL, schema string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return rawURL
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func serverURL(t testing.TB) string {
+	t.Helper()
+	if u := os.Getenv("POSTGRES_URL"); u != "" {
+		return u
+	}
+	sharedOnce.Do(func() {
+		// The shared server lives as long as the test binary; the kernel
+		// signal set up in spawn ends it when the binary exits.
+		shared, sharedErr = launch()
+	})
+	if sharedErr != nil {
+		unavailable(t, sharedErr)
+	}
+	return shared.URL
+}
+
+func exec1(ctx context.Context, connURL, sql string) error {
+	conn, err := pgx.Connect(ctx, connURL)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	_, err = conn.Exec(ctx, sql)
+	return err
+}
+
+// Server is a postgres process started by this package.
+type Server struct {
+	URL  string
+	bin  string
+	dir  string
+	port int
+	cred *syscall.Credential
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// Start runs a dedicated server that the test may Kill and Restart; it is
+// killed and its directory removed when the test ends. Tests that stop or
+// break their server use it instead of URL.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	s, err := launch()
+	if err != nil {
+		unavailable(t, err)
+	}
+	t.Cleanup(func() {
+		s.Kill()
+		_ = os.RemoveAll(s.dir)
+	})
+	return s
+}
+
+// Kill ends the server at once with SIGKILL, as a crash would, and waits for
+// it to exit. Killing a stopped server does nothing.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	kill(s.cmd)
+	<-s.done
+	s.cmd = nil
+}
+
+// Restart kills the server if it runs and starts it again on the same port
+// with the same data directory, so it comes back with every committed write.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.Kill()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// The killed backends detach from the shared memory as they exit, a
+	// moment after the postmaster; until then a new postmaster refuses to
+	// start, so it is tried again for a while.
+	deadline := time.Now().Add(startTimeout)
+	for {
+		cmd, done, err := run(s.bin, s.dir, s.port, s.cred)
+		if err == nil {
+			s.cmd, s.done = cmd, done
+			return
+		}
+		if !strings.Contains(err.Error(), "is still in use") || time.Now().After(deadline) {
+			t.Fatalf("pgtest: restart postgres on port %d: %v", s.port, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// launch initialises a cluster in a new temporary directory and starts it.
+func launch() (*Server, error) {
+	bin, err := binDir()
+	if err != nil {
+		return nil, err
+	}
+	cred, err := credential()
+	if err != nil {
+		return nil, err
+	}
+	sweepStale()
+	dir, err := os.MkdirTemp("", dirPrefix)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+	}
+	data := filepath.Join(dir, "data")
+	initdb := exec.Command(filepath.Join(bin, "initdb"),
+		"-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions",
+		// Small WAL segments keep a throwaway cluster a few megabytes.
+		"--wal-segsize=1")
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	if out, err := initdb.CombinedOutput(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("initdb: %v: %s", err, out)
+	}
+	var lastErr error
+	// A free port found by listening may be taken by someone else before
+	// postgres binds it; a few attempts make that race harmless.
+	for range 3 {
+		port, err := freePort()
+		if err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+		cmd, done, err := run(bin, dir, port, cred)
+		if err == nil {
+			return &Server{URL: serverURLOf(port), bin: bin, dir: dir, port: port, cred: cred, cmd: cmd, done: done}, nil
+		}
+		lastErr = err
+	}
+	_ = os.RemoveAll(dir)
+	return nil, lastErr
+}
+
+// run starts postgres in the foreground, so it is this process's child, and
+// waits until it accepts connections.
+func run(bin, dir string, port int, cred *syscall.Credential) (*exec.Cmd, chan struct{}, error) {
+	logf, err := os.OpenFile(filepath.Join(dir, "postgres.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() { _ = logf.Close() }()
+	cmd := exec.Command(filepath.Join(bin, "postgres"),
+		"-D", filepath.Join(dir, "data"), "-p", strconv.Itoa(port),
+		"-c", "listen_addresses=127.0.0.1",
+		"-c", "unix_socket_directories="+dir,
+		"-c", "max_connections=400",
+		// A throwaway server: durability across a machine crash buys nothing,
+		// but a killed server must keep what it acknowledged, so commits
+		// still wait for the WAL write.
+		"-c", "fsync=off", "-c", "full_page_writes=off",
+		"-c", "min_wal_size=2MB", "-c", "max_wal_size=64MB",
+	)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := spawn(cmd, cred); err != nil {
+		return nil, nil, err
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	url := serverURLOf(port)
+	deadline := time.Now().Add(startTimeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		pingErr := exec1(ctx, url, "SELECT 1")
+		cancel()
+		if pingErr == nil {
+			return cmd, done, nil
+		}
+		if time.Now().After(deadline) {
+			kill(cmd)
+			<-done
+			return nil, nil, fmt.Errorf("postgres on port %d did not accept connections within %s: %w", port, startTimeout, pingErr)
+		}
+		select {
+		case <-done:
+			log, _ := os.ReadFile(filepath.Join(dir, "postgres.log"))
+			return nil, nil, fmt.Errorf("postgres on port %d exited at start: %s", port, log)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func serverURLOf(port int) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+}
+
+// dirPrefix names the temporary directories of the servers this package
+// starts.
+const dirPrefix = "nqd-pgtest-"
+
+// ownerFile holds the pid of the test binary that made a server's directory.
+const ownerFile = "owner.pid"
+
+// sweepStale removes the directories whose test binary is gone: the shared
+// server lives as long as its binary, and nothing runs after it to remove
+// its directory. The postmaster's own pid would not do: a test may kill its
+// server and restart it on the same directory. A directory without an owner
+// is stale after an hour.
+func sweepStale() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), dirPrefix+"*"))
+	for _, dir := range dirs {
+		b, err := os.ReadFile(filepath.Join(dir, ownerFile))
+		if err != nil {
+			if st, err := os.Stat(dir); err == nil && time.Since(st.ModTime()) > time.Hour {
+				_ = os.RemoveAll(dir)
+			}
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 0 || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			_ = os.RemoveAll(dir)
+		}
+	}
+}
+
+// binDir finds the directory holding initdb and postgres: PATH first, then
+// the newest /usr/lib/postgresql/<version>/bin.
+func binDir() (string, error) {
+	if p, err := exec.LookPath("initdb"); err == nil {
+		dir := filepath.Dir(p)
+		if _, err := os.Stat(filepath.Join(dir, "postgres")); err == nil {
+			return dir, nil
+		}
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return version(dirs[i]) > version(dirs[j]) })
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
+			return d, nil
+		}
+	}
+	return "", errMissing
+}
+
+// version reads the major version out of /usr/lib/postgresql/<version>/bin.
+func version(binDir string) float64 {
+	v, _ := strconv.ParseFloat(filepath.Base(filepath.Dir(binDir)), 64)
+	return v
+}
+
+// credential returns whom to run PostgreSQL as: nil (this process's user)
+// unless that is root, which PostgreSQL refuses.
+func credential() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	for _, name := range []string{"postgres", "nobody"} {
+		u, err := user.Lookup(name)
+		if err != nil {
+			continue
+		}
+		uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+		gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}, nil
+	}
+	return nil, errors.New("running as root and neither a postgres nor a nobody user exists to run PostgreSQL as")
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = ln.Close() }()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+var errMissing = errors.New("PostgreSQL (initdb, postgres) is not installed")
+
+// unavailable skips the test, or fails it when CI requires PostgreSQL.
+func unavailable(t testing.TB, err error) {
+	t.Helper()
+	if os.Getenv("NQD_REQUIRE_POSTGRES") == "1" || !errors.Is(err, errMissing) {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Skipf("pgtest: %v (set NQD_REQUIRE_POSTGRES=1 to fail instead)", err)
+}

@@ -1,0 +1,1 @@
+SELECT count(*) FROM nqd_index WHERE ix = $1

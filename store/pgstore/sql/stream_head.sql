@@ -1,0 +1,1 @@
+SELECT last_ms, last_seq FROM nqd_streams WHERE ctx = $1
