@@ -7,7 +7,9 @@
 // fanout (contexts × subscribers, append-to-receive latency, and a checker
 // that every client got every id once, in order) and idle (streams held
 // open, and nqd's memory per stream) and flows (runs of a three-step flow
-// carried out by the demo worker's handlers). With -markdown it rewrites the
+// carried out by the demo worker's handlers), and pg-appends, not run by
+// default (HTTP appends with nqd on a PostgreSQL the tool starts, against
+// INSERT + pg_notify in one round trip on the same server). With -markdown it rewrites the
 // generated part of BENCHMARKS.md.
 package main
 
@@ -24,6 +26,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/nqd-dev/nqd/internal/pgtest"
 )
 
 // options are the command's flags.
@@ -91,6 +95,13 @@ func run(ctx context.Context, o options) error {
 	defer redisProc.stop()
 	rep := report{Machine: describeMachine(o.redis), Command: o.command, Version: o.version, Duration: o.duration.String()}
 	var errs []error
+	// PostgreSQL is started only for a profile that needs it, and once.
+	var pg *pgtest.Server
+	defer func() {
+		if pg != nil {
+			pg.Close()
+		}
+	}()
 	for _, p := range strings.Split(o.profiles, ",") {
 		if ctx.Err() != nil {
 			break
@@ -101,17 +112,33 @@ func run(ctx context.Context, o options) error {
 		if strings.TrimSpace(p) == "flows" {
 			extra = append(extra, "NQ_FLOWS_DIR="+o.flowsDir)
 		}
-		nqdProc, base, err := startNQD(o.nqd, redisAddr, extra...)
+		storeEnv := "NQ_REDIS_URL=redis://" + redisAddr + "/0"
+		var pgPID int
+		if strings.TrimSpace(p) == "pg-appends" {
+			if pg == nil {
+				if pg, err = pgtest.Launch(); err != nil {
+					errs = append(errs, fmt.Errorf("start PostgreSQL: %w", err))
+					pg = nil
+					break
+				}
+			}
+			storeEnv, pgPID = "NQ_POSTGRES_URL="+pg.URL, pg.PID()
+		}
+		nqdProc, base, err := startNQD(o.nqd, storeEnv, extra...)
 		if err != nil {
 			errs = append(errs, err)
 			break
 		}
-		e := env{base: base, redisAddr: redisAddr, nqdPID: nqdProc.pid(), redisPID: redisProc.pid()}
+		e := env{base: base, redisAddr: redisAddr, nqdPID: nqdProc.pid(), redisPID: redisProc.pid(), pgPID: pgPID}
 		switch strings.TrimSpace(p) {
 		case "appends":
 			r, err := runAppends(ctx, e, o.appendRate, o.duration, o.appendConns, o.contexts)
 			rep.Appends = &r
 			errs = append(errs, named("appends", err))
+		case "pg-appends":
+			r, err := runPGAppends(ctx, e, pg.URL, o.appendRate, o.duration, o.appendConns, o.contexts)
+			rep.PGAppends = &r
+			errs = append(errs, named("pg-appends", err))
 		case "fanout":
 			r, err := runFanout(ctx, e, o.fanoutRate, o.duration, o.fanoutContexts, o.fanoutSubs, o.appendConns)
 			rep.Fanout = &r

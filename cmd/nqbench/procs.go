@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -84,9 +85,10 @@ func startRedis(bin, dir string) (*child, string, error) {
 	return c, addr, nil
 }
 
-// startNQD runs the nqd binary on a free loopback port over the Redis at
-// redisAddr and returns it with its base URL once /healthz answers.
-func startNQD(bin, redisAddr string, extraEnv ...string) (*child, string, error) {
+// startNQD runs the nqd binary on a free loopback port over the store that
+// storeEnv selects (NQ_REDIS_URL=… or NQ_POSTGRES_URL=…) and returns it with
+// its base URL once /healthz answers.
+func startNQD(bin, storeEnv string, extraEnv ...string) (*child, string, error) {
 	cmd := exec.Command(bin)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "NQ_") {
@@ -101,7 +103,7 @@ func startNQD(bin, redisAddr string, extraEnv ...string) (*child, string, error)
 		return nil, "", err
 	}
 	cmd.Env = append(cmd.Env, "NQ_ADDR=127.0.0.1:"+strconv.Itoa(port), "NQ_LOG_FORMAT=json", "NQ_LOG_LEVEL=warn",
-		"NQ_REDIS_URL=redis://"+redisAddr+"/0",
+		storeEnv,
 		// One client offers all the load: nqd's per-client limits would
 		// measure themselves rather than nqd.
 		"NQ_RATE_PER_TOKEN=0", "NQ_RATE_PER_ADDR=0", "NQ_MAX_STREAMS_PER_CLIENT=0", "NQ_METRICS_PUBLIC=true")
@@ -179,8 +181,38 @@ func rssBytes(pid int) (int64, error) {
 	return 0, errors.New("no VmRSS")
 }
 
+// treeCPUSeconds is the CPU time of a process, of its live children and of
+// the children it has reaped: PostgreSQL works in one backend process per
+// connection under the postmaster.
+func treeCPUSeconds(pid int) (float64, error) {
+	total, err := statCPU(pid, true)
+	if err != nil {
+		return 0, err
+	}
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range stats {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+		if len(f) < 13 || f[1] != strconv.Itoa(pid) {
+			continue
+		}
+		child, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		v, _ := statCPU(child, false)
+		total += v
+	}
+	return total, nil
+}
+
 // cpuSeconds reads a process's user and system CPU time from /proc.
-func cpuSeconds(pid int) (float64, error) {
+func cpuSeconds(pid int) (float64, error) { return statCPU(pid, false) }
+
+// statCPU reads a process's user and system CPU time from /proc, and with
+// reaped that of its waited-for children too.
+func statCPU(pid int, reaped bool) (float64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
@@ -192,6 +224,11 @@ func cpuSeconds(pid int) (float64, error) {
 	stime, err2 := strconv.ParseFloat(f[12], 64)
 	if err := errors.Join(err1, err2); err != nil {
 		return 0, err
+	}
+	if reaped {
+		cutime, _ := strconv.ParseFloat(f[13], 64)
+		cstime, _ := strconv.ParseFloat(f[14], 64)
+		utime, stime = utime+cutime, stime+cstime
 	}
 	return (utime + stime) / 100, nil // USER_HZ is 100 on Linux
 }

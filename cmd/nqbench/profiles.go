@@ -52,26 +52,39 @@ type env struct {
 	redisAddr string
 	nqdPID    int
 	redisPID  int
+	// pgPID is the postmaster's pid when nqd runs on PostgreSQL; the store's
+	// cores are then those of the postmaster and its backends.
+	pgPID int
 }
 
-// cpuMeter measures the cores nqd and Redis use over a run.
+// cpuMeter measures the cores nqd and its store use over a run.
 type cpuMeter struct {
 	e          env
 	start      time.Time
-	nqd, redis float64
+	nqd, store float64
+}
+
+// storeCPU names the store nqd runs on and reads its CPU seconds.
+func storeCPU(e env) (string, float64) {
+	if e.pgPID != 0 {
+		v, _ := treeCPUSeconds(e.pgPID)
+		return "postgres", v
+	}
+	v, _ := cpuSeconds(e.redisPID)
+	return "redis", v
 }
 
 func meterCPU(e env) *cpuMeter {
 	n, _ := cpuSeconds(e.nqdPID)
-	r, _ := cpuSeconds(e.redisPID)
-	return &cpuMeter{e: e, start: time.Now(), nqd: n, redis: r}
+	_, s := storeCPU(e)
+	return &cpuMeter{e: e, start: time.Now(), nqd: n, store: s}
 }
 
 func (m *cpuMeter) String() string {
 	n, _ := cpuSeconds(m.e.nqdPID)
-	r, _ := cpuSeconds(m.e.redisPID)
+	name, st := storeCPU(m.e)
 	s := time.Since(m.start).Seconds()
-	return fmt.Sprintf("nqd %.2f, redis %.2f", (n-m.nqd)/s, (r-m.redis)/s)
+	return fmt.Sprintf("nqd %.2f, %s %.2f", (n-m.nqd)/s, name, (st-m.store)/s)
 }
 
 // httpClient returns a client that keeps up to conns connections to nqd.

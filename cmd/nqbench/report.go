@@ -32,10 +32,12 @@ type report struct {
 	Version  string         `json:"nqd_version,omitempty"`
 	Duration string         `json:"duration"`
 	Appends  *appendsResult `json:"appends,omitempty"`
-	Fanout   *fanoutResult  `json:"fanout,omitempty"`
-	Idle     *idleResult    `json:"idle,omitempty"`
-	Flows    *flowsResult   `json:"flows,omitempty"`
-	Failures string         `json:"failures,omitempty"`
+	// PGAppends is the appends profile with nqd on PostgreSQL.
+	PGAppends *appendsResult `json:"pg_appends,omitempty"`
+	Fanout    *fanoutResult  `json:"fanout,omitempty"`
+	Idle      *idleResult    `json:"idle,omitempty"`
+	Flows     *flowsResult   `json:"flows,omitempty"`
+	Failures  string         `json:"failures,omitempty"`
 }
 
 func describeMachine(redisBin string) machine {
@@ -73,6 +75,10 @@ func (r report) text() string {
 		line("appends", a.NQD)
 		line("appends", a.Baseline)
 	}
+	if a := r.PGAppends; a != nil {
+		line("pg-appends", a.NQD)
+		line("pg-appends", a.Baseline)
+	}
 	if f := r.Fanout; f != nil {
 		line("fanout", f.Appends)
 		line("fanout", f.Delivery)
@@ -84,6 +90,9 @@ func (r report) text() string {
 	_ = w.Flush()
 	if a := r.Appends; a != nil {
 		fmt.Fprintf(&b, "appends: nqd/baseline p50 %.2fx, p99 %.2fx, throughput %.2fx\n", a.P50Ratio, a.P99Ratio, a.ThroughputRatio)
+	}
+	if a := r.PGAppends; a != nil {
+		fmt.Fprintf(&b, "pg-appends: nqd/baseline p50 %.2fx, p99 %.2fx, throughput %.2fx\n", a.P50Ratio, a.P99Ratio, a.ThroughputRatio)
 	}
 	if f := r.Fanout; f != nil {
 		fmt.Fprintf(&b, "fanout checker: %d of %d deliveries; %d missing, %d duplicates, %d reordered, %d unexpected\n",
@@ -125,6 +134,14 @@ func (r report) markdown() string {
 		line(a.NQD)
 		line(a.Baseline)
 		fmt.Fprintf(&b, "\nRatio nqd / baseline: p50 **%.2f×**, p99 **%.2f×**, throughput **%.2f×** (target: p99 ≤ 5 ms at 5,000 appends/s).\n\n", a.P50Ratio, a.P99Ratio, a.ThroughputRatio)
+	}
+	if a := r.PGAppends; a != nil {
+		fmt.Fprintf(&b, "## Appends over HTTP against plain PostgreSQL\n\n")
+		fmt.Fprintf(&b, "nqd on the PostgreSQL store (`NQ_POSTGRES_URL`), on a throwaway PostgreSQL the tool starts on loopback (fsync off; commits still wait for the WAL write). One event per append, spread over %d contexts, at most %d in flight. nqd's append is `POST /api/_events/bench/{id}`: decoding, validation and one transaction (append, indexes, idempotency, `NOTIFY`). The baseline is the bare write without nqd: an `INSERT` into a scratch table and `SELECT pg_notify(…)` in one pgx batch (one round trip, one implicit transaction) from the same tool at the same rate and concurrency on the same server. \"Cores used\" for postgres counts the postmaster and all its backends.\n\n", a.Contexts, a.Concurrency)
+		b.WriteString(header)
+		line(a.NQD)
+		line(a.Baseline)
+		fmt.Fprintf(&b, "\nRatio nqd / baseline: p50 **%.2f×**, p99 **%.2f×**, throughput **%.2f×**.\n\n", a.P50Ratio, a.P99Ratio, a.ThroughputRatio)
 	}
 	if f := r.Fanout; f != nil {
 		fmt.Fprintf(&b, "## SSE fan-out\n\n")

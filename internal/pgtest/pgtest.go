@@ -171,6 +171,28 @@ func (s *Server) Restart(t testing.TB) {
 	}
 }
 
+// Launch starts a server outside a test, for a benchmark that measures nqd
+// on PostgreSQL; the caller must Close it. Like the test servers it dies
+// with this process, however that ends.
+func Launch() (*Server, error) { return launch() }
+
+// Close kills the server and removes its directory.
+func (s *Server) Close() {
+	s.Kill()
+	_ = os.RemoveAll(s.dir)
+}
+
+// PID is the postmaster's process id, or 0 when the server is stopped; its
+// backends are its children.
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // launch initialises a cluster in a new temporary directory and starts it.
 func launch() (*Server, error) {
 	bin, err := binDir()
