@@ -13,7 +13,7 @@ GOBUILD   := CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)"
 NQ_ADDR   ?= 127.0.0.1:8080
 BENCHTIME ?= 2s
 
-.PHONY: run build test test-py test-ts test-short lint fuzz bench bench-go bench-appends bench-sdks screenshots golden tidy-check vuln clean
+.PHONY: run build test test-py test-ts test-short lint fuzz bench bench-pg bench-go bench-appends bench-sdks screenshots golden tidy-check vuln clean
 
 ## run: build bin/nqd, then start it on the embedded store in ./data (set NQ_REDIS_URL to use Redis)
 run: build
@@ -81,6 +81,10 @@ fuzz:
 bench: build
 	$(GO) run ./cmd/nqbench -nqd bin/nqd -duration 20s -json bin/bench.json -markdown BENCHMARKS.md \
 		-version $(VERSION) -command "make bench"
+
+## bench-pg: the pg-appends profile (nqd on a throwaway PostgreSQL against INSERT + pg_notify); prints its table
+bench-pg: build
+	$(GO) run ./cmd/nqbench -nqd bin/nqd -duration 10s -profiles pg-appends -markdown bin/pg-appends.md
 
 ## bench-appends: go-test HTTP append benchmark on Redis against redis-benchmark XADD at the same concurrency
 bench-appends:
