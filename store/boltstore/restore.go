@@ -18,9 +18,9 @@ var _ store.Restorer = (*Store)(nil)
 // record, in one transaction. Errors: store.ErrConflict, store.ErrInvalid,
 // store.ErrUnavailable, store.ErrClosed.
 func (s *Store) Restore(ctx context.Context, c store.Context, evs []event.Event, record *store.RunMeta) error {
-	bodies, err := checkRestore(c, evs, record)
+	bodies, err := store.CheckRestore(c, evs, record)
 	if err != nil {
-		return err
+		return fmt.Errorf("boltstore: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -82,35 +82,4 @@ func (s *Store) Restore(ctx context.Context, c store.Context, evs []event.Event,
 		return err
 	}
 	return dbErr(err)
-}
-
-// checkRestore checks a restore before any write and encodes the events'
-// stored bodies.
-func checkRestore(c store.Context, evs []event.Event, record *store.RunMeta) ([][]byte, error) {
-	if err := checkContext(c); err != nil {
-		return nil, err
-	}
-	if len(evs) == 0 {
-		return nil, invalid("restore of %s: no events", c)
-	}
-	if record != nil && (c.Type != "flow" || record.Run != c.ID || !event.ValidName(record.Flow) || !event.ValidName(record.Status)) {
-		return nil, invalid("restore of %s: record of run %q of flow %q, status %q", c, record.Run, record.Flow, record.Status)
-	}
-	bodies := make([][]byte, len(evs))
-	var last event.ID
-	for i, e := range evs {
-		if e.ID.IsZero() || e.ID.Compare(last) <= 0 {
-			return nil, invalid("restore of %s: event %d: id %s does not follow %s", c, i, e.ID, last)
-		}
-		last = e.ID
-		if !event.ValidKind(e.Kind) {
-			return nil, invalid("restore of %s: event %d: kind %q", c, i, e.Kind)
-		}
-		body, err := e.MarshalBody()
-		if err != nil {
-			return nil, invalid("restore of %s: event %d: %v", c, i, err)
-		}
-		bodies[i] = body
-	}
-	return bodies, nil
 }

@@ -27,14 +27,9 @@ func (s *Store) Restore(ctx context.Context, c store.Context, evs []event.Event,
 	if err := s.checkOpen("restore"); err != nil {
 		return err
 	}
-	if !c.Valid() {
-		return invalid("restore", "context %q", c)
-	}
-	if len(evs) == 0 {
-		return invalid("restore", "%s: no events", c)
-	}
-	if record != nil && (c.Type != "flow" || record.Run != c.ID || !event.ValidName(record.Flow) || !event.ValidName(record.Status)) {
-		return invalid("restore", "%s: record of run %q of flow %q, status %q", c, record.Run, record.Flow, record.Status)
+	stored, err := store.CheckRestore(c, evs, record)
+	if err != nil {
+		return fmt.Errorf("redisstore: %w", err)
 	}
 
 	keys := []string{s.streamKey(c), s.indexKey(store.Index{Type: c.Type})}
@@ -51,20 +46,8 @@ func (s *Store) Restore(ctx context.Context, c store.Context, evs []event.Event,
 	ids := make([]any, len(evs))
 	bodies := make([]any, len(evs))
 	joins := make([]any, len(evs))
-	var last event.ID
 	for i, e := range evs {
-		if e.ID.IsZero() || e.ID.Compare(last) <= 0 {
-			return invalid("restore", "%s: event %d: id %s does not follow %s", c, i, e.ID, last)
-		}
-		last = e.ID
-		if !event.ValidKind(e.Kind) {
-			return invalid("restore", "%s: event %d: kind %q", c, i, e.Kind)
-		}
-		b, err := e.MarshalBody()
-		if err != nil {
-			return invalid("restore", "%s: event %d: %v", c, i, err)
-		}
-		ids[i], bodies[i], joins[i] = formatID(e.ID), b, 0
+		ids[i], bodies[i], joins[i] = formatID(e.ID), stored[i], 0
 		if ix, ok := joinedIndex(e); ok {
 			if !ix.Valid() {
 				return invalid("restore", "%s: event %d: index name %q", c, i, ix.Name)
