@@ -1,0 +1,319 @@
+package boltstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/store"
+	bolt "go.etcd.io/bbolt"
+)
+
+func runKey(flow, run string) []byte { return []byte(flow + ":" + run) }
+
+func statusIndex(flow, status string) store.Index {
+	// The index key "flow:<flow>:status:<status>" cannot meet a real index:
+	// names hold no colon.
+	return store.Index{Type: "flow", Name: flow + ":status:" + status}
+}
+
+func checkUpdate(u store.RunUpdate) error {
+	m := u.Meta
+	if !event.ValidName(m.Flow) || !event.ValidContextID(m.Run) {
+		return invalid("run %q of flow %q", m.Run, m.Flow)
+	}
+	if !event.ValidName(m.Status) || (u.PrevStatus != "" && !event.ValidName(u.PrevStatus)) {
+		return invalid("status %q", m.Status)
+	}
+	for _, j := range u.Enqueue {
+		if !event.ValidName(j.Queue) || j.ID == "" {
+			return invalid("job %q in queue %q", j.ID, j.Queue)
+		}
+	}
+	for _, r := range u.Remove {
+		if !event.ValidName(r.Queue) {
+			return invalid("queue %q", r.Queue)
+		}
+	}
+	if u.Ack != nil && !event.ValidName(u.Ack.Queue) {
+		return invalid("queue %q", u.Ack.Queue)
+	}
+	return nil
+}
+
+// UpdateRun applies u in one transaction; with events, it is the events'
+// append transaction. Errors: ErrConflict, ErrInvalid, ErrClosed,
+// ErrUnavailable.
+func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendResult, error) {
+	if err := checkUpdate(u); err != nil {
+		return store.AppendResult{}, err
+	}
+	hook := func(tx *bolt.Tx) error {
+		if err := applyRunUpdate(tx, u); err != nil {
+			return err
+		}
+		return setExpiry(tx, u.Meta.Flow, u.Meta.Run, s.opts.Retention.ExpiresAt(u.Meta))
+	}
+	if len(u.Events) == 0 {
+		if err := ctx.Err(); err != nil {
+			return store.AppendResult{}, err
+		}
+		err := s.db.Update(hook)
+		if errors.Is(err, store.ErrConflict) {
+			return store.AppendResult{}, err
+		}
+		return store.AppendResult{}, dbErr(err)
+	}
+	r, err := newAppendReq(store.Context{Type: "flow", ID: u.Meta.Run}, u.Events, store.AppendOptions{})
+	if err != nil {
+		return store.AppendResult{}, err
+	}
+	r.hook = hook
+	return s.submit(ctx, r)
+}
+
+var errConflict = fmt.Errorf("boltstore: %w", store.ErrConflict)
+
+// applyRunUpdate checks everything before writing anything, so a conflict
+// leaves the transaction untouched.
+func applyRunUpdate(tx *bolt.Tx, u store.RunUpdate) error {
+	runs, err := tx.CreateBucketIfNotExists(bRuns)
+	if err != nil {
+		return err
+	}
+	rk := runKey(u.Meta.Flow, u.Meta.Run)
+	var cur store.RunMeta
+	if v := runs.Get(rk); v != nil {
+		if err := json.Unmarshal(v, &cur); err != nil {
+			return fmt.Errorf("run %s: %w", rk, err)
+		}
+	}
+	if cur.Version != u.Meta.Version {
+		return fmt.Errorf("%w: run %s is at version %d, not %d", errConflict, rk, cur.Version, u.Meta.Version)
+	}
+	if err := checkUnconsumed(tx, u.Consume); err != nil {
+		return err
+	}
+	if a := u.Ack; a != nil {
+		j, ok, err := getJob(tx, a.Queue, a.ID)
+		if err != nil {
+			return err
+		}
+		if !ok || j.Lease != a.Lease {
+			return fmt.Errorf("%w: job %s is not held by lease %q", errConflict, a.ID, a.Lease)
+		}
+		if err := deleteJob(tx, a.Queue, a.ID); err != nil {
+			return err
+		}
+	}
+
+	if err := markConsumed(tx, u.Meta.Run, u.Consume); err != nil {
+		return err
+	}
+	m := u.Meta
+	m.Version = cur.Version + 1
+	body, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	if err := runs.Put(rk, body); err != nil {
+		return err
+	}
+	if cur.Version == 0 || cur.Status != m.Status {
+		if cur.Version > 0 {
+			if err := indexRemove(tx, statusIndex(m.Flow, cur.Status), m.Run); err != nil {
+				return err
+			}
+		}
+		if err := indexAdd(tx, statusIndex(m.Flow, m.Status), m.Run, m.StartedAt); err != nil {
+			return err
+		}
+	}
+	for _, r := range u.Remove {
+		if err := deleteJob(tx, r.Queue, r.ID); err != nil {
+			return err
+		}
+	}
+	for _, j := range u.Enqueue {
+		if err := putJob(tx, j); err != nil {
+			return err
+		}
+	}
+	for _, t := range u.ClearTimers {
+		if err := clearTimer(tx, timerName(t)); err != nil {
+			return err
+		}
+	}
+	for _, t := range u.SetTimers {
+		if err := setTimer(tx, timerName(t), t.Due); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func indexRemove(tx *bolt.Tx, ix store.Index, id string) error {
+	b := tx.Bucket(bIndexes).Bucket(indexKey(ix))
+	if b == nil {
+		return nil
+	}
+	members := b.Bucket(kMembers)
+	if members == nil {
+		return nil
+	}
+	v := members.Get([]byte(id))
+	if v == nil {
+		return nil
+	}
+	if err := b.Bucket(kOrder).Delete(orderKey(int64(getUint64(v)), id)); err != nil {
+		return err
+	}
+	if err := members.Delete([]byte(id)); err != nil {
+		return err
+	}
+	return b.Put(kCount, putUint64(getUint64(b.Get(kCount))-1))
+}
+
+// RunMeta returns a run's record. Errors: ErrNotFound, ErrInvalid, ErrClosed,
+// ErrUnavailable.
+func (s *Store) RunMeta(ctx context.Context, flow, run string) (store.RunMeta, error) {
+	if !event.ValidName(flow) || !event.ValidContextID(run) {
+		return store.RunMeta{}, invalid("run %q of flow %q", run, flow)
+	}
+	var m store.RunMeta
+	found := false
+	err := s.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bRuns)
+		if b == nil {
+			return nil
+		}
+		v := b.Get(runKey(flow, run))
+		if v == nil {
+			return nil
+		}
+		found = true
+		return json.Unmarshal(v, &m)
+	})
+	if err != nil {
+		return store.RunMeta{}, dbErr(err)
+	}
+	if !found {
+		return store.RunMeta{}, fmt.Errorf("boltstore: run %s of %s: %w", run, flow, store.ErrNotFound)
+	}
+	return m, nil
+}
+
+// ListRuns pages over a flow's runs. Errors: ErrInvalid, ErrClosed,
+// ErrUnavailable.
+func (s *Store) ListRuns(ctx context.Context, flow, status string, offset, limit int) (store.RunPage, error) {
+	if !event.ValidName(flow) || (status != "" && !event.ValidName(status)) {
+		return store.RunPage{}, invalid("flow %q, status %q", flow, status)
+	}
+	if offset < 0 || limit < 0 {
+		return store.RunPage{}, invalid("offset %d, limit %d", offset, limit)
+	}
+	ix := store.Index{Type: "flow", Name: flow}
+	if status != "" {
+		ix = statusIndex(flow, status)
+	}
+	// The status index name holds colons, which IndexList refuses from
+	// clients, so this reads it through the same view directly.
+	page := store.RunPage{Runs: []store.RunMeta{}}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bIndexes).Bucket(indexKey(ix))
+		if b == nil {
+			return nil
+		}
+		page.Total = int64(getUint64(b.Get(kCount)))
+		order := b.Bucket(kOrder)
+		if order == nil {
+			return nil
+		}
+		runs := tx.Bucket(bRuns)
+		cur := order.Cursor()
+		k, _ := cur.First()
+		for i := 0; i < offset && k != nil; i++ {
+			k, _ = cur.Next()
+		}
+		for ; k != nil && len(page.Runs) < limit; k, _ = cur.Next() {
+			e := parseOrderKey(k)
+			m := store.RunMeta{Flow: flow, Run: e.ID, StartedAt: e.Score}
+			if runs != nil {
+				if v := runs.Get(runKey(flow, e.ID)); v != nil {
+					if err := json.Unmarshal(v, &m); err != nil {
+						return err
+					}
+				}
+			}
+			page.Runs = append(page.Runs, m)
+		}
+		return nil
+	})
+	if err != nil {
+		return store.RunPage{}, dbErr(err)
+	}
+	return page, nil
+}
+
+// DeleteRuns removes every run of flow. Errors: ErrInvalid, ErrClosed,
+// ErrUnavailable.
+func (s *Store) DeleteRuns(ctx context.Context, flow string) (int, error) {
+	if !event.ValidName(flow) {
+		return 0, invalid("flow %q", flow)
+	}
+	n := 0
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		ix := tx.Bucket(bIndexes).Bucket(indexKey(store.Index{Type: "flow", Name: flow}))
+		var ids []string
+		if ix != nil && ix.Bucket(kMembers) != nil {
+			_ = ix.Bucket(kMembers).ForEach(func(k, _ []byte) error {
+				ids = append(ids, string(k))
+				return nil
+			})
+		}
+		sort.Strings(ids)
+		runs := tx.Bucket(bRuns)
+		for _, id := range ids {
+			c := contextKey(store.Context{Type: "flow", ID: id})
+			if tx.Bucket(bStreams).Bucket(c) != nil {
+				if err := tx.Bucket(bStreams).DeleteBucket(c); err != nil {
+					return err
+				}
+			}
+			if err := tx.Bucket(bLengths).Delete(c); err != nil {
+				return err
+			}
+			if err := indexRemove(tx, store.Index{Type: "flow"}, id); err != nil {
+				return err
+			}
+			if runs != nil {
+				if v := runs.Get(runKey(flow, id)); v != nil {
+					var m store.RunMeta
+					if json.Unmarshal(v, &m) == nil {
+						if err := indexRemove(tx, statusIndex(flow, m.Status), id); err != nil {
+							return err
+						}
+					}
+					if err := runs.Delete(runKey(flow, id)); err != nil {
+						return err
+					}
+				}
+			}
+			if err := setExpiry(tx, flow, id, 0); err != nil {
+				return err
+			}
+			n++
+		}
+		if ix != nil {
+			return tx.Bucket(bIndexes).DeleteBucket(indexKey(store.Index{Type: "flow", Name: flow}))
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, dbErr(err)
+	}
+	return n, nil
+}

@@ -1,0 +1,294 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/store"
+)
+
+func checkUpdate(u store.RunUpdate) error {
+	m := u.Meta
+	if !event.ValidName(m.Flow) || !event.ValidContextID(m.Run) {
+		return invalid("run %q of flow %q", m.Run, m.Flow)
+	}
+	if !event.ValidName(m.Status) || (u.PrevStatus != "" && !event.ValidName(u.PrevStatus)) {
+		return invalid("status %q", m.Status)
+	}
+	for _, j := range u.Enqueue {
+		if !event.ValidName(j.Queue) || j.ID == "" {
+			return invalid("job %q in queue %q", j.ID, j.Queue)
+		}
+	}
+	for _, r := range u.Remove {
+		if !event.ValidName(r.Queue) {
+			return invalid("queue %q", r.Queue)
+		}
+	}
+	if u.Ack != nil && !event.ValidName(u.Ack.Queue) {
+		return invalid("queue %q", u.Ack.Queue)
+	}
+	return nil
+}
+
+// UpdateRun applies u in one transaction: the version check, the ack, the
+// consumed kind entries, the events with their indexes, the jobs and the
+// timers. Errors: ErrConflict, ErrInvalid, ErrClosed, ErrUnavailable.
+func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendResult, error) {
+	if err := checkUpdate(u); err != nil {
+		return store.AppendResult{}, err
+	}
+	var b *batch
+	if len(u.Events) > 0 {
+		var err error
+		if b, err = newBatch(store.Context{Type: "flow", ID: u.Meta.Run}, u.Events, ""); err != nil {
+			return store.AppendResult{}, err
+		}
+	}
+	if err := s.ready(ctx); err != nil {
+		return store.AppendResult{}, err
+	}
+	var res store.AppendResult
+	err := s.write(ctx, func(tx pgx.Tx) error {
+		if err := s.writeRun(ctx, tx, u); err != nil {
+			return err
+		}
+		if b != nil {
+			var err error
+			// The run's own lifecycle events are not recorded by kind.
+			if res, err = s.appendTx(ctx, tx, b, false); err != nil {
+				return err
+			}
+		}
+		return applyJobsAndTimers(ctx, tx, u)
+	})
+	if err != nil {
+		return store.AppendResult{}, dbErr(err)
+	}
+	s.appended(res)
+	return res, nil
+}
+
+// writeRun checks and writes the run record, the ack and the consumed kind
+// entries; a conflict ends the transaction before anything else is written.
+func (s *Store) writeRun(ctx context.Context, tx pgx.Tx, u store.RunUpdate) error {
+	m := u.Meta
+	m.Version = u.Meta.Version + 1
+	body, err := json.Marshal(m)
+	if err != nil {
+		return invalid("run record: %v", err)
+	}
+	var expires *int64
+	if at := s.opts.Retention.ExpiresAt(m); at > 0 {
+		expires = &at
+	}
+	var sql string
+	if u.Meta.Version == 0 {
+		sql = sqlRunCreate
+	} else {
+		sql = sqlRunUpdate
+	}
+	tag, err := tx.Exec(ctx, sql, m.Flow, m.Run, m.Status, m.StartedAt, m.Version, expires, body)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%w: run %s of %s is not at version %d", errConflict, m.Run, m.Flow, u.Meta.Version)
+	}
+	if a := u.Ack; a != nil {
+		tag, err := tx.Exec(ctx, `DELETE FROM nqd_jobs WHERE queue = $1 AND id = $2 AND lease = $3`, a.Queue, a.ID, a.Lease)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return fmt.Errorf("%w: job %s is not held by lease %q", errConflict, a.ID, a.Lease)
+		}
+	}
+	for _, r := range u.Consume {
+		ms, seq := pgID(r.Seq)
+		// An entry already consumed, or gone, is not updated: of many
+		// waiters one takes an event.
+		tag, err := tx.Exec(ctx, `UPDATE nqd_kind_events SET consumed_by = $4
+			WHERE kind = $1 AND ms = $2 AND seq = $3 AND consumed_by IS NULL`, r.Kind, ms, seq, m.Run)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			var taken bool
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM nqd_kind_events WHERE kind = $1 AND ms = $2 AND seq = $3)`,
+				r.Kind, ms, seq).Scan(&taken); err != nil {
+				return err
+			}
+			if taken {
+				return fmt.Errorf("%w: event %s %v already consumed", errConflict, r.Kind, r.Seq)
+			}
+		}
+	}
+	return nil
+}
+
+func applyJobsAndTimers(ctx context.Context, tx pgx.Tx, u store.RunUpdate) error {
+	wb := &pgx.Batch{}
+	for _, r := range u.Remove {
+		wb.Queue(`DELETE FROM nqd_jobs WHERE queue = $1 AND id = $2`, r.Queue, r.ID)
+	}
+	for _, j := range u.Enqueue {
+		wb.Queue(sqlJobPut, j.Queue, j.ID, j.Flow, j.Run, j.Step, []byte(j.Input), max(j.Attempt, 1), j.ReadyAt)
+	}
+	for _, t := range u.ClearTimers {
+		wb.Queue(`DELETE FROM nqd_timers WHERE kind = $1 AND flow = $2 AND run = $3 AND step = $4`,
+			t.Kind, t.Flow, t.Run, t.Step)
+	}
+	for _, t := range u.SetTimers {
+		wb.Queue(sqlTimerSet, t.Kind, t.Flow, t.Run, t.Step, t.Due)
+	}
+	if wb.Len() == 0 {
+		return nil
+	}
+	// None needs another's answer: one round trip for all of them.
+	return tx.SendBatch(ctx, wb).Close()
+}
+
+// RunMeta returns a run's record. Errors: ErrNotFound, ErrInvalid, ErrClosed,
+// ErrUnavailable.
+func (s *Store) RunMeta(ctx context.Context, flow, run string) (store.RunMeta, error) {
+	if !event.ValidName(flow) || !event.ValidContextID(run) {
+		return store.RunMeta{}, invalid("run %q of flow %q", run, flow)
+	}
+	if err := s.ready(ctx); err != nil {
+		return store.RunMeta{}, err
+	}
+	var body []byte
+	err := s.pool.QueryRow(ctx, `SELECT meta FROM nqd_runs WHERE flow = $1 AND run = $2`, flow, run).Scan(&body)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.RunMeta{}, fmt.Errorf("pgstore: run %s of %s: %w", run, flow, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.RunMeta{}, dbErr(err)
+	}
+	var m store.RunMeta
+	if err := json.Unmarshal(body, &m); err != nil {
+		return store.RunMeta{}, fmt.Errorf("pgstore: run %s of %s: %w", run, flow, err)
+	}
+	return m, nil
+}
+
+// ListRuns pages over a flow's runs: the flow's run index, or with a status
+// the records of that status, newest first. Errors: ErrInvalid, ErrClosed,
+// ErrUnavailable.
+func (s *Store) ListRuns(ctx context.Context, flow, status string, offset, limit int) (store.RunPage, error) {
+	if !event.ValidName(flow) || (status != "" && !event.ValidName(status)) {
+		return store.RunPage{}, invalid("flow %q, status %q", flow, status)
+	}
+	if offset < 0 || limit < 0 {
+		return store.RunPage{}, invalid("offset %d, limit %d", offset, limit)
+	}
+	if err := s.ready(ctx); err != nil {
+		return store.RunPage{}, err
+	}
+	page := store.RunPage{Runs: []store.RunMeta{}}
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		listSQL, arg := sqlRunsList, indexKey(store.Index{Type: "flow", Name: flow})
+		var count pgx.Row
+		if status == "" {
+			count = tx.QueryRow(ctx, sqlRunsCount, arg)
+		} else {
+			listSQL, arg = sqlRunsListStatus, status
+			count = tx.QueryRow(ctx, sqlRunsCountStatus, flow, status)
+		}
+		if err := count.Scan(&page.Total); err != nil {
+			return err
+		}
+		if limit == 0 {
+			return nil
+		}
+		rows, err := tx.Query(ctx, listSQL, flow, arg, offset, limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var run string
+			var score int64
+			var body []byte
+			if err := rows.Scan(&run, &score, &body); err != nil {
+				return err
+			}
+			m := store.RunMeta{Flow: flow, Run: run, StartedAt: score}
+			if body != nil {
+				if err := json.Unmarshal(body, &m); err != nil {
+					return fmt.Errorf("run %s of %s: %w", run, flow, err)
+				}
+			}
+			page.Runs = append(page.Runs, m)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return store.RunPage{}, dbErr(err)
+	}
+	return page, nil
+}
+
+// DeleteRuns removes every run of flow: streams, checkpoints, records and
+// index entries. Errors: ErrInvalid, ErrClosed, ErrUnavailable.
+func (s *Store) DeleteRuns(ctx context.Context, flow string) (int, error) {
+	if !event.ValidName(flow) {
+		return 0, invalid("flow %q", flow)
+	}
+	if err := s.ready(ctx); err != nil {
+		return 0, err
+	}
+	var n int
+	err := s.write(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT member FROM nqd_index WHERE ix = $1 ORDER BY member`, indexKey(store.Index{Type: "flow", Name: flow}))
+		if err != nil {
+			return err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			if err := deleteRun(ctx, tx, flow, id); err != nil {
+				return err
+			}
+		}
+		// Records of runs that never reached the flow's index go too.
+		if _, err := tx.Exec(ctx, `DELETE FROM nqd_runs WHERE flow = $1`, flow); err != nil {
+			return err
+		}
+		n = len(ids)
+		_, err = tx.Exec(ctx, `DELETE FROM nqd_index WHERE ix = $1`, indexKey(store.Index{Type: "flow", Name: flow}))
+		return err
+	})
+	if err != nil {
+		return 0, dbErr(err)
+	}
+	return n, nil
+}
+
+// deleteRun removes one run's stream, checkpoints, record and its entry in
+// the index of flow contexts; the caller removes the flow's index entry.
+func deleteRun(ctx context.Context, tx pgx.Tx, flow, run string) error {
+	ck := contextKey(store.Context{Type: "flow", ID: run})
+	for _, q := range []string{
+		`DELETE FROM nqd_events WHERE ctx = $1`,
+		`DELETE FROM nqd_streams WHERE ctx = $1`,
+		`DELETE FROM nqd_checkpoints WHERE ctx = $1`,
+		`DELETE FROM nqd_idempotency WHERE ctx = $1`,
+	} {
+		if _, err := tx.Exec(ctx, q, ck); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM nqd_index WHERE ix = 'flow' AND member = $1`, run); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, `DELETE FROM nqd_runs WHERE flow = $1 AND run = $2`, flow, run)
+	return err
+}

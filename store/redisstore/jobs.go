@@ -1,0 +1,126 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/store"
+)
+
+// jobValue is how a job is kept: a header that the scripts rewrite on claim
+// and heartbeat, and the job's fixed part as JSON, which they never parse
+// (Lua's JSON would round large numbers in the input).
+func jobValue(j store.Job, score int64) (string, error) {
+	attempt := max(j.Attempt, 1)
+	j.Attempt, j.Lease, j.LeaseUntil, j.ReadyAt = 0, "", 0, 0
+	body, err := json.Marshal(j)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d %d 0 \n%s", attempt, score, body), nil
+}
+
+func decodeJob(v string) (store.Job, error) {
+	head, body, ok := strings.Cut(v, "\n")
+	f := strings.SplitN(head, " ", 4)
+	if !ok || len(f) != 4 {
+		return store.Job{}, fmt.Errorf("redisstore: job value %.60q", v)
+	}
+	var j store.Job
+	if err := json.Unmarshal([]byte(body), &j); err != nil {
+		return store.Job{}, fmt.Errorf("redisstore: job: %w", err)
+	}
+	var err1, err2, err3 error
+	j.Attempt, err1 = strconv.Atoi(f[0])
+	j.ReadyAt, err2 = strconv.ParseInt(f[1], 10, 64)
+	j.LeaseUntil, err3 = strconv.ParseInt(f[2], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return store.Job{}, fmt.Errorf("redisstore: job header %q", head)
+	}
+	j.Lease = f[3]
+	return j, nil
+}
+
+// Claim hands out jobs ready or lease-expired at now (scripts/claim.lua).
+// Errors: store.ErrInvalid, store.ErrUnavailable, store.ErrClosed.
+func (s *Store) Claim(ctx context.Context, queues []string, now, leaseUntil int64, lease string, max int) ([]store.Job, error) {
+	if err := s.checkOpen("claim"); err != nil {
+		return nil, err
+	}
+	keys := make([]string, 1, 1+2*len(queues))
+	keys[0] = s.pausedKey()
+	for _, q := range queues {
+		if !event.ValidName(q) {
+			return nil, invalid("claim", "queue %q", q)
+		}
+		keys = append(keys, s.readyKey(q), s.jobsKey(q))
+	}
+	if max <= 0 || lease == "" || strings.ContainsAny(lease, " \n") {
+		return nil, invalid("claim", "%d jobs under lease %q", max, lease)
+	}
+	args := make([]any, 0, 4+len(queues))
+	args = append(args, now, leaseUntil, lease, max)
+	for _, q := range queues {
+		args = append(args, q)
+	}
+	vals, err := claimScript.Run(ctx, s.client, keys, args...).Slice()
+	if err != nil {
+		return nil, mapErr(ctx, "claim", err)
+	}
+	out := make([]store.Job, 0, len(vals)/2)
+	for i := 0; i+1 < len(vals); i += 2 {
+		v, _ := vals[i].(string)
+		j, err := decodeJob(v)
+		if err != nil {
+			return nil, err
+		}
+		j.Expired = vals[i+1] == int64(1)
+		out = append(out, j)
+	}
+	return out, nil
+}
+
+// Heartbeat extends a held lease (scripts/heartbeat.lua). Errors:
+// store.ErrNotFound, store.ErrConflict, store.ErrInvalid,
+// store.ErrUnavailable, store.ErrClosed.
+func (s *Store) Heartbeat(ctx context.Context, ref store.JobAck, leaseUntil int64) (store.Job, error) {
+	if err := s.checkOpen("heartbeat"); err != nil {
+		return store.Job{}, err
+	}
+	if !event.ValidName(ref.Queue) {
+		return store.Job{}, invalid("heartbeat", "queue %q", ref.Queue)
+	}
+	reply, err := heartbeatScript.Run(ctx, s.client, []string{s.readyKey(ref.Queue), s.jobsKey(ref.Queue)}, ref.ID, ref.Lease, leaseUntil).Slice()
+	if err != nil {
+		return store.Job{}, mapErr(ctx, "heartbeat", err)
+	}
+	switch code, _ := reply[0].(int64); code {
+	case 1:
+		return store.Job{}, fmt.Errorf("redisstore: job %s: %w", ref.ID, store.ErrNotFound)
+	case 2:
+		return store.Job{}, fmt.Errorf("redisstore: job %s: %w: held by another lease", ref.ID, store.ErrConflict)
+	}
+	v, _ := reply[1].(string)
+	return decodeJob(v)
+}
+
+// Job returns a stored job. Errors: store.ErrNotFound, store.ErrInvalid,
+// store.ErrUnavailable, store.ErrClosed.
+func (s *Store) Job(ctx context.Context, ref store.JobRef) (store.Job, error) {
+	if err := s.checkOpen("job"); err != nil {
+		return store.Job{}, err
+	}
+	if !event.ValidName(ref.Queue) {
+		return store.Job{}, invalid("job", "queue %q", ref.Queue)
+	}
+	v, err := s.client.HGet(ctx, s.jobsKey(ref.Queue), ref.ID).Result()
+	if err != nil {
+		return store.Job{}, mapErr(ctx, "job "+ref.ID, err)
+	}
+	return decodeJob(v)
+}

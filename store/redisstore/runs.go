@@ -1,0 +1,326 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/store"
+	"github.com/redis/go-redis/v9"
+)
+
+func checkUpdate(u store.RunUpdate) error {
+	m := u.Meta
+	if !event.ValidName(m.Flow) || !event.ValidContextID(m.Run) {
+		return invalid("update run", "run %q of flow %q", m.Run, m.Flow)
+	}
+	if !event.ValidName(m.Status) || (u.PrevStatus != "" && !event.ValidName(u.PrevStatus)) {
+		return invalid("update run", "status %q after %q", m.Status, u.PrevStatus)
+	}
+	for _, j := range u.Enqueue {
+		if !event.ValidName(j.Queue) || j.ID == "" {
+			return invalid("update run", "job %q in queue %q", j.ID, j.Queue)
+		}
+	}
+	for _, r := range u.Remove {
+		if !event.ValidName(r.Queue) {
+			return invalid("update run", "queue %q", r.Queue)
+		}
+	}
+	if u.Ack != nil && !event.ValidName(u.Ack.Queue) {
+		return invalid("update run", "queue %q", u.Ack.Queue)
+	}
+	for _, t := range append(u.SetTimers[:len(u.SetTimers):len(u.SetTimers)], u.ClearTimers...) {
+		if !validTimer(t) {
+			return invalid("update run", "timer %+v", t)
+		}
+	}
+	return nil
+}
+
+// metaFields is the record as hash fields; "" deletes a field.
+func metaFields(m store.RunMeta) ([]any, error) {
+	emitted := ""
+	if len(m.EmittedEvents) > 0 {
+		b, err := json.Marshal(m.EmittedEvents)
+		if err != nil {
+			return nil, err
+		}
+		emitted = string(b)
+	}
+	completed := ""
+	if m.CompletedAt != 0 {
+		completed = strconv.FormatInt(m.CompletedAt, 10)
+	}
+	return []any{
+		"status", m.Status,
+		"startedAt", strconv.FormatInt(m.StartedAt, 10),
+		"completedAt", completed,
+		"stepCount", strconv.Itoa(m.StepCount),
+		"completedSteps", strconv.Itoa(m.CompletedSteps),
+		"emittedEvents", emitted,
+		"state", string(m.State),
+	}, nil
+}
+
+// decodeMeta reads a record hash; fields another producer left out stay
+// zero.
+func decodeMeta(flow, run string, h map[string]string) (store.RunMeta, error) {
+	m := store.RunMeta{Flow: flow, Run: run, Status: h["status"]}
+	ints := []struct {
+		field string
+		to    *int64
+	}{{"startedAt", &m.StartedAt}, {"completedAt", &m.CompletedAt}, {"version", &m.Version}}
+	for _, f := range ints {
+		if v := h[f.field]; v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return m, fmt.Errorf("redisstore: run %s: %s %q: %w", run, f.field, v, err)
+			}
+			*f.to = n
+		}
+	}
+	for field, to := range map[string]*int{"stepCount": &m.StepCount, "completedSteps": &m.CompletedSteps} {
+		if v := h[field]; v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return m, fmt.Errorf("redisstore: run %s: %s %q: %w", run, field, v, err)
+			}
+			*to = n
+		}
+	}
+	if v := h["emittedEvents"]; v != "" {
+		if err := json.Unmarshal([]byte(v), &m.EmittedEvents); err != nil {
+			return m, fmt.Errorf("redisstore: run %s: emittedEvents: %w", run, err)
+		}
+	}
+	if v := h["state"]; v != "" {
+		m.State = json.RawMessage(v)
+	}
+	return m, nil
+}
+
+// UpdateRun applies u in one script (scripts/run_update.lua). Errors:
+// store.ErrConflict, store.ErrInvalid, store.ErrUnavailable, store.ErrClosed.
+func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendResult, error) {
+	if err := s.checkOpen("update run"); err != nil {
+		return store.AppendResult{}, err
+	}
+	if err := checkUpdate(u); err != nil {
+		return store.AppendResult{}, err
+	}
+	m := u.Meta
+	c := store.Context{Type: "flow", ID: m.Run}
+	keys := []string{s.metaKey(m.Flow, m.Run), s.streamKey(c), s.indexKey(store.Index{Type: "flow"}), s.timersKey()}
+	keyAt := func(k string) int {
+		for i, have := range keys {
+			if have == k {
+				return i + 1
+			}
+		}
+		keys = append(keys, k)
+		return len(keys)
+	}
+
+	fields, err := metaFields(m)
+	if err != nil {
+		return store.AppendResult{}, invalid("update run", "%v", err)
+	}
+	args := []any{s.channel(c), m.Run, s.maxLen(c.Type), m.Version, m.Status, m.StartedAt}
+	args = append(args, len(u.Consume))
+	for _, k := range u.Consume {
+		args = append(args, keyAt(s.consumedKey(k)))
+	}
+	args = append(args, s.kindWindow().Milliseconds())
+	// The run leaves the index of the status its stored record names, which
+	// the script reads; u.PrevStatus is only a hint of it.
+	statuses := runStatuses
+	for _, st := range []string{m.Status, u.PrevStatus} {
+		if st != "" && !slices.Contains(statuses, st) {
+			statuses = append(statuses[:len(statuses):len(statuses)], st)
+		}
+	}
+	args = append(args, len(statuses))
+	for _, st := range statuses {
+		args = append(args, st, keyAt(s.statusKey(m.Flow, st)))
+	}
+	args = append(args, len(fields)/2)
+	args = append(args, fields...)
+
+	args = append(args, len(u.Events))
+	joins := make([]any, len(u.Events))
+	for i, e := range u.Events {
+		if !event.ValidKind(e.Kind) {
+			return store.AppendResult{}, invalid("update run", "event %d: kind %q", i, e.Kind)
+		}
+		b, err := e.MarshalBody()
+		if err != nil {
+			return store.AppendResult{}, invalid("update run", "event %d: %v", i, err)
+		}
+		args = append(args, b)
+		joins[i] = 0
+		if ix, ok := joinedIndex(e); ok {
+			if !ix.Valid() {
+				return store.AppendResult{}, invalid("update run", "event %d: index name %q", i, ix.Name)
+			}
+			joins[i] = keyAt(s.indexKey(ix))
+		}
+	}
+	args = append(args, joins...)
+
+	if a := u.Ack; a != nil {
+		args = append(args, keyAt(s.readyKey(a.Queue)), keyAt(s.jobsKey(a.Queue)), a.ID, a.Lease)
+	} else {
+		args = append(args, 0, 0, "", "")
+	}
+	args = append(args, len(u.Remove))
+	for _, r := range u.Remove {
+		args = append(args, keyAt(s.readyKey(r.Queue)), keyAt(s.jobsKey(r.Queue)), r.ID)
+	}
+	args = append(args, len(u.Enqueue))
+	for _, j := range u.Enqueue {
+		v, err := jobValue(j, j.ReadyAt)
+		if err != nil {
+			return store.AppendResult{}, invalid("update run", "job %s: %v", j.ID, err)
+		}
+		args = append(args, keyAt(s.readyKey(j.Queue)), keyAt(s.jobsKey(j.Queue)), j.ID, j.ReadyAt, v)
+	}
+	args = append(args, len(u.ClearTimers))
+	for _, t := range u.ClearTimers {
+		args = append(args, timerName(t))
+	}
+	args = append(args, len(u.SetTimers))
+	for _, t := range u.SetTimers {
+		args = append(args, timerName(t), t.Due)
+	}
+	args = append(args, keyAt(s.expiringKey()), m.Flow+":"+m.Run, s.opts.Retention.ExpiresAt(m))
+
+	reply, err := runUpdateScript.Run(ctx, s.client, keys, args...).Slice()
+	if err != nil {
+		return store.AppendResult{}, mapWriteErr(ctx, "update run", err)
+	}
+	if code, _ := reply[0].(int64); code != 0 {
+		reason, _ := reply[1].(string)
+		return store.AppendResult{}, fmt.Errorf("redisstore: run %s of %s: %w: %s", m.Run, m.Flow, store.ErrConflict, reason)
+	}
+	if len(u.Events) == 0 {
+		return store.AppendResult{}, nil
+	}
+	return s.appendResult(c, u.Events, reply)
+}
+
+// RunMeta returns a run's record. Errors: store.ErrNotFound,
+// store.ErrInvalid, store.ErrUnavailable, store.ErrClosed.
+func (s *Store) RunMeta(ctx context.Context, flow, run string) (store.RunMeta, error) {
+	if err := s.checkOpen("run"); err != nil {
+		return store.RunMeta{}, err
+	}
+	if !event.ValidName(flow) || !event.ValidContextID(run) {
+		return store.RunMeta{}, invalid("run", "run %q of flow %q", run, flow)
+	}
+	h, err := s.client.HGetAll(ctx, s.metaKey(flow, run)).Result()
+	if err != nil {
+		return store.RunMeta{}, mapErr(ctx, "run", err)
+	}
+	if len(h) == 0 {
+		return store.RunMeta{}, fmt.Errorf("redisstore: run %s of %s: %w", run, flow, store.ErrNotFound)
+	}
+	return decodeMeta(flow, run, h)
+}
+
+// ListRuns pages over a flow's runs, newest first, in the order IndexList
+// uses. Each record is read right after the page, so a run that changed
+// status in between comes with its new status. Errors: store.ErrInvalid,
+// store.ErrUnavailable, store.ErrClosed.
+func (s *Store) ListRuns(ctx context.Context, flow, status string, offset, limit int) (store.RunPage, error) {
+	if err := s.checkOpen("list runs"); err != nil {
+		return store.RunPage{}, err
+	}
+	if !event.ValidName(flow) || (status != "" && !event.ValidName(status)) {
+		return store.RunPage{}, invalid("list runs", "flow %q, status %q", flow, status)
+	}
+	if offset < 0 || limit < 0 {
+		return store.RunPage{}, invalid("list runs", "offset %d, limit %d", offset, limit)
+	}
+	key := s.indexKey(store.Index{Type: "flow", Name: flow})
+	if status != "" {
+		key = s.statusKey(flow, status)
+	}
+	page := store.RunPage{Runs: []store.RunMeta{}}
+	if limit == 0 {
+		n, err := s.client.ZCard(ctx, key).Result()
+		page.Total = n
+		return page, mapErr(ctx, "list runs", err)
+	}
+	reply, err := indexListScript.Run(ctx, s.client, []string{key}, offset, limit).Slice()
+	if err != nil {
+		return store.RunPage{}, mapErr(ctx, "list runs", err)
+	}
+	page.Total, _ = reply[0].(int64)
+	pipe := s.client.Pipeline()
+	var metas []*redis.MapStringStringCmd
+	for i := 1; i+1 < len(reply); i += 2 {
+		run, _ := reply[i].(string)
+		raw, _ := reply[i+1].(string)
+		score, _ := strconv.ParseFloat(raw, 64)
+		page.Runs = append(page.Runs, store.RunMeta{Flow: flow, Run: run, StartedAt: int64(score)})
+		metas = append(metas, pipe.HGetAll(ctx, s.metaKey(flow, run)))
+	}
+	if len(metas) == 0 {
+		return page, nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return store.RunPage{}, mapErr(ctx, "list runs", err)
+	}
+	for i, cmd := range metas {
+		if h := cmd.Val(); len(h) > 0 {
+			m, err := decodeMeta(flow, page.Runs[i].Run, h)
+			if err != nil {
+				return store.RunPage{}, err
+			}
+			page.Runs[i] = m
+		}
+	}
+	return page, nil
+}
+
+// DeleteRuns removes every run of flow (streams, checkpoints, records and
+// indexes) in one MULTI. Jobs and timers of the removed runs are left to the
+// engine, which drops them when it finds their run gone. Errors:
+// store.ErrInvalid, store.ErrUnavailable, store.ErrClosed.
+func (s *Store) DeleteRuns(ctx context.Context, flow string) (int, error) {
+	if err := s.checkOpen("delete runs"); err != nil {
+		return 0, err
+	}
+	if !event.ValidName(flow) {
+		return 0, invalid("delete runs", "flow %q", flow)
+	}
+	index := s.indexKey(store.Index{Type: "flow", Name: flow})
+	runs, err := s.client.ZRange(ctx, index, 0, -1).Result()
+	if err != nil {
+		return 0, mapErr(ctx, "delete runs", err)
+	}
+	_, err = s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for _, run := range runs {
+			c := store.Context{Type: "flow", ID: run}
+			p.Del(ctx, s.streamKey(c), s.checkpointsKey(c), s.metaKey(flow, run))
+			p.ZRem(ctx, s.indexKey(store.Index{Type: "flow"}), run)
+		}
+		p.Del(ctx, index)
+		for _, run := range runs {
+			p.ZRem(ctx, s.expiringKey(), flow+":"+run)
+		}
+		for _, st := range runStatuses {
+			p.Del(ctx, s.statusKey(flow, st))
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, mapErr(ctx, "delete runs", err)
+	}
+	return len(runs), nil
+}
