@@ -24,7 +24,7 @@ func testEvents(n int) []event.Event {
 	for i := range evs {
 		evs[i] = event.Event{
 			ID:   event.ID{MS: 1_700_000_000_000 + uint64(i), Seq: uint64(i % 3)},
-			Kind: "step.completed", Subject: run.ID, Flow: run.ID, FlowName: "pipeline", Step: "s",
+			Kind: "step.completed", Subject: run.ID, RunID: run.ID, FlowName: "pipeline", Step: "s",
 			Attempt: 1, Data: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)),
 		}
 	}

@@ -142,7 +142,7 @@ func (e *Engine) plan(r *run, d *flows.Definition, step string, input json.RawMe
 			cfg["schema"] = a.Schema
 		}
 		fx.triggers = append(fx.triggers, event.Event{
-			Kind: "trigger.registered", Subject: id, Trigger: id, Flow: r.meta.Run, FlowName: r.meta.Flow, Step: step,
+			Kind: "trigger.registered", Subject: id, Trigger: id, RunID: r.meta.Run, FlowName: r.meta.Flow, Step: step,
 			CorrelationID: r.meta.Run, Data: mustJSON(map[string]any{"type": aw.TriggerType, "config": cfg}),
 		})
 	}
@@ -413,7 +413,7 @@ func (e *Engine) FireTrigger(ctx context.Context, id string, payload json.RawMes
 	fired := false
 	err = e.retry(ctx, func() error {
 		fired = false
-		r, err := e.readRun(ctx, reg.FlowName, reg.Flow)
+		r, err := e.readRun(ctx, reg.FlowName, reg.RunID)
 		if err != nil {
 			return err
 		}
@@ -449,7 +449,7 @@ func (e *Engine) FireTrigger(ctx context.Context, id string, payload json.RawMes
 	// idempotency key, also when a replay finds the first POST's
 	// append missing.
 	if fired || out.Replayed {
-		ev := event.Event{Kind: "trigger.fired", Subject: id, Trigger: id, Flow: out.RunID, FlowName: out.FlowName, Step: out.Step,
+		ev := event.Event{Kind: "trigger.fired", Subject: id, Trigger: id, RunID: out.RunID, FlowName: out.FlowName, Step: out.Step,
 			CorrelationID: out.RunID, Data: mustJSON(map[string]any{"payload": payload, "source": src})}
 		if _, err := e.st.Append(ctx, store.Context{Type: "trigger", ID: id}, []event.Event{ev}, store.AppendOptions{IdempotencyKey: "fired"}); err != nil {
 			e.log.Error().Err(err).Str("trigger", id).Msg("trigger.fired not written")
@@ -464,7 +464,7 @@ func (e *Engine) triggerRecord(ctx context.Context, id string) (event.Event, err
 	if err != nil {
 		return event.Event{}, err
 	}
-	if len(evs) == 0 || evs[0].Kind != "trigger.registered" || evs[0].FlowName == "" || evs[0].Flow == "" {
+	if len(evs) == 0 || evs[0].Kind != "trigger.registered" || evs[0].FlowName == "" || evs[0].RunID == "" {
 		return event.Event{}, fmt.Errorf("engine: trigger %s: %w", id, store.ErrNotFound)
 	}
 	return evs[0], nil

@@ -393,7 +393,7 @@ func isoMS(ms int64) string { return time.UnixMilli(ms).UTC().Format(event.TimeF
 
 // flowEvent is an event of run r's stream.
 func flowEvent(r *run, kind, step string, data any) event.Event {
-	ev := event.Event{Kind: kind, Subject: r.meta.Run, Flow: r.meta.Run, FlowName: r.meta.Flow, Step: step}
+	ev := event.Event{Kind: kind, Subject: r.meta.Run, RunID: r.meta.Run, FlowName: r.meta.Flow, Step: step}
 	if data != nil {
 		ev.Data = mustJSON(data)
 	}

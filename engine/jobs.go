@@ -244,7 +244,7 @@ func (e *Engine) stamp(ctx context.Context, j store.Job, evs []event.Event, with
 			}
 		}
 		ev := &evs[i]
-		ev.Subject, ev.Flow, ev.FlowName, ev.Step = j.Run, j.Run, j.Flow, j.Step
+		ev.Subject, ev.RunID, ev.FlowName, ev.Step = j.Run, j.Run, j.Flow, j.Step
 		if ev.Attempt == 0 {
 			ev.Attempt = j.Attempt
 			if len(ev.Meta) == 0 {

@@ -163,7 +163,7 @@ func TestSweepRepairsOrphanedIndex(t *testing.T) {
 		}
 		// The terminal event reached the stream; the record write that
 		// should have come with it did not.
-		end := event.Event{Kind: "flow.completed", Subject: s.FlowID, Flow: s.FlowID, FlowName: "approve", Data: json.RawMessage(`{}`)}
+		end := event.Event{Kind: "flow.completed", Subject: s.FlowID, RunID: s.FlowID, FlowName: "approve", Data: json.RawMessage(`{}`)}
 		if _, err := st.Append(t.Context(), store.Context{Type: "flow", ID: s.FlowID}, []event.Event{end}, store.AppendOptions{}); err != nil {
 			t.Fatal(err)
 		}

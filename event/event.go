@@ -17,7 +17,7 @@ type Event struct {
 	ID            ID
 	Kind          string
 	Subject       string
-	Flow          string // flow run id
+	RunID         string // flow run id
 	FlowName      string
 	Step          string
 	Attempt       int // 0 when absent; always equal to meta.attempt when set
@@ -57,7 +57,7 @@ type wire struct {
 func (e Event) toWire(withPosition bool) wire {
 	w := wire{
 		Kind: e.Kind, Type: e.Kind, Subject: e.Subject,
-		Flow: e.Flow, RunID: e.Flow, FlowName: e.FlowName,
+		Flow: e.RunID, RunID: e.RunID, FlowName: e.FlowName,
 		Step: e.Step, StepName: e.Step, Attempt: e.Attempt,
 		Trigger: e.Trigger, CorrelationID: e.CorrelationID,
 		Data: e.Data, Meta: e.Meta,
@@ -96,7 +96,7 @@ func (e *Event) UnmarshalJSON(b []byte) error {
 	}
 	*e = Event{
 		ID: id, Kind: first(w.Kind, w.Type), Subject: w.Subject,
-		Flow: first(w.Flow, w.RunID), FlowName: w.FlowName,
+		RunID: first(w.Flow, w.RunID), FlowName: w.FlowName,
 		Step: first(w.Step, w.StepName), Attempt: w.Attempt,
 		Trigger: w.Trigger, CorrelationID: w.CorrelationID,
 		Data: nullToNil(w.Data), Meta: nullToNil(w.Meta),
@@ -188,9 +188,9 @@ func (d *Decoder) Decode(id ID, body []byte) (Event, error) {
 		if kind, ok = d.str(w.kind, d.prev.Kind, ""); ok && kind == "" {
 			kind, ok = d.str(w.typ, d.prev.Kind, "")
 		}
-		if f, fok := d.str(w.flow, d.prev.Flow, ""); fok && ok {
+		if f, fok := d.str(w.flow, d.prev.RunID, ""); fok && ok {
 			if flow = f; flow == "" {
-				flow, ok = d.str(w.runID, d.prev.Flow, "")
+				flow, ok = d.str(w.runID, d.prev.RunID, "")
 			}
 		} else {
 			ok = false
@@ -202,7 +202,7 @@ func (d *Decoder) Decode(id ID, body []byte) (Event, error) {
 		} else {
 			ok = false
 		}
-		e.Kind, e.Flow, e.Step = kind, flow, step
+		e.Kind, e.RunID, e.Step = kind, flow, step
 	}
 	if !ok {
 		// Anything the scan does not take as it comes (an escaped or
@@ -269,7 +269,7 @@ func DecodeNodeFields(id ID, subject string, fields map[string]string) (Event, e
 	}
 	e := Event{ID: id, Kind: kind, Subject: subject, FlowName: fields["flowName"], Step: fields["stepName"]}
 	if run := fields["runId"]; run != "" && run != "unknown" {
-		e.Flow = run
+		e.RunID = run
 	}
 	if e.FlowName == "unknown" {
 		e.FlowName = ""

@@ -48,7 +48,7 @@ func TestIDOrder(t *testing.T) {
 
 func TestMarshalWritesBothSpellings(t *testing.T) {
 	e := Event{
-		ID: ID{1719667800100, 0}, Kind: "step.started", Subject: "run-1", Flow: "run-1",
+		ID: ID{1719667800100, 0}, Kind: "step.started", Subject: "run-1", RunID: "run-1",
 		FlowName: "f", Step: "fetch", Attempt: 2, Meta: json.RawMessage(`{"attempt":2}`),
 	}
 	b, err := json.Marshal(e)
@@ -92,7 +92,7 @@ func TestDecodeNodeFields(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Event{
-		ID: ID{1761754554859, 0}, Kind: "step.started", Subject: "64fc", Flow: "64fc", FlowName: "example-flow",
+		ID: ID{1761754554859, 0}, Kind: "step.started", Subject: "64fc", RunID: "64fc", FlowName: "example-flow",
 		Step: "first_step", Attempt: 1, Data: json.RawMessage(`{"jobId":"17","name":"first_step"}`),
 		Meta: json.RawMessage(`{"attempt":1,"stepId":"64fc__first_step__attempt-1"}`),
 	}

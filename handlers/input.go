@@ -198,8 +198,8 @@ func (c *countingReader) Read(p []byte) (int, error) {
 func fillContextFields(c store.Context, evs []event.Event) {
 	for i := range evs {
 		switch {
-		case c.Type == "flow" && evs[i].Flow == "":
-			evs[i].Flow = c.ID
+		case c.Type == "flow" && evs[i].RunID == "":
+			evs[i].RunID = c.ID
 		case c.Type == "trigger" && evs[i].Trigger == "":
 			evs[i].Trigger = c.ID
 		}
@@ -258,7 +258,7 @@ func (a *API) toEvent(in inputRecord, subject, prefix string) (event.Event, erro
 		return event.Event{}, invalid(fields)
 	}
 	return event.Event{
-		Kind: kind, Subject: subject, Flow: flow, FlowName: in.FlowName,
+		Kind: kind, Subject: subject, RunID: flow, FlowName: in.FlowName,
 		Step: step, Attempt: attempt, Trigger: in.Trigger, CorrelationID: in.CorrelationID,
 		Data: data, Meta: meta,
 	}, nil

@@ -14,7 +14,7 @@ import (
 func longRun(n int) []event.Event {
 	evs := make([]event.Event, 0, n)
 	add := func(kind, step, data string) {
-		e := event.Event{ID: event.ID{MS: uint64(1_700_000_000_000 + len(evs))}, Kind: kind, Subject: "run", Flow: "run", FlowName: "bench", Step: step}
+		e := event.Event{ID: event.ID{MS: uint64(1_700_000_000_000 + len(evs))}, Kind: kind, Subject: "run", RunID: "run", FlowName: "bench", Step: step}
 		if data != "" {
 			e.Data = json.RawMessage(data)
 		}

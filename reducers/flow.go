@@ -447,7 +447,7 @@ func (f *flowFold) apply(ev event.Event) {
 		s.StartedAt = t
 	}
 	if s.RunID == "" {
-		s.RunID = ev.Flow
+		s.RunID = ev.RunID
 	}
 	if s.Name == "" {
 		s.Name = ev.FlowName

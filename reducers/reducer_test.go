@@ -15,7 +15,7 @@ import (
 
 // ev builds an event at ms milliseconds; fill sets the rest.
 func ev(ms uint64, kind string, fill ...func(*event.Event)) event.Event {
-	e := event.Event{ID: event.ID{MS: ms}, Kind: kind, Subject: "run-1", Flow: "run-1"}
+	e := event.Event{ID: event.ID{MS: ms}, Kind: kind, Subject: "run-1", RunID: "run-1"}
 	for _, f := range fill {
 		f(&e)
 	}

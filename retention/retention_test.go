@@ -37,7 +37,7 @@ func runFlow(t *testing.T, s *boltstore.Store, clk *testkit.Clock, run, status s
 	t.Helper()
 	ctx := t.Context()
 	m := store.RunMeta{Flow: "pipeline", Run: run, Status: store.RunRunning, StartedAt: clk.Now().UnixMilli(), StepCount: steps}
-	started := event.Event{Kind: "flow.started", Subject: run, Flow: run, FlowName: "pipeline"}
+	started := event.Event{Kind: "flow.started", Subject: run, RunID: run, FlowName: "pipeline"}
 	if _, err := s.UpdateRun(ctx, store.RunUpdate{Meta: m, Events: []event.Event{started}}); err != nil {
 		t.Fatal(err)
 	}
@@ -46,8 +46,8 @@ func runFlow(t *testing.T, s *boltstore.Store, clk *testkit.Clock, run, status s
 		clk.Add(time.Second)
 		step := fmt.Sprintf("s%d", i)
 		evs := []event.Event{
-			{Kind: "step.started", Subject: run, Flow: run, FlowName: "pipeline", Step: step, Attempt: 1},
-			{Kind: "step.completed", Subject: run, Flow: run, FlowName: "pipeline", Step: step, Attempt: 1, Data: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))},
+			{Kind: "step.started", Subject: run, RunID: run, FlowName: "pipeline", Step: step, Attempt: 1},
+			{Kind: "step.completed", Subject: run, RunID: run, FlowName: "pipeline", Step: step, Attempt: 1, Data: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))},
 		}
 		if _, err := s.Append(ctx, c, evs, store.AppendOptions{}); err != nil {
 			t.Fatal(err)
@@ -55,7 +55,7 @@ func runFlow(t *testing.T, s *boltstore.Store, clk *testkit.Clock, run, status s
 	}
 	clk.Add(time.Second)
 	m.Version, m.Status, m.CompletedAt, m.CompletedSteps = 1, status, clk.Now().UnixMilli(), steps
-	end := event.Event{Kind: "flow." + status, Subject: run, Flow: run, FlowName: "pipeline"}
+	end := event.Event{Kind: "flow." + status, Subject: run, RunID: run, FlowName: "pipeline"}
 	if _, err := s.UpdateRun(ctx, store.RunUpdate{Meta: m, PrevStatus: store.RunRunning, Events: []event.Event{end}}); err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestSweepExpiresOnScheduleAndArchivesFirst(t *testing.T) {
 	runFlow(t, s, clk, "ok-3", store.RunCompleted, 2)
 	runFlow(t, s, clk, "bad-1", store.RunFailed, 2)
 	running := store.RunMeta{Flow: "pipeline", Run: "live-1", Status: store.RunRunning, StartedAt: clk.Now().UnixMilli()}
-	if _, err := s.UpdateRun(t.Context(), store.RunUpdate{Meta: running, Events: []event.Event{{Kind: "flow.started", Subject: "live-1", Flow: "live-1", FlowName: "pipeline"}}}); err != nil {
+	if _, err := s.UpdateRun(t.Context(), store.RunUpdate{Meta: running, Events: []event.Event{{Kind: "flow.started", Subject: "live-1", RunID: "live-1", FlowName: "pipeline"}}}); err != nil {
 		t.Fatal(err)
 	}
 	before := readAll(t, s, "ok-1")

@@ -24,7 +24,7 @@ import (
 // that start, log, set state, emit and complete, logs being most of it.
 func runEvents(c store.Context, n int) []event.Event {
 	evs := make([]event.Event, 0, n)
-	evs = append(evs, event.Event{Kind: "flow.started", Subject: c.ID, Flow: c.ID, FlowName: "bench",
+	evs = append(evs, event.Event{Kind: "flow.started", Subject: c.ID, RunID: c.ID, FlowName: "bench",
 		Data: json.RawMessage(`{"input":{"dataset":"s3://bucket/key","epochs":10}}`)})
 	for i := 1; len(evs) < n; i++ {
 		step := fmt.Sprintf("step-%d", i%10)
@@ -43,7 +43,7 @@ func runEvents(c store.Context, n int) []event.Event {
 		case 9:
 			e = event.Event{Kind: "step.completed", Step: step, Data: json.RawMessage(`{"result":{"ok":true}}`)}
 		}
-		e.Subject, e.Flow = c.ID, c.ID
+		e.Subject, e.RunID = c.ID, c.ID
 		evs = append(evs, e)
 	}
 	return evs

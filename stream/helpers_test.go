@@ -141,7 +141,7 @@ func appendN(t testing.TB, s store.Store, c store.Context, n int) []event.Event 
 
 func logEvent(c store.Context, i int) event.Event {
 	return event.Event{
-		Kind: "log", Subject: c.ID, Flow: c.ID, FlowName: "demo", Step: "first",
+		Kind: "log", Subject: c.ID, RunID: c.ID, FlowName: "demo", Step: "first",
 		Data: json.RawMessage(fmt.Sprintf(`{"level":"info","msg":"line %d"}`, i)),
 	}
 }

@@ -126,7 +126,7 @@ func TestSweepOneFixturePerClass(t *testing.T) {
 		stuck := start(t, e, "stuck")
 		claim(t, e, "stuck", false) // its worker dies holding the job
 		orphaned := start(t, e, "orphaned")
-		end := event.Event{Kind: "flow.failed", Subject: orphaned, Flow: orphaned, FlowName: "orphaned", Data: json.RawMessage(`{"error":"x"}`)}
+		end := event.Event{Kind: "flow.failed", Subject: orphaned, RunID: orphaned, FlowName: "orphaned", Data: json.RawMessage(`{"error":"x"}`)}
 		if _, err := st.Append(t.Context(), store.Context{Type: "flow", ID: orphaned}, []event.Event{end}, store.AppendOptions{}); err != nil {
 			t.Fatal(err)
 		}

@@ -33,7 +33,7 @@ func TestStartSweeperRepairsOrphan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	end := event.Event{Kind: "flow.completed", Subject: s.FlowID, Flow: s.FlowID, FlowName: "f", Data: json.RawMessage(`{}`)}
+	end := event.Event{Kind: "flow.completed", Subject: s.FlowID, RunID: s.FlowID, FlowName: "f", Data: json.RawMessage(`{}`)}
 	if _, err := st.Append(t.Context(), store.Context{Type: "flow", ID: s.FlowID}, []event.Event{end}, store.AppendOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -109,7 +109,7 @@ func TestReadsNodeModuleEntries(t *testing.T) {
 	}
 	node := got[0]
 	want := event.Event{
-		ID: node.ID, Kind: "step.started", Subject: c.ID, Flow: "run-node", FlowName: "billing",
+		ID: node.ID, Kind: "step.started", Subject: c.ID, RunID: "run-node", FlowName: "billing",
 		Step: "charge", Attempt: 2, Data: json.RawMessage(`{"input":{"x":1}}`),
 	}
 	if d := gocmp.Diff(want, node, gocmp.FilterPath(func(p gocmp.Path) bool { return p.Last().String() == ".Meta" }, gocmp.Ignore())); d != "" {

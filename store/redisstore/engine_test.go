@@ -50,7 +50,7 @@ func TestRunUpdatePublishesLikeAppend(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	ev := event.Event{Kind: "flow.started", Subject: "r1", Flow: "r1", FlowName: "fl", Data: json.RawMessage(`{"n":12345678901234567890}`)}
+	ev := event.Event{Kind: "flow.started", Subject: "r1", RunID: "r1", FlowName: "fl", Data: json.RawMessage(`{"n":12345678901234567890}`)}
 	res, err := s.UpdateRun(ctx, store.RunUpdate{Meta: store.RunMeta{Flow: "fl", Run: "r1", Status: store.RunRunning, StartedAt: 1}, Events: []event.Event{ev}})
 	if err != nil {
 		t.Fatal(err)

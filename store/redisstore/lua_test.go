@@ -71,11 +71,11 @@ func TestLuaTimeFormatMatchesGo(t *testing.T) {
 func richEvents(c store.Context) []event.Event {
 	return []event.Event{
 		{
-			Kind: "flow.started", Subject: c.ID, Flow: c.ID, FlowName: "billing",
+			Kind: "flow.started", Subject: c.ID, RunID: c.ID, FlowName: "billing",
 			CorrelationID: "corr-1", Data: json.RawMessage(`{"input": {"q": "<a & b>", "é": [1, 2.5, null]}}`),
 		},
 		{
-			Kind: "step.failed", Subject: c.ID, Flow: c.ID, Step: "charge", Attempt: 3, Trigger: "t-1",
+			Kind: "step.failed", Subject: c.ID, RunID: c.ID, Step: "charge", Attempt: 3, Trigger: "t-1",
 			Data: json.RawMessage(`"plain"`), Meta: json.RawMessage(`{"attempt":3,"backoff":"exp"}`),
 		},
 		{Kind: "log", Subject: c.ID},

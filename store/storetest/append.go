@@ -61,7 +61,7 @@ func testRoundTrip(t *testing.T, s store.Store) {
 	c := store.Context{Type: "flow", ID: "run-rt"}
 	in := []event.Event{
 		{
-			Kind: "step.failed", Subject: c.ID, Flow: "run-rt", FlowName: "billing", Step: "charge",
+			Kind: "step.failed", Subject: c.ID, RunID: "run-rt", FlowName: "billing", Step: "charge",
 			Attempt: 2, Trigger: "trg-1", CorrelationID: "corr-9",
 			Data: json.RawMessage(`{"error":"card declined","willRetry":true,"nested":{"a":[1,2,{"b":null}]},"s":"ü\"x"}`),
 			Meta: json.RawMessage(`{"attempt":2,"jobId":"job-7","backoff":{"ms":1500}}`),

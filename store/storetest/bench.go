@@ -14,7 +14,7 @@ import (
 // benchEvent is about 256 bytes stored, the event size nqd's benchmarks use.
 func benchEvent(c store.Context, n int) event.Event {
 	return event.Event{
-		Kind: "step.completed", Subject: c.ID, Flow: c.ID, FlowName: "bench", Step: "charge",
+		Kind: "step.completed", Subject: c.ID, RunID: c.ID, FlowName: "bench", Step: "charge",
 		Data: json.RawMessage(fmt.Sprintf(`{"n":%d,"result":"%s"}`, n, strings.Repeat("x", 100))),
 		Meta: json.RawMessage(`{"attempt":1,"duration":12}`),
 	}

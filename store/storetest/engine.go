@@ -83,7 +83,7 @@ func newRun(flow, run string, startedAt int64) store.RunMeta {
 func testRunCreateAndVersion(t *testing.T, s EngineStore) {
 	ctx := t.Context()
 	m := newRun("fl", "r1", 1000)
-	start := event.Event{Kind: "flow.started", Subject: "r1", Flow: "r1", FlowName: "fl", Data: json.RawMessage(`{"input":{}}`)}
+	start := event.Event{Kind: "flow.started", Subject: "r1", RunID: "r1", FlowName: "fl", Data: json.RawMessage(`{"input":{}}`)}
 	res, err := s.UpdateRun(ctx, store.RunUpdate{Meta: m, Events: []event.Event{start}})
 	must(t, err)
 	if len(res.Events) != 1 || res.Events[0].ID.IsZero() {
@@ -143,7 +143,7 @@ func testRunUpdateRace(t *testing.T, s EngineStore) {
 			u := m
 			u.Status = store.RunCompleted
 			_, errs[i] = s.UpdateRun(ctx, store.RunUpdate{Meta: u, PrevStatus: store.RunRunning, Events: []event.Event{
-				{Kind: "flow.completed", Subject: "race", Flow: "race", Data: json.RawMessage(fmt.Sprintf(`{"by":%d}`, i))},
+				{Kind: "flow.completed", Subject: "race", RunID: "race", Data: json.RawMessage(fmt.Sprintf(`{"by":%d}`, i))},
 			}})
 		})
 	}
@@ -168,7 +168,7 @@ func testRunStatusIndex(t *testing.T, s EngineStore) {
 	ctx := t.Context()
 	for i := range 5 {
 		_, err := s.UpdateRun(ctx, store.RunUpdate{Meta: newRun("fl", fmt.Sprintf("r%d", i), int64(100+i)), Events: []event.Event{
-			{Kind: "flow.started", FlowName: "fl", Flow: fmt.Sprintf("r%d", i), Subject: fmt.Sprintf("r%d", i)},
+			{Kind: "flow.started", FlowName: "fl", RunID: fmt.Sprintf("r%d", i), Subject: fmt.Sprintf("r%d", i)},
 		}})
 		must(t, err)
 	}
@@ -334,7 +334,7 @@ func testDeleteRuns(t *testing.T, s EngineStore) {
 	ctx := t.Context()
 	for i := range 3 {
 		id := fmt.Sprintf("d%d", i)
-		_, err := s.UpdateRun(ctx, store.RunUpdate{Meta: newRun("gone", id, int64(i+1)), Events: []event.Event{{Kind: "flow.started", FlowName: "gone", Flow: id, Subject: id}}})
+		_, err := s.UpdateRun(ctx, store.RunUpdate{Meta: newRun("gone", id, int64(i+1)), Events: []event.Event{{Kind: "flow.started", FlowName: "gone", RunID: id, Subject: id}}})
 		must(t, err)
 	}
 	n, err := s.DeleteRuns(ctx, "gone")

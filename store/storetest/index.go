@@ -54,11 +54,11 @@ func testIndexFlowStarted(t *testing.T, s store.Store) {
 	// run-1 has an event before its start, so its named-index score is the
 	// start's time while the type index keeps the first event's.
 	pre := mustAppend(t, s, run1, evs(run1, "log", 0, 1))
-	start1 := mustAppend(t, s, run1, []event.Event{{Kind: "flow.started", Subject: run1.ID, Flow: run1.ID, FlowName: "billing"}})
-	start2 := mustAppend(t, s, run2, []event.Event{{Kind: "flow.start", Subject: run2.ID, Flow: run2.ID, FlowName: "billing"}})
-	mustAppend(t, s, other, []event.Event{{Kind: "flow.started", Subject: other.ID, Flow: other.ID, FlowName: "shipping"}})
+	start1 := mustAppend(t, s, run1, []event.Event{{Kind: "flow.started", Subject: run1.ID, RunID: run1.ID, FlowName: "billing"}})
+	start2 := mustAppend(t, s, run2, []event.Event{{Kind: "flow.start", Subject: run2.ID, RunID: run2.ID, FlowName: "billing"}})
+	mustAppend(t, s, other, []event.Event{{Kind: "flow.started", Subject: other.ID, RunID: other.ID, FlowName: "shipping"}})
 	// A repeated start keeps the first score.
-	mustAppend(t, s, run1, []event.Event{{Kind: "flow.started", Subject: run1.ID, Flow: run1.ID, FlowName: "billing"}})
+	mustAppend(t, s, run1, []event.Event{{Kind: "flow.started", Subject: run1.ID, RunID: run1.ID, FlowName: "billing"}})
 
 	page := mustIndexList(t, s, store.Index{Type: "flow", Name: "billing"}, 0, 10)
 	want := []store.IndexEntry{{ID: run1.ID, Score: int64(start1[0].ID.MS)}, {ID: run2.ID, Score: int64(start2[0].ID.MS)}}

@@ -139,7 +139,7 @@ func testKindsSkipRunUpdates(t *testing.T, s KindStore) {
 	must(t, s.WatchKinds(ctx, "order.paid"))
 	_, err := s.UpdateRun(ctx, store.RunUpdate{
 		Meta:   newRun("f", "r1", 1),
-		Events: []event.Event{{Kind: "order.paid", Subject: "r1", Flow: "r1", FlowName: "f"}},
+		Events: []event.Event{{Kind: "order.paid", Subject: "r1", RunID: "r1", FlowName: "f"}},
 	})
 	must(t, err)
 	got, err := s.KindEvents(ctx, "order.paid", event.ID{}, 10)
@@ -178,7 +178,7 @@ func testKindsConsumeOnce(t *testing.T, s KindStore) {
 		wg.Go(func() {
 			run := fmt.Sprintf("r%d", i)
 			_, err := s.UpdateRun(ctx, store.RunUpdate{Meta: newRun("f", run, 1), Consume: []store.KindRef{ref},
-				Events: []event.Event{{Kind: "step.resumed", Subject: run, Flow: run, FlowName: "f"}}})
+				Events: []event.Event{{Kind: "step.resumed", Subject: run, RunID: run, FlowName: "f"}}})
 			switch {
 			case err == nil:
 				wins <- run

@@ -34,7 +34,7 @@ func runQueueStore(t *testing.T, newStore func(t *testing.T) (s, reopen QueueSto
 		return store.Job{ID: store.JobID("r1", step), Queue: queue, Flow: "fl", Run: "r1", Step: step, Input: json.RawMessage(`{"n":1}`), ReadyAt: readyAt}
 	}
 	m := store.RunMeta{Flow: "fl", Run: "r1", Status: store.RunRunning, StartedAt: 100, StepCount: 4}
-	if _, err := s.UpdateRun(ctx, store.RunUpdate{Meta: m, Events: []event.Event{{Kind: "flow.started", FlowName: "fl", Flow: "r1", Subject: "r1"}},
+	if _, err := s.UpdateRun(ctx, store.RunUpdate{Meta: m, Events: []event.Event{{Kind: "flow.started", FlowName: "fl", RunID: "r1", Subject: "r1"}},
 		Enqueue: []store.Job{job("qa", "a", 100), job("qa", "b", 200), job("qa", "c", 300), job("qb", "d", 100)}}); err != nil {
 		t.Fatal(err)
 	}

@@ -40,7 +40,7 @@ func finishRun(t *testing.T, s RetentionStore, flow, run, status string) {
 	t.Helper()
 	ctx := t.Context()
 	m := store.RunMeta{Flow: flow, Run: run, Status: store.RunRunning, StartedAt: retentionT0 - day}
-	res, err := s.UpdateRun(ctx, store.RunUpdate{Meta: m, Events: []event.Event{{Kind: "flow.started", FlowName: flow, Flow: run, Subject: run}}})
+	res, err := s.UpdateRun(ctx, store.RunUpdate{Meta: m, Events: []event.Event{{Kind: "flow.started", FlowName: flow, RunID: run, Subject: run}}})
 	must(t, err)
 	c := store.Context{Type: "flow", ID: run}
 	must(t, s.PutCheckpoint(ctx, c, res.Events[0].ID, []byte(`{"n":1}`)))
@@ -49,7 +49,7 @@ func finishRun(t *testing.T, s RetentionStore, flow, run, status string) {
 	}
 	m.Version, m.Status, m.CompletedAt = 1, status, retentionT0
 	_, err = s.UpdateRun(ctx, store.RunUpdate{Meta: m, PrevStatus: store.RunRunning,
-		Events: []event.Event{{Kind: "flow." + status, FlowName: flow, Flow: run, Subject: run}}})
+		Events: []event.Event{{Kind: "flow." + status, FlowName: flow, RunID: run, Subject: run}}})
 	must(t, err)
 }
 
