@@ -37,6 +37,7 @@ type Store interface {
 	store.DefinitionStore
 	store.RunStore
 	store.QueueStore
+	store.KindIndex
 }
 
 // Errors the engine adds to the store's sentinels.

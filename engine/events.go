@@ -37,10 +37,6 @@ import (
 
 // watchKinds watches the kinds d's event awaits wait for.
 func (e *Engine) watchKinds(ctx context.Context, d *flows.Definition) error {
-	ki, ok := e.st.(store.KindIndex)
-	if !ok {
-		return nil
-	}
 	var kinds []string
 	for _, name := range slices.Sorted(maps.Keys(d.Steps)) {
 		if a := d.Steps[name].Await; a != nil && a.Type == "event" && !slices.Contains(kinds, a.EventKind) {
@@ -50,7 +46,7 @@ func (e *Engine) watchKinds(ctx context.Context, d *flows.Definition) error {
 	if len(kinds) == 0 {
 		return nil
 	}
-	return ki.WatchKinds(ctx, kinds...)
+	return e.st.WatchKinds(ctx, kinds...)
 }
 
 // watchStoredKinds watches the event kinds of every stored definition.
@@ -72,10 +68,6 @@ const eventPage = 100
 
 // fireEventTimer looks for the event an event await waits for.
 func (e *Engine) fireEventTimer(ctx context.Context, t store.Timer) error {
-	ki, ok := e.st.(store.KindIndex)
-	if !ok {
-		return nil // the timer stays held; the await can still time out
-	}
 	var resumed string
 	err := e.retry(ctx, func() error {
 		resumed = ""
@@ -98,7 +90,7 @@ func (e *Engine) fireEventTimer(ctx context.Context, t store.Timer) error {
 			return err
 		}
 		now := e.nowMS()
-		en, found, err := e.findEvent(ctx, ki, r, id, aw)
+		en, found, err := e.findEvent(ctx, r, id, aw)
 		if err != nil {
 			return err
 		}
@@ -132,7 +124,7 @@ func (e *Engine) fireEventTimer(ctx context.Context, t store.Timer) error {
 // its look-back start on, that matches its condition. Entries that do not
 // match never will (a condition sees only the event and the run's input),
 // so the cursor moves past them; consumed ones are passed over for good.
-func (e *Engine) findEvent(ctx context.Context, ki store.KindIndex, r *run, id string, aw *awaitState) (store.KindEntry, bool, error) {
+func (e *Engine) findEvent(ctx context.Context, r *run, id string, aw *awaitState) (store.KindEntry, bool, error) {
 	prg, err := e.condition(aw.Where)
 	if err != nil {
 		return store.KindEntry{}, false, err
@@ -146,7 +138,7 @@ func (e *Engine) findEvent(ctx context.Context, ki store.KindIndex, r *run, id s
 		after = c.(event.ID)
 	}
 	for {
-		page, err := ki.KindEvents(ctx, aw.EventKind, after, eventPage)
+		page, err := e.st.KindEvents(ctx, aw.EventKind, after, eventPage)
 		if err != nil {
 			return store.KindEntry{}, false, err
 		}

@@ -21,13 +21,9 @@ func RetentionPolicy(cfg config.Config) store.Retention {
 // StartRetention runs the reaper over st when any retention is configured,
 // archiving into cfg.ArchiveDir when it is set. stop ends the reaper and waits
 // for its sweep to return.
-func StartRetention(ctx context.Context, st store.Store, cfg config.Config, log zerolog.Logger) (stop func(), err error) {
+func StartRetention(ctx context.Context, st retention.Store, cfg config.Config, log zerolog.Logger) (stop func(), err error) {
 	if RetentionPolicy(cfg) == (store.Retention{}) {
 		return func() {}, nil
-	}
-	rs, ok := st.(retention.Store)
-	if !ok {
-		return nil, fmt.Errorf("the %s store cannot expire runs", cfg.Backend())
 	}
 	opts := retention.Options{Logger: log.With().Str("component", "retention").Logger()}
 	if cfg.ArchiveDir != "" {
@@ -41,6 +37,6 @@ func StartRetention(ctx context.Context, st store.Store, cfg config.Config, log 
 	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	wg.Go(func() { retention.New(rs, opts).Run(ctx, cfg.RetentionInterval) })
+	wg.Go(func() { retention.New(st, opts).Run(ctx, cfg.RetentionInterval) })
 	return func() { cancel(); wg.Wait() }, nil
 }

@@ -14,15 +14,11 @@ import (
 )
 
 // StartSweeper runs the sweeper over e every cfg.SweepInterval, under a lease
-// in st's KV store when it has one (so of many instances one sweeps), and
-// exports its counters on m when m is set. stop ends the sweeper, waits for
-// its sweep to return and releases the lease.
-func StartSweeper(ctx context.Context, e *engine.Engine, st store.Store, cfg config.Config, m *metrics.Metrics, log zerolog.Logger) (stop func(), err error) {
-	kv, _ := st.(store.KV)
+// in kv (so of many instances one sweeps), and exports its counters on m when
+// m is set. stop ends the sweeper, waits for its sweep to return and releases
+// the lease.
+func StartSweeper(ctx context.Context, e *engine.Engine, kv store.KV, cfg config.Config, m *metrics.Metrics, log zerolog.Logger) (stop func(), err error) {
 	log = log.With().Str("component", "sweeper").Logger()
-	if kv == nil {
-		log.Warn().Str("store", cfg.Backend()).Msg("no KV store for the sweeper's lease: every instance sweeps")
-	}
 	sw := sweeper.New(e, kv, sweeper.Options{Interval: cfg.SweepInterval, StallAfter: cfg.StallAfter, Logger: log})
 	if m != nil {
 		if err := m.Register(sw.Collector()); err != nil {

@@ -35,7 +35,7 @@ import (
 type App struct {
 	log     zerolog.Logger
 	cfg     config.Config
-	Store   store.Store
+	Store   store.Backend
 	Stream  *stream.Handler
 	Metrics *metrics.Metrics
 	Handler http.Handler
@@ -87,8 +87,6 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 	a.closers = append(a.closers, states.Close) // before the store it writes checkpoints to
 	a.watch(states)
 
-	var ready []func(context.Context) error
-	_, trustLive := st.(*boltstore.Store) // in-process fan-out never skips an event
 	a.Stream = stream.NewHandler(stream.Options{
 		Store:       st,
 		Prefix:      cfg.Prefix,
@@ -96,55 +94,43 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 		Heartbeat:   cfg.SSEHeartbeat,
 		MaxBackfill: cfg.SSEMaxBackfill,
 		MaxLifetime: cfg.SSEMaxLifetime,
-		TrustLive:   trustLive,
+		TrustLive:   st.LiveReliable(),
 		State:       states.StateJSON,
 		Observer:    a.Metrics.Stream(),
 	})
 	a.closers = append(a.closers, func() error { a.Stream.Close(); return nil })
-	ready = append(ready, func(context.Context) error { return a.Stream.Ready() })
-	switch ls := st.(type) {
-	case *redisstore.Store:
-		ready = append(ready, ls.LiveHealthy)
-	case *pgstore.Store:
-		ready = append(ready, ls.LiveHealthy)
+	ready := []func(context.Context) error{
+		func(context.Context) error { return a.Stream.Ready() },
+		st.LiveHealthy,
 	}
 
-	var flowEngine handlers.FlowEngine
-	var queues handlers.Queues
-	if es, ok := st.(engine.Store); ok {
-		signer, err := TriggerSigner(cfg, log)
-		if err != nil {
-			return nil, errors.Join(err, a.Close())
-		}
-		eng, stop, err := StartEngine(ctx, es, cfg.FlowsDir, engine.Options{
-			Logger: log, Triggers: signer, Lease: cfg.JobLease, Observer: a.Metrics.Engine(),
-		})
-		if err != nil {
-			return nil, errors.Join(err, a.Close())
-		}
-		a.closers = append(a.closers, func() error { stop(); return nil })
-		flowEngine, queues = eng, eng
-		stopSweeper, err := StartSweeper(ctx, eng, st, cfg, a.Metrics, log)
-		if err != nil {
-			return nil, errors.Join(err, a.Close())
-		}
-		a.closers = append(a.closers, func() error { stopSweeper(); return nil })
-		if qs, ok := st.(store.QueueStats); ok {
-			if err := a.Metrics.WatchQueues(qs, engineQueues(eng)); err != nil {
-				return nil, errors.Join(err, a.Close())
-			}
-		}
-		if err := a.Metrics.WatchAwaits(eng.PendingAwaits); err != nil {
-			return nil, errors.Join(err, a.Close())
-		}
-		stopReaper, err := StartRetention(ctx, st, cfg, log)
-		if err != nil {
-			return nil, errors.Join(err, a.Close())
-		}
-		a.closers = append(a.closers, func() error { stopReaper(); return nil })
-	} else {
-		log.Warn().Str("store", cfg.Backend()).Msg("this store does not support the flow engine yet: flow and worker routes are off")
+	signer, err := TriggerSigner(cfg, log)
+	if err != nil {
+		return nil, errors.Join(err, a.Close())
 	}
+	eng, stop, err := StartEngine(ctx, st, cfg.FlowsDir, engine.Options{
+		Logger: log, Triggers: signer, Lease: cfg.JobLease, Observer: a.Metrics.Engine(),
+	})
+	if err != nil {
+		return nil, errors.Join(err, a.Close())
+	}
+	a.closers = append(a.closers, func() error { stop(); return nil })
+	stopSweeper, err := StartSweeper(ctx, eng, st, cfg, a.Metrics, log)
+	if err != nil {
+		return nil, errors.Join(err, a.Close())
+	}
+	a.closers = append(a.closers, func() error { stopSweeper(); return nil })
+	if err := a.Metrics.WatchQueues(st, engineQueues(eng)); err != nil {
+		return nil, errors.Join(err, a.Close())
+	}
+	if err := a.Metrics.WatchAwaits(eng.PendingAwaits); err != nil {
+		return nil, errors.Join(err, a.Close())
+	}
+	stopReaper, err := StartRetention(ctx, st, cfg, log)
+	if err != nil {
+		return nil, errors.Join(err, a.Close())
+	}
+	a.closers = append(a.closers, func() error { stopReaper(); return nil })
 
 	access, err := a.access()
 	if err != nil {
@@ -154,16 +140,15 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 	if err != nil {
 		return nil, errors.Join(err, a.Close())
 	}
-	restorer, _ := st.(handlers.Restorer) // both stores restore; nil keeps the route at 404
 	deps := handlers.Deps{
 		Store:        a.Metrics.Store(st),
 		State:        states,
-		Flows:        flowEngine,
-		Queues:       queues,
+		Flows:        eng,
+		Queues:       eng,
 		KeyPrefix:    cfg.Prefix,
-		KV:           kvStore(st),
+		KV:           st,
 		Archive:      archived,
-		Restorer:     restorer,
+		Restorer:     st,
 		Web:          web.FS,
 		WebBase:      cfg.WebBase,
 		Stream:       a.Stream,
@@ -196,15 +181,6 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 	return a, nil
 }
 
-// kvStore is the store's KV record store, or nil (routes off) when the
-// backend has none.
-func kvStore(st store.Store) handlers.KV {
-	if kv, ok := st.(handlers.KV); ok {
-		return kv
-	}
-	return nil
-}
-
 // watch adds the series read at each scrape: the cache and the live feed.
 // The store's counter of stored events, the store the API appends through,
 // the SSE and engine observers and the HTTP middleware feed the others, set
@@ -214,7 +190,7 @@ func (a *App) watch(states *snapshots.Cache) {
 	a.Metrics.WatchLive(func() error { return a.Stream.Ready() })
 }
 
-func (a *App) openStore(ctx context.Context) (store.Store, error) {
+func (a *App) openStore(ctx context.Context) (store.Backend, error) {
 	switch a.cfg.Backend() {
 	case "redis":
 		client, err := redisClient(a.cfg.RedisURL)

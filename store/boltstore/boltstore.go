@@ -31,7 +31,7 @@ import (
 	"github.com/nqd-dev/nqd/store"
 )
 
-var _ store.Store = (*Store)(nil)
+var _ store.Backend = (*Store)(nil)
 
 // Options tune a Store. The zero value is usable.
 type Options struct {
@@ -79,7 +79,7 @@ var (
 	bIdemExp = []byte("idemexp")
 )
 
-// Store is a store.Store on one bbolt file. It is safe for concurrent use.
+// Store is a store.Backend on one bbolt file. It is safe for concurrent use.
 type Store struct {
 	db   *bolt.DB
 	opts Options
@@ -148,6 +148,13 @@ func (s *Store) Ping(ctx context.Context) error {
 	}
 	return nil
 }
+
+// LiveReliable is true: subscriptions are served in-process, and one that
+// falls behind is ended with ErrOverflow, never skipped past silently.
+func (s *Store) LiveReliable() bool { return true }
+
+// LiveHealthy is always nil: the in-process feed has no connection to lose.
+func (s *Store) LiveHealthy(context.Context) error { return nil }
 
 // Close stops accepting appends, waits for the ones in flight, ends every
 // subscription with ErrClosed and closes the file. Calling it again returns

@@ -49,7 +49,7 @@ func TestConformance(t *testing.T) {
 			Store:   s,
 			Advance: func(d time.Duration) { ahead.Add(int64(d)) },
 			// One process owns the file, so a second instance is this one.
-			Reopen: func() storetest.Backend { return s },
+			Reopen: func() store.Backend { return s },
 		}
 	})
 }

@@ -20,8 +20,6 @@ var bCheckpoints = []byte("checkpoints")
 // the cache, the older ones time travel to the past.
 const keepCheckpoints = 4
 
-var _ store.Checkpointer = (*Store)(nil)
-
 // PutCheckpoint stores state as c's checkpoint at at and keeps only the newest
 // few. Errors: ErrInvalid, ErrClosed, ErrUnavailable.
 func (s *Store) PutCheckpoint(ctx context.Context, c store.Context, at event.ID, state []byte) error {

@@ -12,8 +12,6 @@ import (
 	"github.com/nqd-dev/nqd/store"
 )
 
-var _ store.KindIndex = (*Store)(nil)
-
 // bKinds holds the kind index: a bucket per kind, keyed by position, whose
 // values are "<type>\x00<id>\x00" + the 16-byte stream id + the stored body.
 var bKinds = []byte("kinds")

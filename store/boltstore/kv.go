@@ -25,8 +25,6 @@ import (
 // removed by the next writes: each write deletes up to sweepLimit records
 // that have expired, the way expired idempotency records go.
 
-var _ store.KV = (*Store)(nil)
-
 var (
 	bKV    = []byte("kv")
 	bKVExp = []byte("kvexp")

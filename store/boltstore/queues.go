@@ -12,8 +12,6 @@ import (
 	"github.com/nqd-dev/nqd/store"
 )
 
-var _ store.QueueStore = (*Store)(nil)
-
 // bPaused holds one key per paused queue. Claim reads it in its own
 // transaction, so a pause is never raced by a claim in flight.
 var bPaused = []byte("pausedqueues")

@@ -10,8 +10,6 @@ import (
 	"github.com/nqd-dev/nqd/store"
 )
 
-var _ store.QueueStats = (*Store)(nil)
-
 // QueueDepth walks the queue's ready bucket, which is ordered by score
 // (ready time, or lease end once claimed), counting the scores that have
 // passed, and of the others those held under a lease.

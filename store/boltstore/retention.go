@@ -24,8 +24,6 @@ var (
 	kByRun     = []byte("byrun")
 )
 
-var _ store.Retainer = (*Store)(nil)
-
 func retentionBuckets(tx *bolt.Tx) (due, byRun *bolt.Bucket, err error) {
 	r, err := tx.CreateBucketIfNotExists(bRetention)
 	if err != nil {

@@ -11,8 +11,6 @@ import (
 	"github.com/nqd-dev/nqd/store"
 )
 
-var _ store.KindIndex = (*Store)(nil)
-
 // kindTrimLimit bounds the expired entries one append removes from a kind,
 // so cleaning never makes one append slow.
 const kindTrimLimit = 64

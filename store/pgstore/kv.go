@@ -13,8 +13,6 @@ import (
 	"github.com/nqd-dev/nqd/store"
 )
 
-var _ store.KV = (*Store)(nil)
-
 var (
 	errKVNotFound = fmt.Errorf("pgstore: kv: %w", store.ErrNotFound)
 	errKVConflict = fmt.Errorf("pgstore: kv: %w", store.ErrConflict)

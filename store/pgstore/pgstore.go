@@ -68,7 +68,9 @@ const (
 	maxIdempotencyKey = 1024
 )
 
-// Store is a store.Store on PostgreSQL. It is safe for concurrent use.
+var _ store.Backend = (*Store)(nil)
+
+// Store is a store.Backend on PostgreSQL. It is safe for concurrent use.
 type Store struct {
 	pool    *pgxpool.Pool
 	opts    Options
@@ -146,6 +148,11 @@ func (s *Store) Ping(ctx context.Context) error {
 	}
 	return dbErr(s.pool.Ping(ctx))
 }
+
+// LiveReliable is false: a notification lost while the listener reconnects
+// is not redelivered, so subscribers check what they receive against the
+// stream.
+func (s *Store) LiveReliable() bool { return false }
 
 // LiveHealthy reports whether the live feed is listening. A readiness probe
 // calls it so an instance whose listener is down stops taking SSE clients

@@ -10,8 +10,6 @@ import (
 	"github.com/nqd-dev/nqd/store/storetest"
 )
 
-var _ storetest.Backend = (*pgstore.Store)(nil)
-
 // openTestStore opens a Store on url, closed when the test ends.
 func openTestStore(t testing.TB, url string, opts pgstore.Options) *pgstore.Store {
 	t.Helper()
@@ -37,7 +35,7 @@ func TestConformance(t *testing.T) {
 		// The database clock cannot be moved, so the suite waits for expiry.
 		return storetest.Harness{
 			Store: openTestStore(t, url, pgstore.Options{Retention: opts.Retention}),
-			Reopen: func() storetest.Backend {
+			Reopen: func() store.Backend {
 				// A second instance on the same schema.
 				return openTestStore(t, url, pgstore.Options{Retention: opts.Retention})
 			},

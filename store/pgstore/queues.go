@@ -9,8 +9,6 @@ import (
 	"github.com/nqd-dev/nqd/store"
 )
 
-var _ store.QueueStore = (*Store)(nil)
-
 // SetQueuePaused pauses or resumes queue. Errors: ErrInvalid, ErrClosed,
 // ErrUnavailable.
 func (s *Store) SetQueuePaused(ctx context.Context, queue string, paused bool) error {

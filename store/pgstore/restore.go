@@ -11,8 +11,6 @@ import (
 	"github.com/nqd-dev/nqd/store"
 )
 
-var _ store.Restorer = (*Store)(nil)
-
 // Restore writes evs with their ids as c's stream, and record as its run
 // record, in one transaction. Errors: ErrConflict, ErrInvalid, ErrClosed,
 // ErrUnavailable.

@@ -13,7 +13,6 @@ import (
 
 // A run's due time is the expires_at column of its record, written by the
 // same statement as the record, so it follows every status change.
-var _ store.Retainer = (*Store)(nil)
 
 // ExpiredRuns returns up to max runs due at now, earliest first. Errors:
 // ErrClosed, ErrUnavailable.

@@ -10,8 +10,6 @@ import (
 	"github.com/nqd-dev/nqd/store"
 )
 
-var _ store.Trimmer = (*Store)(nil)
-
 // Trim removes c's events below before, never the newest. Errors:
 // ErrInvalid, ErrClosed, ErrUnavailable.
 func (s *Store) Trim(ctx context.Context, c store.Context, before event.ID) (int64, error) {

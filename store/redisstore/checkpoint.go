@@ -36,8 +36,6 @@ var (
 // the cache, the older ones time travel to the past.
 const keepCheckpoints = 4
 
-var _ store.Checkpointer = (*Store)(nil)
-
 func (s *Store) checkpointsKey(c store.Context) string { return s.streamKey(c) + ":checkpoints" }
 
 // checkpointField formats id so that byte order is id order.

@@ -11,8 +11,6 @@ import (
 	"github.com/nqd-dev/nqd/store"
 )
 
-var _ store.KindIndex = (*Store)(nil)
-
 // kindKey is the kind index of kind, a stream append.lua writes beside each
 // appended event. The engine: prefix keeps it apart from context streams,
 // whose ids hold no colon.

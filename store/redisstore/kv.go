@@ -29,8 +29,6 @@ import (
 // hash and its TTL in one MULTI; Scan walks SCAN MATCH and reads each batch
 // of keys in one pipeline.
 
-var _ store.KV = (*Store)(nil)
-
 var (
 	//go:embed scripts/kv_put.lua
 	kvPutLua string

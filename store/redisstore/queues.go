@@ -12,8 +12,6 @@ import (
 	"github.com/nqd-dev/nqd/store"
 )
 
-var _ store.QueueStore = (*Store)(nil)
-
 // pausedKey is the set of paused queue names; claim.lua reads it in the
 // same script that hands out jobs.
 func (s *Store) pausedKey() string { return s.opts.Prefix + ":engine:queues:paused" }

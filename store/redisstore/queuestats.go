@@ -10,8 +10,6 @@ import (
 	"github.com/nqd-dev/nqd/store"
 )
 
-var _ store.QueueStats = (*Store)(nil)
-
 // QueueDepth reads the queue's ready set: its size, and how many scores
 // (ready time, or lease end once claimed) have passed. Of the jobs not yet
 // due (few: those held by workers, and delayed ones) it reads the values to

@@ -120,7 +120,7 @@ type Store struct {
 	closed atomic.Bool
 }
 
-var _ store.Store = (*Store)(nil)
+var _ store.Backend = (*Store)(nil)
 
 // New returns a Store on client. The caller keeps ownership of client and
 // closes it after the Store. Errors: store.ErrInvalid for a bad prefix.
@@ -169,6 +169,11 @@ func (s *Store) Ping(ctx context.Context) error {
 	}
 	return mapErr(ctx, "ping", s.client.Ping(ctx).Err())
 }
+
+// LiveReliable is false: Redis Pub/Sub drops what it sends while the
+// connection is down, so subscribers check what they receive against the
+// stream.
+func (s *Store) LiveReliable() bool { return false }
 
 // LiveHealthy checks the live path end to end: a PING travels over the shared
 // Pub/Sub connection and its answer comes back through the receive loop. A

@@ -34,7 +34,7 @@ func TestConformance(t *testing.T) {
 	storetest.RunAll(t, func(t *testing.T, opts storetest.Options) storetest.Harness {
 		prefix := redistest.Prefix(t)
 		s, client := newTestStore(t, redisstore.Options{Prefix: prefix, Retention: opts.Retention})
-		return storetest.Harness{Store: s, Reopen: func() storetest.Backend {
+		return storetest.Harness{Store: s, Reopen: func() store.Backend {
 			// A second instance on the same Redis and prefix.
 			other, err := redisstore.New(client, redisstore.Options{Prefix: prefix, Retention: opts.Retention, Logger: testkit.Logger(t)})
 			if err != nil {

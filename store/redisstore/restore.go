@@ -17,8 +17,6 @@ var restoreLua string
 
 var restoreScript = redis.NewScript(restoreLua)
 
-var _ store.Restorer = (*Store)(nil)
-
 // Restore writes evs with their ids as c's stream, and record as its run
 // record, in one script (scripts/restore.lua). The stream is not trimmed to
 // MaxLen: an archived run comes back whole. Errors: store.ErrConflict,

@@ -18,8 +18,6 @@ var deleteRunLua string
 
 var deleteRunScript = redis.NewScript(deleteRunLua)
 
-var _ store.Retainer = (*Store)(nil)
-
 func (s *Store) expiringKey() string { return s.opts.Prefix + ":engine:runs:expiring" }
 
 // ExpiredRuns returns up to max runs due at now, earliest first. Errors:

@@ -16,8 +16,6 @@ var trimLua string
 
 var trimScript = redis.NewScript(trimLua)
 
-var _ store.Trimmer = (*Store)(nil)
-
 // Trim removes c's entries below before with an exact XTRIM MINID, keeping
 // the newest entry. Errors: ErrInvalid, ErrClosed, ErrUnavailable.
 func (s *Store) Trim(ctx context.Context, c store.Context, before event.ID) (int64, error) {

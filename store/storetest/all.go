@@ -7,22 +7,6 @@ import (
 	"github.com/nqd-dev/nqd/store"
 )
 
-// Backend is a store that meets the whole contract, as every nqd backend
-// does.
-type Backend interface {
-	store.Store
-	store.DefinitionStore
-	store.RunStore
-	store.KindIndex
-	store.KV
-	store.QueueStats
-	store.QueueStore
-	store.Restorer
-	store.Checkpointer
-	store.Retainer
-	store.Trimmer
-}
-
 // Options say how a part of the suite needs its store opened.
 type Options struct {
 	// Retention is the policy for finished runs; the zero value keeps them.
@@ -32,14 +16,14 @@ type Options struct {
 // Harness is one scenario's store, with the means to move its clock and to
 // open it a second time.
 type Harness struct {
-	Store Backend
+	Store store.Backend
 	// Advance moves the store's clock forward by d. It is nil for a backend
 	// on the real clock (Redis), where the suite waits instead.
 	Advance func(d time.Duration)
 	// Reopen returns another handle on Store's data, as a second instance
 	// would open it; a backend that one process owns (the embedded store)
 	// returns Store itself.
-	Reopen func() Backend
+	Reopen func() store.Backend
 }
 
 // NewStore opens a store for one scenario. The store shares no data with
