@@ -39,6 +39,14 @@ func main() {
 		return
 	}
 	logger := wiring.Logger(cfg, os.Stdout).With().Str("version", version).Logger()
+	if addr := os.Getenv(pprofEnv); addr != "" {
+		ln, err := listenPprof(addr)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "nqd: configuration:", err)
+			os.Exit(2)
+		}
+		go servePprof(ctx, ln, logger)
+	}
 	wiring.RouteRedisLog(logger)
 	if err := wiring.Run(ctx, cfg, logger); err != nil {
 		logger.Error().Err(err).Msg("nqd stopped")
