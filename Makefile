@@ -13,7 +13,7 @@ GOBUILD   := CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)"
 NQ_ADDR   ?= 127.0.0.1:8080
 BENCHTIME ?= 2s
 
-.PHONY: run build test test-py test-ts test-short lint fuzz bench bench-pg bench-go bench-appends bench-sdks screenshots golden tidy-check vuln clean
+.PHONY: run build test test-py test-ts test-short lint fuzz bench bench-e2e noop-worker bench-pg bench-go bench-appends bench-sdks screenshots golden tidy-check vuln clean
 
 ## run: build bin/nqd, then start it on the embedded store in ./data (set NQ_REDIS_URL to use Redis)
 run: build
@@ -77,10 +77,19 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzParseTokens -fuzztime=30s ./auth
 	$(GO) test -run='^$$' -fuzz=FuzzFilterOrder -fuzztime=30s ./store
 
-## bench: load profiles on Redis against a plain-Redis baseline (about 3 minutes); rewrites BENCHMARKS.md
-bench: build
+## bench: load profiles on Redis against a plain-Redis baseline, and flow runs end to end against the
+## Node original's figures (about 4 minutes); rewrites BENCHMARKS.md
+bench: build noop-worker
 	$(GO) run ./cmd/nqbench -nqd bin/nqd -duration 20s -json bin/bench.json -markdown BENCHMARKS.md \
 		-version $(VERSION) -command "make bench"
+
+## bench-e2e: the e2e profile alone (closed-loop flow runs with the noop worker in its own process, on the
+## embedded store and Redis, C = 8 and 32), with nqd's CPU and allocation profiles in bin/pprof; prints its table
+bench-e2e: build noop-worker
+	$(GO) run ./cmd/nqbench -nqd bin/nqd -profiles e2e -pprof-dir bin/pprof -json bin/e2e.json
+
+noop-worker:
+	$(GOBUILD) -o bin/noop-worker ./cmd/noop-worker
 
 ## bench-pg: the pg-appends profile (nqd on a throwaway PostgreSQL against INSERT + pg_notify); prints its table
 bench-pg: build

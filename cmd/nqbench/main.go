@@ -7,7 +7,10 @@
 // fanout (contexts × subscribers, append-to-receive latency, and a checker
 // that every client got every id once, in order) and idle (streams held
 // open, and nqd's memory per stream) and flows (runs of a three-step flow
-// carried out by the demo worker's handlers), and pg-appends, not run by
+// carried out by the demo worker's handlers) and e2e (closed-loop runs of a
+// one-step flow, each start followed by its event stream until the run
+// completes, the step run by cmd/noop-worker in its own process, on the
+// embedded store and on Redis; see e2e.go), and pg-appends, not run by
 // default (HTTP appends with nqd on a PostgreSQL the tool starts, against
 // INSERT + pg_notify in one round trip on the same server). With -markdown it rewrites the
 // generated part of BENCHMARKS.md.
@@ -47,13 +50,16 @@ type options struct {
 	flowWorkers      int
 	jsonOut, mdOut   string
 	command, version string
+	e2e              e2eOptions
+	e2eConc          string
+	e2eStores        string
 }
 
 func main() {
 	var o options
 	flag.StringVar(&o.nqd, "nqd", "bin/nqd", "the nqd binary to measure")
 	flag.StringVar(&o.redis, "redis-server", "redis-server", "the redis-server binary")
-	flag.StringVar(&o.profiles, "profiles", "appends,fanout,idle,flows", "comma-separated profiles to run")
+	flag.StringVar(&o.profiles, "profiles", "appends,fanout,idle,flows,e2e", "comma-separated profiles to run")
 	flag.DurationVar(&o.duration, "duration", 20*time.Second, "length of each timed run")
 	flag.Float64Var(&o.appendRate, "append-rate", 2000, "offered appends per second in the appends profile")
 	flag.IntVar(&o.appendConns, "append-conns", 32, "appends in flight at most (and connections)")
@@ -65,6 +71,12 @@ func main() {
 	flag.StringVar(&o.flowsDir, "flows-dir", "examples/flows", "flow definitions nqd loads in the flows profile (must hold `pipeline`)")
 	flag.Float64Var(&o.flowRate, "flow-rate", 100, "offered run starts per second in the flows profile")
 	flag.IntVar(&o.flowWorkers, "flow-workers", 16, "steps the in-process demo worker runs at once")
+	flag.StringVar(&o.e2e.worker, "noop-worker", "bin/noop-worker", "the noop-worker binary the e2e profile runs steps with")
+	flag.IntVar(&o.e2e.runs, "e2e-runs", 3000, "measured runs per e2e row")
+	flag.IntVar(&o.e2e.rounds, "e2e-rounds", 1, "times each e2e row is measured, alternating")
+	flag.StringVar(&o.e2eConc, "e2e-conc", "8,32", "closed-loop starters of the e2e rows")
+	flag.StringVar(&o.e2eStores, "e2e-stores", "embedded,redis", "stores of the e2e rows")
+	flag.StringVar(&o.e2e.pprofDir, "pprof-dir", "", "write nqd's CPU and allocation profiles of each e2e row here")
 	flag.StringVar(&o.jsonOut, "json", "", "also write the results as JSON to this file")
 	flag.StringVar(&o.mdOut, "markdown", "", "rewrite the generated part of this Markdown file (BENCHMARKS.md)")
 	flag.StringVar(&o.command, "command", "", "the command that reproduces this run, for the report")
@@ -105,6 +117,13 @@ func run(ctx context.Context, o options) error {
 	for _, p := range strings.Split(o.profiles, ",") {
 		if ctx.Err() != nil {
 			break
+		}
+		if strings.TrimSpace(p) == "e2e" {
+			// Every row starts an nqd and a worker of its own.
+			r, err := runE2E(ctx, env{redisAddr: redisAddr, redisPID: redisProc.pid()}, dir, o.nqd, o.e2eOpts())
+			rep.E2E = &r
+			errs = append(errs, named("e2e", err))
+			continue
 		}
 		// Each profile gets a fresh nqd, so that none inherits another's
 		// heap, connections or subscriptions.

@@ -37,6 +37,7 @@ type report struct {
 	Fanout    *fanoutResult  `json:"fanout,omitempty"`
 	Idle      *idleResult    `json:"idle,omitempty"`
 	Flows     *flowsResult   `json:"flows,omitempty"`
+	E2E       *e2eResult     `json:"e2e,omitempty"`
 	Failures  string         `json:"failures,omitempty"`
 }
 
@@ -105,6 +106,9 @@ func (r report) text() string {
 	if f := r.Flows; f != nil {
 		fmt.Fprintf(&b, "flows: %d of %d runs of %s completed: %.0f runs/s, %.0f steps/s\n", f.Completed, f.Started, f.Flow, f.RunsPerSec, f.StepsPerSec)
 	}
+	if r.E2E != nil {
+		b.WriteString(r.E2E.text())
+	}
 	if r.Failures != "" {
 		fmt.Fprintf(&b, "FAILED: %s\n", r.Failures)
 	}
@@ -169,6 +173,9 @@ func (r report) markdown() string {
 		line(f.Start)
 		line(f.Completion)
 		fmt.Fprintf(&b, "\n%d of %d runs completed: **%.0f runs/s, %.0f steps/s**.\n\n", f.Completed, f.Started, f.RunsPerSec, f.StepsPerSec)
+	}
+	if r.E2E != nil {
+		b.WriteString(r.E2E.section())
 	}
 	if r.Failures != "" {
 		fmt.Fprintf(&b, "**This run failed:** %s\n\n", r.Failures)
