@@ -183,7 +183,7 @@ func TestCompactLongRun(t *testing.T) {
 		t.Errorf("live stream after Compact = %+v, want its last %d events", info, tail)
 	}
 
-	cache := snapshots.New(compact.NewReader(st, dir), snapshots.Options{})
+	cache := snapshots.New(compact.NewReader(st, dir), snapshots.Options{CheckpointEvery: snapshots.DefaultCheckpointEvery})
 	defer cache.Close()
 	for at, w := range want {
 		s, err := cache.StateAt(t.Context(), c, at)

@@ -20,7 +20,13 @@ import (
 	"time"
 
 	"github.com/nqd-dev/nqd/auth"
+	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/handlers"
+	"github.com/nqd-dev/nqd/snapshots"
+	"github.com/nqd-dev/nqd/store"
+	"github.com/nqd-dev/nqd/stream"
+	"github.com/nqd-dev/nqd/sweeper"
 )
 
 // prefixRe keeps the key prefix free of the characters that structure keys.
@@ -128,43 +134,43 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 		{"redis-url", "NQ_REDIS_URL", "Redis URL (redis://, rediss://; add ?master_name= for Sentinel); empty uses the embedded store", "", str(&c.RedisURL)},
 		{"postgres-url", "NQ_POSTGRES_URL", "PostgreSQL URL (postgres://user:pass@host/db?sslmode=...); empty uses the embedded store", "", str(&c.PostgresURL)},
 		{"data-dir", "NQ_DATA_DIR", "directory of the embedded store", "./data", str(&c.DataDir)},
-		{"prefix", "NQ_PREFIX", "storage key prefix", "nq", str(&c.Prefix)},
+		{"prefix", "NQ_PREFIX", "storage key prefix", store.DefaultPrefix, str(&c.Prefix)},
 		{"log-level", "NQ_LOG_LEVEL", "trace, debug, info, warn or error", "info", str(&c.LogLevel)},
 		{"log-format", "NQ_LOG_FORMAT", "auto (console on a terminal, else JSON), json or console", "auto", str(&c.LogFormat)},
-		{"max-body-bytes", "NQ_MAX_BODY_BYTES", "largest accepted request body", "1048576", i64(&c.MaxBodyBytes)},
-		{"max-batch", "NQ_MAX_BATCH", "most events in one append", "1000", integer(&c.MaxBatch)},
-		{"request-timeout", "NQ_REQUEST_TIMEOUT", "time limit of a non-streaming request", "10s", dur(&c.RequestTimeout)},
+		{"max-body-bytes", "NQ_MAX_BODY_BYTES", "largest accepted request body", itoa(handlers.DefaultMaxBodyBytes), i64(&c.MaxBodyBytes)},
+		{"max-batch", "NQ_MAX_BATCH", "most events in one append", itoa(handlers.DefaultMaxBatch), integer(&c.MaxBatch)},
+		{"request-timeout", "NQ_REQUEST_TIMEOUT", "time limit of a non-streaming request", durText(handlers.DefaultRequestTimeout), dur(&c.RequestTimeout)},
 		{"shutdown-timeout", "NQ_SHUTDOWN_TIMEOUT", "time given to open requests on shutdown", "10s", dur(&c.ShutdownTimeout)},
-		{"idempotency-window", "NQ_IDEMPOTENCY_WINDOW", "how long an Idempotency-Key is remembered", "24h", dur(&c.IdempotencyWindow)},
+		{"idempotency-window", "NQ_IDEMPOTENCY_WINDOW", "how long an Idempotency-Key is remembered", durText(store.DefaultIdempotencyWindow), dur(&c.IdempotencyWindow)},
 		{"stream-maxlen", "NQ_STREAM_MAXLEN", "approximate cap on events per stream (0: no cap)", "0", i64(&c.StreamMaxLen)},
 		{"stream-maxlen-by-type", "NQ_STREAM_MAXLEN_BY_TYPE", "per context type caps, e.g. flow=100000,trigger=1000 (0: no cap for that type)", "", typeCaps(&c.StreamMaxLenByType)},
 		{"cors-origins", "NQ_CORS_ORIGINS", "comma-separated browser origins allowed to call the API (empty: same origin only)", "", list(&c.CORSOrigins)},
 		{"allowed-hosts", "NQ_ALLOWED_HOSTS", "comma-separated host names the Host header may carry besides IP addresses and localhost (* for any); checked when listening on loopback or when set", "", list(&c.AllowedHosts)},
-		{"sse-heartbeat", "NQ_SSE_HEARTBEAT", "longest silence on an SSE connection before a comment line", "15s", dur(&c.SSEHeartbeat)},
-		{"sse-max-backfill", "NQ_SSE_MAX_BACKFILL", "most events an SSE backfill sends (the newest, after an 'event: truncated' notice)", "10000", integer(&c.SSEMaxBackfill)},
+		{"sse-heartbeat", "NQ_SSE_HEARTBEAT", "longest silence on an SSE connection before a comment line", durText(stream.DefaultHeartbeat), dur(&c.SSEHeartbeat)},
+		{"sse-max-backfill", "NQ_SSE_MAX_BACKFILL", "most events an SSE backfill sends (the newest, after an 'event: truncated' notice)", itoa(stream.DefaultMaxBackfill), integer(&c.SSEMaxBackfill)},
 		{"web-base", "NQ_WEB_BASE", "path the browser dashboard is served at (empty: /)", "", str(&c.WebBase)},
 		{"flows-dir", "NQ_FLOWS_DIR", "directory of flow definitions (*.json, *.yaml, *.yml) stored at start (empty: none)", "", str(&c.FlowsDir)},
-		{"cache-entries", "NQ_CACHE_ENTRIES", "contexts whose reduced state is cached", "1000", integer(&c.CacheEntries)},
-		{"cache-bytes", "NQ_CACHE_BYTES", "approximate bytes of cached reduced states", "104857600", i64(&c.CacheBytes)},
-		{"checkpoint-every", "NQ_CHECKPOINT_EVERY", "events between persisted state checkpoints (0: none)", "1000", integer(&c.CheckpointEvery)},
+		{"cache-entries", "NQ_CACHE_ENTRIES", "contexts whose reduced state is cached", itoa(snapshots.DefaultMaxEntries), integer(&c.CacheEntries)},
+		{"cache-bytes", "NQ_CACHE_BYTES", "approximate bytes of cached reduced states", itoa(snapshots.DefaultMaxBytes), i64(&c.CacheBytes)},
+		{"checkpoint-every", "NQ_CHECKPOINT_EVERY", "events between persisted state checkpoints (0: none)", itoa(snapshots.DefaultCheckpointEvery), integer(&c.CheckpointEvery)},
 		{"retain-completed", "NQ_RETAIN_COMPLETED", "how long a completed run is kept after it finished, e.g. 168h (0: forever)", "0", dur(&c.RetainCompleted)},
 		{"retain-failed", "NQ_RETAIN_FAILED", "how long a failed run is kept after it finished, e.g. 720h (0: forever)", "0", dur(&c.RetainFailed)},
 		{"retain-cancelled", "NQ_RETAIN_CANCELLED", "how long a cancelled run is kept after it finished (0: forever)", "0", dur(&c.RetainCancelled)},
 		{"archive-dir", "NQ_ARCHIVE_DIR", "directory finished runs are archived to before they expire (empty: no archive)", "", str(&c.ArchiveDir)},
 		{"retention-interval", "NQ_RETENTION_INTERVAL", "how often runs whose retention ended are looked for", "1m", dur(&c.RetentionInterval)},
-		{"sweep-interval", "NQ_SWEEP_INTERVAL", "time between sweeps for overdue awaits, stuck runs and orphaned run records", "30s", dur(&c.SweepInterval)},
-		{"stall-after", "NQ_STALL_AFTER", "how long a run with no pending await and no leased job may go without an event before it is flagged stuck", "5m", dur(&c.StallAfter)},
-		{"job-lease", "NQ_JOB_LEASE", "how long a worker holds a claimed job without a heartbeat before it goes to another worker", "30s", dur(&c.JobLease)},
+		{"sweep-interval", "NQ_SWEEP_INTERVAL", "time between sweeps for overdue awaits, stuck runs and orphaned run records", durText(sweeper.DefaultInterval), dur(&c.SweepInterval)},
+		{"stall-after", "NQ_STALL_AFTER", "how long a run with no pending await and no leased job may go without an event before it is flagged stuck", durText(sweeper.DefaultStallAfter), dur(&c.StallAfter)},
+		{"job-lease", "NQ_JOB_LEASE", "how long a worker holds a claimed job without a heartbeat before it goes to another worker", durText(engine.DefaultLease), dur(&c.JobLease)},
 		{"sse-max-lifetime", "NQ_SSE_MAX_LIFETIME", "rotate SSE connections after this long, with jitter (0: never)", "0", dur(&c.SSEMaxLifetime)},
 		{"", "NQ_TOKENS", "API tokens name:scope:secret or name:scope:sha256:<hex>, comma-separated", "", tokens(&c.Tokens)},
 		{"tokens-file", "NQ_TOKENS_FILE", "file of API tokens, one name:scope:sha256:<hex> a line", "", str(&c.TokensFile)},
 		{"", "NQ_STREAM_TOKEN_KEYS", "stream token signing keys id:secret, comma-separated; the first signs", "", keys(&c.StreamTokenKeys)},
 		{"", "NQ_TRIGGER_KEYS", "trigger id signing keys id:secret, comma-separated; the first signs", "", keys(&c.TriggerKeys)},
-		{"stream-token-max-ttl", "NQ_STREAM_TOKEN_MAX_TTL", "longest life of a stream token", "1h", dur(&c.StreamTokenMaxTTL)},
+		{"stream-token-max-ttl", "NQ_STREAM_TOKEN_MAX_TTL", "longest life of a stream token", durText(handlers.DefaultMaxStreamTokenTTL), dur(&c.StreamTokenMaxTTL)},
 		{"allow-insecure-bind", "NQ_ALLOW_INSECURE_BIND", "serve a non-loopback address with no tokens configured", "false", boolean(&c.AllowInsecureBind)},
 		{"rate-per-token", "NQ_RATE_PER_TOKEN", "appends, starts and trigger POSTs per token, as requests/window (0: no limit)", "6000/1m", rate(&c.RatePerToken)},
 		{"rate-per-addr", "NQ_RATE_PER_ADDR", "appends, starts and trigger POSTs per client address, as requests/window (0: no limit)", "6000/1m", rate(&c.RatePerAddr)},
-		{"max-event-bytes", "NQ_MAX_EVENT_BYTES", "largest event in an append", "262144", i64(&c.MaxEventBytes)},
+		{"max-event-bytes", "NQ_MAX_EVENT_BYTES", "largest event in an append", itoa(handlers.DefaultMaxEventBytes), i64(&c.MaxEventBytes)},
 		{"max-streams-per-client", "NQ_MAX_STREAMS_PER_CLIENT", "open SSE streams per token and per address (0: no cap)", "100", integer(&c.MaxStreamsPerClient)},
 		{"metrics-public", "NQ_METRICS_PUBLIC", "serve /metrics without a token", "false", boolean(&c.MetricsPublic)},
 		{"trusted-proxies", "NQ_TRUSTED_PROXIES", "comma-separated CIDRs (or addresses) of proxies whose X-Forwarded-For or Forwarded header names the client (empty: none)", "", prefixes(&c.TrustedProxies)},
@@ -214,6 +220,22 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 		c.Tokens = append(c.Tokens, more...)
 	}
 	return c, c.validate()
+}
+
+// itoa and durText write a package's default as the setting's default, so
+// that each default has one source: the package it governs.
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// durText writes d the way a user would, 24h rather than 24h0m0s.
+func durText(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 func named(s setting, from string) func(string) error {

@@ -54,7 +54,7 @@ type Options struct {
 	// Now is the engine's clock; default time.Now. Tests pass a fake one.
 	Now func() time.Time
 	// Lease is how long a claimed job stays with its worker without a
-	// heartbeat; default 30s.
+	// heartbeat; default DefaultLease.
 	Lease time.Duration
 	// Interval is how often Run looks for due retries; default 250ms.
 	Interval time.Duration
@@ -79,6 +79,10 @@ type Options struct {
 	// Observer is told what the engine did, for metrics; default none.
 	Observer Observer
 }
+
+// DefaultLease is how long a claimed job stays with its worker without a
+// heartbeat unless Options set another.
+const DefaultLease = 30 * time.Second
 
 // Observer is told what the engine did, after the store accepted it. Its
 // methods are called on the engine's paths and must return quickly.
@@ -135,7 +139,7 @@ func New(st Store, opts Options) *Engine {
 		opts.Now = time.Now
 	}
 	if opts.Lease <= 0 {
-		opts.Lease = 30 * time.Second
+		opts.Lease = DefaultLease
 	}
 	if opts.Interval <= 0 {
 		opts.Interval = 250 * time.Millisecond

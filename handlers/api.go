@@ -101,7 +101,7 @@ type Deps struct {
 	// mounted.
 	Queues Queues
 	// KeyPrefix is the storage key prefix that raw stream reads name
-	// streams by (`<prefix>:<type>:<id>`); default "nq".
+	// streams by (`<prefix>:<type>:<id>`); default store.DefaultPrefix.
 	KeyPrefix string
 	// KV is optional: without it the /api/_kv routes are not mounted.
 	KV KV
@@ -191,7 +191,7 @@ func New(d Deps) *API {
 	}
 	keyPrefix := d.KeyPrefix
 	if keyPrefix == "" {
-		keyPrefix = defaultKeyPrefix
+		keyPrefix = store.DefaultPrefix
 	}
 	g, err := newGuard(d.CheckHost, d.AllowedHosts, d.CORSOrigins)
 	if err != nil {

@@ -18,9 +18,6 @@ import (
 // events of the runs started last.
 const feedContexts = 20
 
-// defaultKeyPrefix is the era A key prefix the UI names streams with.
-const defaultKeyPrefix = "nq"
-
 // readRawStream serves GET /api/_events/<key>?limit=&fromId=, the era A read
 // of a stream by its storage key (`nq:<type>:<id>`, colons URL-encoded or
 // not): a JSON array of records, oldest first, after fromId. The key is

@@ -19,7 +19,7 @@ import (
 // withState gives the API a snapshot cache over its own store.
 func withState(t testing.TB) func(*handlers.Deps) {
 	return func(d *handlers.Deps) {
-		c := snapshots.New(d.Store, snapshots.Options{Logger: testkit.Logger(t)})
+		c := snapshots.New(d.Store, snapshots.Options{CheckpointEvery: snapshots.DefaultCheckpointEvery, Logger: testkit.Logger(t)})
 		t.Cleanup(func() { _ = c.Close() })
 		d.State = c
 	}

@@ -124,7 +124,7 @@ func BenchmarkState10k(b *testing.B) {
 					b.Fatal("no checkpoint written")
 				}
 				measure(b, func() {
-					cache := snapshots.New(st, snapshots.Options{Logger: log})
+					cache := snapshots.New(st, snapshots.Options{CheckpointEvery: snapshots.DefaultCheckpointEvery, Logger: log})
 					mustStateB(b, cache, c)
 					_ = cache.Close()
 				})

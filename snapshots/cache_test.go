@@ -156,7 +156,7 @@ func TestBadCheckpointIsFoldedAround(t *testing.T) {
 	if err := st.(store.Checkpointer).PutCheckpoint(t.Context(), c, evs[20].ID, []byte(`{"v":0}`)); err != nil {
 		t.Fatal(err)
 	}
-	cache := newCache(t, st, snapshots.Options{})
+	cache := newCache(t, st, snapshots.Options{CheckpointEvery: snapshots.DefaultCheckpointEvery})
 	wantFold(t, "State", c, mustState(t, cache, c), evs)
 	if s := cache.Stats(); s.CheckpointsRejected != 1 || s.RebuildEvents != uint64(len(evs)) {
 		t.Errorf("%+v, want one rejected checkpoint and a fold of all %d events", s, len(evs))

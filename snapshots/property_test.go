@@ -238,7 +238,7 @@ func TestCheckpointPlusTail(t *testing.T) {
 		mustAppend(t, st, c, randomEvents(rng, c, 7))
 		evs := stored(t, st, c)
 
-		cold := newCache(t, st, snapshots.Options{})
+		cold := newCache(t, st, snapshots.Options{CheckpointEvery: snapshots.DefaultCheckpointEvery})
 		got, err := cold.State(t.Context(), c)
 		if err != nil {
 			t.Fatal(err)

@@ -49,7 +49,8 @@ type TTL struct {
 // runs thirty days.
 var DefaultTTL = TTL{Active: 24 * time.Hour, Completed: 7 * 24 * time.Hour, Failed: 30 * 24 * time.Hour}
 
-// Options tune a Cache. Zero fields take the defaults below.
+// Options tune a Cache. Zero fields take the defaults below, but for
+// CheckpointEvery, where zero means no checkpoints.
 type Options struct {
 	// MaxEntries bounds the contexts cached; default 1000.
 	MaxEntries int
@@ -59,7 +60,8 @@ type Options struct {
 	// TTL by run status; zero fields take DefaultTTL's.
 	TTL TTL
 	// CheckpointEvery writes a checkpoint when a fold crosses a multiple of
-	// this many events; default 1000, negative disables checkpoints.
+	// this many events; 0 writes none and reads none (DefaultCheckpointEvery
+	// is the server's default).
 	CheckpointEvery int
 	// CheckpointQueue bounds the checkpoints waiting to be written; when it
 	// is full a checkpoint is skipped, never waited for. Default 64.
@@ -154,9 +156,6 @@ func New(st Reader, opts Options) *Cache {
 	opts.TTL.Active = orDefault(opts.TTL.Active, DefaultTTL.Active)
 	opts.TTL.Completed = orDefault(opts.TTL.Completed, DefaultTTL.Completed)
 	opts.TTL.Failed = orDefault(opts.TTL.Failed, DefaultTTL.Failed)
-	if opts.CheckpointEvery == 0 {
-		opts.CheckpointEvery = DefaultCheckpointEvery
-	}
 	if opts.CheckpointQueue <= 0 {
 		opts.CheckpointQueue = DefaultCheckpointQueue
 	}

@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
+	"time"
 
 	"github.com/nqd-dev/nqd/event"
 )
@@ -41,6 +42,10 @@ var (
 	ErrLiveLost = errors.New("live feed lost")
 )
 
+// DefaultPrefix is the key prefix stream names start with when none is
+// configured, the one the Nuxt Queue UI names streams with.
+const DefaultPrefix = "nq"
+
 // Context names one event stream, `<prefix>:<Type>:<ID>`.
 type Context struct {
 	Type string
@@ -64,11 +69,20 @@ func (ix Index) Valid() bool {
 	return event.ValidType(ix.Type) && (ix.Name == "" || event.ValidName(ix.Name))
 }
 
+// DefaultIdempotencyWindow is how long a backend remembers an idempotency
+// key when its options set no window.
+const DefaultIdempotencyWindow = 24 * time.Hour
+
+// MaxIdempotencyKey is the longest idempotency key in bytes, the same in
+// every backend (it keeps a key well under bbolt's key size limit).
+const MaxIdempotencyKey = 1024
+
 // AppendOptions tune one append.
 type AppendOptions struct {
-	// IdempotencyKey, when set, makes a repeat of the append to the same
-	// context within the store's idempotency window return the first result
-	// and append nothing. Keys are scoped to the context.
+	// IdempotencyKey, when set (at most MaxIdempotencyKey bytes), makes a
+	// repeat of the append to the same context within the store's
+	// idempotency window return the first result and append nothing. Keys
+	// are scoped to the context.
 	IdempotencyKey string
 	// SameRequest makes the key a client's request key: a repeat must carry
 	// the same events (by Fingerprint) to be replayed, and other events get
@@ -138,15 +152,20 @@ type Subscription interface {
 	Close()
 }
 
+// DefaultSubscriptionBuffer is the channel size of a subscription that asks
+// for none, unless the backend's options set another.
+const DefaultSubscriptionBuffer = 256
+
 // Store is the storage contract.
 //
 // Appends are atomic: all of a batch is stored and published, or none. On
 // append, a backend also maintains these indexes in the same atomic step:
 //   - the context's first event adds it to Index{Type: c.Type} with the
 //     event's time as score;
-//   - `flow.started` / `flow.start` with a FlowName add the context to
-//     Index{Type: "flow", Name: FlowName};
-//   - `trigger.registered` adds the context to Index{Type: "trigger"}.
+//   - an event adds it to the index JoinedIndex names, if any:
+//     `flow.started` / `flow.start` with a FlowName to
+//     Index{Type: "flow", Name: FlowName}, `trigger.registered` to
+//     Index{Type: "trigger"}.
 //
 // An index member keeps its first score.
 type Store interface {
@@ -166,9 +185,10 @@ type Store interface {
 	Info(ctx context.Context, c Context) (StreamInfo, error)
 
 	// Subscribe starts delivering c's new events. The channel holds at most
-	// buffer events (a backend default when buffer <= 0); a subscriber that
-	// lets it fill is ended with ErrOverflow. Events appended after Subscribe
-	// returns are delivered; earlier ones are read with Range. Errors:
+	// buffer events (when buffer <= 0, the backend's configured size,
+	// DefaultSubscriptionBuffer unless set); a subscriber that lets it fill
+	// is ended with ErrOverflow. Events appended after Subscribe returns are
+	// delivered; earlier ones are read with Range. Errors:
 	// ErrInvalid, ErrClosed, ErrUnavailable.
 	Subscribe(ctx context.Context, c Context, buffer int) (Subscription, error)
 

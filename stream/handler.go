@@ -37,15 +37,15 @@ type Hooks struct {
 // Options configure a Handler. Zero values take the defaults noted.
 type Options struct {
 	Store  Source
-	Prefix string // key prefix of raw-tail stream names; "nq"
+	Prefix string // key prefix of raw-tail stream names; store.DefaultPrefix
 	Log    zerolog.Logger
 
-	Heartbeat    time.Duration // longest silence before a comment line; 15s
+	Heartbeat    time.Duration // longest silence before a comment line; DefaultHeartbeat
 	Retry        time.Duration // the `retry:` the browser waits before reconnecting; 2s
 	WriteTimeout time.Duration // bound on one write to a client; 5s
 	QueueEvents  int           // events a connection may have queued; 1000
 	QueueBytes   int           // bytes a connection may have queued; 1 MiB
-	MaxBackfill  int           // most events a backfill sends; 10000
+	MaxBackfill  int           // most events a backfill sends; DefaultMaxBackfill
 
 	// MaxLifetime ends a connection after this long plus up to
 	// LifetimeJitter (MaxLifetime/10 when zero), so that connections spread
@@ -82,12 +82,18 @@ type Options struct {
 	Hooks Hooks
 }
 
+// Defaults of Options that the server's configuration shares.
+const (
+	DefaultHeartbeat   = 15 * time.Second
+	DefaultMaxBackfill = 10000
+)
+
 func (o *Options) defaults() {
 	if o.Prefix == "" {
-		o.Prefix = "nq"
+		o.Prefix = store.DefaultPrefix
 	}
 	if o.Heartbeat <= 0 {
-		o.Heartbeat = 15 * time.Second
+		o.Heartbeat = DefaultHeartbeat
 	}
 	if o.Retry <= 0 {
 		o.Retry = 2 * time.Second
@@ -102,7 +108,7 @@ func (o *Options) defaults() {
 		o.QueueBytes = 1 << 20
 	}
 	if o.MaxBackfill <= 0 {
-		o.MaxBackfill = 10000
+		o.MaxBackfill = DefaultMaxBackfill
 	}
 	if o.MaxLifetime > 0 && o.LifetimeJitter <= 0 {
 		o.LifetimeJitter = o.MaxLifetime / 10

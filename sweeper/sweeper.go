@@ -38,11 +38,11 @@ type Engine interface {
 
 // Options tune a Sweeper. The zero value is usable.
 type Options struct {
-	// Interval is the time between sweeps; default 30s.
+	// Interval is the time between sweeps; default DefaultInterval.
 	Interval time.Duration
 	// StallAfter is how long a run may go without an event, with no
 	// pending await and no leased job, before it counts as stuck;
-	// default 5m.
+	// default DefaultStallAfter.
 	StallAfter time.Duration
 	// Lease is how long a sweeping instance keeps the sweep to itself
 	// without renewing; default three intervals, so one slow sweep does
@@ -54,6 +54,12 @@ type Options struct {
 	Now    func() time.Time
 	Logger zerolog.Logger
 }
+
+// Defaults of Options.
+const (
+	DefaultInterval   = 30 * time.Second
+	DefaultStallAfter = 5 * time.Minute
+)
 
 // Sweeper sweeps the runs of one engine. It is safe for concurrent use.
 type Sweeper struct {
@@ -72,10 +78,10 @@ type Sweeper struct {
 // versioned updates still keep two sweeps from acting twice on a run).
 func New(eng Engine, kv store.KV, opts Options) *Sweeper {
 	if opts.Interval <= 0 {
-		opts.Interval = 30 * time.Second
+		opts.Interval = DefaultInterval
 	}
 	if opts.StallAfter <= 0 {
-		opts.StallAfter = 5 * time.Minute
+		opts.StallAfter = DefaultStallAfter
 	}
 	if opts.Lease <= 0 {
 		opts.Lease = 3 * opts.Interval

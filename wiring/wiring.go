@@ -70,10 +70,6 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 	}
 	a.Store = st
 
-	checkpointEvery := cfg.CheckpointEvery
-	if checkpointEvery == 0 {
-		checkpointEvery = -1 // snapshots reads 0 as its default
-	}
 	history, compactor, err := Compaction(st, cfg)
 	if err != nil {
 		return nil, errors.Join(err, a.Close())
@@ -81,7 +77,7 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 	states := snapshots.New(history, snapshots.Options{
 		MaxEntries:      cfg.CacheEntries,
 		MaxBytes:        cfg.CacheBytes,
-		CheckpointEvery: checkpointEvery,
+		CheckpointEvery: cfg.CheckpointEvery,
 		Logger:          log,
 	})
 	a.closers = append(a.closers, states.Close) // before the store it writes checkpoints to

@@ -89,7 +89,7 @@ func newAppendReq(c store.Context, evs []event.Event, opts store.AppendOptions) 
 		if !event.ValidKind(e.Kind) {
 			return nil, invalid("event %d: kind %q", i, e.Kind)
 		}
-		if isFlowStart(e.Kind) && e.FlowName != "" && !event.ValidName(e.FlowName) {
+		if ix, ok := store.JoinedIndex(e); ok && !ix.Valid() {
 			return nil, invalid("event %d: flow name %q", i, e.FlowName)
 		}
 		body, err := e.MarshalBody()
@@ -103,8 +103,6 @@ func newAppendReq(c store.Context, evs []event.Event, opts store.AppendOptions) 
 	}
 	return r, nil
 }
-
-func isFlowStart(kind string) bool { return kind == "flow.started" || kind == "flow.start" }
 
 // writeLoop serves appends until Close. Appends that queue up while a commit
 // is syncing share the next commit: one fsync for many appends.
@@ -252,15 +250,10 @@ func indexEvents(tx *bolt.Tx, c store.Context, evs []event.Event, first bool) er
 		}
 	}
 	for _, e := range evs {
-		var err error
-		switch {
-		case isFlowStart(e.Kind) && e.FlowName != "":
-			err = indexAdd(tx, store.Index{Type: "flow", Name: e.FlowName}, c.ID, int64(e.ID.MS))
-		case e.Kind == "trigger.registered":
-			err = indexAdd(tx, store.Index{Type: "trigger"}, c.ID, int64(e.ID.MS))
-		}
-		if err != nil {
-			return err
+		if ix, ok := store.JoinedIndex(e); ok {
+			if err := indexAdd(tx, ix, c.ID, int64(e.ID.MS)); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -39,10 +39,10 @@ type Options struct {
 	// context never go backwards even if it does.
 	Now func() time.Time
 	// IdempotencyWindow is how long an idempotency key is remembered;
-	// default 24h.
+	// default store.DefaultIdempotencyWindow.
 	IdempotencyWindow time.Duration
 	// SubscriptionBuffer is the channel size of a subscription that asks for
-	// none; default 256.
+	// none; default store.DefaultSubscriptionBuffer.
 	SubscriptionBuffer int
 	// Logger receives the store's diagnostics; the zero value discards them.
 	Logger zerolog.Logger
@@ -60,12 +60,9 @@ type Options struct {
 }
 
 const (
-	defaultIdempotencyWindow  = 24 * time.Hour
-	defaultSubscriptionBuffer = 256
 	// maxGroup bounds how many waiting appends share one commit (and fsync).
-	maxGroup = 256
-	// maxIdempotencyKey keeps a key well under bbolt's key size limit.
-	maxIdempotencyKey = 1024
+	maxGroup          = 256
+	maxIdempotencyKey = store.MaxIdempotencyKey
 	// sweepLimit bounds the expired idempotency records removed per commit,
 	// so cleaning never makes one append slow.
 	sweepLimit = 64
@@ -106,10 +103,10 @@ func Open(path string, opts Options) (*Store, error) {
 		opts.Now = time.Now
 	}
 	if opts.IdempotencyWindow <= 0 {
-		opts.IdempotencyWindow = defaultIdempotencyWindow
+		opts.IdempotencyWindow = store.DefaultIdempotencyWindow
 	}
 	if opts.SubscriptionBuffer <= 0 {
-		opts.SubscriptionBuffer = defaultSubscriptionBuffer
+		opts.SubscriptionBuffer = store.DefaultSubscriptionBuffer
 	}
 	// The timeout turns a file locked by another process into an error
 	// instead of a hang.

@@ -99,7 +99,7 @@ func newBatch(c store.Context, evs []event.Event, key string) (*batch, error) {
 		if !event.ValidKind(e.Kind) {
 			return nil, invalid("event %d: kind %q", i, e.Kind)
 		}
-		if isFlowStart(e.Kind) && e.FlowName != "" && !event.ValidName(e.FlowName) {
+		if ix, ok := store.JoinedIndex(e); ok && !ix.Valid() {
 			return nil, invalid("event %d: flow name %q", i, e.FlowName)
 		}
 		body, err := e.MarshalBody()
@@ -223,16 +223,11 @@ func indexEvents(wb *pgx.Batch, c store.Context, evs []event.Event, first bool) 
 		wb.Queue(sqlIndexAdd, indexKey(store.Index{Type: c.Type}), c.ID, int64(evs[0].ID.MS))
 	}
 	for _, e := range evs {
-		switch {
-		case isFlowStart(e.Kind) && e.FlowName != "":
-			wb.Queue(sqlIndexAdd, indexKey(store.Index{Type: "flow", Name: e.FlowName}), c.ID, int64(e.ID.MS))
-		case e.Kind == "trigger.registered":
-			wb.Queue(sqlIndexAdd, indexKey(store.Index{Type: "trigger"}), c.ID, int64(e.ID.MS))
+		if ix, ok := store.JoinedIndex(e); ok {
+			wb.Queue(sqlIndexAdd, indexKey(ix), c.ID, int64(e.ID.MS))
 		}
 	}
 }
-
-func isFlowStart(kind string) bool { return kind == "flow.started" || kind == "flow.start" }
 
 func contextKey(c store.Context) string { return c.Type + ":" + c.ID }
 

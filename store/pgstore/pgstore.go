@@ -38,10 +38,10 @@ var (
 // Options tune a Store. The zero value is usable.
 type Options struct {
 	// IdempotencyWindow is how long an idempotency key is remembered;
-	// default 24h.
+	// default store.DefaultIdempotencyWindow.
 	IdempotencyWindow time.Duration
 	// SubscriptionBuffer is the channel size of a subscription that asks for
-	// none; default 256.
+	// none; default store.DefaultSubscriptionBuffer.
 	SubscriptionBuffer int
 	// Logger receives the store's diagnostics; the zero value discards them.
 	Logger zerolog.Logger
@@ -58,14 +58,11 @@ type Options struct {
 }
 
 const (
-	defaultIdempotencyWindow  = 24 * time.Hour
-	defaultSubscriptionBuffer = 256
 	// keepCheckpoints is how many checkpoints a context keeps.
 	keepCheckpoints = 4
 	// defaultMaxConns is the pool size unless the URL sets pool_max_conns.
-	defaultMaxConns = 16
-	// maxIdempotencyKey matches the other stores' limit.
-	maxIdempotencyKey = 1024
+	defaultMaxConns   = 16
+	maxIdempotencyKey = store.MaxIdempotencyKey
 )
 
 var _ store.Backend = (*Store)(nil)
@@ -90,10 +87,10 @@ type Store struct {
 // the first schema of the URL's search_path.
 func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if opts.IdempotencyWindow <= 0 {
-		opts.IdempotencyWindow = defaultIdempotencyWindow
+		opts.IdempotencyWindow = store.DefaultIdempotencyWindow
 	}
 	if opts.SubscriptionBuffer <= 0 {
-		opts.SubscriptionBuffer = defaultSubscriptionBuffer
+		opts.SubscriptionBuffer = store.DefaultSubscriptionBuffer
 	}
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {

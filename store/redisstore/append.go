@@ -80,7 +80,7 @@ func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, 
 		}
 		bodies[i], raw[i] = b, b
 		joins[i] = 0
-		if ix, ok := joinedIndex(e); ok {
+		if ix, ok := store.JoinedIndex(e); ok {
 			if !ix.Valid() {
 				return store.AppendResult{}, invalid("append", "event %d: index name %q", i, ix.Name)
 			}
@@ -181,18 +181,6 @@ func mayHaveRun(err error) bool {
 		return false
 	}
 	return true
-}
-
-// joinedIndex names the named index an event adds its context to, beyond the
-// type index every context joins with its first event.
-func joinedIndex(e event.Event) (store.Index, bool) {
-	switch {
-	case (e.Kind == "flow.started" || e.Kind == "flow.start") && e.FlowName != "":
-		return store.Index{Type: "flow", Name: e.FlowName}, true
-	case e.Kind == "trigger.registered":
-		return store.Index{Type: "trigger"}, true
-	}
-	return store.Index{}, false
 }
 
 // appendResult reads the script's reply: {0, id...} for a new append, or

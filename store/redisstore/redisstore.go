@@ -3,7 +3,7 @@
 // instances may share one Redis; an event appended through any of them reaches
 // the subscribers of all.
 //
-// Keys, under a configurable prefix <p> (default "nq"):
+// Keys, under a configurable prefix <p> (default store.DefaultPrefix, "nq"):
 //
 //	<p>:<type>:<id>                    stream: the context's events, field "e" = the record without id and ts
 //	<p>:<type>:<id>:live               Pub/Sub channel: each appended record, its full JSON (Event in openapi.yaml)
@@ -68,11 +68,11 @@ import (
 
 // Options tune a Store. The zero value is usable.
 type Options struct {
-	// Prefix starts every key; default "nq". It is made of names joined by
-	// ':' that pass event.ValidName.
+	// Prefix starts every key; default store.DefaultPrefix. It is made of
+	// names joined by ':' that pass event.ValidName.
 	Prefix string
 	// IdempotencyWindow is how long an idempotency key is remembered;
-	// default 24h.
+	// default store.DefaultIdempotencyWindow.
 	IdempotencyWindow time.Duration
 	// KindWindow is how long the kind index keeps an event; default
 	// store.DefaultKindWindow.
@@ -84,7 +84,7 @@ type Options struct {
 	// keeps every event of that type).
 	MaxLenByType map[string]int64
 	// SubscriptionBuffer is the channel size of a subscription that asks for
-	// none; default 256.
+	// none; default store.DefaultSubscriptionBuffer.
 	SubscriptionBuffer int
 	// LiveProbeInterval is how often the Pub/Sub connection is pinged so a
 	// silently dead one is noticed; default 15s, negative disables.
@@ -102,13 +102,8 @@ type Options struct {
 }
 
 const (
-	defaultPrefix             = "nq"
-	defaultIdempotencyWindow  = 24 * time.Hour
-	defaultSubscriptionBuffer = 256
-	defaultLiveProbeInterval  = 15 * time.Second
-	// maxIdempotencyKey matches the embedded store's limit so both backends
-	// accept the same requests.
-	maxIdempotencyKey = 1024
+	defaultLiveProbeInterval = 15 * time.Second
+	maxIdempotencyKey        = store.MaxIdempotencyKey
 )
 
 // Store is the Redis backend. It is safe for concurrent use.
@@ -126,13 +121,13 @@ var _ store.Backend = (*Store)(nil)
 // closes it after the Store. Errors: store.ErrInvalid for a bad prefix.
 func New(client redis.UniversalClient, opts Options) (*Store, error) {
 	if opts.Prefix == "" {
-		opts.Prefix = defaultPrefix
+		opts.Prefix = store.DefaultPrefix
 	}
 	if !validPrefix(opts.Prefix) {
 		return nil, fmt.Errorf("redisstore: prefix %q: %w", opts.Prefix, store.ErrInvalid)
 	}
 	if opts.IdempotencyWindow <= 0 {
-		opts.IdempotencyWindow = defaultIdempotencyWindow
+		opts.IdempotencyWindow = store.DefaultIdempotencyWindow
 	}
 	if opts.MaxLen < 0 {
 		return nil, fmt.Errorf("redisstore: negative MaxLen: %w", store.ErrInvalid)
@@ -143,7 +138,7 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 		}
 	}
 	if opts.SubscriptionBuffer <= 0 {
-		opts.SubscriptionBuffer = defaultSubscriptionBuffer
+		opts.SubscriptionBuffer = store.DefaultSubscriptionBuffer
 	}
 	if opts.LiveProbeInterval == 0 {
 		opts.LiveProbeInterval = defaultLiveProbeInterval

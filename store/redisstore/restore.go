@@ -46,7 +46,7 @@ func (s *Store) Restore(ctx context.Context, c store.Context, evs []event.Event,
 	joins := make([]any, len(evs))
 	for i, e := range evs {
 		ids[i], bodies[i], joins[i] = formatID(e.ID), stored[i], 0
-		if ix, ok := joinedIndex(e); ok {
+		if ix, ok := store.JoinedIndex(e); ok {
 			if !ix.Valid() {
 				return invalid("restore", "%s: event %d: index name %q", c, i, ix.Name)
 			}

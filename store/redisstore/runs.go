@@ -163,7 +163,7 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 		}
 		args = append(args, b)
 		joins[i] = 0
-		if ix, ok := joinedIndex(e); ok {
+		if ix, ok := store.JoinedIndex(e); ok {
 			if !ix.Valid() {
 				return store.AppendResult{}, invalid("update run", "event %d: index name %q", i, ix.Name)
 			}

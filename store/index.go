@@ -1,0 +1,24 @@
+package store
+
+import "github.com/nqd-dev/nqd/event"
+
+// JoinedIndex is the index rule of the Store contract for one appended event:
+// the named index e adds its context to, beyond the type index every context
+// joins with its first event. A `flow.started` (or `flow.start`) with a flow
+// name joins Index{Type: "flow", Name: FlowName}, the runs of that flow; a
+// `trigger.registered` joins Index{Type: "trigger"}. A backend refuses an
+// append whose joined index is not Valid (a bad flow name) with ErrInvalid.
+//
+// Every backend decides with this function. The Redis scripts
+// (store/redisstore/scripts/append.lua, run_update.lua, restore.lua) only add
+// the context to the index keys the Go side names with it; a script that
+// decided by itself would have to follow the same rule.
+func JoinedIndex(e event.Event) (Index, bool) {
+	switch {
+	case (e.Kind == "flow.started" || e.Kind == "flow.start") && e.FlowName != "":
+		return Index{Type: "flow", Name: e.FlowName}, true
+	case e.Kind == "trigger.registered":
+		return Index{Type: "trigger"}, true
+	}
+	return Index{}, false
+}
