@@ -111,7 +111,7 @@ type Store struct {
 	client redis.UniversalClient
 	opts   Options
 	log    zerolog.Logger
-	hub    *hub
+	feed   *liveFeed
 	closed atomic.Bool
 }
 
@@ -144,7 +144,7 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 		opts.LiveProbeInterval = defaultLiveProbeInterval
 	}
 	s := &Store{client: client, opts: opts, log: opts.Logger}
-	s.hub = newHub(client, opts.LiveProbeInterval, s.log)
+	s.feed = newLiveFeed(client, opts.LiveProbeInterval, s.log)
 	return s, nil
 }
 
@@ -178,7 +178,7 @@ func (s *Store) LiveHealthy(ctx context.Context) error {
 	if s.closed.Load() {
 		return fmt.Errorf("redisstore: live: %w", store.ErrClosed)
 	}
-	return s.hub.probe(ctx)
+	return s.feed.probe(ctx)
 }
 
 // Close ends every subscription with store.ErrClosed and releases the Pub/Sub
@@ -187,7 +187,7 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
-	s.hub.close()
+	s.feed.close()
 	return nil
 }
 

@@ -37,14 +37,14 @@ func (s *Store) Subscribe(ctx context.Context, c store.Context, buffer int) (sto
 	if buffer <= 0 {
 		buffer = s.opts.SubscriptionBuffer
 	}
-	return s.hub.subscribe(ctx, s.channel(c), buffer)
+	return s.feed.subscribe(ctx, s.channel(c), buffer)
 }
 
-// hub multiplexes every subscription of a Store over one Pub/Sub connection,
+// liveFeed multiplexes every subscription of a Store over one Pub/Sub connection,
 // subscribing to a channel in Redis while at least one local subscriber wants
 // it. Each message is decoded once and fanned out without ever blocking: a
 // subscriber whose buffer is full is ended with store.ErrOverflow.
-type hub struct {
+type liveFeed struct {
 	client     redis.UniversalClient
 	probeEvery time.Duration
 	log        zerolog.Logger
@@ -58,8 +58,8 @@ type hub struct {
 
 // liveConn is one Pub/Sub connection and the subscriptions riding on it. When
 // it breaks, every one of them ends with store.ErrLiveLost (events may have
-// been missed, so they resume from the stream) and the hub opens a new
-// connection for later subscribers. Fields are guarded by hub.mu.
+// been missed, so they resume from the stream) and the feed opens a new
+// connection for later subscribers. Fields are guarded by feed.mu.
 type liveConn struct {
 	ps       *redis.PubSub
 	channels map[string]*channelSubs
@@ -79,16 +79,16 @@ type channelSubs struct {
 	ready     chan struct{} // closed when confirmed
 }
 
-func newHub(client redis.UniversalClient, probeEvery time.Duration, log zerolog.Logger) *hub {
-	return &hub{client: client, probeEvery: probeEvery, log: log}
+func newLiveFeed(client redis.UniversalClient, probeEvery time.Duration, log zerolog.Logger) *liveFeed {
+	return &liveFeed{client: client, probeEvery: probeEvery, log: log}
 }
 
-func (h *hub) subscribe(ctx context.Context, channel string, buffer int) (*subscription, error) {
+func (f *liveFeed) subscribe(ctx context.Context, channel string, buffer int) (*subscription, error) {
 	// A connection that breaks before Redis confirms is most often one that
 	// died while idle; a fresh one deserves one more try.
 	for attempt := 0; ; attempt++ {
-		sub := &subscription{hub: h, channel: channel, ch: make(chan event.Event, buffer)}
-		lc, ready, err := h.attach(ctx, sub)
+		sub := &subscription{feed: f, channel: channel, ch: make(chan event.Event, buffer)}
+		lc, ready, err := f.attach(ctx, sub)
 		if err != nil {
 			return nil, err
 		}
@@ -105,7 +105,7 @@ func (h *hub) subscribe(ctx context.Context, channel string, buffer int) (*subsc
 			}
 			return nil, fmt.Errorf("redisstore: subscribe: %w: %w", store.ErrUnavailable, lc.err)
 		case <-ctx.Done():
-			h.detach(sub, ctx.Err())
+			f.detach(sub, ctx.Err())
 			return nil, ctx.Err()
 		}
 	}
@@ -113,16 +113,16 @@ func (h *hub) subscribe(ctx context.Context, channel string, buffer int) (*subsc
 
 // attach registers sub on the current connection, sending SUBSCRIBE if it is
 // the channel's first local subscriber, and returns what to wait on.
-func (h *hub) attach(ctx context.Context, sub *subscription) (*liveConn, <-chan struct{}, error) {
+func (f *liveFeed) attach(ctx context.Context, sub *subscription) (*liveConn, <-chan struct{}, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closed {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
 		return nil, nil, fmt.Errorf("redisstore: subscribe: %w", store.ErrClosed)
 	}
-	lc := h.connLocked()
+	lc := f.connLocked()
 	cs := lc.channels[sub.channel]
 	if cs == nil {
 		cs = &channelSubs{subs: map[*subscription]struct{}{}, ready: make(chan struct{})}
@@ -131,7 +131,7 @@ func (h *hub) attach(ctx context.Context, sub *subscription) (*liveConn, <-chan 
 		// The write must not be cut short by the caller's context: a
 		// half-written command would break the connection everyone shares.
 		if err := lc.ps.Subscribe(context.Background(), sub.channel); err != nil {
-			h.failLocked(lc, err)
+			f.failLocked(lc, err)
 			return nil, nil, fmt.Errorf("redisstore: subscribe: %w: %w", store.ErrUnavailable, err)
 		}
 	}
@@ -141,58 +141,58 @@ func (h *hub) attach(ctx context.Context, sub *subscription) (*liveConn, <-chan 
 }
 
 // connLocked returns the live connection, opening one if there is none.
-func (h *hub) connLocked() *liveConn {
-	if h.conn != nil {
-		return h.conn
+func (f *liveFeed) connLocked() *liveConn {
+	if f.conn != nil {
+		return f.conn
 	}
 	lc := &liveConn{
 		// The PubSub connects lazily, on the first SUBSCRIBE, PING or read.
-		ps:       h.client.Subscribe(context.Background()),
+		ps:       f.client.Subscribe(context.Background()),
 		channels: map[string]*channelSubs{},
 		pending:  map[string]int{},
 		pings:    map[string]chan struct{}{},
 		done:     make(chan struct{}),
 	}
-	h.conn = lc
-	h.wg.Add(1)
-	go h.receive(lc)
-	if h.probeEvery > 0 {
-		h.wg.Add(1)
-		go h.probeLoop(lc)
+	f.conn = lc
+	f.wg.Add(1)
+	go f.receive(lc)
+	if f.probeEvery > 0 {
+		f.wg.Add(1)
+		go f.probeLoop(lc)
 	}
 	return lc
 }
 
 // receive is the connection's only reader.
-func (h *hub) receive(lc *liveConn) {
-	defer h.wg.Done()
+func (f *liveFeed) receive(lc *liveConn) {
+	defer f.wg.Done()
 	for {
 		msg, err := lc.ps.Receive(context.Background())
 		if err != nil {
-			h.fail(lc, err)
+			f.fail(lc, err)
 			return
 		}
 		switch m := msg.(type) {
 		case *redis.Message:
-			h.dispatch(lc, m)
+			f.dispatch(lc, m)
 		case *redis.Subscription:
 			if m.Kind == "subscribe" {
-				h.confirm(lc, m.Channel)
+				f.confirm(lc, m.Channel)
 			}
 		case *redis.Pong:
-			h.pong(lc, m.Payload)
+			f.pong(lc, m.Payload)
 		}
 	}
 }
 
-func (h *hub) dispatch(lc *liveConn, m *redis.Message) {
+func (f *liveFeed) dispatch(lc *liveConn, m *redis.Message) {
 	var e event.Event
 	if err := e.UnmarshalJSON([]byte(m.Payload)); err != nil {
-		h.log.Warn().Err(err).Str("channel", m.Channel).Msg("dropping an undecodable live record")
+		f.log.Warn().Err(err).Str("channel", m.Channel).Msg("dropping an undecodable live record")
 		return
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	cs := lc.channels[m.Channel]
 	// Before the confirmation the message belongs to an earlier SUBSCRIBE of
 	// the channel: it predates every current subscriber.
@@ -208,15 +208,15 @@ func (h *hub) dispatch(lc *liveConn, m *redis.Message) {
 		select {
 		case sub.ch <- e:
 		default:
-			h.removeLocked(sub)
+			f.removeLocked(sub)
 			sub.finish(store.ErrOverflow)
 		}
 	}
 }
 
-func (h *hub) confirm(lc *liveConn, channel string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+func (f *liveFeed) confirm(lc *liveConn, channel string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if lc.pending[channel]--; lc.pending[channel] > 0 {
 		return
 	}
@@ -227,9 +227,9 @@ func (h *hub) confirm(lc *liveConn, channel string) {
 	}
 }
 
-func (h *hub) pong(lc *liveConn, payload string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+func (f *liveFeed) pong(lc *liveConn, payload string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if w, ok := lc.pings[payload]; ok {
 		delete(lc.pings, payload)
 		close(w)
@@ -237,10 +237,10 @@ func (h *hub) pong(lc *liveConn, payload string) {
 }
 
 // detach ends sub with err unless it has ended already.
-func (h *hub) detach(sub *subscription, err error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.removeLocked(sub) {
+func (f *liveFeed) detach(sub *subscription, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.removeLocked(sub) {
 		sub.finish(err)
 	}
 }
@@ -248,7 +248,7 @@ func (h *hub) detach(sub *subscription, err error) {
 // removeLocked takes sub off its connection, unsubscribing the channel in
 // Redis when it was the last local subscriber. It reports whether sub was
 // still attached.
-func (h *hub) removeLocked(sub *subscription) bool {
+func (f *liveFeed) removeLocked(sub *subscription) bool {
 	lc := sub.lc
 	if lc == nil || lc.finished {
 		return false
@@ -264,29 +264,29 @@ func (h *hub) removeLocked(sub *subscription) bool {
 	if len(cs.subs) == 0 {
 		delete(lc.channels, sub.channel)
 		if err := lc.ps.Unsubscribe(context.Background(), sub.channel); err != nil {
-			h.failLocked(lc, err)
+			f.failLocked(lc, err)
 		}
 	}
 	return true
 }
 
-func (h *hub) fail(lc *liveConn, err error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.failLocked(lc, err)
+func (f *liveFeed) fail(lc *liveConn, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failLocked(lc, err)
 }
 
 // failLocked finishes lc: its subscribers end with store.ErrLiveLost (or
 // store.ErrClosed when the Store closes) and later subscribers get a new
 // connection.
-func (h *hub) failLocked(lc *liveConn, err error) {
+func (f *liveFeed) failLocked(lc *liveConn, err error) {
 	if lc.finished {
 		return
 	}
 	lc.finished = true
 	lc.err = err
-	if h.conn == lc {
-		h.conn = nil
+	if f.conn == lc {
+		f.conn = nil
 	}
 	end := store.ErrLiveLost
 	if errors.Is(err, store.ErrClosed) {
@@ -294,7 +294,7 @@ func (h *hub) failLocked(lc *liveConn, err error) {
 	} else if n := len(lc.channels); n > 0 {
 		// Debug: while Redis is down every reconnect fails here, and the
 		// subscribers' side (the stream hub) logs the outage once.
-		h.log.Debug().Err(err).Int("channels", n).Msg("live feed lost; its subscribers resume from the streams")
+		f.log.Debug().Err(err).Int("channels", n).Msg("live feed lost; its subscribers resume from the streams")
 	}
 	for _, cs := range lc.channels {
 		for sub := range cs.subs {
@@ -308,41 +308,41 @@ func (h *hub) failLocked(lc *liveConn, err error) {
 
 // probe sends a PING over the live connection and waits for its answer to
 // come back through the receive loop.
-func (h *hub) probe(ctx context.Context) error {
-	h.mu.Lock()
-	if h.closed {
-		h.mu.Unlock()
+func (f *liveFeed) probe(ctx context.Context) error {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
 		return fmt.Errorf("redisstore: live: %w", store.ErrClosed)
 	}
-	lc := h.connLocked()
-	h.seq++
-	payload := "nqd-probe-" + strconv.FormatUint(h.seq, 10)
+	lc := f.connLocked()
+	f.seq++
+	payload := "nqd-probe-" + strconv.FormatUint(f.seq, 10)
 	answered := make(chan struct{})
 	lc.pings[payload] = answered
 	if err := lc.ps.Ping(context.Background(), payload); err != nil {
-		h.failLocked(lc, err)
-		h.mu.Unlock()
+		f.failLocked(lc, err)
+		f.mu.Unlock()
 		return fmt.Errorf("redisstore: live: %w: %w", store.ErrUnavailable, err)
 	}
-	h.mu.Unlock()
+	f.mu.Unlock()
 	select {
 	case <-answered:
 		return nil
 	case <-lc.done:
 		return fmt.Errorf("redisstore: live: %w: %w", store.ErrUnavailable, lc.err)
 	case <-ctx.Done():
-		h.mu.Lock()
+		f.mu.Lock()
 		delete(lc.pings, payload)
-		h.mu.Unlock()
+		f.mu.Unlock()
 		return fmt.Errorf("redisstore: live: %w: %w", store.ErrUnavailable, ctx.Err())
 	}
 }
 
 // probeLoop notices a connection that stopped delivering without an error
 // (a silent network partition) and replaces it.
-func (h *hub) probeLoop(lc *liveConn) {
-	defer h.wg.Done()
-	t := time.NewTicker(h.probeEvery)
+func (f *liveFeed) probeLoop(lc *liveConn) {
+	defer f.wg.Done()
+	t := time.NewTicker(f.probeEvery)
 	defer t.Stop()
 	for {
 		select {
@@ -350,11 +350,11 @@ func (h *hub) probeLoop(lc *liveConn) {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), min(h.probeEvery, probeTimeout))
-		err := h.probeConn(ctx, lc)
+		ctx, cancel := context.WithTimeout(context.Background(), min(f.probeEvery, probeTimeout))
+		err := f.probeConn(ctx, lc)
 		cancel()
 		if err != nil {
-			h.fail(lc, err)
+			f.fail(lc, err)
 			return
 		}
 	}
@@ -362,18 +362,18 @@ func (h *hub) probeLoop(lc *liveConn) {
 
 // probeConn is probe pinned to one connection, so the loop never opens a
 // new connection for an old one.
-func (h *hub) probeConn(ctx context.Context, lc *liveConn) error {
-	h.mu.Lock()
+func (f *liveFeed) probeConn(ctx context.Context, lc *liveConn) error {
+	f.mu.Lock()
 	if lc.finished {
-		h.mu.Unlock()
+		f.mu.Unlock()
 		return nil
 	}
-	h.seq++
-	payload := "nqd-probe-" + strconv.FormatUint(h.seq, 10)
+	f.seq++
+	payload := "nqd-probe-" + strconv.FormatUint(f.seq, 10)
 	answered := make(chan struct{})
 	lc.pings[payload] = answered
 	err := lc.ps.Ping(context.Background(), payload)
-	h.mu.Unlock()
+	f.mu.Unlock()
 	if err != nil {
 		return err
 	}
@@ -387,20 +387,20 @@ func (h *hub) probeConn(ctx context.Context, lc *liveConn) error {
 	}
 }
 
-func (h *hub) close() {
-	h.mu.Lock()
-	h.closed = true
-	if h.conn != nil {
-		h.failLocked(h.conn, store.ErrClosed)
+func (f *liveFeed) close() {
+	f.mu.Lock()
+	f.closed = true
+	if f.conn != nil {
+		f.failLocked(f.conn, store.ErrClosed)
 	}
-	h.mu.Unlock()
-	h.wg.Wait()
+	f.mu.Unlock()
+	f.wg.Wait()
 }
 
 // subscription is one local subscriber. ch is sent to and closed only under
-// hub.mu, so a send never meets a closed channel.
+// feed.mu, so a send never meets a closed channel.
 type subscription struct {
-	hub     *hub
+	feed    *liveFeed
 	lc      *liveConn
 	channel string
 	ch      chan event.Event
@@ -422,13 +422,13 @@ func (s *subscription) Err() error {
 }
 
 // Close ends the subscription with store.ErrClosed; later calls do nothing.
-func (s *subscription) Close() { s.hub.detach(s, store.ErrClosed) }
+func (s *subscription) Close() { s.feed.detach(s, store.ErrClosed) }
 
 // watch ends the subscription when ctx ends. The hook is released when the
 // subscription ends for any reason, so a long-lived ctx does not collect
 // the hooks of subscriptions that ended long ago.
 func (s *subscription) watch(ctx context.Context) {
-	stop := context.AfterFunc(ctx, func() { s.hub.detach(s, ctx.Err()) })
+	stop := context.AfterFunc(ctx, func() { s.feed.detach(s, ctx.Err()) })
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ended {
@@ -439,7 +439,7 @@ func (s *subscription) watch(ctx context.Context) {
 }
 
 // finish records why the subscription ended and closes its channel; the
-// caller holds hub.mu.
+// caller holds feed.mu.
 func (s *subscription) finish(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -450,7 +450,7 @@ func (s *subscription) finish(err error) {
 	s.err = err
 	close(s.ch)
 	if s.stop != nil {
-		// stop never waits for the hook, which may be blocked on hub.mu.
+		// stop never waits for the hook, which may be blocked on feed.mu.
 		s.stop()
 	}
 }
