@@ -255,20 +255,6 @@ func (c *Cache) StateAt(ctx context.Context, sc store.Context, at event.ID) (red
 	return s, nil
 }
 
-// Diff returns what changed in c between the states at from and to (see
-// StateAt); a zero from is the state before any event. Errors: the store's.
-func (c *Cache) Diff(ctx context.Context, sc store.Context, from, to event.ID) (reducers.Delta, error) {
-	a, err := c.StateAt(ctx, sc, from)
-	if err != nil {
-		return reducers.Delta{}, err
-	}
-	b, err := c.StateAt(ctx, sc, to)
-	if err != nil {
-		return reducers.Delta{}, err
-	}
-	return reducers.Diff(a, b)
-}
-
 // Stats returns the counters.
 func (c *Cache) Stats() Stats {
 	c.mu.Lock()
