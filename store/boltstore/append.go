@@ -68,6 +68,19 @@ func (s *Store) submit(ctx context.Context, r *appendReq) (store.AppendResult, e
 	return r.res, r.err
 }
 
+// update runs fn in the writer's next commit, so that a write without
+// events (a claim, a heartbeat, a run update without events) shares the
+// commit and its fsync with the appends and other writes queued with it
+// instead of taking bbolt's writer lock and an fsync of its own. fn may run
+// more than once (the group's transaction fails and each write is retried
+// alone), so it must set its results afresh each time. An error wrapping
+// store.ErrConflict is returned with nothing written. Errors: as submit's,
+// and fn's.
+func (s *Store) update(ctx context.Context, fn func(tx *bolt.Tx) error) error {
+	_, err := s.submit(ctx, &appendReq{hook: fn, done: make(chan struct{})})
+	return err
+}
+
 // newAppendReq checks and encodes everything before the write transaction, so
 // a bad event rejects the batch without touching the file.
 func newAppendReq(c store.Context, evs []event.Event, opts store.AppendOptions) (*appendReq, error) {
@@ -128,7 +141,7 @@ func (s *Store) writeLoop() {
 		s.commit(group)
 		// Publishing here, on the only writer, keeps delivery in commit order.
 		for _, r := range group {
-			if r.err == nil && !r.res.Replayed {
+			if r.err == nil && !r.res.Replayed && len(r.res.Events) > 0 {
 				s.publish(string(r.ck), r.res.Events)
 				if s.opts.Appended != nil {
 					s.opts.Appended(len(r.res.Events))
@@ -177,6 +190,9 @@ func (s *Store) apply(tx *bolt.Tx, r *appendReq, nowMS uint64) error {
 			}
 			return err
 		}
+	}
+	if len(r.evs) == 0 {
+		return nil // a write of update's: the hook was all of it
 	}
 	if r.key != "" {
 		replay, fp, ok, err := lookupIdempotent(tx, r.ck, r.key, nowMS)

@@ -119,7 +119,7 @@ func (s *Store) Claim(ctx context.Context, queues []string, now, leaseUntil int6
 	if !s.anyReady(queues, now) {
 		return nil, nil
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(ctx, func(tx *bolt.Tx) error {
 		out = out[:0]
 		for _, q := range queues {
 			if queuePaused(tx, q) {
@@ -158,7 +158,10 @@ func (s *Store) Claim(ctx context.Context, queues []string, now, leaseUntil int6
 		}
 		return nil
 	})
-	return out, dbErr(err)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 func (s *Store) anyReady(queues []string, now int64) bool {
@@ -191,7 +194,8 @@ func (s *Store) Heartbeat(ctx context.Context, ref store.JobAck, leaseUntil int6
 	}
 	var out store.Job
 	var sentinel error
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		sentinel = nil
 		j, ok, err := getJob(tx, ref.Queue, ref.ID)
 		if err != nil {
 			return err
@@ -209,7 +213,7 @@ func (s *Store) Heartbeat(ctx context.Context, ref store.JobAck, leaseUntil int6
 		return writeJob(tx, j)
 	})
 	if err != nil {
-		return store.Job{}, dbErr(err)
+		return store.Job{}, err
 	}
 	return out, sentinel
 }

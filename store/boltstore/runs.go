@@ -3,7 +3,6 @@ package boltstore
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sort"
 
@@ -58,14 +57,7 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 		return setExpiry(tx, u.Meta.Flow, u.Meta.Run, s.opts.Retention.ExpiresAt(u.Meta))
 	}
 	if len(u.Events) == 0 {
-		if err := ctx.Err(); err != nil {
-			return store.AppendResult{}, err
-		}
-		err := s.db.Update(hook)
-		if errors.Is(err, store.ErrConflict) {
-			return store.AppendResult{}, err
-		}
-		return store.AppendResult{}, dbErr(err)
+		return store.AppendResult{}, s.update(ctx, hook)
 	}
 	r, err := newAppendReq(store.Context{Type: "flow", ID: u.Meta.Run}, u.Events, store.AppendOptions{})
 	if err != nil {
