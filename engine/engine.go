@@ -126,6 +126,8 @@ type Engine struct {
 	// looked at on this instance.
 	conds   sync.Map
 	cursors sync.Map
+
+	recent *recent
 }
 
 type cachedDef struct {
@@ -162,7 +164,7 @@ func New(st Store, opts Options) *Engine {
 	if opts.Observer == nil {
 		opts.Observer = nopObserver{}
 	}
-	return &Engine{st: st, opts: opts, log: opts.Logger, defs: map[string]cachedDef{}, wake: make(chan struct{})}
+	return &Engine{st: st, opts: opts, log: opts.Logger, defs: map[string]cachedDef{}, wake: make(chan struct{}), recent: newRecent()}
 }
 
 func (e *Engine) nowMS() int64 { return e.opts.Now().UnixMilli() }
@@ -285,6 +287,20 @@ func (e *Engine) readRun(ctx context.Context, flow, id string) (*run, error) {
 	if err != nil {
 		return nil, err
 	}
+	return decodeRun(m, id)
+}
+
+// readRunForUpdate is readRun for a decision that ends in a run update: it
+// takes the record this instance wrote last when it has one, which the
+// update's version check proves current or refuses (see recent).
+func (e *Engine) readRunForUpdate(ctx context.Context, flow, id string) (*run, error) {
+	if m, ok := e.recent.takeRun(flow, id); ok {
+		return decodeRun(m, id)
+	}
+	return e.readRun(ctx, flow, id)
+}
+
+func decodeRun(m store.RunMeta, id string) (*run, error) {
 	r := &run{meta: m, readStatus: m.Status}
 	if len(m.State) > 0 {
 		if err := json.Unmarshal(m.State, &r.state); err != nil {
@@ -338,10 +354,14 @@ var errRace = errors.New("engine: concurrent update")
 
 func (e *Engine) commit(ctx context.Context, u store.RunUpdate) (store.AppendResult, error) {
 	res, err := e.st.UpdateRun(ctx, u)
+	if err != nil {
+		e.recent.forgetRun(u.Meta.Flow, u.Meta.Run)
+	}
 	if errors.Is(err, store.ErrConflict) {
 		return res, errRace
 	}
 	if err == nil {
+		e.recent.wrote(u)
 		e.opts.Observer.Committed(u)
 	}
 	if err == nil && len(u.Enqueue) > 0 {

@@ -41,6 +41,7 @@ func (e *Engine) Claim(ctx context.Context, queues []string, max int, wait time.
 			}
 			if ok {
 				e.opts.Observer.Claimed(j)
+				e.recent.claimed(j)
 				out = append(out, j)
 			}
 		}
@@ -62,6 +63,9 @@ func (e *Engine) Claim(ctx context.Context, queues []string, max int, wait time.
 // checkAttempts fails the step of a redelivered job that has used up its
 // attempts; it reports whether the job may run.
 func (e *Engine) checkAttempts(ctx context.Context, j store.Job) (bool, error) {
+	if j.Attempt <= 1 {
+		return true, nil // every retry policy allows a first attempt
+	}
 	d, err := e.Definition(ctx, j.Flow)
 	if err != nil {
 		return false, err
@@ -115,6 +119,20 @@ func (e *Engine) held(ctx context.Context, ack store.JobAck) (store.Job, error) 
 		return store.Job{}, ErrLeaseLost
 	}
 	return j, nil
+}
+
+// heldForAck is held for a call that ends in an update acknowledging the
+// job (Complete, Fail): the job a claim on this instance handed out under
+// ack's lease is taken without a store read, as the update's ack is checked
+// by the store (see recent). cached says which; a caller whose decision
+// failed on a cached job asks the store again, as a lost lease is only known
+// there.
+func (e *Engine) heldForAck(ctx context.Context, ack store.JobAck) (j store.Job, cached bool, err error) {
+	if j, ok := e.recent.takeJob(ack); ok {
+		return j, true, nil
+	}
+	j, err = e.held(ctx, ack)
+	return j, false, err
 }
 
 // ackedBy is what stepState.Acked holds once the job held by lease ended
@@ -297,7 +315,7 @@ func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event) ([]event
 	// registers keeps its id.
 	now := e.nowMS()
 	err = e.retry(ctx, func() error {
-		r, err := e.readRun(ctx, j.Flow, j.Run)
+		r, err := e.readRunForUpdate(ctx, j.Flow, j.Run)
 		if err != nil {
 			return err
 		}
@@ -339,18 +357,37 @@ func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event) ([]event
 // a repeat with the same lease succeeds again and writes nothing. Errors:
 // ErrLeaseLost, ErrRunEnded, ErrStateInvalid, a *ReportError.
 func (e *Engine) Complete(ctx context.Context, ack store.JobAck, result json.RawMessage, evs ...event.Event) error {
-	j, err := e.held(ctx, ack)
+	j, cached, err := e.heldForAck(ctx, ack)
 	if errors.Is(err, ErrLeaseLost) {
 		return e.repeated(ctx, ack, stepCompleted)
 	}
 	if err != nil {
 		return err
 	}
+	err = e.complete(ctx, j, ack, result, evs)
+	if cached && (errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrRunEnded)) {
+		// The job may have been gone before this call: answer as for a
+		// job read from the store.
+		return e.repeatedOr(ctx, ack, stepCompleted, err)
+	}
+	return err
+}
+
+// repeatedOr answers a call about a job that turned out gone as repeated
+// does when the store says the lease is lost, and with err otherwise.
+func (e *Engine) repeatedOr(ctx context.Context, ack store.JobAck, outcome string, err error) error {
+	if _, herr := e.held(ctx, ack); errors.Is(herr, ErrLeaseLost) {
+		return e.repeated(ctx, ack, outcome)
+	}
+	return err
+}
+
+func (e *Engine) complete(ctx context.Context, j store.Job, ack store.JobAck, result json.RawMessage, evs []event.Event) error {
 	if err := e.stamp(ctx, j, evs, false); err != nil {
 		return err
 	}
 	return e.retry(ctx, func() error {
-		r, err := e.readRun(ctx, j.Flow, j.Run)
+		r, err := e.readRunForUpdate(ctx, j.Flow, j.Run)
 		if err != nil {
 			return err
 		}
@@ -420,13 +457,21 @@ func (e *Engine) Fail(ctx context.Context, ack store.JobAck, msg string, retriab
 }
 
 func (e *Engine) fail(ctx context.Context, ack store.JobAck, msg string, retriable bool, first []event.Event) error {
-	j, err := e.held(ctx, ack)
+	j, cached, err := e.heldForAck(ctx, ack)
 	if errors.Is(err, ErrLeaseLost) {
 		return e.repeated(ctx, ack, stepFailed)
 	}
 	if err != nil {
 		return err
 	}
+	err = e.failHeld(ctx, j, ack, msg, retriable, first)
+	if cached && (errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrRunEnded)) {
+		return e.repeatedOr(ctx, ack, stepFailed, err)
+	}
+	return err
+}
+
+func (e *Engine) failHeld(ctx context.Context, j store.Job, ack store.JobAck, msg string, retriable bool, first []event.Event) error {
 	if err := e.stamp(ctx, j, first, false); err != nil {
 		return err
 	}
@@ -437,7 +482,7 @@ func (e *Engine) fail(ctx context.Context, ack store.JobAck, msg string, retriab
 	policy := d.Steps[j.Step].RetryPolicy
 	willRetry := retriable && j.Attempt < policy.MaxAttempts() && policy.Retriable(msg)
 	return e.retry(ctx, func() error {
-		r, err := e.readRun(ctx, j.Flow, j.Run)
+		r, err := e.readRunForUpdate(ctx, j.Flow, j.Run)
 		if err != nil {
 			return err
 		}

@@ -213,7 +213,9 @@ func (e *Engine) ClearHistory(ctx context.Context, flow string) (int, error) {
 			}
 		}
 	}
-	return e.st.DeleteRuns(ctx, flow)
+	n, err := e.st.DeleteRuns(ctx, flow)
+	e.recent.forgetRuns()
+	return n, err
 }
 
 // Runs pages over a flow's runs, only those of status when it is set.

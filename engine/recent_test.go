@@ -1,0 +1,154 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nqd-dev/nqd/engine"
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/testkit"
+	"github.com/nqd-dev/nqd/store"
+)
+
+// countingStore counts the reads a decision can spare.
+type countingStore struct {
+	engine.Store
+	runMeta, job atomic.Int64
+}
+
+func (s *countingStore) RunMeta(ctx context.Context, flow, run string) (store.RunMeta, error) {
+	s.runMeta.Add(1)
+	return s.Store.RunMeta(ctx, flow, run)
+}
+
+func (s *countingStore) Job(ctx context.Context, ref store.JobRef) (store.Job, error) {
+	s.job.Add(1)
+	return s.Store.Job(ctx, ref)
+}
+
+// A completion of a job this instance handed out, of a run it last wrote,
+// reads neither the job nor the run record from the store: the update's
+// version and ack checks stand in for them.
+func TestCompleteSparesReads(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, inner engine.Store) {
+		ctx := t.Context()
+		st := &countingStore{Store: inner}
+		c := testkit.NewClock(time.UnixMilli(1_700_000_000_000))
+		e := newEngine(t, st, c)
+		mustDefine(t, e, "diamond", "diamond")
+		started, err := e.Start(ctx, "diamond", nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs, err := e.Claim(ctx, []string{"default"}, 1, 0)
+		if err != nil || len(jobs) != 1 {
+			t.Fatalf("claim = %v, %v", jobs, err)
+		}
+		st.runMeta.Store(0)
+		st.job.Store(0)
+		ack := store.JobAck{Queue: "default", ID: jobs[0].ID, Lease: jobs[0].Lease}
+		if err := e.Complete(ctx, ack, nil); err != nil {
+			t.Fatal(err)
+		}
+		if n, m := st.job.Load(), st.runMeta.Load(); n != 0 || m != 0 {
+			t.Errorf("Complete read the job %d and the run record %d times; want 0", n, m)
+		}
+		// A repeat of the same completion is answered from the store as
+		// before: the job is gone and the run says this lease finished it.
+		if err := e.Complete(ctx, ack, nil); err != nil {
+			t.Errorf("repeated complete: %v", err)
+		}
+		got := kinds(t, inner, started.FlowID)
+		if count(got, "step.completed start") != 1 {
+			t.Errorf("events = %v", got)
+		}
+	})
+}
+
+// An instance whose remembered run record is stale (another instance wrote
+// the run since) decides again from the store's record: the fan-in still
+// queues the final step once, and a run another instance ended is not
+// written to.
+func TestStaleRecentRecord(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, st engine.Store) {
+		ctx := t.Context()
+		c := testkit.NewClock(time.UnixMilli(1_700_000_000_000))
+		a, b := newEngine(t, st, c), newEngine(t, st, c)
+		mustDefine(t, a, "diamond", "diamond")
+		claim := func(e *engine.Engine) store.JobAck {
+			t.Helper()
+			jobs, err := e.Claim(ctx, []string{"default"}, 1, 0)
+			if err != nil || len(jobs) != 1 {
+				t.Fatalf("claim = %v, %v", jobs, err)
+			}
+			return store.JobAck{Queue: "default", ID: jobs[0].ID, Lease: jobs[0].Lease}
+		}
+		emit := func(e *engine.Engine, ack store.JobAck, names ...string) {
+			t.Helper()
+			for _, n := range names {
+				ev := event.Event{Kind: "emit", Data: json.RawMessage(`{"event":"` + n + `"}`)}
+				if _, err := e.Report(ctx, ack, []event.Event{ev}, ""); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		complete := func(e *engine.Engine, ack store.JobAck) {
+			t.Helper()
+			if err := e.Complete(ctx, ack, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+
+		started, err := a.Start(ctx, "diamond", nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		entry := claim(a)
+		emit(a, entry, "step.a.trigger", "step.b.trigger")
+		complete(a, entry) // a remembers the run after its completion
+		first, second := claim(a), claim(b)
+		// b writes the run twice; a's record is now two versions behind.
+		emit(b, second, "step."+stepLetter(second)+".done")
+		complete(b, second)
+		emit(a, first, "step."+stepLetter(first)+".done")
+		complete(a, first)
+		final := claim(a)
+		if final.ID != started.FlowID+":final" {
+			t.Fatalf("claimed %s; want the final step", final.ID)
+		}
+		complete(a, final)
+		got := kinds(t, st, started.FlowID)
+		if count(got, "flow.completed") != 1 || count(got, "step.completed final") != 1 {
+			t.Errorf("events = %v", got)
+		}
+
+		// a starts a run and holds its entry job; b cancels the run.
+		started, err = a.Start(ctx, "diamond", nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held := claim(a)
+		if _, err := b.Cancel(ctx, "diamond", started.FlowID, "user"); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Complete(ctx, held, nil); !errors.Is(err, engine.ErrLeaseLost) {
+			t.Errorf("complete after another instance canceled the run: %v; want ErrLeaseLost", err)
+		}
+		got = kinds(t, st, started.FlowID)
+		if count(got, "step.completed start") != 0 || got[len(got)-1] != "flow.cancelled" {
+			t.Errorf("events = %v", got)
+		}
+	})
+}
+
+// stepLetter is a or b for the job of parallelA or parallelB.
+func stepLetter(ack store.JobAck) string {
+	if ack.ID[len(ack.ID)-1] == 'A' {
+		return "a"
+	}
+	return "b"
+}
