@@ -11,17 +11,17 @@ package archive
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"iter"
 	"time"
 
+	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/store"
 )
 
 // ErrCorrupt reports an archive that does not match its manifest: a changed
 // or truncated file, or events that do not decode.
-var ErrCorrupt = errors.New("archive corrupt")
+var ErrCorrupt error = &nqd.Error{Code: nqd.CodeArchiveCorrupt, Message: "The archived copy does not match its manifest and cannot be read."}
 
 // Manifest describes one archived context. It is written after the events,
 // so an archive without one was never finished and does not exist.

@@ -14,15 +14,17 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+
+	"github.com/nqd-dev/nqd"
 )
 
 // The errors a request is refused with. ErrUnauthenticated and its
 // refinements answer 401; ErrForbidden answers 403.
 var (
-	ErrUnauthenticated = errors.New("authentication required")
-	ErrInvalidToken    = fmt.Errorf("%w: invalid token", ErrUnauthenticated)
-	ErrExpired         = fmt.Errorf("%w: token expired", ErrUnauthenticated)
-	ErrForbidden       = errors.New("forbidden")
+	ErrUnauthenticated error = &nqd.Error{Code: nqd.CodeUnauthorized, Message: "A valid token is required: send Authorization: Bearer <token>."}
+	ErrInvalidToken          = fmt.Errorf("%w: invalid token", ErrUnauthenticated)
+	ErrExpired         error = &nqd.Error{Code: nqd.CodeUnauthorized, Message: "The token has expired; get a new one.", Err: ErrUnauthenticated}
+	ErrForbidden       error = &nqd.Error{Code: nqd.CodeForbidden, Message: "The token does not allow this."}
 )
 
 // Scope is what a token may do. Scopes are ordered: admin may do what write

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/auth"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/flows"
@@ -33,9 +34,9 @@ import (
 // Errors of the trigger endpoint beyond the store's sentinels.
 var (
 	// ErrTriggerInvalid: the trigger id is not one this server signed.
-	ErrTriggerInvalid = fmt.Errorf("engine: trigger id not valid: %w", auth.ErrInvalidToken)
+	ErrTriggerInvalid error = &nqd.Error{Code: nqd.CodeUnauthorized, Message: "The trigger id is not valid.", Err: auth.ErrInvalidToken}
 	// ErrTriggerGone: the trigger expired, was canceled or timed out.
-	ErrTriggerGone = errors.New("engine: trigger expired or canceled")
+	ErrTriggerGone error = &nqd.Error{Code: nqd.CodeGone, Message: "The trigger expired, was canceled or its run ended."}
 	// ErrPayloadInvalid: the payload breaks the trigger's schema.
 	ErrPayloadInvalid = fmt.Errorf("engine: payload does not match the trigger's schema: %w", store.ErrInvalid)
 )
@@ -478,7 +479,12 @@ type PayloadError struct {
 
 func (e *PayloadError) Error() string { return fmt.Sprintf("%v: %v", ErrPayloadInvalid, e.Fields) }
 
-func (e *PayloadError) Unwrap() error { return ErrPayloadInvalid }
+// Unwrap makes a PayloadError an ErrPayloadInvalid whose fields reach the
+// caller.
+func (e *PayloadError) Unwrap() error {
+	return &nqd.Error{Code: nqd.CodeUnprocessable, Message: "The payload does not match the trigger's schema; one line per failing place.",
+		Fields: e.Fields, Err: ErrPayloadInvalid}
+}
 
 // checkSchema validates a trigger payload against the step's schema.
 func checkSchema(d *flows.Definition, step string, payload json.RawMessage) error {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/auth"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/flows"
@@ -44,9 +45,9 @@ type Store interface {
 var (
 	// ErrLeaseLost: the job is no longer held by the caller's lease (it
 	// expired and another worker took the job, or the job is done).
-	ErrLeaseLost = fmt.Errorf("engine: lease lost: %w", store.ErrConflict)
+	ErrLeaseLost error = &nqd.Error{Code: nqd.CodeConflict, Message: "The job is no longer held by this lease.", Err: store.ErrConflict}
 	// ErrRunEnded: the run was canceled or has ended; nothing more runs.
-	ErrRunEnded = errors.New("engine: run ended")
+	ErrRunEnded error = &nqd.Error{Code: nqd.CodeConflict, Message: "The run has ended or was canceled."}
 )
 
 // Options tune an Engine. The zero value is usable.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/flows"
 	"github.com/nqd-dev/nqd/internal/outage"
@@ -188,8 +189,12 @@ type ReportError struct{ Field, Reason string }
 
 func (e *ReportError) Error() string { return "engine: " + e.Field + ": " + e.Reason }
 
-// Unwrap makes a ReportError a store.ErrInvalid.
-func (e *ReportError) Unwrap() error { return store.ErrInvalid }
+// Unwrap makes a ReportError a store.ErrInvalid whose message and field say
+// why to the worker.
+func (e *ReportError) Unwrap() error {
+	return &nqd.Error{Code: nqd.CodeValidation, Message: "The report was refused and nothing was stored. " + e.Field + ": " + e.Reason + ".",
+		Fields: map[string]string{e.Field: e.Reason}, Err: store.ErrInvalid}
+}
 
 // Report appends a worker's progress events for the job it holds: each gets
 // the run, flow, step and attempt of the job. An emit records its event for

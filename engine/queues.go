@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/flows"
 	"github.com/nqd-dev/nqd/store"
@@ -112,7 +113,7 @@ func (e *Engine) QueueNames(ctx context.Context) ([]string, error) {
 // names it, it holds no job and is not paused), store.ErrInvalid.
 func (e *Engine) Queue(ctx context.Context, name string) (Queue, error) {
 	if !event.ValidName(name) {
-		return Queue{}, fmt.Errorf("engine: queue %q: %w", name, store.ErrInvalid)
+		return Queue{}, nqd.Refine(store.ErrInvalid, "%q is not a queue name.", name)
 	}
 	names, err := e.QueueNames(ctx)
 	if err != nil {
@@ -387,7 +388,7 @@ func finishedState(stepStatus string) string {
 func (e *Engine) QueueJob(ctx context.Context, queue, id string) (QueueJob, error) {
 	run, step, ok := strings.Cut(id, ":")
 	if !event.ValidName(queue) || !ok || !event.ValidName(run) || !event.ValidName(step) {
-		return QueueJob{}, fmt.Errorf("engine: job %q of queue %q: %w", id, queue, store.ErrInvalid)
+		return QueueJob{}, nqd.Refine(store.ErrInvalid, "%q of queue %q is not a job id (<runId>:<step>).", id, queue)
 	}
 	j, err := e.st.Job(ctx, store.JobRef{Queue: queue, ID: id})
 	switch {

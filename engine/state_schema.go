@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/flows"
 	"github.com/nqd-dev/nqd/store"
@@ -21,7 +22,12 @@ type StateError struct {
 
 func (e *StateError) Error() string { return fmt.Sprintf("state: %v", e.Fields) }
 
-func (e *StateError) Unwrap() error { return ErrStateInvalid }
+// Unwrap makes a StateError an ErrStateInvalid whose fields reach the
+// worker.
+func (e *StateError) Unwrap() error {
+	return &nqd.Error{Code: nqd.CodeUnprocessable, Message: "The state does not match the flow's state schema; nothing was stored.",
+		Fields: e.Fields, Err: ErrStateInvalid}
+}
 
 func stateError(at, reason string) *StateError {
 	return &StateError{Fields: map[string]string{at: reason}}

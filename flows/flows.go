@@ -13,6 +13,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/cond"
 	"github.com/nqd-dev/nqd/event"
 )
@@ -127,6 +128,11 @@ type Await struct {
 // by their JSON path (e.g. `steps.final.subscribes[1]`).
 type ValidationError struct {
 	Fields map[string]string
+}
+
+// Unwrap makes a ValidationError an error whose fields reach the client.
+func (e *ValidationError) Unwrap() error {
+	return &nqd.Error{Code: nqd.CodeUnprocessable, Message: "The flow definition is invalid.", Fields: e.Fields}
 }
 
 func (e *ValidationError) Error() string {

@@ -10,6 +10,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/handlers"
 	"github.com/nqd-dev/nqd/store/boltstore"
@@ -208,8 +209,8 @@ func TestIdempotencyKey(t *testing.T) {
 	wantStatus(t, api.do(t, withKey(post("/api/_events/flow/run-1", `{"events":[{"kind":"a"},{"kind":"b"}]}`), "k-2")), http.StatusCreated)
 	rec := api.do(t, withKey(post("/api/_events/flow/run-1", `{"kind":"a"}`), "k-2"))
 	wantStatus(t, rec, http.StatusUnprocessableEntity)
-	if code := decode[errorBody](t, rec).Error.Code; code != handlers.CodeKeyReused {
-		t.Errorf("code %q, want %s", code, handlers.CodeKeyReused)
+	if code := decode[errorBody](t, rec).Error.Code; code != nqd.CodeKeyReused {
+		t.Errorf("code %q, want %s", code, nqd.CodeKeyReused)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/archive"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/reducers"
@@ -21,9 +22,8 @@ type ArchiveReader interface {
 
 // errNoArchive answers `source=archive` on a server built without an
 // archive: there is nothing archived to find.
-var errNoArchive = &Error{
-	Status:  http.StatusNotFound,
-	Code:    CodeNotFound,
+var errNoArchive = &nqd.Error{
+	Code:    nqd.CodeNotFound,
 	Message: "This server keeps no archive: set NQ_ARCHIVE_DIR to read archived runs.",
 }
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/archive"
 	"github.com/nqd-dev/nqd/handlers"
 	"github.com/nqd-dev/nqd/store"
@@ -124,8 +125,8 @@ func TestCorruptArchiveIsDetected(t *testing.T) {
 	} {
 		rec := api.do(t, get(q))
 		wantStatus(t, rec, http.StatusBadGateway)
-		if code := decode[errorBody](t, rec).Error.Code; code != handlers.CodeArchiveCorrupt {
-			t.Errorf("%s: code %q, want %q", q, code, handlers.CodeArchiveCorrupt)
+		if code := decode[errorBody](t, rec).Error.Code; code != nqd.CodeArchiveCorrupt {
+			t.Errorf("%s: code %q, want %q", q, code, nqd.CodeArchiveCorrupt)
 		}
 	}
 }

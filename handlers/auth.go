@@ -9,6 +9,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/httprate"
 
+	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/auth"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/stream"
@@ -112,7 +113,7 @@ func (a *API) requireStream(next http.Handler) http.Handler {
 		release, ok := a.access.streams.Acquire(clientKeys(r, p)...)
 		if !ok {
 			w.Header().Set("Retry-After", streamRetryAfter)
-			writeError(w, r, &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited,
+			writeError(w, r, &nqd.Error{Code: nqd.CodeRateLimited,
 				Message: "Too many streams are open for this client; close one or retry later."})
 			return
 		}
@@ -152,7 +153,7 @@ func (a *API) limitRate(next http.Handler) http.Handler {
 			limited = a.access.tokenRate.OnLimit(w, r, "token:"+p.Name)
 		}
 		if limited {
-			writeError(w, r, &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited,
+			writeError(w, r, &nqd.Error{Code: nqd.CodeRateLimited,
 				Message: "Too many requests; retry after the time in Retry-After."})
 			return
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/rs/zerolog"
 
+	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/auth"
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/handlers"
@@ -392,8 +393,8 @@ func TestEventSizeLimit(t *testing.T) {
 	for _, body := range []string{big, `{"events":[{"kind":"x.y"},` + big + `]}`} {
 		rec := api.do(t, post("/api/_events/flow/run-1", body))
 		wantStatus(t, rec, http.StatusRequestEntityTooLarge)
-		if got := decode[errorBody](t, rec).Error.Code; got != handlers.CodeTooLarge {
-			t.Errorf("code %q, want %s", got, handlers.CodeTooLarge)
+		if got := decode[errorBody](t, rec).Error.Code; got != nqd.CodeTooLarge {
+			t.Errorf("code %q, want %s", got, nqd.CodeTooLarge)
 		}
 	}
 	wantEvents(t, api, 0)

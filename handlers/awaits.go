@@ -3,7 +3,6 @@ package handlers
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -11,14 +10,11 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/auth"
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
 )
-
-// CodeGone answers a trigger that expired, was canceled or whose run ended
-// (410).
-const CodeGone = "gone"
 
 // awaitRoutes mounts the trigger webhook that resumes a step awaiting a
 // trigger, and the waits listing. A trigger POST carries no API token: its
@@ -27,22 +23,6 @@ const CodeGone = "gone"
 func (a *API) awaitRoutes(r chi.Router) {
 	r.With(a.limitRate).Post("/api/_flows/triggers/{id}", a.fireTrigger)
 	r.With(a.require(auth.Read)).Get("/api/_flows/waits", a.listWaits)
-}
-
-// triggerError answers the trigger endpoint's refusals in the error shape of
-// openapi.yaml (Error).
-func triggerError(err error) error {
-	var pe *engine.PayloadError
-	switch {
-	case errors.Is(err, engine.ErrTriggerInvalid):
-		return &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Message: "The trigger id is not valid."}
-	case errors.Is(err, engine.ErrTriggerGone):
-		return &Error{Status: http.StatusGone, Code: CodeGone, Message: "The trigger expired, was canceled or its run ended."}
-	case errors.As(err, &pe):
-		return &Error{Status: http.StatusUnprocessableEntity, Code: CodeValidation, Message: "The payload does not match the trigger's schema; one line per failing place.",
-			Fields: pe.Fields}
-	}
-	return flowError(err)
 }
 
 // sourceHeaders are not recorded in trigger.fired: they may carry
@@ -67,7 +47,7 @@ func triggerSource(r *http.Request) engine.TriggerSource {
 func (a *API) fireTrigger(w http.ResponseWriter, r *http.Request) {
 	id := chi.URLParam(r, "id")
 	if !event.ValidContextID(id) {
-		writeError(w, r, &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "No such trigger."})
+		writeError(w, r, &nqd.Error{Code: nqd.CodeNotFound, Message: "No such trigger."})
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.limits.MaxEventBytes))
@@ -89,7 +69,7 @@ func (a *API) fireTrigger(w http.ResponseWriter, r *http.Request) {
 	}
 	out, err := a.flows.FireTrigger(r.Context(), id, payload, triggerSource(r))
 	if err != nil {
-		writeError(w, r, triggerError(err))
+		writeError(w, r, err)
 		return
 	}
 	if out.Replayed {
@@ -139,7 +119,7 @@ func (a *API) listWaits(w http.ResponseWriter, r *http.Request) {
 	}
 	items, err := a.flows.Waits(r.Context(), wq)
 	if err != nil {
-		writeError(w, r, flowError(err))
+		writeError(w, r, err)
 		return
 	}
 	if items == nil {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/compact"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/store"
@@ -26,9 +27,8 @@ type History interface {
 
 // errNoCompact answers a compaction on a server with nowhere to put the
 // events: trimming without an archive would lose them.
-var errNoCompact = &Error{
-	Status:  http.StatusNotFound,
-	Code:    CodeNotFound,
+var errNoCompact = &nqd.Error{
+	Code:    nqd.CodeNotFound,
 	Message: "This server cannot compact: set NQ_ARCHIVE_DIR, on a store that can trim its streams.",
 }
 

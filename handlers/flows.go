@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/auth"
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
@@ -55,30 +56,6 @@ func (a *API) flowRoutes(r chi.Router) {
 	admin.Post("/api/_flows/{name}/runs/{runId}/cancel", a.cancelRun)
 	admin.Post("/api/_flows/{name}/runs/{runId}/restart", a.restartRun)
 	admin.Delete("/api/_flows/{name}/clear-history", a.clearHistory)
-}
-
-// flowError turns the engine's own failures into answers.
-func flowError(err error) error {
-	var ve *flows.ValidationError
-	var se *engine.StateError
-	var re *engine.ReportError
-	switch {
-	case errors.As(err, &re):
-		return &Error{Status: http.StatusBadRequest, Code: CodeValidation, Message: "The report was refused; nothing was stored.",
-			Fields: map[string]string{re.Field: re.Reason}}
-	case errors.As(err, &se):
-		return &Error{Status: http.StatusUnprocessableEntity, Code: CodeValidation, Message: "The state does not match the flow's state schema; nothing was stored.",
-			Fields: se.Fields}
-	case errors.As(err, &ve):
-		return &Error{Status: http.StatusUnprocessableEntity, Code: CodeValidation, Message: "The flow definition is invalid.", Fields: ve.Fields}
-	case errors.Is(err, engine.ErrLeaseLost):
-		return &Error{Status: http.StatusConflict, Code: CodeConflict, Message: "The job is no longer held by this lease."}
-	case errors.Is(err, engine.ErrRunEnded):
-		return &Error{Status: http.StatusConflict, Code: CodeConflict, Message: "The run has ended or was canceled."}
-	case errors.Is(err, store.ErrInvalid):
-		return &Error{Status: http.StatusBadRequest, Code: CodeBadRequest, Message: errors.Unwrap(err).Error()}
-	}
-	return err
 }
 
 func flowName(r *http.Request) (string, error) {
@@ -148,7 +125,7 @@ func (a *API) putFlow(w http.ResponseWriter, r *http.Request) {
 		err = a.flows.PutDefinition(r.Context(), d)
 	}
 	if err != nil {
-		writeError(w, r, flowError(err))
+		writeError(w, r, err)
 		return
 	}
 	writeJSON(w, r, http.StatusOK, d)
@@ -195,7 +172,7 @@ func (a *API) startFlow(w http.ResponseWriter, r *http.Request) {
 	if len(body) > 0 {
 		var obj map[string]json.RawMessage
 		err := decodeStrict(bytes.NewReader(body), &obj, "")
-		var apiErr *Error
+		var apiErr *nqd.Error
 		if errors.As(err, &apiErr) && len(apiErr.Fields) > 0 {
 			writeError(w, r, err) // a string not UTF-8, a name twice
 			return
@@ -219,7 +196,7 @@ func (a *API) startFlow(w http.ResponseWriter, r *http.Request) {
 	defer end()
 	s, err := a.flows.Start(r.Context(), name, input, key)
 	if err != nil {
-		writeError(w, r, flowError(err))
+		writeError(w, r, err)
 		return
 	}
 	if s.Replayed {
@@ -325,7 +302,7 @@ func (a *API) cancelRun(w http.ResponseWriter, r *http.Request) {
 	}
 	prev, err := a.flows.Cancel(r.Context(), flow, run, "")
 	if err != nil {
-		writeError(w, r, flowError(err))
+		writeError(w, r, err)
 		return
 	}
 	writeJSON(w, r, http.StatusOK, cancelBody{Success: true, RunID: run, FlowName: flow, PreviousStatus: prev})
@@ -339,7 +316,7 @@ func (a *API) restartRun(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := a.flows.Restart(r.Context(), flow, run)
 	if err != nil {
-		writeError(w, r, flowError(err))
+		writeError(w, r, err)
 		return
 	}
 	writeJSON(w, r, http.StatusOK, res)

@@ -6,13 +6,8 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-)
 
-// Codes of the browser protection's refusals: each says which rule refused.
-const (
-	CodeCrossOrigin      = "cross_origin"
-	CodeHostNotAllowed   = "host_not_allowed"
-	CodeUnsupportedMedia = "unsupported_media_type"
+	"github.com/nqd-dev/nqd"
 )
 
 // guard holds the checks every request passes before it is routed: the
@@ -56,7 +51,7 @@ func (g guard) checkHost(next http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !g.hostAllowed(r.Host) {
-			writeError(w, r, &Error{Status: http.StatusForbidden, Code: CodeHostNotAllowed,
+			writeError(w, r, &nqd.Error{Code: nqd.CodeHostNotAllowed,
 				Message: "The Host header names a host this server does not serve; add it to NQ_ALLOWED_HOSTS."})
 			return
 		}
@@ -89,13 +84,13 @@ func (g guard) checkBrowser(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if g.crossOrigin != nil {
 			if err := g.crossOrigin.Check(r); err != nil {
-				writeError(w, r, &Error{Status: http.StatusForbidden, Code: CodeCrossOrigin,
+				writeError(w, r, &nqd.Error{Code: nqd.CodeCrossOrigin,
 					Message: "Cross-origin browser requests may not change anything; add the page's origin to NQ_CORS_ORIGINS to allow it."})
 				return
 			}
 		}
 		if changesState(r.Method) && !acceptedMedia(r) {
-			writeError(w, r, &Error{Status: http.StatusUnsupportedMediaType, Code: CodeUnsupportedMedia,
+			writeError(w, r, &nqd.Error{Code: nqd.CodeUnsupportedMedia,
 				Message: "The body must be JSON, sent as Content-Type: application/json."})
 			return
 		}

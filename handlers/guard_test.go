@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/handlers"
 	"github.com/nqd-dev/nqd/store"
 )
@@ -70,14 +71,14 @@ func TestCrossOriginRequestsChangeNothing(t *testing.T) {
 			h = h.Clone()
 			h.Set("Authorization", "Bearer "+adminSecret)
 			rec := api.do(t, request{method: method, target: target, body: body, header: h})
-			if rec.Code != http.StatusForbidden || decode[errorBody](t, rec).Error.Code != handlers.CodeCrossOrigin {
+			if rec.Code != http.StatusForbidden || decode[errorBody](t, rec).Error.Code != nqd.CodeCrossOrigin {
 				t.Errorf("%s from %v: %d %s, want 403 cross_origin", key, h.Get("Origin"), rec.Code, rec.Body)
 			}
 		}
 		for _, ct := range []string{"text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "not a type"} {
 			h := http.Header{"Authorization": {"Bearer " + adminSecret}, "Content-Type": {ct}}
 			rec := api.do(t, request{method: method, target: target, body: body, header: h})
-			if rec.Code != http.StatusUnsupportedMediaType || decode[errorBody](t, rec).Error.Code != handlers.CodeUnsupportedMedia {
+			if rec.Code != http.StatusUnsupportedMediaType || decode[errorBody](t, rec).Error.Code != nqd.CodeUnsupportedMedia {
 				t.Errorf("%s as %s: %d %s, want 415 unsupported_media_type", key, ct, rec.Code, rec.Body)
 			}
 		}
@@ -142,7 +143,7 @@ func TestHostCheck(t *testing.T) {
 		if rec.Code != want {
 			t.Errorf("Host %q: %d %s, want %d", host, rec.Code, rec.Body, want)
 		}
-		if want == http.StatusForbidden && decode[errorBody](t, rec).Error.Code != handlers.CodeHostNotAllowed {
+		if want == http.StatusForbidden && decode[errorBody](t, rec).Error.Code != nqd.CodeHostNotAllowed {
 			t.Errorf("Host %q: %s, want host_not_allowed", host, rec.Body)
 		}
 	}

@@ -1,20 +1,14 @@
 package handlers
 
 import (
-	"net/http"
 	"sync"
-)
 
-// Codes of the Idempotency-Key refusals (the IETF Idempotency-Key header
-// draft's 422 and 409).
-const (
-	CodeKeyReused   = "idempotency_key_reused"
-	CodeKeyInFlight = "idempotency_key_in_flight"
+	"github.com/nqd-dev/nqd"
 )
 
 // errKeyInFlight answers a request whose key a request still being served
 // carries.
-var errKeyInFlight = &Error{Status: http.StatusConflict, Code: CodeKeyInFlight,
+var errKeyInFlight = &nqd.Error{Code: nqd.CodeKeyInFlight,
 	Message: "A request with this Idempotency-Key is still being served; retry once it has been answered."}
 
 // inFlight is the idempotency keys of the requests this instance is serving.

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/handlers"
@@ -51,8 +52,8 @@ func TestIdempotencyKeyReusedForAnotherBody(t *testing.T) {
 		} {
 			rec := api.do(t, withKey(post(target, body), "k1"))
 			wantStatus(t, rec, http.StatusUnprocessableEntity)
-			if code := decode[errorBody](t, rec).Error.Code; code != handlers.CodeKeyReused {
-				t.Errorf("%s: code %q, want %q", name, code, handlers.CodeKeyReused)
+			if code := decode[errorBody](t, rec).Error.Code; code != nqd.CodeKeyReused {
+				t.Errorf("%s: code %q, want %q", name, code, nqd.CodeKeyReused)
 			}
 		}
 		if n := api.length(t, c); n != 1 {
@@ -93,8 +94,8 @@ func TestIdempotencyKeyInFlight(t *testing.T) {
 
 		rec := api.do(t, req)
 		wantStatus(t, rec, http.StatusConflict)
-		if code := decode[errorBody](t, rec).Error.Code; code != handlers.CodeKeyInFlight {
-			t.Errorf("code %q, want %q", code, handlers.CodeKeyInFlight)
+		if code := decode[errorBody](t, rec).Error.Code; code != nqd.CodeKeyInFlight {
+			t.Errorf("code %q, want %q", code, nqd.CodeKeyInFlight)
 		}
 		// Another key, or another context, is not held up.
 		other := make(chan *httptest.ResponseRecorder)
@@ -124,8 +125,8 @@ func TestStartKeyReusedForAnotherInput(t *testing.T) {
 		wantStatus(t, first, http.StatusOK)
 		rec := api.do(t, withKey(post("/api/_flows/demo/start", `{"n":2}`), "s1"))
 		wantStatus(t, rec, http.StatusUnprocessableEntity)
-		if code := decode[errorBody](t, rec).Error.Code; code != handlers.CodeKeyReused {
-			t.Errorf("code %q, want %q", code, handlers.CodeKeyReused)
+		if code := decode[errorBody](t, rec).Error.Code; code != nqd.CodeKeyReused {
+			t.Errorf("code %q, want %q", code, nqd.CodeKeyReused)
 		}
 		again := api.do(t, withKey(post("/api/_flows/demo/start", `{"n":1}`), "s1"))
 		wantStatus(t, again, http.StatusOK)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/store"
 )
@@ -153,7 +154,7 @@ func (a *API) decodeAppend(r *http.Request, c store.Context) (evs []event.Event,
 			return nil, true, eventTooLarge(fmt.Sprintf("events[%d]", i), a.limits.MaxEventBytes)
 		}
 		ev, err := a.decodeEvent(raw, c.ID, fmt.Sprintf("events[%d].", i))
-		var apiErr *Error
+		var apiErr *nqd.Error
 		switch {
 		case err == nil:
 			evs = append(evs, ev)
@@ -171,10 +172,9 @@ func (a *API) decodeAppend(r *http.Request, c store.Context) (evs []event.Event,
 
 // eventTooLarge is the 413 of an event over the size limit, whatever the
 // size of the body it came in.
-func eventTooLarge(what string, limit int64) *Error {
-	return &Error{
-		Status:  http.StatusRequestEntityTooLarge,
-		Code:    CodeTooLarge,
+func eventTooLarge(what string, limit int64) *nqd.Error {
+	return &nqd.Error{
+		Code:    nqd.CodeTooLarge,
 		Message: fmt.Sprintf("%s is larger than %d bytes.", what, limit),
 	}
 }
@@ -241,7 +241,7 @@ func (a *API) toEvent(in inputRecord, subject, prefix string) (event.Event, erro
 		Trigger: in.Trigger, CorrelationID: in.CorrelationID,
 	}
 	if err := a.validateStruct(rec, prefix); err != nil {
-		var apiErr *Error
+		var apiErr *nqd.Error
 		if !errors.As(err, &apiErr) {
 			return event.Event{}, err
 		}

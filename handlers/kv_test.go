@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/auth"
 	"github.com/nqd-dev/nqd/handlers"
 )
@@ -71,7 +72,7 @@ func TestKVRoundTrip(t *testing.T) {
 	}
 	rc := api.do(t, post(rec+"/cas", claim))
 	wantStatus(t, rc, http.StatusConflict)
-	if e := decode[errorBody](t, rc); e.Error.Code != handlers.CodeConflict {
+	if e := decode[errorBody](t, rc); e.Error.Code != nqd.CodeConflict {
 		t.Errorf("second claim: code %q", e.Error.Code)
 	}
 	wantStatus(t, api.do(t, post(rec+"/cas", `{"version":2,"set":{"worker":"w2"}}`)), http.StatusConflict)

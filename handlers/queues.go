@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/auth"
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
@@ -361,7 +362,7 @@ func (a *API) addJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		writeError(w, r, flowError(err))
+		writeError(w, r, err)
 		return
 	}
 	writeJSON(w, r, http.StatusOK, addedJob{ID: s.ID, RunID: s.FlowID, FlowName: body.Name, Queue: s.Queue, Step: s.Step})
@@ -385,8 +386,8 @@ func jobInput(data json.RawMessage) (json.RawMessage, bool) {
 	return data, true
 }
 
-func noJobOptions(field string) *Error {
-	return &Error{Status: http.StatusUnprocessableEntity, Code: CodeValidation,
+func noJobOptions(field string) *nqd.Error {
+	return &nqd.Error{Code: nqd.CodeUnprocessable,
 		Message: "nqd takes no job options: a step's retries, backoff and delays come from its flow definition.",
 		Fields:  map[string]string{field: "must be absent"}}
 }
@@ -410,7 +411,7 @@ func (a *API) notEntryFlow(ctx context.Context, queue string) error {
 	} else {
 		rule += strings.Join(names, ", ")
 	}
-	return &Error{Status: http.StatusUnprocessableEntity, Code: CodeValidation,
+	return &nqd.Error{Code: nqd.CodeUnprocessable,
 		Message: "A job is added to a queue by starting a run of a flow whose entry step runs on it.",
 		Fields:  map[string]string{"name": rule}}
 }

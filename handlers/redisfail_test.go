@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/handlers"
 	"github.com/nqd-dev/nqd/internal/redistest"
 	"github.com/nqd-dev/nqd/internal/testkit"
@@ -43,7 +44,7 @@ func TestRedisFailureAnswers(t *testing.T) {
 	f.SetDown(true)
 	rec := api.do(t, withKey(post(target, `{"kind":"a.c"}`), "k1"))
 	wantStatus(t, rec, http.StatusServiceUnavailable)
-	if rec.Header().Get("Retry-After") == "" || decode[errorBody](t, rec).Error.Code != handlers.CodeUnavailable {
+	if rec.Header().Get("Retry-After") == "" || decode[errorBody](t, rec).Error.Code != nqd.CodeUnavailable {
 		t.Errorf("Redis down: %v %s, want unavailable with Retry-After", rec.Header(), rec.Body)
 	}
 	f.SetDown(false)
@@ -54,7 +55,7 @@ func TestRedisFailureAnswers(t *testing.T) {
 	f.Arm(redistest.LoseReplyAndGoDown)
 	rec = api.do(t, withKey(post(target, `{"kind":"a.c"}`), "k1"))
 	wantStatus(t, rec, http.StatusGatewayTimeout)
-	if rec.Header().Get("Retry-After") == "" || decode[errorBody](t, rec).Error.Code != handlers.CodeOutcomeUnknown {
+	if rec.Header().Get("Retry-After") == "" || decode[errorBody](t, rec).Error.Code != nqd.CodeOutcomeUnknown {
 		t.Errorf("lost and unresolved: %v %s, want outcome_unknown with Retry-After", rec.Header(), rec.Body)
 	}
 	f.SetDown(false)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/archive"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/store"
@@ -20,17 +21,15 @@ type Restorer interface {
 
 // errNoRestore answers a restore on a server that has an archive but no
 // store able to take a run back.
-var errNoRestore = &Error{
-	Status:  http.StatusNotFound,
-	Code:    CodeNotFound,
+var errNoRestore = &nqd.Error{
+	Code:    nqd.CodeNotFound,
 	Message: "This server cannot restore archived runs into its store.",
 }
 
 // errRestoreOver answers a restore of a context the store still holds: a
 // restore brings back what is gone and never merges into what is there.
-var errRestoreOver = &Error{
-	Status:  http.StatusConflict,
-	Code:    CodeConflict,
+var errRestoreOver = &nqd.Error{
+	Code:    nqd.CodeConflict,
 	Message: "The context has events or a run record in the store; only a context that is gone can be restored.",
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/archive"
 	"github.com/nqd-dev/nqd/handlers"
 	"github.com/nqd-dev/nqd/store"
@@ -101,8 +102,8 @@ func TestRestoreBringsArchivedRunBack(t *testing.T) {
 
 	rec = api.do(t, post("/api/_events/flow/abc-123/restore", ""))
 	wantStatus(t, rec, http.StatusConflict)
-	if code := decode[errorBody](t, rec).Error.Code; code != handlers.CodeConflict {
-		t.Errorf("second restore: code %q, want %q", code, handlers.CodeConflict)
+	if code := decode[errorBody](t, rec).Error.Code; code != nqd.CodeConflict {
+		t.Errorf("second restore: code %q, want %q", code, nqd.CodeConflict)
 	}
 	after, err := api.store.Range(context.Background(), store.Context{Type: "flow", ID: "abc-123"}, store.RangeQuery{})
 	if err != nil {
@@ -133,8 +134,8 @@ func TestRestoreErrors(t *testing.T) {
 	}
 	rec = api.do(t, post("/api/_events/flow/abc-123/restore", ""))
 	wantStatus(t, rec, http.StatusBadGateway)
-	if code := decode[errorBody](t, rec).Error.Code; code != handlers.CodeArchiveCorrupt {
-		t.Errorf("corrupt archive: code %q, want %q", code, handlers.CodeArchiveCorrupt)
+	if code := decode[errorBody](t, rec).Error.Code; code != nqd.CodeArchiveCorrupt {
+		t.Errorf("corrupt archive: code %q, want %q", code, nqd.CodeArchiveCorrupt)
 	}
 	if info, err := api.store.Info(context.Background(), store.Context{Type: "flow", ID: "abc-123"}); err != nil || info.Length != 0 {
 		t.Errorf("a corrupt archive wrote %+v, %v", info, err)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/handlers"
 	"github.com/nqd-dev/nqd/store"
@@ -43,7 +44,7 @@ func TestClaimEndsOnShutdown(t *testing.T) {
 	select {
 	case rec := <-answered:
 		wantStatus(t, rec, http.StatusServiceUnavailable)
-		if rec.Header().Get("Retry-After") == "" || decode[errorBody](t, rec).Error.Code != handlers.CodeUnavailable {
+		if rec.Header().Get("Retry-After") == "" || decode[errorBody](t, rec).Error.Code != nqd.CodeUnavailable {
 			t.Errorf("answer %v %s, want unavailable with Retry-After", rec.Header(), rec.Body)
 		}
 	case <-time.After(10 * time.Second):

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/reducers"
 	"github.com/nqd-dev/nqd/store"
@@ -61,9 +62,8 @@ func pointParam(q url.Values, name string, def event.ID) (event.ID, error) {
 
 // errNoState answers the routes that need reducers on a server built without
 // them.
-var errNoState = &Error{
-	Status:  http.StatusNotImplemented,
-	Code:    "not_implemented",
+var errNoState = &nqd.Error{
+	Code:    nqd.CodeNotImplemented,
 	Message: "This server does not reduce states.",
 }
 

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/handlers"
 	"github.com/nqd-dev/nqd/store"
@@ -33,7 +34,7 @@ func TestStrictJSON(t *testing.T) {
 			rec := api.do(t, request{method: method, target: tt.target, body: tt.body})
 			wantStatus(t, rec, http.StatusBadRequest)
 			got := decode[errorBody](t, rec).Error
-			if got.Code != handlers.CodeValidation || got.Fields[tt.field] == "" || len(got.Fields) != 1 {
+			if got.Code != nqd.CodeValidation || got.Fields[tt.field] == "" || len(got.Fields) != 1 {
 				t.Errorf("%s: %+v, want validation_failed naming %s", tt.name, got, tt.field)
 			}
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/auth"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/store"
@@ -41,7 +42,7 @@ type claimRequest struct {
 }
 
 // errShuttingDown answers a claim while the server shuts down.
-var errShuttingDown = &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+var errShuttingDown = &nqd.Error{Code: nqd.CodeUnavailable,
 	Message: "The server is shutting down; claim again after Retry-After, here or on another instance."}
 
 type claimBody struct {
@@ -73,7 +74,7 @@ func (a *API) claimJobs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		writeError(w, r, flowError(err))
+		writeError(w, r, err)
 		return
 	}
 	if jobs == nil {
@@ -137,7 +138,7 @@ func (a *API) heartbeatJob(w http.ResponseWriter, r *http.Request) {
 	}
 	beat, err := a.flows.Heartbeat(r.Context(), ack)
 	if err != nil {
-		writeError(w, r, flowError(err))
+		writeError(w, r, err)
 		return
 	}
 	writeJSON(w, r, http.StatusOK, beat)
@@ -176,7 +177,7 @@ func (a *API) reportJob(w http.ResponseWriter, r *http.Request) {
 	}
 	stored, err := a.flows.Report(r.Context(), ack, evs, opts.IdempotencyKey)
 	if err != nil {
-		writeError(w, r, flowError(err))
+		writeError(w, r, err)
 		return
 	}
 	if stored == nil {
@@ -228,7 +229,7 @@ func (a *API) completeJob(w http.ResponseWriter, r *http.Request) {
 		err = a.flows.Complete(r.Context(), ack, req.Result, evs...)
 	}
 	if err != nil {
-		writeError(w, r, flowError(err))
+		writeError(w, r, err)
 		return
 	}
 	writeJSON(w, r, http.StatusOK, statusBody{Status: "ok"})
@@ -254,7 +255,7 @@ func (a *API) failJob(w http.ResponseWriter, r *http.Request) {
 		err = a.flows.Fail(r.Context(), ack, req.Error, req.Retriable, evs...)
 	}
 	if err != nil {
-		writeError(w, r, flowError(err))
+		writeError(w, r, err)
 		return
 	}
 	writeJSON(w, r, http.StatusOK, statusBody{Status: "ok"})

@@ -72,6 +72,42 @@ func TestWorkerReportsRepeat(t *testing.T) {
 	}
 }
 
+// TestWorkerRefusalSaysWhy: a worker whose report the engine refuses reads
+// the engine's reason in the 400's message and fields, on every call that
+// carries events, and nothing is stored.
+func TestWorkerRefusalSaysWhy(t *testing.T) {
+	api, e, st := newAwaitAPI(t, "bolt")
+	s, err := e.Start(t.Context(), "approve", nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := api.do(t, post("/api/_workers/claim", `{"queues":["q1"]}`))
+	wantStatus(t, rec, http.StatusOK)
+	j := decode[struct{ Jobs []store.Job }](t, rec).Jobs[0]
+	const reason = `"step.completed" is not a progress event: complete or fail the job instead`
+	for _, call := range []string{"events", "complete", "fail"} {
+		body := fmt.Sprintf(`{"lease":%q,"error":"boom","events":[{"kind":"log"},{"kind":"step.completed"}]}`, j.Lease)
+		if call != "fail" {
+			body = strings.Replace(body, `"error":"boom",`, "", 1)
+		}
+		got := api.do(t, post("/api/_workers/jobs/q1/"+j.ID+"/"+call, body))
+		wantStatus(t, got, http.StatusBadRequest)
+		e := decode[errorBody](t, got).Error
+		if e.Code != "validation_failed" || !strings.Contains(e.Message, reason) || e.Fields["events[1].kind"] != reason {
+			t.Errorf("%s: answered %s; want validation_failed with the engine's reason in message and fields", call, got.Body)
+		}
+	}
+	evs, err := st.Range(t.Context(), store.Context{Type: "flow", ID: s.FlowID}, store.RangeQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range evs {
+		if ev.Kind == "log" || ev.Kind == "step.completed" || ev.Kind == "step.failed" {
+			t.Errorf("a refused call stored %s", ev.Kind)
+		}
+	}
+}
+
 // TestWorkerEventTooLarge: one reported event over the event limit is a 413
 // naming it, and nothing is stored.
 func TestWorkerEventTooLarge(t *testing.T) {

@@ -11,29 +11,31 @@ import (
 	"errors"
 	"time"
 
+	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/event"
 )
 
-// Sentinel errors. Backends wrap them; callers test with errors.Is.
+// Sentinel errors. Backends wrap them; callers test with errors.Is. Each
+// is an *nqd.Error whose message is what an API client is told.
 var (
 	// ErrNotFound: the thing asked for does not exist.
-	ErrNotFound = errors.New("not found")
+	ErrNotFound error = &nqd.Error{Code: nqd.CodeNotFound, Message: "The resource does not exist."}
 	// ErrConflict: the write contradicts the current state (e.g. an
 	// idempotency key reused with a different request).
-	ErrConflict = errors.New("conflict")
+	ErrConflict error = &nqd.Error{Code: nqd.CodeConflict, Message: "The request conflicts with what is stored, such as an idempotency key reused for a different request."}
 	// ErrInvalid: an argument breaks the contract (bad name, empty batch, ...).
-	ErrInvalid = errors.New("invalid argument")
+	ErrInvalid error = &nqd.Error{Code: nqd.CodeBadRequest, Message: "The request breaks a storage rule."}
 	// ErrKeyReused: an idempotency key that AppendOptions.SameRequest guards
 	// was used before for other events; nothing was written.
-	ErrKeyReused = errors.New("idempotency key reused for another request")
+	ErrKeyReused error = &nqd.Error{Code: nqd.CodeKeyReused, Message: "The Idempotency-Key was used before for a different request; nothing was stored. Use a new key for a new request."}
 	// ErrOutcomeUnknown: the write was sent but its answer was lost, and the
 	// backend could not be asked in time whether it was applied. It may or
 	// may not have been; a retry with the same idempotency key is safe.
-	ErrOutcomeUnknown = errors.New("outcome unknown")
+	ErrOutcomeUnknown error = &nqd.Error{Code: nqd.CodeOutcomeUnknown, Message: "The store took the write but its answer was lost, and it could not be asked in time whether the write was applied. Retry with the same Idempotency-Key: that is always safe."}
 	// ErrUnavailable: the backend cannot be reached; nothing was written.
-	ErrUnavailable = errors.New("store unavailable")
+	ErrUnavailable error = &nqd.Error{Code: nqd.CodeUnavailable, Message: "The store is unavailable and nothing was stored; retry later."}
 	// ErrClosed: the store or subscription was closed.
-	ErrClosed = errors.New("closed")
+	ErrClosed error = &nqd.Error{Code: nqd.CodeUnavailable, Message: "The store is shutting down; retry later."}
 	// ErrOverflow: a subscriber fell behind by more than its buffer and was
 	// dropped; it resumes by reading the stream after its last id.
 	ErrOverflow = errors.New("subscriber overflow")
