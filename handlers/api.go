@@ -240,24 +240,24 @@ func (a *API) Routes() http.Handler {
 		r.Use(middleware.Timeout(a.limits.RequestTimeout))
 
 		// HEAD too: probes such as curl -I and some load balancers use it.
-		r.Get("/healthz", a.healthz)
-		r.Head("/healthz", a.healthz)
-		r.Get("/readyz", a.readyz)
-		r.Head("/readyz", a.readyz)
+		r.Get("/healthz", serve(a.healthz))
+		r.Head("/healthz", serve(a.healthz))
+		r.Get("/readyz", serve(a.readyz))
+		r.Head("/readyz", serve(a.readyz))
 		r.With(read).Post("/api/_auth/stream-token", a.issueStreamToken)
 
 		r.Route("/api/_events/{type}", func(r chi.Router) {
-			r.With(read).Get("/list", a.listContexts)
-			r.With(read).Get("/{id}", a.getContext)
-			r.With(write, a.limitRate).Post("/{id}", a.appendEvents)
-			r.With(read).Get("/{id}/state", a.getState)
-			r.With(read).Get("/{id}/state/diff", a.getStateDiff)
-			r.With(admin).Post("/{id}/restore", a.restoreContext)
-			r.With(admin).Post("/{id}/compact", a.compactContext)
+			r.With(read).Get("/list", serve(a.listContexts))
+			r.With(read).Get("/{id}", serve(a.getContext))
+			r.With(write, a.limitRate).Post("/{id}", serve(a.appendEvents))
+			r.With(read).Get("/{id}/state", serve(a.getState))
+			r.With(read).Get("/{id}/state/diff", serve(a.getStateDiff))
+			r.With(admin).Post("/{id}/restore", serve(a.restoreContext))
+			r.With(admin).Post("/{id}/compact", serve(a.compactContext))
 		})
 		// One segment after _events: a stream named by its storage key, the
 		// era A read. Registered after the route above, it takes GET there.
-		r.With(read).Get("/api/_events/{key}", a.readRawStream)
+		r.With(read).Get("/api/_events/{key}", serve(a.readRawStream))
 		if a.flows != nil {
 			a.awaitRoutes(r)
 			a.flowRoutes(r)
@@ -273,7 +273,7 @@ func (a *API) Routes() http.Handler {
 
 	// A claim long-polls for longer than the API timeout.
 	if a.flows != nil {
-		r.With(write).Post("/api/_workers/claim", a.claimJobs)
+		r.With(write).Post("/api/_workers/claim", serve(a.claimJobs))
 	}
 
 	// Streaming routes (SSE): a long-lived response must be neither cut by

@@ -21,8 +21,8 @@ import (
 // signed, single-use trigger id is its credential, so it is mounted without
 // a scope, limited by the caller's address.
 func (a *API) awaitRoutes(r chi.Router) {
-	r.With(a.limitRate).Post("/api/_flows/triggers/{id}", a.fireTrigger)
-	r.With(a.require(auth.Read)).Get("/api/_flows/waits", a.listWaits)
+	r.With(a.limitRate).Post("/api/_flows/triggers/{id}", serve(a.fireTrigger))
+	r.With(a.require(auth.Read)).Get("/api/_flows/waits", serve(a.listWaits))
 }
 
 // sourceHeaders are not recorded in trigger.fired: they may carry
@@ -44,38 +44,34 @@ func triggerSource(r *http.Request) engine.TriggerSource {
 	return src
 }
 
-func (a *API) fireTrigger(w http.ResponseWriter, r *http.Request) {
+func (a *API) fireTrigger(w http.ResponseWriter, r *http.Request) error {
 	id := chi.URLParam(r, "id")
 	if !event.ValidContextID(id) {
-		writeError(w, r, &nqd.Error{Code: nqd.CodeNotFound, Message: "No such trigger."})
-		return
+		return &nqd.Error{Code: nqd.CodeNotFound, Message: "No such trigger."}
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.limits.MaxEventBytes))
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	payload := json.RawMessage(`null`)
 	if len(bytes.TrimSpace(body)) > 0 {
 		if err := checkJSONText(body, "payload"); err != nil {
-			writeError(w, r, err)
-			return
+			return err
 		}
 		if !json.Valid(body) {
-			writeError(w, r, badRequest("The body must be JSON, the trigger's payload."))
-			return
+			return badRequest("The body must be JSON, the trigger's payload.")
 		}
 		payload = body
 	}
 	out, err := a.flows.FireTrigger(r.Context(), id, payload, triggerSource(r))
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if out.Replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
 	writeJSON(w, r, http.StatusOK, out)
+	return nil
 }
 
 // waitsBody is the answer of GET /api/_flows/waits.
@@ -84,26 +80,23 @@ type waitsBody struct {
 	Items []engine.Wait `json:"items"`
 }
 
-func (a *API) listWaits(w http.ResponseWriter, r *http.Request) {
+func (a *API) listWaits(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	wq := engine.WaitQuery{Kind: q.Get("kind"), Flow: q.Get("flowName"), EventKind: q.Get("event")}
 	switch wq.Kind {
 	case "", "time", "event", "trigger":
 	default:
-		writeError(w, r, invalidField("kind", "must be time, event or trigger"))
-		return
+		return invalidField("kind", "must be time, event or trigger")
 	}
 	if wq.Flow != "" && !event.ValidName(wq.Flow) {
-		writeError(w, r, invalidField("flowName", "must match ^[A-Za-z0-9][A-Za-z0-9._~-]{0,127}$"))
-		return
+		return invalidField("flowName", "must match ^[A-Za-z0-9][A-Za-z0-9._~-]{0,127}$")
 	}
 	if v := q.Get("before"); v != "" {
 		ms, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
 			t, terr := time.Parse(time.RFC3339Nano, v)
 			if terr != nil {
-				writeError(w, r, invalidField("before", "epoch milliseconds or an RFC 3339 time"))
-				return
+				return invalidField("before", "epoch milliseconds or an RFC 3339 time")
 			}
 			ms = t.UnixMilli()
 		}
@@ -112,18 +105,17 @@ func (a *API) listWaits(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 1000 {
-			writeError(w, r, invalidField("limit", "1 to 1000"))
-			return
+			return invalidField("limit", "1 to 1000")
 		}
 		wq.Limit = n
 	}
 	items, err := a.flows.Waits(r.Context(), wq)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if items == nil {
 		items = []engine.Wait{}
 	}
 	writeJSON(w, r, http.StatusOK, waitsBody{Count: len(items), Items: items})
+	return nil
 }

@@ -48,30 +48,27 @@ type compactBody struct {
 // compactContext archives and trims the events of a context before
 // `before`. Reads keep answering for them through the archive, so this
 // bounds the live stream without changing any answer.
-func (a *API) compactContext(w http.ResponseWriter, r *http.Request) {
+func (a *API) compactContext(w http.ResponseWriter, r *http.Request) error {
 	c, err := a.contextParam(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if a.compact == nil {
-		writeError(w, r, errNoCompact)
-		return
+		return errNoCompact
 	}
 	keepAfter, ok := parseBefore(r.URL.Query().Get("before"))
 	if !ok {
-		writeError(w, r, invalidField("before", beforeRule))
-		return
+		return invalidField("before", beforeRule)
 	}
 	res, err := a.compact.Compact(r.Context(), c, keepAfter)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, r, http.StatusOK, compactBody{
 		Type: c.Type, ID: c.ID, Checkpoint: res.Checkpoint.String(),
 		Archived: res.Archived, Trimmed: res.Trimmed, Segments: res.Segments,
 	})
+	return nil
 }
 
 // parseBefore reads `before`, an exclusive bound, as the last id it lets

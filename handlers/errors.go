@@ -107,7 +107,21 @@ type errorFields struct {
 	Fields  map[string]string `json:"fields,omitempty"`
 }
 
-// writeError is the one way a handler answers with an error.
+// handler is a route's handler that returns its error rather than
+// answering it: serve answers it, so every route's errors take one path.
+type handler func(w http.ResponseWriter, r *http.Request) error
+
+// serve adapts h to the router: an error h returns is answered through
+// writeError. h returns an error only before it has written anything.
+func serve(h handler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			writeError(w, r, err)
+		}
+	}
+}
+
+// writeError is the one way to answer with an error.
 func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	e := toError(err)
 	status, code := statusOf(e.Code), e.Code

@@ -32,46 +32,41 @@ type eventsBody struct {
 // Idempotency-Key answers the first append's body and status again, marked by
 // the Idempotent-Replayed header, so a retrying client cannot tell a lost
 // answer from a repeated one.
-func (a *API) appendEvents(w http.ResponseWriter, r *http.Request) {
+func (a *API) appendEvents(w http.ResponseWriter, r *http.Request) error {
 	c, err := a.contextParam(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	opts, err := idempotencyOptions(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	end, ok := a.inFlight.begin(keyOf("append", c.String(), opts.IdempotencyKey))
 	if !ok {
-		writeError(w, r, errKeyInFlight)
-		return
+		return errKeyInFlight
 	}
 	defer end()
 	r.Body = http.MaxBytesReader(w, r.Body, a.limits.MaxBodyBytes)
 	evs, batch, err := a.decodeAppend(r, c)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	res, err := a.store.Append(r.Context(), c, evs, opts)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if !batch && len(res.Events) != 1 {
-		writeError(w, r, fmt.Errorf("%w: idempotency key first used for %d events", store.ErrConflict, len(res.Events)))
-		return
+		return fmt.Errorf("%w: idempotency key first used for %d events", store.ErrConflict, len(res.Events))
 	}
 	if res.Replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
 	if batch {
 		writeJSON(w, r, http.StatusCreated, eventsBody{Events: res.Events})
-		return
+		return nil
 	}
 	writeJSON(w, r, http.StatusCreated, res.Events[0])
+	return nil
 }
 
 // contextBody answers the context route.
@@ -88,65 +83,57 @@ type contextBody struct {
 // stream's length and last id. The length and last id are read first and the
 // events only up to that id, so the three agree even while others append.
 // `source=archive` answers the same from the context's archive.
-func (a *API) getContext(w http.ResponseWriter, r *http.Request) {
+func (a *API) getContext(w http.ResponseWriter, r *http.Request) error {
 	c, err := a.contextParam(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	q := r.URL.Query()
 	limit, err := intParam(q, "limit", defaultEventLimit, 1, maxEventLimit)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	after, err := idParam(q, "fromId")
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	at, err := pointParam(q, "at", event.MaxID)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	src, err := a.sourceOf(r, c)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if q.Has("at") {
-		a.getContextAt(w, r, c, src, at, after, limit)
-		return
+		return a.getContextAt(w, r, c, src, at, after, limit)
 	}
 
 	info, err := src.Info(r.Context())
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	body := contextBody{Type: c.Type, ID: c.ID, EventCount: info.Length, Events: []event.Event{}}
 	if info.Length == 0 {
 		writeJSON(w, r, http.StatusOK, body)
-		return
+		return nil
 	}
 	last := info.LastID.String()
 	body.LastEventID = &last
 	evs, err := src.Range(r.Context(), store.RangeQuery{After: after, Through: info.LastID, Limit: limit})
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if evs != nil {
 		body.Events = evs
 	}
 	if src.Reduces() {
 		if body.State, err = src.StateAt(r.Context(), info.LastID); err != nil {
-			writeError(w, r, err)
-			return
+			return err
 		}
 	}
 	writeJSON(w, r, http.StatusOK, body)
+	return nil
 }
 
 // listBody answers the list route (ContextList in openapi.yaml), in the shape
@@ -173,44 +160,37 @@ type listIndex struct {
 
 // listContexts pages an index newest first: the runs of one flow with
 // `name`, every context of the type without.
-func (a *API) listContexts(w http.ResponseWriter, r *http.Request) {
+func (a *API) listContexts(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	p := listIndex{Type: chi.URLParam(r, "type"), Name: q.Get("name")}
 	if err := a.validateStruct(p, ""); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	ix := store.Index{Type: p.Type, Name: p.Name}
 	status, err := enumParam(q, "status", store.RunStatuses)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if q.Has("status") && (a.flows == nil || p.Type != "flow" || p.Name == "") {
 		// Paging by status needs the engine's run index of one flow; a
 		// filter silently ignored would answer the wrong runs.
-		writeError(w, r, invalidField("status", "needs type flow, a name and the flow engine"))
-		return
+		return invalidField("status", "needs type flow, a name and the flow engine")
 	}
 	limit, err := intParam(q, "limit", defaultListLimit, 1, maxListLimit)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	offset, err := intParam(q, "offset", 0, 0, noUpperBound)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 
 	if status != "" {
-		a.listRunsByStatus(w, r, p.Name, status, offset, limit)
-		return
+		return a.listRunsByStatus(w, r, p.Name, status, offset, limit)
 	}
 	page, err := a.store.IndexList(r.Context(), ix, offset, limit)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	body := listBody{Type: ix.Type, Name: ix.Name, Count: len(page.Entries), Total: page.Total, Items: make([]listItem, 0, len(page.Entries))}
 	for _, e := range page.Entries {
@@ -221,6 +201,7 @@ func (a *API) listContexts(w http.ResponseWriter, r *http.Request) {
 		})
 	}
 	writeJSON(w, r, http.StatusOK, body)
+	return nil
 }
 
 type statusBody struct {
@@ -229,22 +210,22 @@ type statusBody struct {
 
 // healthz says the process serves requests; it does not touch the store, so
 // a store outage does not get the process restarted.
-func (a *API) healthz(w http.ResponseWriter, r *http.Request) {
+func (a *API) healthz(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, r, http.StatusOK, statusBody{Status: "ok"})
+	return nil
 }
 
 // readyz says whether the store answers, so that a load balancer sends no
 // traffic to an instance that would fail it.
-func (a *API) readyz(w http.ResponseWriter, r *http.Request) {
+func (a *API) readyz(w http.ResponseWriter, r *http.Request) error {
 	if err := a.store.Ping(r.Context()); err != nil {
-		writeError(w, r, fmt.Errorf("%w: %w", store.ErrUnavailable, err))
-		return
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
 	for _, check := range a.ready {
 		if err := check(r.Context()); err != nil {
-			writeError(w, r, fmt.Errorf("%w: %w", store.ErrUnavailable, err))
-			return
+			return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 		}
 	}
 	writeJSON(w, r, http.StatusOK, statusBody{Status: "ok"})
+	return nil
 }

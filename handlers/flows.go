@@ -46,16 +46,16 @@ type FlowEngine interface {
 // v0.4/v0.5 UI (docs/compatibility.md; the shapes are in openapi.yaml).
 func (a *API) flowRoutes(r chi.Router) {
 	read, write, admin := r.With(a.require(auth.Read)), r.With(a.require(auth.Write)), r.With(a.require(auth.Admin))
-	read.Get("/api/_flows", a.listFlows)
-	read.Get("/api/_flows/{name}", a.getFlow)
-	admin.Put("/api/_flows/{name}", a.putFlow)
-	admin.Delete("/api/_flows/{name}", a.deleteFlow)
-	read.Get("/api/_flows/{name}/diagram", a.flowDiagram)
-	write.With(a.limitRate).Post("/api/_flows/{name}/start", a.startFlow)
-	read.Get("/api/_flows/{name}/runs", a.listRuns)
-	admin.Post("/api/_flows/{name}/runs/{runId}/cancel", a.cancelRun)
-	admin.Post("/api/_flows/{name}/runs/{runId}/restart", a.restartRun)
-	admin.Delete("/api/_flows/{name}/clear-history", a.clearHistory)
+	read.Get("/api/_flows", serve(a.listFlows))
+	read.Get("/api/_flows/{name}", serve(a.getFlow))
+	admin.Put("/api/_flows/{name}", serve(a.putFlow))
+	admin.Delete("/api/_flows/{name}", serve(a.deleteFlow))
+	read.Get("/api/_flows/{name}/diagram", serve(a.flowDiagram))
+	write.With(a.limitRate).Post("/api/_flows/{name}/start", serve(a.startFlow))
+	read.Get("/api/_flows/{name}/runs", serve(a.listRuns))
+	admin.Post("/api/_flows/{name}/runs/{runId}/cancel", serve(a.cancelRun))
+	admin.Post("/api/_flows/{name}/runs/{runId}/restart", serve(a.restartRun))
+	admin.Delete("/api/_flows/{name}/clear-history", serve(a.clearHistory))
 }
 
 func flowName(r *http.Request) (string, error) {
@@ -66,11 +66,10 @@ func flowName(r *http.Request) (string, error) {
 	return name, nil
 }
 
-func (a *API) listFlows(w http.ResponseWriter, r *http.Request) {
+func (a *API) listFlows(w http.ResponseWriter, r *http.Request) error {
 	defs, err := a.flows.Definitions(r.Context())
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	sort.Slice(defs, func(i, j int) bool { return defs[i].Name < defs[j].Name })
 	out := make([]flows.Listed, 0, len(defs))
@@ -78,45 +77,43 @@ func (a *API) listFlows(w http.ResponseWriter, r *http.Request) {
 		out = append(out, d.Listing())
 	}
 	writeJSON(w, r, http.StatusOK, out)
+	return nil
 }
 
-func (a *API) getFlow(w http.ResponseWriter, r *http.Request) {
+func (a *API) getFlow(w http.ResponseWriter, r *http.Request) error {
 	name, err := flowName(r)
-	if err == nil {
-		var d *flows.Definition
-		if d, err = a.flows.Definition(r.Context(), name); err == nil {
-			writeJSON(w, r, http.StatusOK, d)
-			return
-		}
+	if err != nil {
+		return err
 	}
-	writeError(w, r, err)
+	d, err := a.flows.Definition(r.Context(), name)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, r, http.StatusOK, d)
+	return nil
 }
 
 // putFlow stores a definition sent as JSON, or as YAML when the
 // Content-Type says so; 422 names every offending field.
-func (a *API) putFlow(w http.ResponseWriter, r *http.Request) {
+func (a *API) putFlow(w http.ResponseWriter, r *http.Request) error {
 	name, err := flowName(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.limits.MaxBodyBytes))
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if !isYAMLMedia(mt) {
 		if err := checkJSONText(body, ""); err != nil {
-			writeError(w, r, err)
-			return
+			return err
 		}
 	}
 	d, err := flows.Parse(body, isYAMLMedia(mt), name)
 	var ve *flows.ValidationError
 	if err != nil && !errors.As(err, &ve) {
-		writeError(w, r, badRequest("The body is not a flow definition: %v", err))
-		return
+		return badRequest("The body is not a flow definition: %v", err)
 	}
 	if err == nil && d.Name != name {
 		err = &flows.ValidationError{Fields: map[string]string{"name": "must equal the name in the path"}}
@@ -125,48 +122,47 @@ func (a *API) putFlow(w http.ResponseWriter, r *http.Request) {
 		err = a.flows.PutDefinition(r.Context(), d)
 	}
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, r, http.StatusOK, d)
+	return nil
 }
 
-func (a *API) deleteFlow(w http.ResponseWriter, r *http.Request) {
+func (a *API) deleteFlow(w http.ResponseWriter, r *http.Request) error {
 	name, err := flowName(r)
 	if err == nil {
 		err = a.flows.DeleteDefinition(r.Context(), name)
 	}
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (a *API) flowDiagram(w http.ResponseWriter, r *http.Request) {
+func (a *API) flowDiagram(w http.ResponseWriter, r *http.Request) error {
 	name, err := flowName(r)
-	if err == nil {
-		var d *flows.Definition
-		if d, err = a.flows.Definition(r.Context(), name); err == nil {
-			writeJSON(w, r, http.StatusOK, d.Diagram())
-			return
-		}
+	if err != nil {
+		return err
 	}
-	writeError(w, r, err)
+	d, err := a.flows.Definition(r.Context(), name)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, r, http.StatusOK, d.Diagram())
+	return nil
 }
 
 // startFlow starts a run with the body as input, as the v0.3 UI starts one:
 // any JSON object, an empty body meaning {}.
-func (a *API) startFlow(w http.ResponseWriter, r *http.Request) {
+func (a *API) startFlow(w http.ResponseWriter, r *http.Request) error {
 	name, err := flowName(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.limits.MaxBodyBytes))
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	input := json.RawMessage(`{}`)
 	if len(body) > 0 {
@@ -174,35 +170,31 @@ func (a *API) startFlow(w http.ResponseWriter, r *http.Request) {
 		err := decodeStrict(bytes.NewReader(body), &obj, "")
 		var apiErr *nqd.Error
 		if errors.As(err, &apiErr) && len(apiErr.Fields) > 0 {
-			writeError(w, r, err) // a string not UTF-8, a name twice
-			return
+			return err // a string not UTF-8, a name twice
 		}
 		if err != nil || obj == nil {
-			writeError(w, r, badRequest("The body must be a JSON object, the run's input."))
-			return
+			return badRequest("The body must be a JSON object, the run's input.")
 		}
 		input = body
 	}
 	key := r.Header.Get("Idempotency-Key")
 	if len(key) > 1024 {
-		writeError(w, r, invalidField("Idempotency-Key", "at most 1024 bytes"))
-		return
+		return invalidField("Idempotency-Key", "at most 1024 bytes")
 	}
 	end, ok := a.inFlight.begin(keyOf("start", name, key))
 	if !ok {
-		writeError(w, r, errKeyInFlight)
-		return
+		return errKeyInFlight
 	}
 	defer end()
 	s, err := a.flows.Start(r.Context(), name, input, key)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if s.Replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
 	writeJSON(w, r, http.StatusOK, s)
+	return nil
 }
 
 // runsBody is the runs page the v0.4/v0.5 UI reads (RunPage in
@@ -230,32 +222,27 @@ type runItem struct {
 
 func isoMS(ms int64) string { return time.UnixMilli(ms).UTC().Format(event.TimeFormat) }
 
-func (a *API) listRuns(w http.ResponseWriter, r *http.Request) {
+func (a *API) listRuns(w http.ResponseWriter, r *http.Request) error {
 	name, err := flowName(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	q := r.URL.Query()
 	limit, err := intParam(q, "limit", defaultListLimit, 1, maxListLimit)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	offset, err := intParam(q, "offset", 0, 0, noUpperBound)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	status, err := enumParam(q, "status", store.RunStatuses)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	page, err := a.flows.Runs(r.Context(), name, status, offset, limit)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	body := runsBody{FlowName: name, Count: len(page.Runs), Total: page.Total, Offset: offset, Limit: limit, Items: []runItem{}}
 	for _, m := range page.Runs {
@@ -274,6 +261,7 @@ func (a *API) listRuns(w http.ResponseWriter, r *http.Request) {
 	body.HasMore = int64(offset+len(body.Items)) < body.Total
 	w.Header().Set("Cache-Control", "no-store, no-cache, must-revalidate")
 	writeJSON(w, r, http.StatusOK, body)
+	return nil
 }
 
 func runParams(r *http.Request) (flow, run string, err error) {
@@ -294,32 +282,30 @@ type cancelBody struct {
 	PreviousStatus string `json:"previousStatus"`
 }
 
-func (a *API) cancelRun(w http.ResponseWriter, r *http.Request) {
+func (a *API) cancelRun(w http.ResponseWriter, r *http.Request) error {
 	flow, run, err := runParams(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	prev, err := a.flows.Cancel(r.Context(), flow, run, "")
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, r, http.StatusOK, cancelBody{Success: true, RunID: run, FlowName: flow, PreviousStatus: prev})
+	return nil
 }
 
-func (a *API) restartRun(w http.ResponseWriter, r *http.Request) {
+func (a *API) restartRun(w http.ResponseWriter, r *http.Request) error {
 	flow, run, err := runParams(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	res, err := a.flows.Restart(r.Context(), flow, run)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, r, http.StatusOK, res)
+	return nil
 }
 
 type clearBody struct {
@@ -329,18 +315,17 @@ type clearBody struct {
 	DeletedIndex   int    `json:"deletedIndex"`
 }
 
-func (a *API) clearHistory(w http.ResponseWriter, r *http.Request) {
+func (a *API) clearHistory(w http.ResponseWriter, r *http.Request) error {
 	flow, err := flowName(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	n, err := a.flows.ClearHistory(r.Context(), flow)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, r, http.StatusOK, clearBody{Success: true, FlowName: flow, DeletedStreams: n, DeletedIndex: n})
+	return nil
 }
 
 // runListItem is a list route item with the run index's metadata.
@@ -361,11 +346,10 @@ type runListBody struct {
 
 // listRunsByStatus answers the list route with status: it pages over the
 // runs of that status, not over one page filtered.
-func (a *API) listRunsByStatus(w http.ResponseWriter, r *http.Request, flow, status string, offset, limit int) {
+func (a *API) listRunsByStatus(w http.ResponseWriter, r *http.Request, flow, status string, offset, limit int) error {
 	page, err := a.flows.Runs(r.Context(), flow, status, offset, limit)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	body := runListBody{Type: "flow", Name: flow, Count: len(page.Runs), Total: page.Total, Items: []runListItem{}}
 	for _, m := range page.Runs {
@@ -379,4 +363,5 @@ func (a *API) listRunsByStatus(w http.ResponseWriter, r *http.Request, flow, sta
 		body.Items = append(body.Items, it)
 	}
 	writeJSON(w, r, http.StatusOK, body)
+	return nil
 }

@@ -35,13 +35,13 @@ const (
 // that only one worker wins).
 func (a *API) kvRoutes(r chi.Router) {
 	read, write := r.With(a.require(auth.Read)), r.With(a.require(auth.Write))
-	read.Get("/api/_kv", a.scanKV)
-	read.Get("/api/_kv/{key}", a.getKV)
-	write.Put("/api/_kv/{key}", a.putKV)
-	write.Delete("/api/_kv/{key}", a.deleteKV)
-	read.Get("/api/_kv/{key}/fields/{field}", a.getKVField)
-	write.Post("/api/_kv/{key}/fields", a.setKVFields)
-	write.Post("/api/_kv/{key}/cas", a.casKV)
+	read.Get("/api/_kv", serve(a.scanKV))
+	read.Get("/api/_kv/{key}", serve(a.getKV))
+	write.Put("/api/_kv/{key}", serve(a.putKV))
+	write.Delete("/api/_kv/{key}", serve(a.deleteKV))
+	read.Get("/api/_kv/{key}/fields/{field}", serve(a.getKVField))
+	write.Post("/api/_kv/{key}/fields", serve(a.setKVFields))
+	write.Post("/api/_kv/{key}/cas", serve(a.casKV))
 }
 
 const kvNameRule = "must match ^[A-Za-z0-9][A-Za-z0-9._~-]{0,127}$"
@@ -100,102 +100,95 @@ func kvKey(r *http.Request) (string, error) {
 	return key, nil
 }
 
-func (a *API) getKV(w http.ResponseWriter, r *http.Request) {
-	key, err := kvKey(r)
-	if err == nil {
-		var rec store.Record
-		if rec, err = a.kv.Get(r.Context(), key); err == nil {
-			writeJSON(w, r, http.StatusOK, toKVRecord(key, rec))
-			return
-		}
-	}
-	writeError(w, r, err)
-}
-
-func (a *API) getKVField(w http.ResponseWriter, r *http.Request) {
+func (a *API) getKV(w http.ResponseWriter, r *http.Request) error {
 	key, err := kvKey(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
+	}
+	rec, err := a.kv.Get(r.Context(), key)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, r, http.StatusOK, toKVRecord(key, rec))
+	return nil
+}
+
+func (a *API) getKVField(w http.ResponseWriter, r *http.Request) error {
+	key, err := kvKey(r)
+	if err != nil {
+		return err
 	}
 	field := chi.URLParam(r, "field")
 	if !store.ValidKVField(field) {
-		writeError(w, r, invalidField("field", kvNameRule))
-		return
+		return invalidField("field", kvNameRule)
 	}
 	v, err := a.kv.GetField(r.Context(), key, field)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, r, http.StatusOK, map[string]string{"key": key, "field": field, "value": v})
+	return nil
 }
 
 // putKV replaces the record; ttlMs 0 or absent keeps it until deleted.
-func (a *API) putKV(w http.ResponseWriter, r *http.Request) {
+func (a *API) putKV(w http.ResponseWriter, r *http.Request) error {
 	key, err := kvKey(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	var req kvPutRequest
 	if err := a.decodeKVBody(w, r, &req); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	v, err := a.kv.Put(r.Context(), key, req.Fields, time.Duration(req.TTLMs)*time.Millisecond)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, r, http.StatusOK, kvWritten{Key: key, Version: v})
+	return nil
 }
 
-func (a *API) deleteKV(w http.ResponseWriter, r *http.Request) {
+func (a *API) deleteKV(w http.ResponseWriter, r *http.Request) error {
 	key, err := kvKey(r)
 	if err == nil {
 		err = a.kv.Delete(r.Context(), key)
 	}
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // setKVFields writes some fields, keeping the others and the TTL; it creates
 // the record if there is none.
-func (a *API) setKVFields(w http.ResponseWriter, r *http.Request) {
+func (a *API) setKVFields(w http.ResponseWriter, r *http.Request) error {
 	key, err := kvKey(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	var req kvFieldsRequest
 	if err := a.decodeKVBody(w, r, &req); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	v, err := a.kv.SetFields(r.Context(), key, req.Fields)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, r, http.StatusOK, kvWritten{Key: key, Version: v})
+	return nil
 }
 
 // casKV answers 409 when the condition does not hold and 404 when there is
 // no record.
-func (a *API) casKV(w http.ResponseWriter, r *http.Request) {
+func (a *API) casKV(w http.ResponseWriter, r *http.Request) error {
 	key, err := kvKey(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	var req kvCASRequest
 	if err := a.decodeKVBody(w, r, &req); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	switch {
 	case req.Field == "" && req.Version == 0:
@@ -206,8 +199,7 @@ func (a *API) casKV(w http.ResponseWriter, r *http.Request) {
 		err = invalidField("expected", "required with field")
 	}
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	cond := store.Condition{Field: req.Field, Version: req.Version}
 	if req.Expected != nil {
@@ -215,10 +207,10 @@ func (a *API) casKV(w http.ResponseWriter, r *http.Request) {
 	}
 	v, err := a.kv.CompareAndSwap(r.Context(), key, cond, req.Set)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, r, http.StatusOK, kvWritten{Key: key, Version: v})
+	return nil
 }
 
 func (a *API) decodeKVBody(w http.ResponseWriter, r *http.Request, v any) error {
@@ -237,17 +229,15 @@ type kvScanBody struct {
 // scanKV lists the records under a key prefix, optionally those whose field
 // compares eq, lt or gt to value (as numbers when both are numbers), in key
 // order.
-func (a *API) scanKV(w http.ResponseWriter, r *http.Request) {
+func (a *API) scanKV(w http.ResponseWriter, r *http.Request) error {
 	qs := r.URL.Query()
 	q := store.ScanQuery{Prefix: qs.Get("prefix")}
 	if !store.ValidKVPrefix(q.Prefix) {
-		writeError(w, r, invalidField("prefix", "must be the start of a key: "+kvNameRule))
-		return
+		return invalidField("prefix", "must be the start of a key: "+kvNameRule)
 	}
 	limit, err := intParam(qs, "max", defaultKVScan, 1, maxKVScan)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if field, op := qs.Get("field"), qs.Get("op"); field != "" || op != "" || qs.Has("value") {
 		f := store.Filter{Field: field, Op: op, Value: qs.Get("value")}
@@ -260,8 +250,7 @@ func (a *API) scanKV(w http.ResponseWriter, r *http.Request) {
 			err = invalidField("value", "at most 65536 bytes")
 		}
 		if err != nil {
-			writeError(w, r, err)
-			return
+			return err
 		}
 		q.Filter = &f
 	}
@@ -269,8 +258,7 @@ func (a *API) scanKV(w http.ResponseWriter, r *http.Request) {
 	q.Max = limit + 1
 	found, err := a.kv.Scan(r.Context(), q)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	body := kvScanBody{Records: make([]kvRecord, 0, min(len(found), limit))}
 	if len(found) > limit {
@@ -280,4 +268,5 @@ func (a *API) scanKV(w http.ResponseWriter, r *http.Request) {
 		body.Records = append(body.Records, toKVRecord(e.Key, e.Record))
 	}
 	writeJSON(w, r, http.StatusOK, body)
+	return nil
 }

@@ -45,16 +45,16 @@ const (
 // queueRoutes mounts the era A queue routes.
 func (a *API) queueRoutes(r chi.Router) {
 	read, write, admin := r.With(a.require(auth.Read)), r.With(a.require(auth.Write)), r.With(a.require(auth.Admin))
-	read.Get("/api/_queues", a.listQueues)
-	read.Get("/api/_queues/metrics", a.allQueueMetrics)
-	read.Get("/api/_queues/{queue}", a.getQueue)
-	read.Get("/api/_queues/{queue}/metrics", a.queueMetrics)
-	admin.Post("/api/_queues/{queue}/pause", a.pauseQueue(true))
-	admin.Post("/api/_queues/{queue}/resume", a.pauseQueue(false))
-	read.Get("/api/_queues/{queue}/job", a.listJobs)
-	write.With(a.limitRate).Post("/api/_queues/{queue}/job", a.addJob)
-	read.Get("/api/_queues/{queue}/job/{jobId}", a.getJob)
-	read.Get("/api/_queues/{queue}/job/{jobId}/logs", a.jobLogs)
+	read.Get("/api/_queues", serve(a.listQueues))
+	read.Get("/api/_queues/metrics", serve(a.allQueueMetrics))
+	read.Get("/api/_queues/{queue}", serve(a.getQueue))
+	read.Get("/api/_queues/{queue}/metrics", serve(a.queueMetrics))
+	admin.Post("/api/_queues/{queue}/pause", serve(a.pauseQueue(true)))
+	admin.Post("/api/_queues/{queue}/resume", serve(a.pauseQueue(false)))
+	read.Get("/api/_queues/{queue}/job", serve(a.listJobs))
+	write.With(a.limitRate).Post("/api/_queues/{queue}/job", serve(a.addJob))
+	read.Get("/api/_queues/{queue}/job/{jobId}", serve(a.getJob))
+	read.Get("/api/_queues/{queue}/job/{jobId}/logs", serve(a.jobLogs))
 }
 
 type queueItem struct {
@@ -155,217 +155,197 @@ func jobIDParam(r *http.Request) (string, error) {
 	return id, nil
 }
 
-func (a *API) listQueues(w http.ResponseWriter, r *http.Request) {
+func (a *API) listQueues(w http.ResponseWriter, r *http.Request) error {
 	names, err := a.queues.QueueNames(r.Context())
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	out := make([]queueItem, 0, len(names))
 	for _, n := range names {
 		out = append(out, queueItem{Name: n})
 	}
 	writeJSON(w, r, http.StatusOK, out)
+	return nil
 }
 
-func (a *API) allQueueMetrics(w http.ResponseWriter, r *http.Request) {
+func (a *API) allQueueMetrics(w http.ResponseWriter, r *http.Request) error {
 	names, err := a.queues.QueueNames(r.Context())
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	out := make(map[string]metricsItem, len(names))
 	for _, n := range names {
 		q, err := a.queues.Queue(r.Context(), n)
 		if err != nil {
-			writeError(w, r, err)
-			return
+			return err
 		}
 		out[n] = metricsItem{Counts: toCounts(q.Counts), Paused: q.Paused}
 	}
 	writeJSON(w, r, http.StatusOK, out)
+	return nil
 }
 
-// queue reads the route's queue, answering the error itself.
-func (a *API) queue(w http.ResponseWriter, r *http.Request) (engine.Queue, bool) {
+// queue reads the route's queue.
+func (a *API) queue(r *http.Request) (engine.Queue, error) {
 	name, err := queueParam(r)
 	if err != nil {
-		writeError(w, r, err)
-		return engine.Queue{}, false
+		return engine.Queue{}, err
 	}
-	q, err := a.queues.Queue(r.Context(), name)
+	return a.queues.Queue(r.Context(), name)
+}
+
+func (a *API) getQueue(w http.ResponseWriter, r *http.Request) error {
+	q, err := a.queue(r)
 	if err != nil {
-		writeError(w, r, err)
-		return engine.Queue{}, false
+		return err
 	}
-	return q, true
+	writeJSON(w, r, http.StatusOK, queueItem{Name: q.Name})
+	return nil
 }
 
-func (a *API) getQueue(w http.ResponseWriter, r *http.Request) {
-	if q, ok := a.queue(w, r); ok {
-		writeJSON(w, r, http.StatusOK, queueItem{Name: q.Name})
+func (a *API) queueMetrics(w http.ResponseWriter, r *http.Request) error {
+	q, err := a.queue(r)
+	if err != nil {
+		return err
 	}
-}
-
-func (a *API) queueMetrics(w http.ResponseWriter, r *http.Request) {
-	if q, ok := a.queue(w, r); ok {
-		writeJSON(w, r, http.StatusOK, queueMetricsBody{Name: q.Name, Counts: toCounts(q.Counts), Paused: q.Paused})
-	}
+	writeJSON(w, r, http.StatusOK, queueMetricsBody{Name: q.Name, Counts: toCounts(q.Counts), Paused: q.Paused})
+	return nil
 }
 
 // pauseQueue pauses or resumes any valid queue name, known or not, so that
 // a queue can be paused before its flow is stored.
-func (a *API) pauseQueue(paused bool) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
+func (a *API) pauseQueue(paused bool) handler {
+	return func(w http.ResponseWriter, r *http.Request) error {
 		name, err := queueParam(r)
 		if err != nil {
-			writeError(w, r, err)
-			return
+			return err
 		}
 		if err := a.queues.SetQueuePaused(r.Context(), name, paused); err != nil {
-			writeError(w, r, err)
-			return
+			return err
 		}
 		writeJSON(w, r, http.StatusOK, map[string]bool{"ok": true})
+		return nil
 	}
 }
 
-func (a *API) listJobs(w http.ResponseWriter, r *http.Request) {
+func (a *API) listJobs(w http.ResponseWriter, r *http.Request) error {
 	name, err := queueParam(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	q := r.URL.Query()
 	limit, err := intParam(q, "limit", defaultJobLimit, 1, maxJobLimit)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	offset, err := intParam(q, "offset", 0, 0, maxJobOffset)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	states := engine.JobStates
 	if s := q.Get("state"); s != "" {
 		states = strings.Split(s, ",")
 		for _, st := range states {
 			if !slices.Contains(engine.JobStates, st) {
-				writeError(w, r, invalidField("state", "must be a comma-separated list of "+strings.Join(engine.JobStates, ", ")))
-				return
+				return invalidField("state", "must be a comma-separated list of "+strings.Join(engine.JobStates, ", "))
 			}
 		}
 	}
 	page, err := a.queues.QueueJobs(r.Context(), name, states, offset, limit)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	body := jobsBody{Jobs: make([]jobBody, 0, len(page.Jobs)), Total: page.Total, Offset: offset, Limit: limit}
 	for _, j := range page.Jobs {
 		body.Jobs = append(body.Jobs, toJob(j))
 	}
 	writeJSON(w, r, http.StatusOK, body)
+	return nil
 }
 
-func (a *API) getJob(w http.ResponseWriter, r *http.Request) {
+func (a *API) getJob(w http.ResponseWriter, r *http.Request) error {
 	name, err := queueParam(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	id, err := jobIDParam(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	j, err := a.queues.QueueJob(r.Context(), name, id)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, r, http.StatusOK, toJob(j))
+	return nil
 }
 
-func (a *API) jobLogs(w http.ResponseWriter, r *http.Request) {
+func (a *API) jobLogs(w http.ResponseWriter, r *http.Request) error {
 	name, err := queueParam(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	id, err := jobIDParam(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	q := r.URL.Query()
 	limit, err := intParam(q, "limit", defaultLogLimit, 1, maxLogLimit)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	after, err := idParam(q, "fromId")
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	logs, next, err := a.queues.JobLogs(r.Context(), name, id, after, limit)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	body := logsBody{Items: logs}
 	if !next.IsZero() {
 		body.NextFromID = next.String()
 	}
 	writeJSON(w, r, http.StatusOK, body)
+	return nil
 }
 
 // addJob adds a job the one way nqd has: by starting a run of the flow the
 // body names, whose entry step must run on this queue.
-func (a *API) addJob(w http.ResponseWriter, r *http.Request) {
+func (a *API) addJob(w http.ResponseWriter, r *http.Request) error {
 	name, err := queueParam(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if err := checkJSONContent(r); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	var body addJobBody
 	if err := decodeStrict(http.MaxBytesReader(w, r.Body, a.limits.MaxBodyBytes), &body, ""); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if opts := nonNull(body.Opts); opts != nil && !bytes.Equal(opts, []byte("{}")) {
-		writeError(w, r, noJobOptions("opts"))
-		return
+		return noJobOptions("opts")
 	}
 	if opts := nonNull(body.Options); opts != nil && !bytes.Equal(opts, []byte("{}")) {
-		writeError(w, r, noJobOptions("options"))
-		return
+		return noJobOptions("options")
 	}
 	input, ok := jobInput(body.Data)
 	if !ok {
-		writeError(w, r, invalidField("data", "must be a JSON object (or a string holding one), the run's input"))
-		return
+		return invalidField("data", "must be a JSON object (or a string holding one), the run's input")
 	}
 	if !event.ValidName(body.Name) {
-		writeError(w, r, a.notEntryFlow(r.Context(), name))
-		return
+		return a.notEntryFlow(r.Context(), name)
 	}
 	s, err := a.queues.AddJob(r.Context(), name, body.Name, input)
 	if errors.Is(err, engine.ErrNotEntryQueue) || errors.Is(err, store.ErrNotFound) {
-		writeError(w, r, a.notEntryFlow(r.Context(), name))
-		return
+		return a.notEntryFlow(r.Context(), name)
 	}
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, r, http.StatusOK, addedJob{ID: s.ID, RunID: s.FlowID, FlowName: body.Name, Queue: s.Queue, Step: s.Step})
+	return nil
 }
 
 // jobInput is the run's input a job's data gives: an object, or a string

@@ -44,45 +44,39 @@ type restoreBody struct {
 // restoreContext writes an archived context back into the store, its events
 // with their original ids so that links to them (lastEventId, time travel
 // points) stay valid, and a run's record so it is listed again.
-func (a *API) restoreContext(w http.ResponseWriter, r *http.Request) {
+func (a *API) restoreContext(w http.ResponseWriter, r *http.Request) error {
 	c, err := a.contextParam(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if a.archive == nil {
-		writeError(w, r, errNoArchive)
-		return
+		return errNoArchive
 	}
 	if a.restorer == nil {
-		writeError(w, r, errNoRestore)
-		return
+		return errNoRestore
 	}
 	m, evs, err := a.archive.Get(r.Context(), c)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if len(evs) == 0 {
 		// Archives are of finished contexts, which have events; an empty
 		// one has lost them.
-		writeError(w, r, fmt.Errorf("%w: archive of %s holds no events", archive.ErrCorrupt, c))
-		return
+		return fmt.Errorf("%w: archive of %s holds no events", archive.ErrCorrupt, c)
 	}
 	var record *store.RunMeta
 	if len(m.Record) > 0 {
 		record = new(store.RunMeta)
 		if err := json.Unmarshal(m.Record, record); err != nil {
-			writeError(w, r, fmt.Errorf("%w: record of %s: %v", archive.ErrCorrupt, c, err))
-			return
+			return fmt.Errorf("%w: record of %s: %v", archive.ErrCorrupt, c, err)
 		}
 	}
 	if err := a.restorer.Restore(r.Context(), c, evs, record); err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			err = errRestoreOver
 		}
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, r, http.StatusCreated, restoreBody{Type: c.Type, ID: c.ID, EventCount: len(evs), LastEventID: evs[len(evs)-1].ID.String()})
+	return nil
 }

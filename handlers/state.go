@@ -79,11 +79,10 @@ func positionOf(s reducers.State) *string {
 // getContextAt answers the context route as of `at` (time travel): the state,
 // eventCount and lastEventId are those of the events up to at, and events
 // stop there too.
-func (a *API) getContextAt(w http.ResponseWriter, r *http.Request, c store.Context, src contextSource, at, after event.ID, limit int) {
+func (a *API) getContextAt(w http.ResponseWriter, r *http.Request, c store.Context, src contextSource, at, after event.ID, limit int) error {
 	st, err := src.StateAt(r.Context(), at)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	body := contextBody{
 		Type: c.Type, ID: c.ID, EventCount: int64(st.Count()), LastEventID: positionOf(st),
@@ -94,12 +93,12 @@ func (a *API) getContextAt(w http.ResponseWriter, r *http.Request, c store.Conte
 		// with the state even if events up to at are still being appended.
 		evs, err := src.Range(r.Context(), store.RangeQuery{After: after, Through: st.Position(), Limit: limit})
 		if err != nil {
-			writeError(w, r, err)
-			return
+			return err
 		}
 		body.Events = evs
 	}
 	writeJSON(w, r, http.StatusOK, body)
+	return nil
 }
 
 // stateBody answers the state route.
@@ -112,26 +111,22 @@ type stateBody struct {
 }
 
 // getState answers a context's state alone, the newest or as of `at`.
-func (a *API) getState(w http.ResponseWriter, r *http.Request) {
+func (a *API) getState(w http.ResponseWriter, r *http.Request) error {
 	c, err := a.contextParam(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	at, err := pointParam(r.URL.Query(), "at", event.MaxID)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	src, err := a.sourceOf(r, c)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	st, err := src.StateAt(r.Context(), at)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	body := stateBody{Type: c.Type, ID: c.ID, LastEventID: positionOf(st), State: st}
 	if at != event.MaxID {
@@ -139,6 +134,7 @@ func (a *API) getState(w http.ResponseWriter, r *http.Request) {
 		body.At = &s
 	}
 	writeJSON(w, r, http.StatusOK, body)
+	return nil
 }
 
 // diffBody answers the diff route: the positions of the two states compared
@@ -151,42 +147,36 @@ type diffBody struct {
 
 // getStateDiff answers what changed in a context between `from` (default:
 // before its first event) and `to` (default: its newest event).
-func (a *API) getStateDiff(w http.ResponseWriter, r *http.Request) {
+func (a *API) getStateDiff(w http.ResponseWriter, r *http.Request) error {
 	c, err := a.contextParam(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	q := r.URL.Query()
 	from, err := pointParam(q, "from", event.ID{})
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	to, err := pointParam(q, "to", event.MaxID)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	src, err := a.sourceOf(r, c)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	x, err := src.StateAt(r.Context(), from)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	y, err := src.StateAt(r.Context(), to)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	d, err := reducers.Diff(x, y)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, r, http.StatusOK, diffBody{From: positionOf(x), To: positionOf(y), Diff: d})
+	return nil
 }

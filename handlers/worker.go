@@ -29,10 +29,10 @@ const maxClaimWait = 30 * time.Second
 func (a *API) workerRoutes(r chi.Router) {
 	const job = "/api/_workers/jobs/{queue}/{jobId}"
 	write := r.With(a.require(auth.Write))
-	write.Post(job+"/heartbeat", a.heartbeatJob)
-	write.Post(job+"/events", a.reportJob)
-	write.Post(job+"/complete", a.completeJob)
-	write.Post(job+"/fail", a.failJob)
+	write.Post(job+"/heartbeat", serve(a.heartbeatJob))
+	write.Post(job+"/events", serve(a.reportJob))
+	write.Post(job+"/complete", serve(a.completeJob))
+	write.Post(job+"/fail", serve(a.failJob))
 }
 
 type claimRequest struct {
@@ -51,11 +51,10 @@ type claimBody struct {
 
 // claimJobs answers at once when work is ready, otherwise when some appears
 // or waitMs (at most 30 s) has passed, with an empty list.
-func (a *API) claimJobs(w http.ResponseWriter, r *http.Request) {
+func (a *API) claimJobs(w http.ResponseWriter, r *http.Request) error {
 	var req claimRequest
 	if err := a.decodeBody(w, r, &req); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if req.Max == 0 {
 		req.Max = 1
@@ -70,17 +69,16 @@ func (a *API) claimJobs(w http.ResponseWriter, r *http.Request) {
 		jobs, err = a.flows.Claim(ctx, req.Queues, req.Max, wait)
 	}
 	if err != nil && a.closing.Err() != nil {
-		writeError(w, r, errShuttingDown)
-		return
+		return errShuttingDown
 	}
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if jobs == nil {
 		jobs = []store.Job{}
 	}
 	writeJSON(w, r, http.StatusOK, claimBody{Jobs: jobs})
+	return nil
 }
 
 // decodeBody reads a strict JSON body into v and validates it.
@@ -129,19 +127,18 @@ type leaseRequest struct {
 
 func (q *leaseRequest) lease() string { return q.Lease }
 
-func (a *API) heartbeatJob(w http.ResponseWriter, r *http.Request) {
+func (a *API) heartbeatJob(w http.ResponseWriter, r *http.Request) error {
 	var req leaseRequest
 	ack, err := a.decodeJob(w, r, &req)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	beat, err := a.flows.Heartbeat(r.Context(), ack)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, r, http.StatusOK, beat)
+	return nil
 }
 
 type reportRequest struct {
@@ -158,32 +155,29 @@ type reportBody struct {
 // reportJob appends progress events: step.started, log, emit, state.* and
 // the like. The engine fills in run, flow, step and attempt. An
 // Idempotency-Key makes a retried report store its events once.
-func (a *API) reportJob(w http.ResponseWriter, r *http.Request) {
+func (a *API) reportJob(w http.ResponseWriter, r *http.Request) error {
 	var req reportRequest
 	opts, err := idempotencyOptions(r)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	ack, err := a.decodeJob(w, r, &req)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	evs, err := a.decodeEvents(ack, req.Events)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	stored, err := a.flows.Report(r.Context(), ack, evs, opts.IdempotencyKey)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if stored == nil {
 		stored = []event.Event{}
 	}
 	writeJSON(w, r, http.StatusOK, reportBody{Events: stored})
+	return nil
 }
 
 // decodeEvents reads the events a worker reports about the job of ack,
@@ -215,7 +209,7 @@ type completeRequest struct {
 
 func (q *completeRequest) lease() string { return q.Lease }
 
-func (a *API) completeJob(w http.ResponseWriter, r *http.Request) {
+func (a *API) completeJob(w http.ResponseWriter, r *http.Request) error {
 	var req completeRequest
 	ack, err := a.decodeJob(w, r, &req)
 	var evs []event.Event
@@ -229,10 +223,10 @@ func (a *API) completeJob(w http.ResponseWriter, r *http.Request) {
 		err = a.flows.Complete(r.Context(), ack, req.Result, evs...)
 	}
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, r, http.StatusOK, statusBody{Status: "ok"})
+	return nil
 }
 
 type failRequest struct {
@@ -244,7 +238,7 @@ type failRequest struct {
 
 func (q *failRequest) lease() string { return q.Lease }
 
-func (a *API) failJob(w http.ResponseWriter, r *http.Request) {
+func (a *API) failJob(w http.ResponseWriter, r *http.Request) error {
 	var req failRequest
 	ack, err := a.decodeJob(w, r, &req)
 	var evs []event.Event
@@ -255,8 +249,8 @@ func (a *API) failJob(w http.ResponseWriter, r *http.Request) {
 		err = a.flows.Fail(r.Context(), ack, req.Error, req.Retriable, evs...)
 	}
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, r, http.StatusOK, statusBody{Status: "ok"})
+	return nil
 }
