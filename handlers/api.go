@@ -60,15 +60,6 @@ type StateReader interface {
 	StateAt(ctx context.Context, c store.Context, at event.ID) (reducers.State, error)
 }
 
-// Streamer serves the Server-Sent Events routes (their frames are described
-// in openapi.yaml).
-type Streamer interface {
-	// ServeStream serves GET /api/_events/{type}/{id}/stream.
-	ServeStream(w http.ResponseWriter, r *http.Request)
-	// ServeRawTail serves GET /api/_events/sse?stream=<key>.
-	ServeRawTail(w http.ResponseWriter, r *http.Request)
-}
-
 // Limits bound what one request may ask of the server. Zero fields take the
 // Default values.
 type Limits struct {
@@ -281,8 +272,8 @@ func (a *API) Routes() http.Handler {
 	// group above.
 	if a.stream != nil {
 		r.Group(func(r chi.Router) {
-			r.With(a.requireStream).Get("/api/_events/sse", a.stream.ServeRawTail)
-			r.With(a.requireStream).Get("/api/_events/{type}/{id}/stream", a.stream.ServeStream)
+			r.Get("/api/_events/sse", a.serveStream)
+			r.Get("/api/_events/{type}/{id}/stream", a.serveStream)
 		})
 	}
 

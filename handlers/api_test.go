@@ -14,6 +14,7 @@ import (
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/handlers"
 	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/stream"
 )
 
 func TestRoutesDocumented(t *testing.T) {
@@ -49,11 +50,9 @@ func TestRoutesDocumented(t *testing.T) {
 // fakeStreamer stands in for the SSE handlers, which package stream tests.
 type fakeStreamer struct{}
 
-func (fakeStreamer) ServeStream(w http.ResponseWriter, _ *http.Request) {
+func (fakeStreamer) Serve(w http.ResponseWriter, _ *http.Request, _ stream.Request) error {
 	w.WriteHeader(http.StatusNoContent)
-}
-func (fakeStreamer) ServeRawTail(w http.ResponseWriter, _ *http.Request) {
-	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 func TestAppendAndRead(t *testing.T) {

@@ -3,16 +3,13 @@ package handlers
 import (
 	"net/http"
 	"net/netip"
-	"strings"
 	"time"
 
-	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/httprate"
 
 	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/auth"
 	"github.com/nqd-dev/nqd/event"
-	"github.com/nqd-dev/nqd/stream"
 )
 
 // Rate is a request budget: Requests per Window. The zero Rate is no limit.
@@ -97,47 +94,6 @@ func (a *API) require(s auth.Scope) func(http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 		})
 	}
-}
-
-// requireStream admits a stream request with a read token or a stream token
-// covering its context, and ends the stream when a stream token expires. It
-// also holds the client's stream slots for the stream's life.
-func (a *API) requireStream(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		typ, id := streamContext(r)
-		p, until, err := a.access.Auth.Stream(r, typ, id)
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		release, ok := a.access.streams.Acquire(clientKeys(r, p)...)
-		if !ok {
-			w.Header().Set("Retry-After", streamRetryAfter)
-			writeError(w, r, &nqd.Error{Code: nqd.CodeRateLimited,
-				Message: "Too many streams are open for this client; close one or retry later."})
-			return
-		}
-		defer release()
-		if !until.IsZero() {
-			r = r.WithContext(stream.WithExpiry(r.Context(), until))
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// streamContext is the context a stream route names: the path's, or the
-// raw tail's `stream=<prefix>:<type>:<id>`. A raw tail of no context (the
-// quiet `<prefix>:events`) names none.
-func streamContext(r *http.Request) (typ, id string) {
-	if typ = chi.URLParam(r, "type"); typ != "" {
-		return typ, chi.URLParam(r, "id")
-	}
-	_, rest, _ := strings.Cut(r.URL.Query().Get("stream"), ":")
-	typ, id, _ = strings.Cut(rest, ":")
-	if id == "" {
-		return "", ""
-	}
-	return typ, id
 }
 
 // limitRate spends one request of the client's address budget and of its

@@ -102,7 +102,12 @@ func TestStreamObserver(t *testing.T) {
 	st := newBolt(t)
 	h := stream.NewHandler(stream.Options{Store: st, Observer: m.Stream(), TrustLive: true})
 	r := chi.NewRouter()
-	r.Get("/api/_events/{type}/{id}/stream", h.ServeStream)
+	r.Get("/api/_events/{type}/{id}/stream", func(w http.ResponseWriter, r *http.Request) {
+		c := store.Context{Type: chi.URLParam(r, "type"), ID: chi.URLParam(r, "id")}
+		if err := h.Serve(w, r, stream.Request{Context: c, Backfill: stream.BackfillMax}); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		}
+	})
 	srv := httptest.NewServer(m.Middleware(r))
 	t.Cleanup(func() {
 		srv.CloseClientConnections()

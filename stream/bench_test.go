@@ -18,8 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/internal/redistest"
 	"github.com/nqd-dev/nqd/internal/testkit"
@@ -273,9 +271,7 @@ func newBenchServer(b *testing.B, h *Handler) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	r := chi.NewRouter()
-	r.Get("/api/_events/{type}/{id}/stream", h.ServeStream)
-	srv := &http.Server{Handler: r}
+	srv := &http.Server{Handler: routes(h)}
 	go func() { _ = srv.Serve(ln) }()
 	b.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)

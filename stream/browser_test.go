@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/go-chi/chi/v5"
 )
 
 // browserPage opens an EventSource the way the era A UI does (onmessage
@@ -43,8 +42,8 @@ func TestBrowserResumes(t *testing.T) {
 	h := newTestHandler(t, s, Options{Retry: 100 * time.Millisecond})
 	c := newContext(t)
 	page := fmt.Sprintf(browserPage, "/api/_events/"+c.Type+"/"+c.ID+"/stream")
-	srv := newTestServer(t, h, func(r chi.Router) {
-		r.Get("/page", func(w http.ResponseWriter, _ *http.Request) {
+	srv := newTestServer(t, h, func(mux *http.ServeMux) {
+		mux.HandleFunc("GET /page", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
 			_, _ = w.Write([]byte(page))
 		})

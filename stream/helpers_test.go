@@ -4,14 +4,15 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/go-chi/chi/v5"
 	"github.com/rs/zerolog"
 
 	"github.com/nqd-dev/nqd/event"
@@ -58,7 +59,7 @@ func testLogger(t testing.TB) zerolog.Logger {
 }
 
 // newTestServer serves h's routes as nqd mounts them, and extra's.
-func newTestServer(t *testing.T, h *Handler, extra ...func(chi.Router)) *httptest.Server {
+func newTestServer(t *testing.T, h *Handler, extra ...func(*http.ServeMux)) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewServer(routes(h, extra...))
 	closeWithTest(t, h, srv)
@@ -76,14 +77,54 @@ func newSyncServer(t *testing.T, h *Handler) *httptest.Server {
 	return srv
 }
 
-func routes(h *Handler, extra ...func(chi.Router)) http.Handler {
-	r := chi.NewRouter()
-	r.Get("/api/_events/sse", h.ServeRawTail)
-	r.Get("/api/_events/{type}/{id}/stream", h.ServeStream)
+func routes(h *Handler, extra ...func(*http.ServeMux)) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/_events/sse", func(w http.ResponseWriter, r *http.Request) {
+		req := Request{Tail: true}
+		key := r.URL.Query().Get("stream")
+		if key == "" || key == h.o.Prefix+":events" {
+			req.Quiet = true
+		} else {
+			_, rest, _ := strings.Cut(key, ":")
+			req.Context.Type, req.Context.ID, _ = strings.Cut(rest, ":")
+		}
+		serveTest(h, w, r, req)
+	})
+	mux.HandleFunc("GET /api/_events/{type}/{id}/stream", func(w http.ResponseWriter, r *http.Request) {
+		req := Request{Context: store.Context{Type: r.PathValue("type"), ID: r.PathValue("id")}, Backfill: BackfillMax}
+		if s := r.URL.Query().Get("backfill"); s != "" {
+			req.Backfill, _ = strconv.Atoi(s)
+		}
+		serveTest(h, w, r, req)
+	})
 	for _, f := range extra {
-		f(r)
+		f(mux)
 	}
-	return r
+	return mux
+}
+
+// serveTest stands in for the stream routes of package handlers, which read
+// and authorize the request there (their tests cover that part): it takes
+// the client's position as they do, and answers a refusal with their status.
+func serveTest(h *Handler, w http.ResponseWriter, r *http.Request, req Request) {
+	pos := r.Header.Get("Last-Event-ID")
+	for _, name := range []string{"lastEventId", "fromId"} {
+		if pos == "" {
+			pos = r.URL.Query().Get(name)
+		}
+	}
+	if pos != "" {
+		id, err := event.ParseID(pos)
+		req.Resume, req.From = err != nil || !id.IsZero(), id
+	}
+	if err := h.Serve(w, r, req); err != nil {
+		status := http.StatusInternalServerError
+		if errors.Is(err, ErrDraining) || errors.Is(err, store.ErrUnavailable) {
+			status = http.StatusServiceUnavailable
+			w.Header().Set("Retry-After", "5")
+		}
+		http.Error(w, err.Error(), status)
+	}
 }
 
 // closeWithTest drains h and closes srv when the test ends.

@@ -63,38 +63,6 @@ func TestHeadersAndFraming(t *testing.T) {
 	})
 }
 
-func TestInvalidContext(t *testing.T) {
-	s := newBoltStore(t)
-	srv := newTestServer(t, newTestHandler(t, s, Options{}))
-	for _, path := range []string{
-		"/api/_events/Flow/run-1/stream",
-		"/api/_events/flow/list/stream",
-		"/api/_events/flow/-x/stream",
-		"/api/_events/flow/run-1/stream?backfill=-1",
-		"/api/_events/flow/run-1/stream?backfill=ten",
-		"/api/_events/sse?stream=nq:flow",
-		"/api/_events/sse?stream=",
-		"/api/_events/sse?stream=other:flow:run-1",
-		"/api/_events/sse?stream=" + url.QueryEscape("nq:flow:a b"),
-	} {
-		resp, err := http.Get(srv.URL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var body struct {
-			Error struct {
-				Code, Message string
-				Fields        map[string]string
-			}
-		}
-		err = json.NewDecoder(resp.Body).Decode(&body)
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusBadRequest || err != nil || body.Error.Code != "validation_failed" || len(body.Error.Fields) == 0 {
-			t.Errorf("GET %s: got %d %+v (%v), want 400 validation_failed with fields", path, resp.StatusCode, body, err)
-		}
-	}
-}
-
 func TestBackfillLimits(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		s := b.open(t)

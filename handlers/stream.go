@@ -1,0 +1,111 @@
+package handlers
+
+import (
+	"math"
+	"net/http"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/nqd-dev/nqd"
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/store"
+	"github.com/nqd-dev/nqd/stream"
+)
+
+// Streamer serves the Server-Sent Events routes (their frames are described
+// in openapi.yaml).
+type Streamer interface {
+	// Serve streams req, which the route has read and authorized. It
+	// returns an error only when it refuses before the response starts:
+	// stream.ErrDraining, or a store failure.
+	Serve(w http.ResponseWriter, r *http.Request, req stream.Request) error
+}
+
+// serveStream serves GET /api/_events/{type}/{id}/stream and the raw tail
+// GET /api/_events/sse?stream=<prefix>:<type>:<id>. It admits a read token
+// or a stream token covering the context, ends the stream when a stream
+// token expires, and holds the client's stream slots for the stream's life.
+func (a *API) serveStream(w http.ResponseWriter, r *http.Request) {
+	req, typ, id, bad := a.streamRequest(r)
+	p, until, err := a.access.Auth.Stream(r, typ, id)
+	if err == nil {
+		err = bad
+	}
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	release, ok := a.access.streams.Acquire(clientKeys(r, p)...)
+	if !ok {
+		w.Header().Set("Retry-After", streamRetryAfter)
+		writeError(w, r, &nqd.Error{Code: nqd.CodeRateLimited,
+			Message: "Too many streams are open for this client; close one or retry later."})
+		return
+	}
+	defer release()
+	req.Expiry = until
+	if err := a.stream.Serve(w, r, req); err != nil {
+		writeError(w, r, err)
+	}
+}
+
+// streamRequest reads the stream r asks for. typ and id are the context the
+// client named, for the access check, even when the request is invalid
+// (err); a raw tail of no context (the quiet `<prefix>:events`) names none.
+func (a *API) streamRequest(r *http.Request) (req stream.Request, typ, id string, err error) {
+	q := r.URL.Query()
+	req.Resume, req.From = resumePosition(r)
+	if typ = chi.URLParam(r, "type"); typ != "" {
+		id = chi.URLParam(r, "id")
+		if req.Context, err = a.contextParam(r); err != nil {
+			return req, typ, id, err
+		}
+		req.Backfill, err = intParam(q, "backfill", stream.BackfillMax, 0, math.MaxInt)
+		return req, typ, id, err
+	}
+	req.Tail = true
+	key := q.Get("stream")
+	_, rest, _ := strings.Cut(key, ":")
+	if typ, id, _ = strings.Cut(rest, ":"); id == "" {
+		typ = ""
+	}
+	if q.Has("stream") && key == "" {
+		return req, typ, id, invalidField("stream", "must not be empty: "+a.keyPrefix+":<type>:<id>")
+	}
+	// The era A dashboard tails `<prefix>:events` by default (or sends no
+	// stream), which nothing writes: it gets an open, quiet stream, as it
+	// did there.
+	if key == "" || key == a.keyPrefix+":events" {
+		req.Quiet = true
+		return req, typ, id, nil
+	}
+	prefix, _, _ := strings.Cut(key, ":")
+	req.Context = store.Context{Type: typ, ID: id}
+	if prefix != a.keyPrefix || !req.Context.Valid() {
+		return req, typ, id, invalidField("stream", "must be "+a.keyPrefix+":<type>:<id> with a valid type and id")
+	}
+	return req, typ, id, nil
+}
+
+// resumePosition reads the client's last event: the Last-Event-ID header,
+// which a browser sends on its own reconnects and so is the freshest, then
+// the lastEventId and fromId query parameters of a first connect. A position
+// that is not an id resumes from nowhere (the zero ID): the stream can only
+// reset it. "0" is the beginning, as in Redis: no position at all.
+func resumePosition(r *http.Request) (resume bool, from event.ID) {
+	s := r.Header.Get("Last-Event-ID")
+	for _, name := range []string{"lastEventId", "fromId"} {
+		if s == "" {
+			s = r.URL.Query().Get(name)
+		}
+	}
+	if s == "" {
+		return false, event.ID{}
+	}
+	id, err := event.ParseID(s)
+	if err != nil {
+		return true, event.ID{}
+	}
+	return !id.IsZero(), id
+}
