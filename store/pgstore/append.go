@@ -1,7 +1,6 @@
 package pgstore
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -28,8 +27,10 @@ type batch struct {
 }
 
 // Append stores evs at the end of c's stream, maintains the indexes and
-// notifies c's subscribers on every instance once committed. Errors:
-// ErrInvalid, ErrClosed, ErrUnavailable, or ctx's error.
+// notifies c's subscribers on every instance once committed: one call of
+// nqd_append, its own transaction, so one round trip. Errors: ErrInvalid,
+// ErrKeyReused, ErrOutcomeUnknown, ErrClosed, ErrUnavailable, or ctx's
+// error.
 func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, opts store.AppendOptions) (store.AppendResult, error) {
 	b, err := newBatch(c, evs, opts.IdempotencyKey)
 	if err != nil {
@@ -39,18 +40,42 @@ func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, 
 	if err := s.ready(ctx); err != nil {
 		return store.AppendResult{}, err
 	}
-	var res store.AppendResult
-	err = s.write(ctx, func(tx pgx.Tx) error {
-		var err error
-		res, err = s.appendTx(ctx, tx, b, true)
-		return err
-	})
+	// Acquired apart from the call, so that a failure to get a connection
+	// is told from a call that went out.
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return store.AppendResult{}, err
+		return store.AppendResult{}, dbErr(err)
+	}
+	defer conn.Release()
+	res, err := s.appendCall(ctx, conn, b, true)
+	if err != nil {
+		return store.AppendResult{}, callErr(b, err)
 	}
 	s.appended(res)
 	return res, nil
 }
+
+// callErr translates the failure of a statement that was its own
+// transaction. An ERROR answer means it was rolled back, and a failure
+// before anything was sent that nothing was written; anything else (the
+// connection broke while the call was out, the server died) leaves the
+// outcome open.
+func callErr(b *batch, err error) error {
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == codeKeyReused:
+		return fmt.Errorf("pgstore: append to %s: %w", b.c, store.ErrKeyReused)
+	case errors.As(err, &pgErr) && pgErr.Severity == "ERROR",
+		errors.Is(err, store.ErrUnavailable), pgconn.SafeToRetry(err):
+		return dbErr(err)
+	default:
+		return fmt.Errorf("pgstore: %w: append to %s: %w", store.ErrOutcomeUnknown, b.c, err)
+	}
+}
+
+// codeKeyReused is the SQLSTATE nqd_append raises for an idempotency key met
+// with other events when the batch asks for that check.
+const codeKeyReused = "NQ001"
 
 // write runs fn in a transaction and commits it. A commit whose answer was
 // lost (the connection broke after COMMIT went out) may have been applied:
@@ -114,106 +139,69 @@ func newBatch(c store.Context, evs []event.Event, key string) (*batch, error) {
 	return b, nil
 }
 
-// appendTx writes b inside tx: the stream row lock, the events, the indexes
-// (with kinds, the kind index too), the idempotency record and the
-// notification that is sent on commit.
-func (s *Store) appendTx(ctx context.Context, tx pgx.Tx, b *batch, kinds bool) (store.AppendResult, error) {
-	var lastMS, lastSeq, length, nowMS int64
-	if err := tx.QueryRow(ctx, sqlLockStream, b.ck).Scan(&lastMS, &lastSeq, &length, &nowMS); err != nil {
-		return store.AppendResult{}, err
-	}
-	if b.key != "" {
-		// Looked up under the stream lock, so a concurrent repeat of the
-		// same key waits for the first and then replays it.
-		replay, fp, ok, err := lookupIdempotent(ctx, tx, b.ck, b.key, nowMS)
-		if err != nil {
-			return store.AppendResult{}, err
-		}
-		if ok && b.same && fp != nil && !bytes.Equal(fp, b.fp[:]) {
-			return store.AppendResult{}, fmt.Errorf("pgstore: append to %s: %w", b.c, store.ErrKeyReused)
-		}
-		if ok {
-			return store.AppendResult{Events: replay, Replayed: true}, nil
-		}
-	}
-
-	// The clock may step back; the stream's ids may not.
-	last := event.ID{MS: uint64(lastMS), Seq: uint64(lastSeq)}
-	id := event.ID{MS: uint64(max(nowMS, 0))}
-	if id.Compare(last) <= 0 {
-		id = last.Next()
-	}
-	out := make([]event.Event, len(b.evs))
-	ms := make([]int64, len(b.evs))
-	seqs := make([]int64, len(b.evs))
+// appendCall writes b with one call of nqd_append (see migrations/) on q, a
+// pooled connection, where the call is its own transaction, or the
+// transaction of a run update: the stream row lock, the ids, the events, the indexes, with kinds the kind
+// index, the idempotency record and the notification sent on commit.
+func (s *Store) appendCall(ctx context.Context, q querier, b *batch, kinds bool) (store.AppendResult, error) {
 	evKinds := make([]string, len(b.evs))
+	ix := make([]string, len(b.evs))
 	for i, e := range b.evs {
-		if id.Seq > math.MaxInt64 {
-			id = event.ID{MS: id.MS + 1}
-		}
-		e.ID = id
-		out[i] = e
-		ms[i], seqs[i], evKinds[i] = int64(id.MS), int64(id.Seq), e.Kind
-		id = id.Next()
+		evKinds[i], ix[i] = e.Kind, eventIndex(e)
 	}
-	first, newest := out[0].ID, out[len(out)-1].ID
-
-	// The writes need no answer from each other, so they travel together:
-	// one round trip however many indexes the batch touches.
-	wb := &pgx.Batch{}
-	wb.Queue(sqlInsertEvents, b.ck, ms, seqs, evKinds, b.bodies)
-	wb.Queue(sqlAdvanceStream, b.ck, int64(newest.MS), int64(newest.Seq), len(out))
-	indexEvents(wb, b.c, out, length == 0)
+	var fp []byte
 	if b.key != "" {
-		expires := nowMS + s.opts.IdempotencyWindow.Milliseconds()
-		wb.Queue(sqlIdemSweep, nowMS)
-		wb.Queue(sqlIdemPut, b.ck, b.key, expires,
-			int64(first.MS), int64(first.Seq), int64(newest.MS), int64(newest.Seq), len(out), b.fp[:])
+		fp = b.fp[:]
 	}
-	wb.Queue("SELECT pg_notify($1, $2)", s.channel, b.ck+" "+newest.String())
-	var watched map[string]event.ID
-	if kinds {
-		wb.Queue(sqlLockWatchedKinds, distinctKinds(out)).Query(func(rows pgx.Rows) error {
-			var err error
-			watched, err = scanWatched(rows)
-			return err
-		})
-	}
-	if err := tx.SendBatch(ctx, wb).Close(); err != nil {
+	rows, err := q.Query(ctx, sqlAppend, b.ck, b.c.Type, b.c.ID, evKinds, b.bodies, ix,
+		b.key, fp, b.same, s.opts.IdempotencyWindow.Milliseconds(), s.channel,
+		kinds, s.kindWindow().Milliseconds(), kindTrimLimit)
+	if err != nil {
 		return store.AppendResult{}, err
 	}
-	if len(watched) > 0 {
-		if err := s.indexKinds(ctx, tx, b, out, watched, nowMS); err != nil {
+	defer rows.Close()
+	out := make([]event.Event, 0, len(b.evs))
+	replayed := false
+	var dec event.Decoder
+	for rows.Next() {
+		var ms, seq int64
+		var body []byte
+		if err := rows.Scan(&replayed, &ms, &seq, &body); err != nil {
 			return store.AppendResult{}, err
 		}
+		id := event.ID{MS: uint64(ms), Seq: uint64(seq)}
+		if !replayed {
+			if len(out) == len(b.evs) {
+				return store.AppendResult{}, fmt.Errorf("pgstore: append to %s: more ids than events", b.c)
+			}
+			e := b.evs[len(out)]
+			e.ID = id
+			out = append(out, e)
+			continue
+		}
+		e, err := dec.Decode(id, body)
+		if err != nil {
+			// Nothing was written: a replay only reads.
+			return store.AppendResult{}, fmt.Errorf("pgstore: %w: decode %s %s: %w", store.ErrUnavailable, b.ck, id, err)
+		}
+		out = append(out, e)
 	}
-	return store.AppendResult{Events: out}, nil
+	if err := rows.Err(); err != nil {
+		return store.AppendResult{}, err
+	}
+	if !replayed && len(out) != len(b.evs) {
+		return store.AppendResult{}, fmt.Errorf("pgstore: append to %s: %d ids for %d events", b.c, len(out), len(b.evs))
+	}
+	return store.AppendResult{Events: out, Replayed: replayed}, nil
 }
 
-// lookupIdempotent returns the events of an earlier append with key, if its
-// record has not expired and its events are all still there, and their
-// fingerprint (nil in a record written before fingerprints were kept).
-func lookupIdempotent(ctx context.Context, tx pgx.Tx, ck, key string, nowMS int64) ([]event.Event, []byte, bool, error) {
-	var fms, fseq, lms, lseq int64
-	var count int
-	var fp []byte
-	err := tx.QueryRow(ctx, sqlIdemLookup, ck, key, nowMS).Scan(&fms, &fseq, &lms, &lseq, &count, &fp)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil, false, nil
+// eventIndex is the key of the index e adds its context to
+// (store.JoinedIndex), or "" for none.
+func eventIndex(e event.Event) string {
+	if ix, ok := store.JoinedIndex(e); ok {
+		return indexKey(ix)
 	}
-	if err != nil {
-		return nil, nil, false, err
-	}
-	hi := event.ID{MS: uint64(lms), Seq: uint64(lseq)}.Next()
-	evs, err := rangeQuery(ctx, tx, sqlRange, ck, event.ID{MS: uint64(fms), Seq: uint64(fseq)}, hi, nil, count)
-	if err != nil {
-		return nil, nil, false, err
-	}
-	if len(evs) != count {
-		// Some events are gone, so there is nothing to replay: append anew.
-		return nil, nil, false, nil
-	}
-	return evs, fp, true, nil
+	return ""
 }
 
 // indexEvents queues the index rules of the store.Store contract for newly

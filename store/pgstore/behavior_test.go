@@ -138,7 +138,7 @@ func TestAppendLocksOnlyItsContext(t *testing.T) {
 	wait.For(t, 10*time.Second, 10*time.Millisecond, "the append to a to wait for its row lock", func() bool {
 		var waiting int
 		_ = watcher.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%nqd_streams%'`).Scan(&waiting)
+			WHERE wait_event_type = 'Lock' AND query LIKE '%nqd_append%'`).Scan(&waiting)
 		return waiting > 0
 	})
 	select {

@@ -2,10 +2,7 @@ package pgstore
 
 import (
 	"context"
-	"slices"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/store"
@@ -14,63 +11,6 @@ import (
 // kindTrimLimit bounds the expired entries one append removes from a kind,
 // so cleaning never makes one append slow.
 const kindTrimLimit = 64
-
-// distinctKinds returns the kinds of evs, sorted, each once.
-func distinctKinds(evs []event.Event) []string {
-	kinds := make([]string, 0, len(evs))
-	for _, e := range evs {
-		kinds = append(kinds, e.Kind)
-	}
-	slices.Sort(kinds)
-	return slices.Compact(kinds)
-}
-
-// scanWatched reads the rows of sqlLockWatchedKinds: each watched kind with
-// the newest position it gave out.
-func scanWatched(rows pgx.Rows) (map[string]event.ID, error) {
-	last := map[string]event.ID{}
-	for rows.Next() {
-		var kind string
-		var ms, seq int64
-		if err := rows.Scan(&kind, &ms, &seq); err != nil {
-			return nil, err
-		}
-		last[kind] = event.ID{MS: uint64(ms), Seq: uint64(seq)}
-	}
-	return last, rows.Err()
-}
-
-// indexKinds records evs of the watched kinds in last (locked by
-// sqlLockWatchedKinds in this transaction, with their newest positions) in
-// the kind index. The lock makes a kind's positions follow commit order, so
-// a reader's cursor never skips an entry that commits late.
-func (s *Store) indexKinds(ctx context.Context, tx pgx.Tx, b *batch, evs []event.Event, last map[string]event.ID, nowMS int64) error {
-	kb := &pgx.Batch{}
-	for i, e := range evs {
-		prev, ok := last[e.Kind]
-		if !ok {
-			continue
-		}
-		pos := event.ID{MS: uint64(max(nowMS, 0))}
-		if pos.Compare(prev) <= 0 {
-			pos = prev.Next()
-		}
-		last[e.Kind] = pos
-		pms, pseq := pgID(pos)
-		ems, eseq := pgID(e.ID)
-		kb.Queue(`INSERT INTO nqd_kind_events (kind, ms, seq, ctx_type, ctx_id, ev_ms, ev_seq, body)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, e.Kind, pms, pseq, b.c.Type, b.c.ID, ems, eseq, b.bodies[i])
-	}
-	window := s.kindWindow().Milliseconds()
-	for kind, pos := range last {
-		ms, seq := pgID(pos)
-		kb.Queue(`UPDATE nqd_watched_kinds SET last_ms = $2, last_seq = $3 WHERE kind = $1`, kind, ms, seq)
-		kb.Queue(`DELETE FROM nqd_kind_events WHERE kind = $1 AND (ms, seq) IN (
-			SELECT ms, seq FROM nqd_kind_events WHERE kind = $1 AND ms + $2 < $3 ORDER BY ms, seq LIMIT $4)`,
-			kind, window, nowMS, kindTrimLimit)
-	}
-	return tx.SendBatch(ctx, kb).Close()
-}
 
 func (s *Store) kindWindow() time.Duration {
 	if s.opts.KindWindow > 0 {

@@ -60,7 +60,7 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 		if b != nil {
 			var err error
 			// The run's own lifecycle events are not recorded by kind.
-			if res, err = s.appendTx(ctx, tx, b, false); err != nil {
+			if res, err = s.appendCall(ctx, tx, b, false); err != nil {
 				return err
 			}
 		}

@@ -5,6 +5,8 @@ import _ "embed" // the queries below
 // Every query the store runs lives in sql/, one file each, so it can be read
 // and tried in psql as it is.
 var (
+	//go:embed sql/append.sql
+	sqlAppend string
 	//go:embed sql/lock_stream.sql
 	sqlLockStream string
 	//go:embed sql/insert_events.sql
@@ -17,12 +19,6 @@ var (
 	sqlIndexList string
 	//go:embed sql/index_count.sql
 	sqlIndexCount string
-	//go:embed sql/idempotency_lookup.sql
-	sqlIdemLookup string
-	//go:embed sql/idempotency_put.sql
-	sqlIdemPut string
-	//go:embed sql/idempotency_sweep.sql
-	sqlIdemSweep string
 	//go:embed sql/range_between.sql
 	sqlRange string
 	//go:embed sql/range_between_reverse.sql
@@ -68,6 +64,3 @@ var (
 
 //go:embed sql/queue_jobs.sql
 var sqlQueueJobs string
-
-//go:embed sql/lock_watched_kinds.sql
-var sqlLockWatchedKinds string
