@@ -49,33 +49,40 @@ func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, 
 	defer conn.Release()
 	res, err := s.appendCall(ctx, conn, b, true)
 	if err != nil {
-		return store.AppendResult{}, callErr(b, err)
+		return store.AppendResult{}, callErr("append to "+b.c.String(), err)
 	}
 	s.appended(res)
 	return res, nil
 }
 
-// callErr translates the failure of a statement that was its own
-// transaction. An ERROR answer means it was rolled back, and a failure
-// before anything was sent that nothing was written; anything else (the
-// connection broke while the call was out, the server died) leaves the
-// outcome open.
-func callErr(b *batch, err error) error {
+// callErr translates the failure of a call or pipeline that was its own
+// transaction; what names the write. An ERROR answer means it was rolled
+// back, and a failure before anything was sent that nothing was written;
+// anything else (the connection broke while the call was out, the server
+// died) leaves the outcome open.
+func callErr(what string, err error) error {
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == codeKeyReused:
-		return fmt.Errorf("pgstore: append to %s: %w", b.c, store.ErrKeyReused)
+		return fmt.Errorf("pgstore: %s: %w", what, store.ErrKeyReused)
+	case errors.As(err, &pgErr) && pgErr.Code == codeConflict:
+		return fmt.Errorf("%w: %s", errConflict, pgErr.Message)
 	case errors.As(err, &pgErr) && pgErr.Severity == "ERROR",
 		errors.Is(err, store.ErrUnavailable), pgconn.SafeToRetry(err):
 		return dbErr(err)
 	default:
-		return fmt.Errorf("pgstore: %w: append to %s: %w", store.ErrOutcomeUnknown, b.c, err)
+		return fmt.Errorf("pgstore: %w: %s: %w", store.ErrOutcomeUnknown, what, err)
 	}
 }
 
-// codeKeyReused is the SQLSTATE nqd_append raises for an idempotency key met
-// with other events when the batch asks for that check.
-const codeKeyReused = "NQ001"
+// The SQLSTATEs nqd's functions raise (see migrations/).
+const (
+	// codeKeyReused: nqd_append met an idempotency key with other events
+	// and the batch asked for that check.
+	codeKeyReused = "NQ001"
+	// codeConflict: a check of nqd_require failed; the message says which.
+	codeConflict = "NQ409"
+)
 
 // write runs fn in a transaction and commits it. A commit whose answer was
 // lost (the connection broke after COMMIT went out) may have been applied:
@@ -140,10 +147,20 @@ func newBatch(c store.Context, evs []event.Event, key string) (*batch, error) {
 }
 
 // appendCall writes b with one call of nqd_append (see migrations/) on q, a
-// pooled connection, where the call is its own transaction, or the
-// transaction of a run update: the stream row lock, the ids, the events, the indexes, with kinds the kind
-// index, the idempotency record and the notification sent on commit.
+// pooled connection, where the call is its own transaction: the stream row
+// lock, the ids, the events, the indexes, with kinds the kind index, the
+// idempotency record and the notification sent on commit.
 func (s *Store) appendCall(ctx context.Context, q querier, b *batch, kinds bool) (store.AppendResult, error) {
+	rows, err := q.Query(ctx, sqlAppend, s.appendArgs(b, kinds)...)
+	if err != nil {
+		return store.AppendResult{}, err
+	}
+	defer rows.Close()
+	return scanAppend(rows, b)
+}
+
+// appendArgs are the arguments of sqlAppend for b.
+func (s *Store) appendArgs(b *batch, kinds bool) []any {
 	evKinds := make([]string, len(b.evs))
 	ix := make([]string, len(b.evs))
 	for i, e := range b.evs {
@@ -153,13 +170,14 @@ func (s *Store) appendCall(ctx context.Context, q querier, b *batch, kinds bool)
 	if b.key != "" {
 		fp = b.fp[:]
 	}
-	rows, err := q.Query(ctx, sqlAppend, b.ck, b.c.Type, b.c.ID, evKinds, b.bodies, ix,
+	return []any{b.ck, b.c.Type, b.c.ID, evKinds, b.bodies, ix,
 		b.key, fp, b.same, s.opts.IdempotencyWindow.Milliseconds(), s.channel,
-		kinds, s.kindWindow().Milliseconds(), kindTrimLimit)
-	if err != nil {
-		return store.AppendResult{}, err
-	}
-	defer rows.Close()
+		kinds, s.kindWindow().Milliseconds(), kindTrimLimit}
+}
+
+// scanAppend reads the rows of sqlAppend: b's events with their ids, or the
+// events of the append b repeats.
+func scanAppend(rows pgx.Rows, b *batch) (store.AppendResult, error) {
 	out := make([]event.Event, 0, len(b.evs))
 	replayed := false
 	var dec event.Decoder

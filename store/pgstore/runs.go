@@ -35,9 +35,12 @@ func checkUpdate(u store.RunUpdate) error {
 	return nil
 }
 
-// UpdateRun applies u in one transaction: the version check, the ack, the
-// consumed kind entries, the events with their indexes, the jobs and the
-// timers. Errors: ErrConflict, ErrInvalid, ErrClosed, ErrUnavailable.
+// UpdateRun applies u in one transaction and one round trip: a pipeline of
+// the version check, the ack, the consumed kind entries, the events with
+// their indexes (nqd_append), the jobs and the timers, which the server runs
+// as one implicit transaction. A failed check raises (nqd_require), so
+// nothing of the update is written. Errors: ErrConflict, ErrInvalid,
+// ErrOutcomeUnknown, ErrClosed, ErrUnavailable.
 func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendResult, error) {
 	if err := checkUpdate(u); err != nil {
 		return store.AppendResult{}, err
@@ -52,30 +55,36 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 	if err := s.ready(ctx); err != nil {
 		return store.AppendResult{}, err
 	}
+	wb := &pgx.Batch{}
+	if err := s.queueRun(wb, u); err != nil {
+		return store.AppendResult{}, err
+	}
 	var res store.AppendResult
-	err := s.write(ctx, func(tx pgx.Tx) error {
-		if err := s.writeRun(ctx, tx, u); err != nil {
-			return err
-		}
-		if b != nil {
+	if b != nil {
+		// The run's own lifecycle events are not recorded by kind.
+		wb.Queue(sqlAppend, s.appendArgs(b, false)...).Query(func(rows pgx.Rows) error {
 			var err error
-			// The run's own lifecycle events are not recorded by kind.
-			if res, err = s.appendCall(ctx, tx, b, false); err != nil {
-				return err
-			}
-		}
-		return applyJobsAndTimers(ctx, tx, u)
-	})
+			res, err = scanAppend(rows, b)
+			return err
+		})
+	}
+	queueJobsAndTimers(wb, u)
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return store.AppendResult{}, dbErr(err)
+	}
+	defer conn.Release()
+	if err := conn.SendBatch(ctx, wb).Close(); err != nil {
+		return store.AppendResult{}, callErr(fmt.Sprintf("update of run %s of %s", u.Meta.Run, u.Meta.Flow), err)
 	}
 	s.appended(res)
 	return res, nil
 }
 
-// writeRun checks and writes the run record, the ack and the consumed kind
-// entries; a conflict ends the transaction before anything else is written.
-func (s *Store) writeRun(ctx context.Context, tx pgx.Tx, u store.RunUpdate) error {
+// queueRun queues the checks and writes of the run record, the ack and the
+// consumed kind entries; a failed check raises, and the server skips the
+// rest of the pipeline.
+func (s *Store) queueRun(wb *pgx.Batch, u store.RunUpdate) error {
 	m := u.Meta
 	m.Version = u.Meta.Version + 1
 	body, err := json.Marshal(m)
@@ -86,53 +95,24 @@ func (s *Store) writeRun(ctx context.Context, tx pgx.Tx, u store.RunUpdate) erro
 	if at := s.opts.Retention.ExpiresAt(m); at > 0 {
 		expires = &at
 	}
-	var sql string
+	sql := sqlRunUpdateRequired
 	if u.Meta.Version == 0 {
-		sql = sqlRunCreate
-	} else {
-		sql = sqlRunUpdate
+		sql = sqlRunCreateRequired
 	}
-	tag, err := tx.Exec(ctx, sql, m.Flow, m.Run, m.Status, m.StartedAt, m.Version, expires, body)
-	if err != nil {
-		return err
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("%w: run %s of %s is not at version %d", errConflict, m.Run, m.Flow, u.Meta.Version)
-	}
+	wb.Queue(sql, m.Flow, m.Run, m.Status, m.StartedAt, m.Version, expires, body,
+		fmt.Sprintf("run %s of %s is not at version %d", m.Run, m.Flow, u.Meta.Version))
 	if a := u.Ack; a != nil {
-		tag, err := tx.Exec(ctx, `DELETE FROM nqd_jobs WHERE queue = $1 AND id = $2 AND lease = $3`, a.Queue, a.ID, a.Lease)
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() == 0 {
-			return fmt.Errorf("%w: job %s is not held by lease %q", errConflict, a.ID, a.Lease)
-		}
+		wb.Queue(sqlAck, a.Queue, a.ID, a.Lease, fmt.Sprintf("job %s is not held by lease %q", a.ID, a.Lease))
 	}
 	for _, r := range u.Consume {
 		ms, seq := pgID(r.Seq)
-		// An entry already consumed, or gone, is not updated: of many
-		// waiters one takes an event.
-		tag, err := tx.Exec(ctx, `UPDATE nqd_kind_events SET consumed_by = $4
-			WHERE kind = $1 AND ms = $2 AND seq = $3 AND consumed_by IS NULL`, r.Kind, ms, seq, m.Run)
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() == 0 {
-			var taken bool
-			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM nqd_kind_events WHERE kind = $1 AND ms = $2 AND seq = $3)`,
-				r.Kind, ms, seq).Scan(&taken); err != nil {
-				return err
-			}
-			if taken {
-				return fmt.Errorf("%w: event %s %v already consumed", errConflict, r.Kind, r.Seq)
-			}
-		}
+		wb.Queue(sqlConsume, r.Kind, ms, seq, m.Run, fmt.Sprintf("event %s %v already consumed", r.Kind, r.Seq))
 	}
 	return nil
 }
 
-func applyJobsAndTimers(ctx context.Context, tx pgx.Tx, u store.RunUpdate) error {
-	wb := &pgx.Batch{}
+// queueJobsAndTimers queues the job and timer writes of u.
+func queueJobsAndTimers(wb *pgx.Batch, u store.RunUpdate) {
 	for _, r := range u.Remove {
 		wb.Queue(`DELETE FROM nqd_jobs WHERE queue = $1 AND id = $2`, r.Queue, r.ID)
 	}
@@ -146,11 +126,6 @@ func applyJobsAndTimers(ctx context.Context, tx pgx.Tx, u store.RunUpdate) error
 	for _, t := range u.SetTimers {
 		wb.Queue(sqlTimerSet, t.Kind, t.Flow, t.Run, t.Step, t.Due)
 	}
-	if wb.Len() == 0 {
-		return nil
-	}
-	// None needs another's answer: one round trip for all of them.
-	return tx.SendBatch(ctx, wb).Close()
 }
 
 // RunMeta returns a run's record. Errors: ErrNotFound, ErrInvalid, ErrClosed,

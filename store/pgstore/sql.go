@@ -40,8 +40,14 @@ var (
 	sqlDefinitionPut string
 	//go:embed sql/run_create.sql
 	sqlRunCreate string
-	//go:embed sql/run_update.sql
-	sqlRunUpdate string
+	//go:embed sql/run_create_required.sql
+	sqlRunCreateRequired string
+	//go:embed sql/run_update_required.sql
+	sqlRunUpdateRequired string
+	//go:embed sql/ack.sql
+	sqlAck string
+	//go:embed sql/consume.sql
+	sqlConsume string
 	//go:embed sql/job_put.sql
 	sqlJobPut string
 	//go:embed sql/job_get.sql
