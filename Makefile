@@ -91,9 +91,10 @@ bench-e2e: build noop-worker
 noop-worker:
 	$(GOBUILD) -o bin/noop-worker ./cmd/noop-worker
 
-## bench-pg: the pg-appends profile (nqd on a throwaway PostgreSQL against INSERT + pg_notify); prints its table
+## bench-pg: nqd on a throwaway PostgreSQL (about 1 minute): appends against INSERT + pg_notify, and flow runs
+## end to end; prints the tables and writes them to bin/bench-pg.md
 bench-pg: build
-	$(GO) run ./cmd/nqbench -nqd bin/nqd -duration 10s -profiles pg-appends -markdown bin/pg-appends.md
+	$(GO) run ./cmd/nqbench -nqd bin/nqd -duration 10s -profiles pg-appends,pg-flows -markdown bin/bench-pg.md
 
 ## bench-appends: go-test HTTP append benchmark on Redis against redis-benchmark XADD at the same concurrency
 bench-appends:

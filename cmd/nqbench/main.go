@@ -10,9 +10,10 @@
 // carried out by the demo worker's handlers) and e2e (closed-loop runs of a
 // one-step flow, each start followed by its event stream until the run
 // completes, the step run by cmd/noop-worker in its own process, on the
-// embedded store and on Redis; see e2e.go), and pg-appends, not run by
-// default (HTTP appends with nqd on a PostgreSQL the tool starts, against
-// INSERT + pg_notify in one round trip on the same server). With -markdown it rewrites the
+// embedded store and on Redis; see e2e.go), and, not run by default,
+// pg-appends (HTTP appends with nqd on a PostgreSQL the tool starts, against
+// INSERT + pg_notify in one round trip on the same server) and pg-flows (the
+// flows profile with nqd on that PostgreSQL; see pgflows.go). With -markdown it rewrites the
 // generated part of BENCHMARKS.md.
 package main
 
@@ -128,12 +129,12 @@ func run(ctx context.Context, o options) error {
 		// Each profile gets a fresh nqd, so that none inherits another's
 		// heap, connections or subscriptions.
 		var extra []string
-		if strings.TrimSpace(p) == "flows" {
+		if flowProfile(strings.TrimSpace(p)) {
 			extra = append(extra, "NQ_FLOWS_DIR="+o.flowsDir)
 		}
 		storeEnv := "NQ_REDIS_URL=redis://" + redisAddr + "/0"
 		var pgPID int
-		if strings.TrimSpace(p) == "pg-appends" {
+		if pgProfile(strings.TrimSpace(p)) {
 			if pg == nil {
 				if pg, err = pgtest.Launch(); err != nil {
 					errs = append(errs, fmt.Errorf("start PostgreSQL: %w", err))
@@ -158,6 +159,10 @@ func run(ctx context.Context, o options) error {
 			r, err := runPGAppends(ctx, e, pg.URL, o.appendRate, o.duration, o.appendConns, o.contexts)
 			rep.PGAppends = &r
 			errs = append(errs, named("pg-appends", err))
+		case "pg-flows":
+			r, err := runPGFlows(ctx, e, o.flowRate, o.duration, o.appendConns, o.flowWorkers)
+			rep.PGFlows = &r
+			errs = append(errs, named("pg-flows", err))
 		case "fanout":
 			r, err := runFanout(ctx, e, o.fanoutRate, o.duration, o.fanoutContexts, o.fanoutSubs, o.appendConns)
 			rep.Fanout = &r

@@ -38,7 +38,9 @@ type report struct {
 	Idle      *idleResult    `json:"idle,omitempty"`
 	Flows     *flowsResult   `json:"flows,omitempty"`
 	E2E       *e2eResult     `json:"e2e,omitempty"`
-	Failures  string         `json:"failures,omitempty"`
+	// PGFlows is the flows profile with nqd on PostgreSQL.
+	PGFlows  *flowsResult `json:"pg_flows,omitempty"`
+	Failures string       `json:"failures,omitempty"`
 }
 
 func describeMachine(redisBin string) machine {
@@ -88,6 +90,10 @@ func (r report) text() string {
 		line("flows", f.Start)
 		line("flows", f.Completion)
 	}
+	if f := r.PGFlows; f != nil {
+		line("pg-flows", f.Start)
+		line("pg-flows", f.Completion)
+	}
 	_ = w.Flush()
 	if a := r.Appends; a != nil {
 		fmt.Fprintf(&b, "appends: nqd/baseline p50 %.2fx, p99 %.2fx, throughput %.2fx\n", a.P50Ratio, a.P99Ratio, a.ThroughputRatio)
@@ -108,6 +114,9 @@ func (r report) text() string {
 	}
 	if r.E2E != nil {
 		b.WriteString(r.E2E.text())
+	}
+	if f := r.PGFlows; f != nil {
+		fmt.Fprintf(&b, "pg-flows: %d of %d runs of %s completed: %.0f runs/s, %.0f steps/s\n", f.Completed, f.Started, f.Flow, f.RunsPerSec, f.StepsPerSec)
 	}
 	if r.Failures != "" {
 		fmt.Fprintf(&b, "FAILED: %s\n", r.Failures)
@@ -176,6 +185,14 @@ func (r report) markdown() string {
 	}
 	if r.E2E != nil {
 		b.WriteString(r.E2E.section())
+	}
+	if f := r.PGFlows; f != nil {
+		fmt.Fprintf(&b, "## Flow runs end to end on PostgreSQL\n\n")
+		fmt.Fprintf(&b, "The flow runs above with nqd on the PostgreSQL store, on the throwaway PostgreSQL of the appends profile: the same %d-step `%s` flow, rate and demo worker (%d steps at once). Each step is three engine decisions, each one transaction on PostgreSQL.\n\n", f.Steps, f.Flow, f.Workers)
+		b.WriteString(header)
+		line(f.Start)
+		line(f.Completion)
+		fmt.Fprintf(&b, "\n%d of %d runs completed: **%.0f runs/s, %.0f steps/s**.\n\n", f.Completed, f.Started, f.RunsPerSec, f.StepsPerSec)
 	}
 	if r.Failures != "" {
 		fmt.Fprintf(&b, "**This run failed:** %s\n\n", r.Failures)
