@@ -19,8 +19,12 @@ import (
 type recent struct {
 	mu   sync.Mutex
 	runs map[string]recentRun // by runKey
-	jobs map[string]store.Job // by lease
+	jobs map[jobKey]store.Job
 }
+
+// jobKey names a job handed out under a lease: one claim hands out all its
+// jobs under the same lease.
+type jobKey struct{ lease, queue, id string }
 
 type recentRun struct {
 	meta store.RunMeta
@@ -37,7 +41,7 @@ const (
 )
 
 func newRecent() *recent {
-	return &recent{runs: map[string]recentRun{}, jobs: map[string]store.Job{}}
+	return &recent{runs: map[string]recentRun{}, jobs: map[jobKey]store.Job{}}
 }
 
 func runKey(flow, run string) string { return flow + "\x00" + run }
@@ -103,17 +107,15 @@ func (c *recent) claimed(j store.Job) {
 			break
 		}
 	}
-	c.jobs[j.Lease] = j
+	c.jobs[jobKey{j.Lease, j.Queue, j.ID}] = j
 }
 
 // takeJob hands out the job remembered under ack's lease once.
 func (c *recent) takeJob(ack store.JobAck) (store.Job, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	j, ok := c.jobs[ack.Lease]
-	if !ok {
-		return store.Job{}, false
-	}
-	delete(c.jobs, ack.Lease)
-	return j, j.Queue == ack.Queue && j.ID == ack.ID
+	k := jobKey{ack.Lease, ack.Queue, ack.ID}
+	j, ok := c.jobs[k]
+	delete(c.jobs, k)
+	return j, ok
 }
