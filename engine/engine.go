@@ -128,7 +128,8 @@ type Engine struct {
 	conds   sync.Map
 	cursors sync.Map
 
-	recent *recent
+	recent  *recent
+	waiting waiters
 }
 
 type cachedDef struct {

@@ -33,7 +33,7 @@ func newEngine(t *testing.T, st engine.Store, c *testkit.Clock) *engine.Engine {
 	return engine.New(st, engine.Options{Now: c.Now, Lease: 10 * time.Second, Logger: testkit.Logger(t)})
 }
 
-func mustDefine(t *testing.T, e *engine.Engine, name, file string) {
+func mustDefine(t testing.TB, e *engine.Engine, name, file string) {
 	t.Helper()
 	defs, err := flows.LoadDir("../flows/testdata")
 	if err != nil {

@@ -49,15 +49,30 @@ func (e *Engine) Claim(ctx context.Context, queues []string, max int, wait time.
 		if len(out) > 0 || !e.opts.Now().Before(deadline) {
 			return out, nil
 		}
+		// A start on this instance may hand its job over while this
+		// claim waits (handOff).
+		w := e.waiting.add(queues)
 		t := time.NewTimer(min(e.opts.PollInterval, time.Until(deadline)))
+		var handed []store.Job
+		answered := false
 		select {
 		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
 		case <-woken:
 		case <-t.C:
+		case handed = <-w.got:
+			answered = true
 		}
 		t.Stop()
+		if !answered && !e.waiting.remove(w) {
+			// Reserved by a start: wait for its commit's outcome.
+			handed = <-w.got
+		}
+		if len(handed) > 0 {
+			return handed, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 	}
 }
 

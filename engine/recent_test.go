@@ -18,7 +18,12 @@ import (
 // countingStore counts the reads a decision can spare.
 type countingStore struct {
 	engine.Store
-	runMeta, job atomic.Int64
+	runMeta, job, claims atomic.Int64
+}
+
+func (s *countingStore) Claim(ctx context.Context, queues []string, now, leaseUntil int64, lease string, max int) ([]store.Job, error) {
+	defer s.claims.Add(1)
+	return s.Store.Claim(ctx, queues, now, leaseUntil, lease, max)
 }
 
 func (s *countingStore) RunMeta(ctx context.Context, flow, run string) (store.RunMeta, error) {

@@ -58,6 +58,15 @@ func (e *Engine) Start(ctx context.Context, flow string, input json.RawMessage, 
 	if err := e.register(ctx, &fx); err != nil {
 		return Started{}, err
 	}
+	if deliver := e.handOff(&u, now); deliver != nil {
+		_, err = e.commit(ctx, u)
+		if deliver(err) || !errors.Is(err, errRace) {
+			return out, err
+		}
+		// Refused: the run exists already, or the job's queue was paused
+		// meanwhile. Decide as without a waiting claim.
+		u.Enqueue[0].Lease, u.Enqueue[0].LeaseUntil = "", 0
+	}
 	_, err = e.commit(ctx, u)
 	if errors.Is(err, errRace) && idempotencyKey != "" {
 		if err := e.sameInput(ctx, flow, id, input); err != nil {

@@ -96,8 +96,32 @@ func putJob(tx *bolt.Tx, j store.Job) error {
 	if j.Attempt < 1 {
 		j.Attempt = 1
 	}
-	j.Lease, j.LeaseUntil = "", 0
+	if j.Lease != "" {
+		// Enqueued already claimed (EnqueuesLeased): stored as a claim
+		// stores it, due again when the lease ends.
+		j.Expired = false
+		return writeJob(tx, storedJob{Job: j, Score: j.LeaseUntil})
+	}
+	j.LeaseUntil = 0
 	return writeJob(tx, storedJob{Job: j, Score: j.ReadyAt})
+}
+
+// EnqueuesLeased says that a run update may enqueue a job already claimed:
+// a job of RunUpdate.Enqueue with a Lease is stored as a claim under that
+// lease until its LeaseUntil, and the update is refused with ErrConflict,
+// writing nothing, when the job's queue is paused. The engine hands a
+// run's first job to a claim waiting on this instance that way, in the
+// start's own commit rather than in a commit of the claim's after it.
+func (s *Store) EnqueuesLeased() {}
+
+// checkLeasedEnqueue refuses a claimed job's enqueue into a paused queue.
+func checkLeasedEnqueue(tx *bolt.Tx, jobs []store.Job) error {
+	for _, j := range jobs {
+		if j.Lease != "" && queuePaused(tx, j.Queue) {
+			return fmt.Errorf("%w: queue %s is paused", errConflict, j.Queue)
+		}
+	}
+	return nil
 }
 
 // Claim hands out jobs ready or lease-expired at now. Errors: ErrInvalid,

@@ -89,6 +89,9 @@ func applyRunUpdate(tx *bolt.Tx, u store.RunUpdate) error {
 	if err := checkUnconsumed(tx, u.Consume); err != nil {
 		return err
 	}
+	if err := checkLeasedEnqueue(tx, u.Enqueue); err != nil {
+		return err
+	}
 	if a := u.Ack; a != nil {
 		j, ok, err := getJob(tx, a.Queue, a.ID)
 		if err != nil {

@@ -1,0 +1,141 @@
+package engine_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nqd-dev/nqd/engine"
+	"github.com/nqd-dev/nqd/internal/testkit"
+	"github.com/nqd-dev/nqd/internal/wait"
+	"github.com/nqd-dev/nqd/store"
+	"github.com/nqd-dev/nqd/store/boltstore"
+)
+
+// leasingStore is a countingStore over the embedded store that says, as the
+// embedded store does, that it can enqueue a job claimed.
+type leasingStore struct{ *countingStore }
+
+func (leasingStore) EnqueuesLeased() {}
+
+type claimResult struct {
+	jobs []store.Job
+	err  error
+}
+
+// waitingClaim starts a long-polling claim and waits until the engine has
+// looked at the queue and found nothing, so that it waits when the caller
+// goes on.
+func waitingClaim(t *testing.T, e *engine.Engine, st *leasingStore) <-chan claimResult {
+	t.Helper()
+	looked := st.claims.Load()
+	out := make(chan claimResult, 1)
+	go func() {
+		jobs, err := e.Claim(t.Context(), []string{"default"}, 4, 10*time.Second)
+		out <- claimResult{jobs, err}
+	}()
+	wait.For(t, 5*time.Second, time.Millisecond, "the claim to look at the queue", func() bool { return st.claims.Load() > looked })
+	return out
+}
+
+// A start on the embedded store hands its first job to a claim waiting on
+// the same instance in its own commit: the claim gets the job without a
+// claim of its own in the store, the store holds the job under the lease
+// the claim answered, and the job is handed out once.
+func TestStartHandsJobToWaitingClaim(t *testing.T) {
+	ctx := t.Context()
+	inner := testkit.Bolt(t, boltstore.Options{})
+	st := &leasingStore{&countingStore{Store: inner}}
+	// The claim's poll interval outlasts the test: only a hand-off or a
+	// wake-up answers it. A long-polling claim runs on the real clock.
+	e := engine.New(st, engine.Options{Lease: 10 * time.Second, PollInterval: time.Hour, Logger: testkit.Logger(t)})
+	mustDefine(t, e, "diamond", "diamond")
+
+	got := waitingClaim(t, e, st)
+	claims := st.claims.Load()
+	started, err := e.Start(ctx, "diamond", nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res claimResult
+	select {
+	case res = <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting claim got nothing")
+	}
+	if res.err != nil || len(res.jobs) != 1 || res.jobs[0].ID != started.ID || res.jobs[0].Lease == "" || res.jobs[0].Attempt != 1 {
+		t.Fatalf("claim = %+v, %v; want the run's entry job under a lease", res.jobs, res.err)
+	}
+	if n := st.claims.Load(); n != claims {
+		t.Errorf("the store was asked for %d claims after the start; want none", n-claims)
+	}
+	j, err := inner.Job(ctx, store.JobRef{Queue: "default", ID: started.ID})
+	if err != nil || j.Lease != res.jobs[0].Lease || j.LeaseUntil != res.jobs[0].LeaseUntil {
+		t.Fatalf("stored job = %+v, %v; want it held under the claim's lease", j, err)
+	}
+	if again, err := e.Claim(ctx, []string{"default"}, 4, 0); err != nil || len(again) != 0 {
+		t.Errorf("a second claim got %+v, %v; want nothing", again, err)
+	}
+	if err := e.Complete(ctx, store.JobAck{Queue: "default", ID: started.ID, Lease: res.jobs[0].Lease}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if k := kinds(t, inner, started.FlowID); count(k, "step.completed start") != 1 {
+		t.Errorf("events = %v", k)
+	}
+	// Past its lease a handed-over job is taken back like any claimed one:
+	// the start step allows one attempt, so the step and the run fail.
+	got = waitingClaim(t, e, st)
+	started, err = e.Start(ctx, "diamond", nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := <-got; res.err != nil || len(res.jobs) != 1 || res.jobs[0].ID != started.ID {
+		t.Fatalf("claim = %+v, %v", res.jobs, res.err)
+	}
+	later := engine.New(st, engine.Options{Now: func() time.Time { return time.Now().Add(11 * time.Second) }, Logger: testkit.Logger(t)})
+	redelivered, err := later.Claim(ctx, []string{"default"}, 4, 0)
+	if err != nil || len(redelivered) != 0 {
+		t.Errorf("after the lease: claim = %+v, %v; want nothing", redelivered, err)
+	}
+	if k := kinds(t, inner, started.FlowID); k[len(k)-1] != "flow.failed" {
+		t.Errorf("events after the lease = %v; want the run failed", k)
+	}
+}
+
+// A paused queue is not handed a job: the start stores it waiting, the
+// waiting claim gets nothing, and the job is claimed once the queue runs
+// again.
+func TestStartHandsNothingToPausedQueue(t *testing.T) {
+	ctx := t.Context()
+	inner := testkit.Bolt(t, boltstore.Options{})
+	st := &leasingStore{&countingStore{Store: inner}}
+	e := engine.New(st, engine.Options{Lease: 10 * time.Second, PollInterval: time.Hour, Logger: testkit.Logger(t)})
+	mustDefine(t, e, "diamond", "diamond")
+	if err := inner.SetQueuePaused(ctx, "default", true); err != nil {
+		t.Fatal(err)
+	}
+	got := waitingClaim(t, e, st)
+	started, err := e.Start(ctx, "diamond", nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The start's commit wakes the claim, which finds the queue paused and
+	// waits again; it must not have been handed the job.
+	looked := st.claims.Load()
+	wait.For(t, 5*time.Second, time.Millisecond, "the woken claim to look again", func() bool { return st.claims.Load() > looked })
+	select {
+	case res := <-got:
+		t.Fatalf("claim on a paused queue = %+v, %v", res.jobs, res.err)
+	default:
+	}
+	j, err := inner.Job(ctx, store.JobRef{Queue: "default", ID: started.ID})
+	if err != nil || j.Lease != "" {
+		t.Fatalf("stored job = %+v, %v; want it waiting", j, err)
+	}
+	if err := inner.SetQueuePaused(ctx, "default", false); err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := e.Claim(ctx, []string{"default"}, 4, 0)
+	if err != nil || len(jobs) != 1 || jobs[0].ID != started.ID {
+		t.Errorf("claim after resume = %+v, %v", jobs, err)
+	}
+}
