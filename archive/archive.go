@@ -80,24 +80,8 @@ func Slice(evs []event.Event) iter.Seq2[event.Event, error] {
 func Filter(evs []event.Event, q store.RangeQuery) []event.Event {
 	out := []event.Event{}
 	keep := func(e event.Event) bool {
-		if !q.After.IsZero() && e.ID.Compare(q.After) <= 0 {
-			return false
-		}
-		if !q.Before.IsZero() && e.ID.Compare(q.Before) >= 0 {
-			return false
-		}
-		if !q.Through.IsZero() && e.ID.Compare(q.Through) > 0 {
-			return false
-		}
-		if len(q.Kinds) == 0 {
-			return true
-		}
-		for _, k := range q.Kinds {
-			if e.Kind == k {
-				return true
-			}
-		}
-		return false
+		return (q.After.IsZero() || e.ID.Compare(q.After) > 0) &&
+			(q.Through.IsZero() || e.ID.Compare(q.Through) <= 0)
 	}
 	if q.Reverse {
 		for i := len(evs) - 1; i >= 0 && (q.Limit <= 0 || len(out) < q.Limit); i-- {

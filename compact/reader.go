@@ -125,7 +125,7 @@ func (r *Reader) fromSegments(ctx context.Context, c store.Context, q store.Rang
 				if !below(q, e.ID) {
 					return false
 				}
-				if above(q, e.ID) && kindOf(q, e) {
+				if above(q, e.ID) {
 					in = append(in, e)
 				}
 				return true
@@ -156,9 +156,7 @@ func (r *Reader) fromSegments(ctx context.Context, c store.Context, q store.Rang
 				return true
 			}
 			last = e.ID
-			if kindOf(q, e) {
-				out = append(out, e)
-			}
+			out = append(out, e)
 			if limit > 0 && len(out) >= limit {
 				done = true
 				return false
@@ -179,24 +177,9 @@ func above(q store.RangeQuery, id event.ID) bool {
 	return q.After.IsZero() || id.Compare(q.After) > 0
 }
 
-// below reports whether id is within q's upper bounds.
+// below reports whether id is within q's upper bound.
 func below(q store.RangeQuery, id event.ID) bool {
-	if !q.Before.IsZero() && id.Compare(q.Before) >= 0 {
-		return false
-	}
 	return q.Through.IsZero() || id.Compare(q.Through) <= 0
-}
-
-func kindOf(q store.RangeQuery, e event.Event) bool {
-	if len(q.Kinds) == 0 {
-		return true
-	}
-	for _, k := range q.Kinds {
-		if e.Kind == k {
-			return true
-		}
-	}
-	return false
 }
 
 func full(q store.RangeQuery, out []event.Event) bool { return q.Limit > 0 && len(out) >= q.Limit }

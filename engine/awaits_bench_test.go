@@ -69,7 +69,7 @@ func BenchmarkTriggerToResumed(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				evs, err := st.Range(b.Context(), store.Context{Type: "flow", ID: s.FlowID}, store.RangeQuery{Kinds: []string{"step.await.trigger"}})
+				evs, err := testkit.RangeKinds(b.Context(), st, store.Context{Type: "flow", ID: s.FlowID}, "step.await.trigger")
 				if err != nil || len(evs) != 1 {
 					b.Fatalf("await: %v %v", evs, err)
 				}

@@ -19,7 +19,7 @@ import (
 // triggerOf is the trigger id the run's step.await.trigger handed out.
 func triggerOf(t *testing.T, st engine.Store, run string) string {
 	t.Helper()
-	evs, err := st.Range(t.Context(), store.Context{Type: "flow", ID: run}, store.RangeQuery{Kinds: []string{"step.await.trigger"}})
+	evs, err := testkit.RangeKinds(t.Context(), st, store.Context{Type: "flow", ID: run}, "step.await.trigger")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func triggerOf(t *testing.T, st engine.Store, run string) string {
 
 func countKind(t *testing.T, st engine.Store, c store.Context, kind string) int {
 	t.Helper()
-	evs, err := st.Range(t.Context(), c, store.RangeQuery{Kinds: []string{kind}})
+	evs, err := testkit.RangeKinds(t.Context(), st, c, kind)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ func publish(t *testing.T, st engine.Store, orderID string) event.ID {
 // resumedBy returns the event ids the run's step.resumed events name.
 func resumedBy(t *testing.T, st engine.Store, run string) []string {
 	t.Helper()
-	evs, err := st.Range(t.Context(), store.Context{Type: "flow", ID: run}, store.RangeQuery{Kinds: []string{"step.resumed"}})
+	evs, err := testkit.RangeKinds(t.Context(), st, store.Context{Type: "flow", ID: run}, "step.resumed")
 	if err != nil {
 		t.Fatal(err)
 	}

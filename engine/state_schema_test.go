@@ -45,7 +45,7 @@ func TestStateSchema(t *testing.T) {
 			return event.Event{Kind: "state.set", Data: json.RawMessage(`{"key":"` + key + `","value":` + value + `}`)}
 		}
 		count := func() int {
-			evs, err := st.Range(ctx, store.Context{Type: "flow", ID: started.FlowID}, store.RangeQuery{Kinds: []string{"state.set", "state.batch"}})
+			evs, err := testkit.RangeKinds(ctx, st, store.Context{Type: "flow", ID: started.FlowID}, "state.set", "state.batch")
 			if err != nil {
 				t.Fatal(err)
 			}

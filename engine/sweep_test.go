@@ -100,7 +100,7 @@ func TestSweepFlagsStuckRunOnceAndRedispatches(t *testing.T) {
 		if got := sweep(t, e, "approve", s.FlowID); got != engine.SweepFlagged {
 			t.Errorf("second sweep class = %s, want %s", got, engine.SweepFlagged)
 		}
-		stalled, err := st.Range(t.Context(), store.Context{Type: "flow", ID: s.FlowID}, store.RangeQuery{Kinds: []string{"flow.stalled"}})
+		stalled, err := testkit.RangeKinds(t.Context(), st, store.Context{Type: "flow", ID: s.FlowID}, "flow.stalled")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -180,7 +180,7 @@ func TestSweepRepairsOrphanedIndex(t *testing.T) {
 				t.Errorf("ListRuns(%s) = %v, %v; want %d runs", status, page.Runs, err, want)
 			}
 		}
-		repaired, err := st.Range(t.Context(), store.Context{Type: "flow", ID: s.FlowID}, store.RangeQuery{Kinds: []string{"flow.index.repaired"}})
+		repaired, err := testkit.RangeKinds(t.Context(), st, store.Context{Type: "flow", ID: s.FlowID}, "flow.index.repaired")
 		if err != nil || len(repaired) != 1 {
 			t.Fatalf("flow.index.repaired: %v %v", repaired, err)
 		}

@@ -76,7 +76,7 @@ func awaitingRun(t *testing.T, e *engine.Engine, st engine.Store) (run, trigger 
 	if err := e.Complete(ctx, ack, nil); err != nil {
 		t.Fatal(err)
 	}
-	evs, err := st.Range(ctx, store.Context{Type: "flow", ID: s.FlowID}, store.RangeQuery{Kinds: []string{"step.await.trigger"}})
+	evs, err := testkit.RangeKinds(ctx, st, store.Context{Type: "flow", ID: s.FlowID}, "step.await.trigger")
 	if err != nil || len(evs) != 1 {
 		t.Fatalf("step.await.trigger: %v %v", evs, err)
 	}
@@ -122,11 +122,11 @@ func TestTriggerMatrix(t *testing.T) {
 			if a != b {
 				t.Errorf("second POST answered %+v, want %+v", b, a)
 			}
-			evs, err := st.Range(t.Context(), store.Context{Type: "flow", ID: run}, store.RangeQuery{Kinds: []string{"step.resumed"}})
+			evs, err := testkit.RangeKinds(t.Context(), st, store.Context{Type: "flow", ID: run}, "step.resumed")
 			if err != nil || len(evs) != 1 {
 				t.Errorf("step.resumed = %d, want 1 (%v)", len(evs), err)
 			}
-			fired, err := st.Range(t.Context(), store.Context{Type: "trigger", ID: id}, store.RangeQuery{Kinds: []string{"trigger.fired"}})
+			fired, err := testkit.RangeKinds(t.Context(), st, store.Context{Type: "trigger", ID: id}, "trigger.fired")
 			if err != nil || len(fired) != 1 {
 				t.Fatalf("trigger.fired = %d, want 1 (%v)", len(fired), err)
 			}
@@ -170,7 +170,7 @@ func TestTriggerConcurrentPOSTs(t *testing.T) {
 				}
 			}
 			for ctx, kind := range map[store.Context]string{{Type: "flow", ID: run}: "step.resumed", {Type: "trigger", ID: id}: "trigger.fired"} {
-				evs, err := st.Range(t.Context(), ctx, store.RangeQuery{Kinds: []string{kind}})
+				evs, err := testkit.RangeKinds(t.Context(), st, ctx, kind)
 				if err != nil || len(evs) != 1 {
 					t.Errorf("%s = %d, want 1 (%v)", kind, len(evs), err)
 				}

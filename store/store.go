@@ -119,9 +119,7 @@ type AppendResult struct {
 // RangeQuery selects events of one stream. Zero values mean unbounded.
 type RangeQuery struct {
 	After   event.ID // exclusive lower bound
-	Before  event.ID // exclusive upper bound
 	Through event.ID // inclusive upper bound (time travel: event.IDAt(t))
-	Kinds   []string // only these kinds; empty means all
 	Limit   int      // at most this many; 0 means no limit
 	Reverse bool     // newest first; Limit then keeps the newest
 }

@@ -92,7 +92,7 @@ func claim(t *testing.T, e *engine.Engine, queue string, complete bool) {
 
 func countKind(t *testing.T, st store.Store, run, kind string) int {
 	t.Helper()
-	evs, err := st.Range(t.Context(), store.Context{Type: "flow", ID: run}, store.RangeQuery{Kinds: []string{kind}})
+	evs, err := testkit.RangeKinds(t.Context(), st, store.Context{Type: "flow", ID: run}, kind)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,13 +4,17 @@
 package testkit
 
 import (
+	"context"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
 )
 
@@ -65,4 +69,19 @@ func (c *Clock) Add(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.t = c.t.Add(d)
+}
+
+// Ranger reads a context's stream, as every store does.
+type Ranger interface {
+	Range(ctx context.Context, c store.Context, q store.RangeQuery) ([]event.Event, error)
+}
+
+// RangeKinds reads c's events of the given kinds, oldest first: what a test
+// looks for among the events a run wrote.
+func RangeKinds(ctx context.Context, st Ranger, c store.Context, kinds ...string) ([]event.Event, error) {
+	evs, err := st.Range(ctx, c, store.RangeQuery{})
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(evs, func(e event.Event) bool { return !slices.Contains(kinds, e.Kind) }), nil
 }

@@ -3,7 +3,6 @@ package boltstore
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -62,9 +61,6 @@ func (s *Store) Range(ctx context.Context, c store.Context, q store.RangeQuery) 
 			if err != nil {
 				return fmt.Errorf("decode %s %s: %w", c, id, err)
 			}
-			if len(q.Kinds) > 0 && !slices.Contains(q.Kinds, e.Kind) {
-				continue
-			}
 			out = append(out, e)
 			if q.Limit > 0 && len(out) == q.Limit {
 				break
@@ -78,7 +74,7 @@ func (s *Store) Range(ctx context.Context, c store.Context, q store.RangeQuery) 
 	return out, nil
 }
 
-// bounds turns q's three optional bounds into an inclusive lower id and an
+// bounds turns q's two optional bounds into an inclusive lower id and an
 // exclusive upper id (MaxID meaning none). ok is false when nothing can match.
 func bounds(q store.RangeQuery) (lo, hi event.ID, ok bool) {
 	hi = event.MaxID
@@ -88,10 +84,7 @@ func bounds(q store.RangeQuery) (lo, hi event.ID, ok bool) {
 		}
 		lo = q.After.Next()
 	}
-	if !q.Before.IsZero() && q.Before.Compare(hi) < 0 {
-		hi = q.Before
-	}
-	if !q.Through.IsZero() && q.Through != event.MaxID && q.Through.Next().Compare(hi) < 0 {
+	if !q.Through.IsZero() && q.Through != event.MaxID {
 		hi = q.Through.Next()
 	}
 	return lo, hi, true

@@ -40,7 +40,7 @@ func (s *Store) Range(ctx context.Context, c store.Context, q store.RangeQuery) 
 	if q.Reverse {
 		query = sqlRangeReverse
 	}
-	out, err := rangeQuery(ctx, s.pool, query, contextKey(c), lo, hi, q.Kinds, q.Limit)
+	out, err := rangeQuery(ctx, s.pool, query, contextKey(c), lo, hi, q.Limit)
 	if err != nil {
 		return nil, dbErr(err)
 	}
@@ -49,17 +49,14 @@ func (s *Store) Range(ctx context.Context, c store.Context, q store.RangeQuery) 
 
 // rangeQuery runs one of the range queries for lo <= id < hi; limit 0 means
 // none.
-func rangeQuery(ctx context.Context, db querier, query, ck string, lo, hi event.ID, kinds []string, limit int) ([]event.Event, error) {
+func rangeQuery(ctx context.Context, db querier, query, ck string, lo, hi event.ID, limit int) ([]event.Event, error) {
 	loMS, loSeq := pgID(lo)
 	hiMS, hiSeq := pgID(hi)
 	lim := int64(math.MaxInt64)
 	if limit > 0 {
 		lim = int64(limit)
 	}
-	if kinds == nil {
-		kinds = []string{}
-	}
-	rows, err := db.Query(ctx, query, ck, loMS, loSeq, hiMS, hiSeq, kinds, lim)
+	rows, err := db.Query(ctx, query, ck, loMS, loSeq, hiMS, hiSeq, lim)
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +79,7 @@ func rangeQuery(ctx context.Context, db querier, query, ck string, lo, hi event.
 	return out, rows.Err()
 }
 
-// bounds turns q's three optional bounds into an inclusive lower id and an
+// bounds turns q's two optional bounds into an inclusive lower id and an
 // exclusive upper id (MaxID meaning none). ok is false when nothing can match.
 func bounds(q store.RangeQuery) (lo, hi event.ID, ok bool) {
 	hi = event.MaxID
@@ -92,10 +89,7 @@ func bounds(q store.RangeQuery) (lo, hi event.ID, ok bool) {
 		}
 		lo = q.After.Next()
 	}
-	if !q.Before.IsZero() && q.Before.Compare(hi) < 0 {
-		hi = q.Before
-	}
-	if !q.Through.IsZero() && q.Through != event.MaxID && q.Through.Next().Compare(hi) < 0 {
+	if !q.Through.IsZero() && q.Through != event.MaxID {
 		hi = q.Through.Next()
 	}
 	return lo, hi, true

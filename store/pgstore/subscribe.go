@@ -236,7 +236,7 @@ func (sub *subscription) run() {
 		}
 		// One more than fits: reading it means the subscriber is behind.
 		limit := cap(sub.ch) + 1
-		evs, err := rangeQuery(ctx, sub.f.s.pool, sqlRange, sub.ck, sub.last.Next(), event.MaxID, nil, limit)
+		evs, err := rangeQuery(ctx, sub.f.s.pool, sqlRange, sub.ck, sub.last.Next(), event.MaxID, limit)
 		if err != nil {
 			if ctx.Err() != nil {
 				return

@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/redis/go-redis/v9"
 
@@ -34,7 +33,7 @@ func (s *Store) Range(ctx context.Context, c store.Context, q store.RangeQuery) 
 	}
 	key := s.streamKey(c)
 	count := int64(pageSize)
-	if q.Limit > 0 && q.Limit < pageSize && len(q.Kinds) == 0 {
+	if q.Limit > 0 && q.Limit < pageSize {
 		count = int64(q.Limit)
 	}
 	out := []event.Event{}
@@ -52,7 +51,7 @@ func (s *Store) Range(ctx context.Context, c store.Context, q store.RangeQuery) 
 		}
 		for _, m := range page {
 			e, ok := s.decode(&dec, c, m)
-			if !ok || (len(q.Kinds) > 0 && !slices.Contains(q.Kinds, e.Kind)) {
+			if !ok {
 				continue
 			}
 			out = append(out, e)
@@ -85,7 +84,7 @@ func (s *Store) Range(ctx context.Context, c store.Context, q store.RangeQuery) 
 	}
 }
 
-// bounds turns the query's exclusive and inclusive bounds into one inclusive
+// bounds turns the query's exclusive lower and inclusive upper bound into one inclusive
 // interval; ok is false when it is empty. Working with inclusive ids avoids
 // the "(" syntax, which Redis rejects at the extreme ids.
 func bounds(q store.RangeQuery) (lo, hi event.ID, ok bool) {
@@ -96,10 +95,7 @@ func bounds(q store.RangeQuery) (lo, hi event.ID, ok bool) {
 		}
 		lo = q.After.Next()
 	}
-	if !q.Before.IsZero() {
-		hi = prev(q.Before)
-	}
-	if !q.Through.IsZero() && q.Through.Compare(hi) < 0 {
+	if !q.Through.IsZero() {
 		hi = q.Through
 	}
 	return lo, hi, lo.Compare(hi) <= 0

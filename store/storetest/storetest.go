@@ -56,7 +56,6 @@ var scenarios = []scenario{
 	{"RangeBounds", testRangeBounds},
 	{"RangeThroughTime", testRangeThroughTime},
 	{"RangeReverseLimit", testRangeReverseLimit},
-	{"RangeKinds", testRangeKinds},
 	{"RangeEmptyContext", testRangeEmpty},
 	{"Info", testInfo},
 	{"InvalidContext", testInvalidContext},
