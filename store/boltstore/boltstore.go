@@ -29,6 +29,7 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/nqd-dev/nqd/store"
+	"github.com/nqd-dev/nqd/store/internal/fanout"
 )
 
 var _ store.Backend = (*Store)(nil)
@@ -88,9 +89,7 @@ type Store struct {
 	quit       chan struct{}
 	writerDone chan struct{}
 
-	subsMu sync.Mutex
-	subs   map[string]map[*subscription]struct{}
-	closed bool
+	subs *fanout.Set
 
 	closeOnce sync.Once
 	closeErr  error
@@ -132,7 +131,7 @@ func Open(path string, opts Options) (*Store, error) {
 		reqs:       make(chan *appendReq),
 		quit:       make(chan struct{}),
 		writerDone: make(chan struct{}),
-		subs:       make(map[string]map[*subscription]struct{}),
+		subs:       fanout.NewSet(opts.Logger, errClosed),
 	}
 	go s.writeLoop()
 	return s, nil
@@ -161,18 +160,7 @@ func (s *Store) Close() error {
 		close(s.quit)
 		<-s.writerDone
 
-		s.subsMu.Lock()
-		s.closed = true
-		var all []*subscription
-		for _, set := range s.subs {
-			for sub := range set {
-				all = append(all, sub)
-			}
-		}
-		s.subsMu.Unlock()
-		for _, sub := range all {
-			sub.end(errClosed)
-		}
+		s.subs.Close()
 
 		if err := s.db.Close(); err != nil {
 			s.closeErr = fmt.Errorf("boltstore: close: %w", err)

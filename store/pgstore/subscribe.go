@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/store"
+	"github.com/nqd-dev/nqd/store/internal/fanout"
 )
 
 // feed holds the store's one listening connection and its subscriptions. A
@@ -20,12 +20,9 @@ import (
 // is reconnected, and every subscription reads again once it listens, which
 // repairs whatever the outage hid.
 type feed struct {
-	s   *Store
-	cfg *pgx.ConnConfig
-
-	mu     sync.Mutex
-	subs   map[string]map[*subscription]struct{}
-	closed bool
+	s    *Store
+	cfg  *pgx.ConnConfig
+	subs *fanout.Set
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -38,7 +35,7 @@ type feed struct {
 const retryDelay = 200 * time.Millisecond
 
 func newFeed(s *Store, cfg *pgx.ConnConfig) *feed {
-	return &feed{s: s, cfg: cfg, subs: make(map[string]map[*subscription]struct{}), done: make(chan struct{})}
+	return &feed{s: s, cfg: cfg, subs: fanout.NewSet(s.log, errClosed), done: make(chan struct{})}
 }
 
 // start connects the listener; the store does not open without one, so a
@@ -73,7 +70,7 @@ func (f *feed) loop(ctx context.Context, conn *pgx.Conn) {
 		n, err := conn.WaitForNotification(ctx)
 		if err == nil {
 			ck, _, _ := strings.Cut(n.Payload, " ")
-			f.kick(ck)
+			f.subs.Wake(ck)
 			continue
 		}
 		f.listening.Store(false)
@@ -94,68 +91,17 @@ func (f *feed) loop(ctx context.Context, conn *pgx.Conn) {
 		}
 		f.listening.Store(true)
 		f.s.log.Info().Msg("pgstore: listener reconnected")
-		f.kick("")
-	}
-}
-
-// kick wakes the subscriptions of context ck, or all of them when ck is "".
-func (f *feed) kick(ck string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for key, set := range f.subs {
-		if ck != "" && key != ck {
-			continue
-		}
-		for sub := range set {
-			sub.wake()
-		}
+		f.subs.Wake("") // what the outage hid
 	}
 }
 
 // stop ends every subscription with ErrClosed and the listener.
 func (f *feed) stop() {
-	f.mu.Lock()
-	f.closed = true
-	var all []*subscription
-	for _, set := range f.subs {
-		for sub := range set {
-			all = append(all, sub)
-		}
-	}
-	f.mu.Unlock()
-	for _, sub := range all {
-		sub.end(errClosed)
-	}
+	f.subs.Close()
 	if f.cancel != nil {
 		f.cancel()
 		<-f.done
 	}
-}
-
-func (f *feed) remove(sub *subscription) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if set := f.subs[sub.ck]; set != nil {
-		delete(set, sub)
-		if len(set) == 0 {
-			delete(f.subs, sub.ck)
-		}
-	}
-}
-
-// subscription is a bounded feed of one context's events, read from the
-// table after the last id it delivered.
-type subscription struct {
-	f      *feed
-	ck     string
-	ch     chan event.Event
-	wakeCh chan struct{}
-	quit   chan struct{}
-
-	mu   sync.Mutex
-	err  error // set once, when the subscription ends
-	stop func() bool
-	last event.ID // touched only by run
 }
 
 // Subscribe delivers c's events appended after it returns. buffer <= 0 uses
@@ -171,143 +117,63 @@ func (s *Store) Subscribe(ctx context.Context, c store.Context, buffer int) (sto
 	if buffer <= 0 {
 		buffer = s.opts.SubscriptionBuffer
 	}
-	sub := &subscription{
-		f: s.feed, ck: contextKey(c), ch: make(chan event.Event, buffer),
-		wakeCh: make(chan struct{}, 1), quit: make(chan struct{}),
-	}
 	// Registered before the head is read: an append committed after the
 	// read notifies this subscription, one committed before is not its.
-	f := s.feed
-	f.mu.Lock()
-	if f.closed {
-		f.mu.Unlock()
-		return nil, errClosed
+	sub, err := s.feed.subs.Add(contextKey(c), buffer)
+	if err != nil {
+		return nil, err
 	}
-	set := f.subs[sub.ck]
-	if set == nil {
-		set = make(map[*subscription]struct{})
-		f.subs[sub.ck] = set
-	}
-	set[sub] = struct{}{}
-	f.mu.Unlock()
-
 	var ms, seq int64
-	err := s.pool.QueryRow(ctx, sqlStreamHead, sub.ck).Scan(&ms, &seq)
+	err = s.pool.QueryRow(ctx, sqlStreamHead, sub.Key()).Scan(&ms, &seq)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		f.remove(sub)
-		return nil, dbErr(err)
+		err = dbErr(err)
+		sub.End(err)
+		return nil, err
 	}
-	sub.last = event.ID{MS: uint64(ms), Seq: uint64(seq)}
-
-	// Held so that a context already done cannot end the subscription
-	// before stop is recorded.
-	sub.mu.Lock()
-	stop := context.AfterFunc(ctx, func() { sub.end(ctx.Err()) })
-	sub.stop = stop
-	ended := sub.err != nil
-	sub.mu.Unlock()
-	if ended {
-		stop()
-	}
-	go sub.run()
+	sub.Watch(ctx)
+	go s.feed.run(sub, event.ID{MS: uint64(ms), Seq: uint64(seq)})
 	return sub, nil
 }
 
-func (sub *subscription) wake() {
-	select {
-	case sub.wakeCh <- struct{}{}:
-	default:
-	}
-}
-
-// run reads and delivers the context's new events each time it is woken.
-func (sub *subscription) run() {
+// run reads and delivers sub's new events, after last, each time it is
+// woken.
+func (f *feed) run(sub *fanout.Sub, last event.ID) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
-		<-sub.quit
+		<-sub.Done()
 		cancel()
 	}()
 	for {
 		select {
-		case <-sub.quit:
+		case <-sub.Done():
 			return
-		case <-sub.wakeCh:
+		case <-sub.Woken():
 		}
 		// One more than fits: reading it means the subscriber is behind.
-		limit := cap(sub.ch) + 1
-		evs, err := rangeQuery(ctx, sub.f.s.pool, sqlRange, sub.ck, sub.last.Next(), event.MaxID, limit)
+		limit := cap(sub.C()) + 1
+		evs, err := rangeQuery(ctx, f.s.pool, sqlRange, sub.Key(), last.Next(), event.MaxID, limit)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			sub.f.s.log.Debug().Err(err).Str("context", sub.ck).Msg("pgstore: subscription read failed; retrying")
+			f.s.log.Debug().Err(err).Str("context", sub.Key()).Msg("pgstore: subscription read failed; retrying")
 			select {
-			case <-sub.quit:
+			case <-sub.Done():
 				return
 			case <-time.After(retryDelay):
 			}
-			sub.wake()
+			sub.Wake()
 			continue
 		}
 		for _, e := range evs {
-			if !sub.send(e) {
+			if !sub.Send(e) {
 				return
 			}
-			sub.last = e.ID
+			last = e.ID
 		}
 		if len(evs) == limit {
-			sub.wake()
+			sub.Wake()
 		}
 	}
 }
-
-// send reports whether e was queued; false means the subscription has ended.
-func (sub *subscription) send(e event.Event) bool {
-	sub.mu.Lock()
-	if sub.err != nil {
-		sub.mu.Unlock()
-		return false
-	}
-	select {
-	case sub.ch <- e:
-		sub.mu.Unlock()
-		return true
-	default:
-	}
-	sub.mu.Unlock()
-	sub.f.s.log.Debug().Str("context", sub.ck).Int("buffer", cap(sub.ch)).Msg("subscriber overflow")
-	sub.end(store.ErrOverflow)
-	return false
-}
-
-// end closes the channel and records why; only the first call counts.
-func (sub *subscription) end(err error) {
-	sub.mu.Lock()
-	if sub.err != nil {
-		sub.mu.Unlock()
-		return
-	}
-	sub.err = err
-	close(sub.ch)
-	close(sub.quit)
-	stop := sub.stop
-	sub.mu.Unlock()
-	if stop != nil {
-		stop()
-	}
-	sub.f.remove(sub)
-}
-
-// C returns the channel of events; it is closed when the subscription ends.
-func (sub *subscription) C() <-chan event.Event { return sub.ch }
-
-// Err says why the subscription ended, or nil while it is live.
-func (sub *subscription) Err() error {
-	sub.mu.Lock()
-	defer sub.mu.Unlock()
-	return sub.err
-}
-
-// Close ends the subscription with ErrClosed.
-func (sub *subscription) Close() { sub.end(errClosed) }
