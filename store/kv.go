@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strconv"
 	"time"
@@ -126,6 +127,24 @@ type KV interface {
 
 	// Ping checks that the backend is reachable. Errors: ErrUnavailable.
 	Ping(ctx context.Context) error
+}
+
+// FieldOf is GetField for a backend that reads a record whole: field's
+// value in the record get returns for key. Errors: ErrInvalid (a bad
+// field), ErrNotFound (no record, or none of that field) and get's.
+func FieldOf(ctx context.Context, get func(context.Context, string) (Record, error), key, field string) (string, error) {
+	if !ValidKVField(field) {
+		return "", fmt.Errorf("%w: kv field %q", ErrInvalid, field)
+	}
+	rec, err := get(ctx, key)
+	if err != nil {
+		return "", err
+	}
+	v, ok := rec.Fields[field]
+	if !ok {
+		return "", fmt.Errorf("kv field %q: %w", field, ErrNotFound)
+	}
+	return v, nil
 }
 
 // ValidKVKey reports whether key may name a record. Keys follow the context

@@ -259,18 +259,7 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, error) {
 // GetField returns one field of the record at key. Errors: ErrNotFound,
 // ErrInvalid, ErrClosed, ErrUnavailable.
 func (s *Store) GetField(ctx context.Context, key, field string) (string, error) {
-	if !store.ValidKVField(field) {
-		return "", invalid("kv field %q", field)
-	}
-	rec, err := s.Get(ctx, key)
-	if err != nil {
-		return "", err
-	}
-	v, ok := rec.Fields[field]
-	if !ok {
-		return "", fmt.Errorf("boltstore: kv field %q: %w", field, store.ErrNotFound)
-	}
-	return v, nil
+	return store.FieldOf(ctx, s.Get, key, field)
 }
 
 // Put replaces the record at key. Errors: ErrInvalid, ErrClosed,

@@ -89,18 +89,7 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, error) {
 // GetField returns one field of the record at key. Errors: ErrNotFound,
 // ErrInvalid, ErrClosed, ErrUnavailable.
 func (s *Store) GetField(ctx context.Context, key, field string) (string, error) {
-	if !store.ValidKVField(field) {
-		return "", invalid("kv field %q", field)
-	}
-	rec, err := s.Get(ctx, key)
-	if err != nil {
-		return "", err
-	}
-	v, ok := rec.Fields[field]
-	if !ok {
-		return "", fmt.Errorf("pgstore: kv field %q: %w", field, store.ErrNotFound)
-	}
-	return v, nil
+	return store.FieldOf(ctx, s.Get, key, field)
 }
 
 // kvUpdate runs fn on the record at key (ok false when there is none, or it
