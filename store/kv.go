@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"strconv"
 	"time"
@@ -67,6 +68,28 @@ type Condition struct {
 	Value string
 	// Version, when positive, must be the record's version.
 	Version int64
+}
+
+// Holds reports whether a record at version with fields meets c. The Redis
+// backend checks the same in store/redisstore/scripts/kv_cas.lua.
+func (c Condition) Holds(version int64, fields map[string]string) bool {
+	if c.Version > 0 && version != c.Version {
+		return false
+	}
+	if c.Field != "" {
+		v, ok := fields[c.Field]
+		return ok && v == c.Value
+	}
+	return true
+}
+
+// MergeFields is fields written over old's, a new map, and whether the
+// result stays within MaxKVFields: what SetFields and CompareAndSwap store.
+func MergeFields(old, fields map[string]string) (map[string]string, bool) {
+	out := make(map[string]string, len(old)+len(fields))
+	maps.Copy(out, old)
+	maps.Copy(out, fields)
+	return out, len(out) <= MaxKVFields
 }
 
 // Filter selects scanned records by one field. A record without the field

@@ -337,14 +337,11 @@ func (s *Store) SetFields(ctx context.Context, key string, fields map[string]str
 // merge writes fields over old's, keeping its expiry, unless the record
 // would grow past the field limit.
 func (t kvTx) merge(key string, old kvRecord, fields map[string]string) (int64, error) {
-	r := kvRecord{expiry: old.expiry, version: old.version + 1, fields: maps.Clone(old.fields)}
-	if r.fields == nil {
-		r.fields = map[string]string{}
-	}
-	maps.Copy(r.fields, fields)
-	if len(r.fields) > store.MaxKVFields {
+	merged, ok := store.MergeFields(old.fields, fields)
+	if !ok {
 		return 0, invalid("kv record %q would have over %d fields", key, store.MaxKVFields)
 	}
+	r := kvRecord{expiry: old.expiry, version: old.version + 1, fields: merged}
 	return r.version, t.put(key, old, r)
 }
 
@@ -369,13 +366,8 @@ func (s *Store) CompareAndSwap(ctx context.Context, key string, cond store.Condi
 		if !ok {
 			return errKVNotFound
 		}
-		if cond.Version > 0 && old.version != cond.Version {
+		if !cond.Holds(old.version, old.fields) {
 			return errKVConflict
-		}
-		if cond.Field != "" {
-			if v, has := old.fields[cond.Field]; !has || v != cond.Value {
-				return errKVConflict
-			}
 		}
 		version, err = t.merge(key, old, set)
 		return err

@@ -211,12 +211,11 @@ func (s *Store) SetFields(ctx context.Context, key string, fields map[string]str
 }
 
 func merge(key string, old kvRecord, fields map[string]string) (*kvRecord, error) {
-	r := &kvRecord{expires: old.expires, version: old.version + 1, fields: maps.Clone(old.fields)}
-	maps.Copy(r.fields, fields)
-	if len(r.fields) > store.MaxKVFields {
+	merged, ok := store.MergeFields(old.fields, fields)
+	if !ok {
 		return nil, invalid("kv record %q would have over %d fields", key, store.MaxKVFields)
 	}
-	return r, nil
+	return &kvRecord{expires: old.expires, version: old.version + 1, fields: merged}, nil
 }
 
 // CompareAndSwap merges set into the record at key if cond holds. Errors:
@@ -236,13 +235,8 @@ func (s *Store) CompareAndSwap(ctx context.Context, key string, cond store.Condi
 		if !ok {
 			return nil, errKVNotFound
 		}
-		if cond.Version > 0 && old.version != cond.Version {
+		if !cond.Holds(old.version, old.fields) {
 			return nil, errKVConflict
-		}
-		if cond.Field != "" {
-			if v, has := old.fields[cond.Field]; !has || v != cond.Value {
-				return nil, errKVConflict
-			}
 		}
 		r, err := merge(key, old, set)
 		if err == nil {
