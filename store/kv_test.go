@@ -78,3 +78,49 @@ func FuzzFilterOrder(f *testing.F) {
 		}
 	})
 }
+
+func TestConditionHolds(t *testing.T) {
+	fields := map[string]string{"state": "idle", "empty": ""}
+	tests := []struct {
+		c    store.Condition
+		want bool
+	}{
+		{store.Condition{Version: 3}, true},
+		{store.Condition{Version: 2}, false},
+		{store.Condition{Field: "state", Value: "idle"}, true},
+		{store.Condition{Field: "state", Value: "busy"}, false},
+		{store.Condition{Field: "empty", Value: ""}, true},
+		{store.Condition{Field: "missing", Value: ""}, false}, // a missing field never matches
+		{store.Condition{Field: "state", Value: "idle", Version: 3}, true},
+		{store.Condition{Field: "state", Value: "idle", Version: 4}, false},
+	}
+	for _, tc := range tests {
+		if got := tc.c.Holds(3, fields); got != tc.want {
+			t.Errorf("%+v.Holds(3, %v) = %v, want %v", tc.c, fields, got, tc.want)
+		}
+	}
+}
+
+func TestMergeFields(t *testing.T) {
+	old := map[string]string{"a": "1", "b": "2"}
+	got, ok := store.MergeFields(old, map[string]string{"b": "3", "c": "4"})
+	if !ok || len(got) != 3 || got["a"] != "1" || got["b"] != "3" || got["c"] != "4" {
+		t.Errorf("MergeFields = %v, %v; want a=1 b=3 c=4, true", got, ok)
+	}
+	if old["b"] != "2" || len(old) != 2 {
+		t.Errorf("MergeFields changed the old fields: %v", old)
+	}
+	if got, ok := store.MergeFields(nil, map[string]string{"a": "1"}); !ok || got["a"] != "1" {
+		t.Errorf("MergeFields(nil, a=1) = %v, %v", got, ok)
+	}
+	full := map[string]string{}
+	for i := range store.MaxKVFields {
+		full["f"+strings.Repeat("x", i)] = "v"
+	}
+	if _, ok := store.MergeFields(full, map[string]string{"one": "more"}); ok {
+		t.Errorf("MergeFields past MaxKVFields = ok")
+	}
+	if _, ok := store.MergeFields(full, map[string]string{"f": "overwrite"}); !ok {
+		t.Errorf("MergeFields overwriting within MaxKVFields = not ok")
+	}
+}
