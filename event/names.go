@@ -4,10 +4,28 @@ import "regexp"
 
 // The name rules: a context's type and id, and an event's kind. A string that
 // passes them cannot add a `:`, `*`, `{`, `}` or white space to a storage key.
+const (
+	typePattern = `^[a-z][a-z0-9_-]{0,31}$`
+	idPattern   = `^[A-Za-z0-9][A-Za-z0-9._~-]{0,127}$`
+)
+
 var (
-	typeRe = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
-	idRe   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._~-]{0,127}$`)
+	typeRe = regexp.MustCompile(typePattern)
+	idRe   = regexp.MustCompile(idPattern)
 	kindRe = regexp.MustCompile(`^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$`)
+)
+
+// The name rules as a client is told them when a string breaks one; each
+// completes "<field> ...".
+const (
+	// TypeRule is what ValidType checks.
+	TypeRule = "must match " + typePattern + ", be singular (not end in s) and not be reserved by nqd"
+	// ContextIDRule is what ValidContextID checks.
+	ContextIDRule = "must match " + idPattern + " and not be list"
+	// NameRule is what ValidName checks.
+	NameRule = "must match " + idPattern
+	// KindRule is what ValidKind checks.
+	KindRule = "must be a dot.case event kind such as step.completed"
 )
 
 // MaxKindLen bounds an event kind; kindRe gives the pattern, this keeps it sane.

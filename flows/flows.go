@@ -171,7 +171,7 @@ func (d *Definition) Subscribers(ev string) []string {
 func (d *Definition) Validate() error {
 	bad := map[string]string{}
 	if !event.ValidName(d.Name) {
-		bad["name"] = "must match ^[A-Za-z0-9][A-Za-z0-9._~-]{0,127}$"
+		bad["name"] = event.NameRule
 	}
 	if len(d.Steps) == 0 {
 		bad["steps"] = "required"
@@ -193,10 +193,10 @@ func (d *Definition) Validate() error {
 		s := d.Steps[name]
 		at := "steps." + name
 		if !event.ValidName(name) {
-			bad[at] = "step name must match ^[A-Za-z0-9][A-Za-z0-9._~-]{0,127}$"
+			bad[at] = "step name " + event.NameRule
 		}
 		if !event.ValidName(s.Queue) {
-			bad[at+".queue"] = "required, must match ^[A-Za-z0-9][A-Za-z0-9._~-]{0,127}$"
+			bad[at+".queue"] = "required, " + event.NameRule
 		}
 		for i, sub := range s.Subscribes {
 			if !emitted[sub] {

@@ -89,7 +89,7 @@ func (a *API) listWaits(w http.ResponseWriter, r *http.Request) error {
 		return invalidField("kind", "must be time, event or trigger")
 	}
 	if wq.Flow != "" && !event.ValidName(wq.Flow) {
-		return invalidField("flowName", "must match ^[A-Za-z0-9][A-Za-z0-9._~-]{0,127}$")
+		return invalidField("flowName", event.NameRule)
 	}
 	if v := q.Get("before"); v != "" {
 		ms, err := strconv.ParseInt(v, 10, 64)

@@ -61,7 +61,7 @@ func (a *API) flowRoutes(r chi.Router) {
 func flowName(r *http.Request) (string, error) {
 	name := chi.URLParam(r, "name")
 	if !event.ValidName(name) {
-		return "", invalidField("name", "must match ^[A-Za-z0-9][A-Za-z0-9._~-]{0,127}$")
+		return "", invalidField("name", event.NameRule)
 	}
 	return name, nil
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/nqd-dev/nqd/auth"
+	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/store"
 )
 
@@ -43,8 +44,6 @@ func (a *API) kvRoutes(r chi.Router) {
 	write.Post("/api/_kv/{key}/fields", serve(a.setKVFields))
 	write.Post("/api/_kv/{key}/cas", serve(a.casKV))
 }
-
-const kvNameRule = "must match ^[A-Za-z0-9][A-Za-z0-9._~-]{0,127}$"
 
 // kvRecord is a record as the API shows it.
 type kvRecord struct {
@@ -95,7 +94,7 @@ type kvCASRequest struct {
 func kvKey(r *http.Request) (string, error) {
 	key := chi.URLParam(r, "key")
 	if !store.ValidKVKey(key) {
-		return "", invalidField("key", kvNameRule)
+		return "", invalidField("key", event.NameRule)
 	}
 	return key, nil
 }
@@ -120,7 +119,7 @@ func (a *API) getKVField(w http.ResponseWriter, r *http.Request) error {
 	}
 	field := chi.URLParam(r, "field")
 	if !store.ValidKVField(field) {
-		return invalidField("field", kvNameRule)
+		return invalidField("field", event.NameRule)
 	}
 	v, err := a.kv.GetField(r.Context(), key, field)
 	if err != nil {
@@ -233,7 +232,7 @@ func (a *API) scanKV(w http.ResponseWriter, r *http.Request) error {
 	qs := r.URL.Query()
 	q := store.ScanQuery{Prefix: qs.Get("prefix")}
 	if !store.ValidKVPrefix(q.Prefix) {
-		return invalidField("prefix", "must be the start of a key: "+kvNameRule)
+		return invalidField("prefix", "must be the start of a key: "+event.NameRule)
 	}
 	limit, err := intParam(qs, "max", defaultKVScan, 1, maxKVScan)
 	if err != nil {
@@ -243,7 +242,7 @@ func (a *API) scanKV(w http.ResponseWriter, r *http.Request) error {
 		f := store.Filter{Field: field, Op: op, Value: qs.Get("value")}
 		switch {
 		case !store.ValidKVField(f.Field):
-			err = invalidField("field", "a filter needs a field that "+kvNameRule)
+			err = invalidField("field", "a filter needs a field that "+event.NameRule)
 		case f.Op != store.OpEq && f.Op != store.OpLt && f.Op != store.OpGt:
 			err = invalidField("op", "must be eq, lt or gt")
 		case len(f.Value) > store.MaxKVValueLen:

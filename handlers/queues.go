@@ -141,7 +141,7 @@ type addedJob struct {
 func queueParam(r *http.Request) (string, error) {
 	name := chi.URLParam(r, "queue")
 	if !event.ValidName(name) {
-		return "", invalidField("queue", "must match ^[A-Za-z0-9][A-Za-z0-9._~-]{0,127}$")
+		return "", invalidField("queue", event.NameRule)
 	}
 	return name, nil
 }

@@ -17,10 +17,10 @@ var nameRules = map[string]struct {
 	valid func(string) bool
 	rule  string
 }{
-	"event_kind":   {event.ValidKind, "must be a dot.case event kind such as step.completed"},
-	"context_type": {event.ValidType, "must match ^[a-z][a-z0-9_-]{0,31}$, be singular (not end in s) and not be reserved by nqd"},
-	"context_id":   {event.ValidContextID, "must match ^[A-Za-z0-9][A-Za-z0-9._~-]{0,127}$ and not be list"},
-	"key_name":     {event.ValidName, "must match ^[A-Za-z0-9][A-Za-z0-9._~-]{0,127}$"},
+	"event_kind":   {event.ValidKind, event.KindRule},
+	"context_type": {event.ValidType, event.TypeRule},
+	"context_id":   {event.ValidContextID, event.ContextIDRule},
+	"key_name":     {event.ValidName, event.NameRule},
 }
 
 func newValidator() *validator.Validate {
