@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog/hlog"
 
 	"github.com/nqd-dev/nqd/auth"
+	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/reducers"
 	"github.com/nqd-dev/nqd/store"
@@ -85,21 +86,17 @@ type Deps struct {
 	State StateReader
 	// Stream is optional: without it the SSE routes are not mounted.
 	Stream Streamer
-	// Flows is optional: without it the flow and worker routes are not
-	// mounted.
-	Flows FlowEngine
-	// Queues is optional: without it the /api/_queues routes are not
-	// mounted.
-	Queues Queues
+	// Engine runs flows: the flow, trigger, worker and queue routes call it.
+	Engine *engine.Engine
 	// KeyPrefix is the storage key prefix that raw stream reads name
 	// streams by (`<prefix>:<type>:<id>`); default store.DefaultPrefix.
 	KeyPrefix string
-	// KV is optional: without it the /api/_kv routes are not mounted.
+	// KV serves the /api/_kv routes.
 	KV KV
 	// Archive is optional: without it `source=archive` answers 404.
 	Archive ArchiveReader
-	// Restorer is optional: with Archive it restores archived runs; without
-	// either the restore route answers 404.
+	// Restorer takes archived runs back into the store; the restore route
+	// answers 404 without an Archive to take them from.
 	Restorer Restorer
 	// Compactor is optional: without it the compact route answers 404.
 	Compactor Compactor
@@ -136,8 +133,7 @@ type API struct {
 	store     Store
 	state     StateReader
 	stream    Streamer
-	flows     FlowEngine
-	queues    Queues
+	engine    *engine.Engine
 	keyPrefix string
 	kv        KV
 	archive   ArchiveReader
@@ -193,9 +189,9 @@ func New(d Deps) *API {
 	}
 	closing, stopPolls := context.WithCancel(context.Background())
 	return &API{guard: g, inFlight: &inFlight{}, closing: closing, stopPolls: stopPolls,
-		store: d.Store, state: d.State, stream: d.Stream, flows: d.Flows, kv: d.KV, archive: d.Archive, restorer: d.Restorer, compact: d.Compactor, history: d.History, metrics: d.Metrics, ready: d.Ready, cors: d.CORSOrigins,
+		store: d.Store, state: d.State, stream: d.Stream, engine: d.Engine, kv: d.KV, archive: d.Archive, restorer: d.Restorer, compact: d.Compactor, history: d.History, metrics: d.Metrics, ready: d.Ready, cors: d.CORSOrigins,
 		log: d.Log, now: now, limits: lim, access: newAccess(d.Access, now), validate: newValidator(),
-		web: d.Web, webBase: d.WebBase, queues: d.Queues, keyPrefix: keyPrefix,
+		web: d.Web, webBase: d.WebBase, keyPrefix: keyPrefix,
 	}
 }
 
@@ -249,23 +245,15 @@ func (a *API) Routes() http.Handler {
 		// One segment after _events: a stream named by its storage key, the
 		// era A read. Registered after the route above, it takes GET there.
 		r.With(read).Get("/api/_events/{key}", serve(a.readRawStream))
-		if a.flows != nil {
-			a.awaitRoutes(r)
-			a.flowRoutes(r)
-			a.workerRoutes(r)
-		}
-		if a.queues != nil {
-			a.queueRoutes(r)
-		}
-		if a.kv != nil {
-			a.kvRoutes(r)
-		}
+		a.awaitRoutes(r)
+		a.flowRoutes(r)
+		a.workerRoutes(r)
+		a.queueRoutes(r)
+		a.kvRoutes(r)
 	})
 
 	// A claim long-polls for longer than the API timeout.
-	if a.flows != nil {
-		r.With(write).Post("/api/_workers/claim", serve(a.claimJobs))
-	}
+	r.With(write).Post("/api/_workers/claim", serve(a.claimJobs))
 
 	// Streaming routes (SSE): a long-lived response must be neither cut by
 	// the API timeout nor buffered by compression, so they stay out of the

@@ -21,7 +21,7 @@ func TestRoutesDocumented(t *testing.T) {
 	doc, _ := mustSpec(t)
 	// The routes are walked, never called, so a nil KV store will do.
 	eng := engine.New(nil, engine.Options{})
-	routes, ok := handlers.New(handlers.Deps{Stream: fakeStreamer{}, Flows: eng, Queues: eng, Metrics: http.NotFoundHandler(),
+	routes, ok := handlers.New(handlers.Deps{Stream: fakeStreamer{}, Engine: eng, Metrics: http.NotFoundHandler(),
 		KV: (*boltstore.Store)(nil)}).Routes().(chi.Routes)
 	if !ok {
 		t.Fatal("Routes() is not a chi router")

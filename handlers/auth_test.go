@@ -45,7 +45,7 @@ func withTokens(t testing.TB, access handlers.Access) func(*handlers.Deps) {
 		}
 		d.Access = access
 		eng := engine.New(d.Store.(engine.Store), engine.Options{Logger: d.Log})
-		d.Flows, d.Queues = eng, eng
+		d.Engine = eng
 		d.KV = d.Store.(handlers.KV)
 		sh := stream.NewHandler(stream.Options{Store: d.Store.(stream.Source), Log: d.Log, TrustLive: true})
 		t.Cleanup(sh.Close)

@@ -63,7 +63,7 @@ func (a *API) fireTrigger(w http.ResponseWriter, r *http.Request) error {
 		}
 		payload = body
 	}
-	out, err := a.flows.FireTrigger(r.Context(), id, payload, triggerSource(r))
+	out, err := a.engine.FireTrigger(r.Context(), id, payload, triggerSource(r))
 	if err != nil {
 		return err
 	}
@@ -109,7 +109,7 @@ func (a *API) listWaits(w http.ResponseWriter, r *http.Request) error {
 		}
 		wq.Limit = n
 	}
-	items, err := a.flows.Waits(r.Context(), wq)
+	items, err := a.engine.Waits(r.Context(), wq)
 	if err != nil {
 		return err
 	}

@@ -44,7 +44,7 @@ func newAwaitAPI(t *testing.T, backend string) (*testAPI, *engine.Engine, engine
 	if err := e.PutDefinition(t.Context(), d); err != nil {
 		t.Fatal(err)
 	}
-	api := handlers.New(handlers.Deps{Store: st, Flows: e, Log: log, Now: clock.Now})
+	api := handlers.New(handlers.Deps{Store: st, Engine: e, Log: log, Now: clock.Now})
 	return &testAPI{h: api.Routes(), store: st, clock: clock}, e, st
 }
 

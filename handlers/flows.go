@@ -2,7 +2,6 @@ package handlers
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -15,31 +14,10 @@ import (
 
 	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/auth"
-	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/flows"
 	"github.com/nqd-dev/nqd/store"
 )
-
-// FlowEngine runs flows; see engine.Engine, which is one.
-type FlowEngine interface {
-	Definitions(ctx context.Context) ([]*flows.Definition, error)
-	Definition(ctx context.Context, name string) (*flows.Definition, error)
-	PutDefinition(ctx context.Context, d *flows.Definition) error
-	DeleteDefinition(ctx context.Context, name string) error
-	Start(ctx context.Context, flow string, input json.RawMessage, idempotencyKey string) (engine.Started, error)
-	Runs(ctx context.Context, flow, status string, offset, limit int) (store.RunPage, error)
-	Cancel(ctx context.Context, flow, run, reason string) (string, error)
-	Restart(ctx context.Context, flow, run string) (engine.Restarted, error)
-	ClearHistory(ctx context.Context, flow string) (int, error)
-	Claim(ctx context.Context, queues []string, max int, wait time.Duration) ([]store.Job, error)
-	Heartbeat(ctx context.Context, ack store.JobAck) (engine.Beat, error)
-	Report(ctx context.Context, ack store.JobAck, evs []event.Event, key string) ([]event.Event, error)
-	Complete(ctx context.Context, ack store.JobAck, result json.RawMessage, evs ...event.Event) error
-	Fail(ctx context.Context, ack store.JobAck, msg string, retriable *bool, evs ...event.Event) error
-	FireTrigger(ctx context.Context, id string, payload json.RawMessage, src engine.TriggerSource) (engine.TriggerOutcome, error)
-	Waits(ctx context.Context, q engine.WaitQuery) ([]engine.Wait, error)
-}
 
 // flowRoutes mounts the flow definition and run routes: the listing and the
 // start the v0.3 UI calls, and the runs page and run actions of the
@@ -67,7 +45,7 @@ func flowName(r *http.Request) (string, error) {
 }
 
 func (a *API) listFlows(w http.ResponseWriter, r *http.Request) error {
-	defs, err := a.flows.Definitions(r.Context())
+	defs, err := a.engine.Definitions(r.Context())
 	if err != nil {
 		return err
 	}
@@ -85,7 +63,7 @@ func (a *API) getFlow(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	d, err := a.flows.Definition(r.Context(), name)
+	d, err := a.engine.Definition(r.Context(), name)
 	if err != nil {
 		return err
 	}
@@ -119,7 +97,7 @@ func (a *API) putFlow(w http.ResponseWriter, r *http.Request) error {
 		err = &flows.ValidationError{Fields: map[string]string{"name": "must equal the name in the path"}}
 	}
 	if err == nil {
-		err = a.flows.PutDefinition(r.Context(), d)
+		err = a.engine.PutDefinition(r.Context(), d)
 	}
 	if err != nil {
 		return err
@@ -131,7 +109,7 @@ func (a *API) putFlow(w http.ResponseWriter, r *http.Request) error {
 func (a *API) deleteFlow(w http.ResponseWriter, r *http.Request) error {
 	name, err := flowName(r)
 	if err == nil {
-		err = a.flows.DeleteDefinition(r.Context(), name)
+		err = a.engine.DeleteDefinition(r.Context(), name)
 	}
 	if err != nil {
 		return err
@@ -145,7 +123,7 @@ func (a *API) flowDiagram(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	d, err := a.flows.Definition(r.Context(), name)
+	d, err := a.engine.Definition(r.Context(), name)
 	if err != nil {
 		return err
 	}
@@ -186,7 +164,7 @@ func (a *API) startFlow(w http.ResponseWriter, r *http.Request) error {
 		return errKeyInFlight
 	}
 	defer end()
-	s, err := a.flows.Start(r.Context(), name, input, key)
+	s, err := a.engine.Start(r.Context(), name, input, key)
 	if err != nil {
 		return err
 	}
@@ -240,7 +218,7 @@ func (a *API) listRuns(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	page, err := a.flows.Runs(r.Context(), name, status, offset, limit)
+	page, err := a.engine.Runs(r.Context(), name, status, offset, limit)
 	if err != nil {
 		return err
 	}
@@ -287,7 +265,7 @@ func (a *API) cancelRun(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	prev, err := a.flows.Cancel(r.Context(), flow, run, "")
+	prev, err := a.engine.Cancel(r.Context(), flow, run, "")
 	if err != nil {
 		return err
 	}
@@ -300,7 +278,7 @@ func (a *API) restartRun(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	res, err := a.flows.Restart(r.Context(), flow, run)
+	res, err := a.engine.Restart(r.Context(), flow, run)
 	if err != nil {
 		return err
 	}
@@ -320,7 +298,7 @@ func (a *API) clearHistory(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	n, err := a.flows.ClearHistory(r.Context(), flow)
+	n, err := a.engine.ClearHistory(r.Context(), flow)
 	if err != nil {
 		return err
 	}
@@ -347,7 +325,7 @@ type runListBody struct {
 // listRunsByStatus answers the list route with status: it pages over the
 // runs of that status, not over one page filtered.
 func (a *API) listRunsByStatus(w http.ResponseWriter, r *http.Request, flow, status string, offset, limit int) error {
-	page, err := a.flows.Runs(r.Context(), flow, status, offset, limit)
+	page, err := a.engine.Runs(r.Context(), flow, status, offset, limit)
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ func newFlowServer(t *testing.T) *httptest.Server {
 	t.Helper()
 	st := testkit.Bolt(t, boltstore.Options{})
 	log := testkit.Logger(t)
-	api := handlers.New(handlers.Deps{Store: st, Flows: engine.New(st, engine.Options{Logger: log}), Log: log})
+	api := handlers.New(handlers.Deps{Store: st, Engine: engine.New(st, engine.Options{Logger: log}), Log: log})
 	srv := httptest.NewServer(api.Routes())
 	t.Cleanup(srv.Close)
 	return srv

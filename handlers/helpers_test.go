@@ -21,6 +21,7 @@ import (
 	"github.com/getkin/kin-openapi/routers/legacy"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/handlers"
 	"github.com/nqd-dev/nqd/internal/redistest"
 	"github.com/nqd-dev/nqd/internal/testkit"
@@ -87,7 +88,7 @@ func newTestAPI(t testing.TB, opts ...func(*handlers.Deps)) *testAPI {
 	clock := testkit.NewClock(epoch)
 	log := testkit.Logger(t)
 	st := testkit.Bolt(t, boltstore.Options{Now: clock.Now, Logger: log})
-	deps := handlers.Deps{Store: st, Log: log}
+	deps := handlers.Deps{Store: st, Engine: engine.New(st, engine.Options{Logger: log}), KV: st, Restorer: st, Log: log}
 	for _, opt := range opts {
 		opt(&deps)
 	}
@@ -109,7 +110,7 @@ func newRedisTestAPI(t testing.TB, opts ...func(*handlers.Deps)) *testAPI {
 			t.Errorf("close store: %v", err)
 		}
 	})
-	deps := handlers.Deps{Store: st, Log: log}
+	deps := handlers.Deps{Store: st, Engine: engine.New(st, engine.Options{Logger: log}), KV: st, Restorer: st, Log: log}
 	for _, opt := range opts {
 		opt(&deps)
 	}

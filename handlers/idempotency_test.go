@@ -119,7 +119,7 @@ func TestIdempotencyKeyInFlight(t *testing.T) {
 
 func TestStartKeyReusedForAnotherInput(t *testing.T) {
 	onBothStores(t, func(t *testing.T, newAPI func(...func(*handlers.Deps)) *testAPI) {
-		api := newAPI(func(d *handlers.Deps) { d.Flows = engine.New(d.Store.(engine.Store), engine.Options{Logger: d.Log}) })
+		api := newAPI(func(d *handlers.Deps) { d.Engine = engine.New(d.Store.(engine.Store), engine.Options{Logger: d.Log}) })
 		wantStatus(t, api.do(t, request{method: http.MethodPut, target: "/api/_flows/demo", body: `{"entry":"a","steps":{"a":{"queue":"q1"}}}`}), http.StatusOK)
 		first := api.do(t, withKey(post("/api/_flows/demo/start", `{"n": 1}`), "s1"))
 		wantStatus(t, first, http.StatusOK)

@@ -12,7 +12,7 @@ import (
 // TestEnumeratedParams: a parameter that takes one of a few values refuses
 // any other, naming itself and the values it takes.
 func TestEnumeratedParams(t *testing.T) {
-	api := newTestAPI(t, func(d *handlers.Deps) { d.Flows = engine.New(d.Store.(engine.Store), engine.Options{Logger: d.Log}) })
+	api := newTestAPI(t, func(d *handlers.Deps) { d.Engine = engine.New(d.Store.(engine.Store), engine.Options{Logger: d.Log}) })
 	wantStatus(t, api.do(t, request{method: http.MethodPut, target: "/api/_flows/demo", body: `{"entry":"a","steps":{"a":{"queue":"q1"}}}`}), http.StatusOK)
 	wantStatus(t, api.do(t, post("/api/_flows/demo/start", `{}`)), http.StatusOK)
 	for _, tt := range []struct {

@@ -15,22 +15,8 @@ import (
 	"github.com/nqd-dev/nqd/auth"
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
-	"github.com/nqd-dev/nqd/flows"
 	"github.com/nqd-dev/nqd/store"
 )
-
-// Queues are the flow engine's queue views behind the era A queue routes
-// (openapi.yaml, tag queues); see engine.Engine.
-type Queues interface {
-	QueueNames(ctx context.Context) ([]string, error)
-	Queue(ctx context.Context, name string) (engine.Queue, error)
-	QueueJobs(ctx context.Context, name string, states []string, offset, limit int) (engine.JobPage, error)
-	QueueJob(ctx context.Context, queue, id string) (engine.QueueJob, error)
-	JobLogs(ctx context.Context, queue, id string, after event.ID, limit int) ([]event.Event, event.ID, error)
-	SetQueuePaused(ctx context.Context, name string, paused bool) error
-	AddJob(ctx context.Context, queue, flow string, data json.RawMessage) (engine.Started, error)
-	Definitions(ctx context.Context) ([]*flows.Definition, error)
-}
 
 // Paging of the queue routes. Finished jobs are read from the run index by
 // merging each flow's newest runs, so the offset is bounded too.
@@ -156,7 +142,7 @@ func jobIDParam(r *http.Request) (string, error) {
 }
 
 func (a *API) listQueues(w http.ResponseWriter, r *http.Request) error {
-	names, err := a.queues.QueueNames(r.Context())
+	names, err := a.engine.QueueNames(r.Context())
 	if err != nil {
 		return err
 	}
@@ -169,13 +155,13 @@ func (a *API) listQueues(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *API) allQueueMetrics(w http.ResponseWriter, r *http.Request) error {
-	names, err := a.queues.QueueNames(r.Context())
+	names, err := a.engine.QueueNames(r.Context())
 	if err != nil {
 		return err
 	}
 	out := make(map[string]metricsItem, len(names))
 	for _, n := range names {
-		q, err := a.queues.Queue(r.Context(), n)
+		q, err := a.engine.Queue(r.Context(), n)
 		if err != nil {
 			return err
 		}
@@ -191,7 +177,7 @@ func (a *API) queue(r *http.Request) (engine.Queue, error) {
 	if err != nil {
 		return engine.Queue{}, err
 	}
-	return a.queues.Queue(r.Context(), name)
+	return a.engine.Queue(r.Context(), name)
 }
 
 func (a *API) getQueue(w http.ResponseWriter, r *http.Request) error {
@@ -220,7 +206,7 @@ func (a *API) pauseQueue(paused bool) handler {
 		if err != nil {
 			return err
 		}
-		if err := a.queues.SetQueuePaused(r.Context(), name, paused); err != nil {
+		if err := a.engine.SetQueuePaused(r.Context(), name, paused); err != nil {
 			return err
 		}
 		writeJSON(w, r, http.StatusOK, map[string]bool{"ok": true})
@@ -251,7 +237,7 @@ func (a *API) listJobs(w http.ResponseWriter, r *http.Request) error {
 			}
 		}
 	}
-	page, err := a.queues.QueueJobs(r.Context(), name, states, offset, limit)
+	page, err := a.engine.QueueJobs(r.Context(), name, states, offset, limit)
 	if err != nil {
 		return err
 	}
@@ -272,7 +258,7 @@ func (a *API) getJob(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	j, err := a.queues.QueueJob(r.Context(), name, id)
+	j, err := a.engine.QueueJob(r.Context(), name, id)
 	if err != nil {
 		return err
 	}
@@ -298,7 +284,7 @@ func (a *API) jobLogs(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	logs, next, err := a.queues.JobLogs(r.Context(), name, id, after, limit)
+	logs, next, err := a.engine.JobLogs(r.Context(), name, id, after, limit)
 	if err != nil {
 		return err
 	}
@@ -337,7 +323,7 @@ func (a *API) addJob(w http.ResponseWriter, r *http.Request) error {
 	if !event.ValidName(body.Name) {
 		return a.notEntryFlow(r.Context(), name)
 	}
-	s, err := a.queues.AddJob(r.Context(), name, body.Name, input)
+	s, err := a.engine.AddJob(r.Context(), name, body.Name, input)
 	if errors.Is(err, engine.ErrNotEntryQueue) || errors.Is(err, store.ErrNotFound) {
 		return a.notEntryFlow(r.Context(), name)
 	}
@@ -374,7 +360,7 @@ func noJobOptions(field string) *nqd.Error {
 
 // notEntryFlow explains which flows can take a job on queue.
 func (a *API) notEntryFlow(ctx context.Context, queue string) error {
-	defs, err := a.queues.Definitions(ctx)
+	defs, err := a.engine.Definitions(ctx)
 	if err != nil {
 		return err
 	}

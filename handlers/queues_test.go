@@ -45,7 +45,7 @@ func newQueueAPI(t *testing.T, backend string) *testAPI {
 		t.Fatal(err)
 	}
 	// The Redis test prefix is random; the UI names streams with "nq".
-	api := handlers.New(handlers.Deps{Store: st, Flows: e, Queues: e, KeyPrefix: "nq", Log: log, Now: clock.Now})
+	api := handlers.New(handlers.Deps{Store: st, Engine: e, KeyPrefix: "nq", Log: log, Now: clock.Now})
 	return &testAPI{h: api.Routes(), store: st, clock: clock}
 }
 

@@ -19,13 +19,6 @@ type Restorer interface {
 	Restore(ctx context.Context, c store.Context, evs []event.Event, record *store.RunMeta) error
 }
 
-// errNoRestore answers a restore on a server that has an archive but no
-// store able to take a run back.
-var errNoRestore = &nqd.Error{
-	Code:    nqd.CodeNotFound,
-	Message: "This server cannot restore archived runs into its store.",
-}
-
 // errRestoreOver answers a restore of a context the store still holds: a
 // restore brings back what is gone and never merges into what is there.
 var errRestoreOver = &nqd.Error{
@@ -51,9 +44,6 @@ func (a *API) restoreContext(w http.ResponseWriter, r *http.Request) error {
 	}
 	if a.archive == nil {
 		return errNoArchive
-	}
-	if a.restorer == nil {
-		return errNoRestore
 	}
 	m, evs, err := a.archive.Get(r.Context(), c)
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 // schema says something nqd would not check is refused when stored, each
 // such keyword named by its path.
 func TestSchemaKeywordsNotEnforcedAreRefused(t *testing.T) {
-	api := newTestAPI(t, func(d *handlers.Deps) { d.Flows = engine.New(d.Store.(engine.Store), engine.Options{Logger: d.Log}) })
+	api := newTestAPI(t, func(d *handlers.Deps) { d.Engine = engine.New(d.Store.(engine.Store), engine.Options{Logger: d.Log}) })
 	body := `{"entry":"a","steps":{"a":{"queue":"q1","emits":["a.done"]},
 		"b":{"queue":"q1","subscribes":["a.done"],"await":{"type":"trigger","schema":{
 			"type":"object","nullable":true,

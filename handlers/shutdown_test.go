@@ -13,15 +13,20 @@ import (
 	"github.com/nqd-dev/nqd/store"
 )
 
-// waitingEngine tells when a claim starts waiting.
-type waitingEngine struct {
-	handlers.FlowEngine
+// claimWatch tells when the engine first found no job for a claim, which
+// it then waits for.
+type claimWatch struct {
+	engine.Store
 	claiming chan struct{}
 }
 
-func (e waitingEngine) Claim(ctx context.Context, queues []string, max int, wait time.Duration) ([]store.Job, error) {
-	e.claiming <- struct{}{}
-	return e.FlowEngine.Claim(ctx, queues, max, wait)
+func (s claimWatch) Claim(ctx context.Context, queues []string, now, leaseUntil int64, lease string, max int) ([]store.Job, error) {
+	jobs, err := s.Store.Claim(ctx, queues, now, leaseUntil, lease, max)
+	select {
+	case s.claiming <- struct{}{}:
+	default: // told already; the engine polls again while it waits
+	}
+	return jobs, err
 }
 
 // TestClaimEndsOnShutdown: a claim waiting for jobs is answered 503 with
@@ -31,7 +36,7 @@ func TestClaimEndsOnShutdown(t *testing.T) {
 	var api *handlers.API
 	claiming := make(chan struct{}, 1)
 	h := newTestAPI(t, func(d *handlers.Deps) {
-		d.Flows = waitingEngine{FlowEngine: engine.New(d.Store.(engine.Store), engine.Options{Logger: d.Log}), claiming: claiming}
+		d.Engine = engine.New(claimWatch{Store: d.Store.(engine.Store), claiming: claiming}, engine.Options{Logger: d.Log})
 		api = handlers.New(*d)
 	})
 	h.h = api.Routes() // the API whose long polls the test stops

@@ -12,7 +12,7 @@ import (
 
 func TestStrictJSON(t *testing.T) {
 	onBothStores(t, func(t *testing.T, newAPI func(...func(*handlers.Deps)) *testAPI) {
-		api := newAPI(func(d *handlers.Deps) { d.Flows = engine.New(d.Store.(engine.Store), engine.Options{Logger: d.Log}) })
+		api := newAPI(func(d *handlers.Deps) { d.Engine = engine.New(d.Store.(engine.Store), engine.Options{Logger: d.Log}) })
 		wantStatus(t, api.do(t, request{method: http.MethodPut, target: "/api/_flows/demo", body: `{"entry":"a","steps":{"a":{"queue":"q1"}}}`}), http.StatusOK)
 		const target = "/api/_events/flow/run-1"
 		for _, tt := range []struct {

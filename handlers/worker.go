@@ -66,7 +66,7 @@ func (a *API) claimJobs(w http.ResponseWriter, r *http.Request) error {
 	var jobs []store.Job
 	err := a.closing.Err()
 	if err == nil {
-		jobs, err = a.flows.Claim(ctx, req.Queues, req.Max, wait)
+		jobs, err = a.engine.Claim(ctx, req.Queues, req.Max, wait)
 	}
 	if err != nil && a.closing.Err() != nil {
 		return errShuttingDown
@@ -133,7 +133,7 @@ func (a *API) heartbeatJob(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	beat, err := a.flows.Heartbeat(r.Context(), ack)
+	beat, err := a.engine.Heartbeat(r.Context(), ack)
 	if err != nil {
 		return err
 	}
@@ -169,7 +169,7 @@ func (a *API) reportJob(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	stored, err := a.flows.Report(r.Context(), ack, evs, opts.IdempotencyKey)
+	stored, err := a.engine.Report(r.Context(), ack, evs, opts.IdempotencyKey)
 	if err != nil {
 		return err
 	}
@@ -220,7 +220,7 @@ func (a *API) completeJob(w http.ResponseWriter, r *http.Request) error {
 		err = eventTooLarge("The result", a.limits.MaxEventBytes)
 	}
 	if err == nil {
-		err = a.flows.Complete(r.Context(), ack, req.Result, evs...)
+		err = a.engine.Complete(r.Context(), ack, req.Result, evs...)
 	}
 	if err != nil {
 		return err
@@ -246,7 +246,7 @@ func (a *API) failJob(w http.ResponseWriter, r *http.Request) error {
 		evs, err = a.decodeEvents(ack, req.Events)
 	}
 	if err == nil {
-		err = a.flows.Fail(r.Context(), ack, req.Error, req.Retriable, evs...)
+		err = a.engine.Fail(r.Context(), ack, req.Error, req.Retriable, evs...)
 	}
 	if err != nil {
 		return err

@@ -139,8 +139,7 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 	deps := handlers.Deps{
 		Store:        a.Metrics.Store(st),
 		State:        states,
-		Flows:        eng,
-		Queues:       eng,
+		Engine:       eng,
 		KeyPrefix:    cfg.Prefix,
 		KV:           st,
 		Archive:      archived,

@@ -41,7 +41,7 @@ func TestRunExampleAndDiamond(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	srv := httptest.NewServer(handlers.New(handlers.Deps{Store: st, Flows: e, Log: log}).Routes())
+	srv := httptest.NewServer(handlers.New(handlers.Deps{Store: st, Engine: e, Log: log}).Routes())
 	defer srv.Close()
 
 	var fetches, finals atomic.Int32
