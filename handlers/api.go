@@ -114,7 +114,7 @@ type Deps struct {
 	// rebinding.
 	CheckHost    bool
 	AllowedHosts []string
-	// Metrics is optional: it serves GET /metrics (Prometheus) when set.
+	// Metrics serves GET /metrics (Prometheus).
 	Metrics http.Handler
 	Log     zerolog.Logger
 	Now     func() time.Time // the API's clock, default time.Now; events take the store's
@@ -266,9 +266,9 @@ func (a *API) Routes() http.Handler {
 	}
 
 	// A scrape of a large registry is bounded by the scraper's own timeout.
-	if a.metrics != nil && a.access.PublicMetrics {
+	if a.access.PublicMetrics {
 		r.Method(http.MethodGet, "/metrics", a.metrics)
-	} else if a.metrics != nil {
+	} else {
 		r.With(read).Method(http.MethodGet, "/metrics", a.metrics)
 	}
 
