@@ -10,8 +10,9 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-playground/validator/v10"
-	"github.com/nqd-dev/nqd"
 	"github.com/rs/zerolog/hlog"
+
+	"github.com/nqd-dev/nqd"
 )
 
 // retryAfterSeconds is what a 503 asks clients to wait: long enough for a
