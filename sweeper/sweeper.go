@@ -64,7 +64,7 @@ const (
 // Sweeper sweeps the runs of one engine. It is safe for concurrent use.
 type Sweeper struct {
 	eng  Engine
-	kv   store.KV
+	kv   Leases
 	opts Options
 
 	mu      sync.Mutex
@@ -73,10 +73,16 @@ type Sweeper struct {
 	errs    uint64
 }
 
-// New returns a sweeper over eng. kv holds the lease; with a nil kv every
-// instance sweeps, which is only right for a single instance (the engine's
-// versioned updates still keep two sweeps from acting twice on a run).
-func New(eng Engine, kv store.KV, opts Options) *Sweeper {
+// Leases is the part of store.KV the sweeper's lease lives in.
+type Leases interface {
+	Get(ctx context.Context, key string) (store.Record, error)
+	SetFields(ctx context.Context, key string, fields map[string]string) (int64, error)
+	CompareAndSwap(ctx context.Context, key string, cond store.Condition, set map[string]string) (int64, error)
+}
+
+// New returns a sweeper over eng whose lease lives in kv, so that of many
+// instances one sweeps at a time.
+func New(eng Engine, kv Leases, opts Options) *Sweeper {
 	if opts.Interval <= 0 {
 		opts.Interval = DefaultInterval
 	}
@@ -182,9 +188,6 @@ func (s *Sweeper) candidates(ctx context.Context) ([]runRef, error) {
 // takes it from a holder whose lease ran out. Of instances racing for it, a
 // compare-and-swap on the record's version lets exactly one win.
 func (s *Sweeper) lead(ctx context.Context) (bool, error) {
-	if s.kv == nil {
-		return true, nil
-	}
 	rec, err := s.kv.Get(ctx, LeaseKey)
 	if errors.Is(err, store.ErrNotFound) {
 		// SetFields creates the record without touching a holder another
@@ -215,9 +218,6 @@ func (s *Sweeper) lead(ctx context.Context) (bool, error) {
 // Release gives the lease up, if this instance holds it, so another
 // instance can sweep without waiting for it to run out.
 func (s *Sweeper) Release(ctx context.Context) error {
-	if s.kv == nil {
-		return nil
-	}
 	_, err := s.kv.CompareAndSwap(ctx, LeaseKey, store.Condition{Field: "holder", Value: s.opts.Holder}, map[string]string{"until": "0"})
 	if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
 		return nil

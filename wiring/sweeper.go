@@ -9,7 +9,6 @@ import (
 	"github.com/nqd-dev/nqd/config"
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/metrics"
-	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/sweeper"
 )
 
@@ -17,7 +16,7 @@ import (
 // in kv (so of many instances one sweeps), and exports its counters on m when
 // m is set. stop ends the sweeper, waits for its sweep to return and releases
 // the lease.
-func StartSweeper(ctx context.Context, e *engine.Engine, kv store.KV, cfg config.Config, m *metrics.Metrics, log zerolog.Logger) (stop func(), err error) {
+func StartSweeper(ctx context.Context, e *engine.Engine, kv sweeper.Leases, cfg config.Config, m *metrics.Metrics, log zerolog.Logger) (stop func(), err error) {
 	log = log.With().Str("component", "sweeper").Logger()
 	sw := sweeper.New(e, kv, sweeper.Options{Interval: cfg.SweepInterval, StallAfter: cfg.StallAfter, Logger: log})
 	if m != nil {
