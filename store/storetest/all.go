@@ -46,6 +46,9 @@ var parts = []struct {
 	{"Engine", func(t *testing.T, newStore NewStore) {
 		runEngine(t, func(t *testing.T) EngineStore { return newStore(t, Options{}).Store })
 	}},
+	{"Checkpoints", func(t *testing.T, newStore NewStore) {
+		testCheckpoints(t, newStore(t, Options{}).Store)
+	}},
 	{"Kinds", func(t *testing.T, newStore NewStore) {
 		runKinds(t, func(t *testing.T) KindStore { return newStore(t, Options{}).Store })
 	}},

@@ -61,7 +61,6 @@ var scenarios = []scenario{
 	{"InvalidContext", testInvalidContext},
 	{"InvalidIndex", testInvalidIndex},
 	{"Ping", testPing},
-	{"Checkpoints", testCheckpoints},
 }
 
 // runStore runs every store.Store scenario as a parallel subtest, each on a
