@@ -3,7 +3,6 @@ package redisstore
 import (
 	_ "embed"
 	"fmt"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -27,19 +26,11 @@ var (
 	//go:embed scripts/due_timers.lua
 	dueTimersLua string
 
-	runUpdateScript = redis.NewScript(isoMS() + runUpdateLua)
+	runUpdateScript = withLib(runUpdateLua)
 	claimScript     = redis.NewScript(claimLua)
 	heartbeatScript = redis.NewScript(heartbeatLua)
 	dueTimersScript = redis.NewScript(dueTimersLua)
 )
-
-// isoMS is append.lua's iso_ms function, so a run update publishes records
-// byte-identical to an append's.
-func isoMS() string {
-	_, fn, _ := strings.Cut(appendLua, "-- BEGIN iso_ms")
-	fn, _, _ = strings.Cut(fn, "-- END iso_ms")
-	return fn
-}
 
 // runStatuses are the statuses whose indexes DeleteRuns removes.
 var runStatuses = []string{store.RunRunning, store.RunAwaiting, store.RunCompleted, store.RunFailed, store.RunCancelled}

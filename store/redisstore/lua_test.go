@@ -7,7 +7,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,20 +19,15 @@ import (
 	"github.com/nqd-dev/nqd/store/redisstore"
 )
 
-// TestLuaTimeFormatMatchesGo runs the script's own iso_ms over dates from
+// TestLuaTimeFormatMatchesGo runs the scripts' own iso_ms (lib.lua) over dates from
 // 1970 to 9999, leap days and century years included, and compares each with
 // Go's formatting of the same millisecond.
 func TestLuaTimeFormatMatchesGo(t *testing.T) {
-	src, err := os.ReadFile("scripts/append.lua")
+	src, err := os.ReadFile("scripts/lib.lua")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, fn, ok := strings.Cut(string(src), "-- BEGIN iso_ms")
-	fn, _, ok2 := strings.Cut(fn, "-- END iso_ms")
-	if !ok || !ok2 {
-		t.Fatal("append.lua lost its iso_ms markers")
-	}
-	script := fn + "\nlocal out = {}\nfor i, a in ipairs(ARGV) do out[i] = iso_ms(tonumber(a)) end\nreturn out\n"
+	script := string(src) + "\nlocal out = {}\nfor i, a in ipairs(ARGV) do out[i] = iso_ms(tonumber(a)) end\nreturn out\n"
 
 	ms := []int64{0, 999, 1000, 86_399_999, 86_400_000}
 	for _, d := range []time.Time{

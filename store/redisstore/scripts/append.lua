@@ -1,7 +1,9 @@
 -- append.lua: append a batch of events to one context's stream, publish each
 -- record on the context's live channel and maintain the indexes, as one
 -- atomic step: a batch is stored, published and indexed entirely or not at
--- all, and no reader ever sees one without the others.
+-- all, and no reader ever sees one without the others. lib.lua is prepended
+-- when the script is loaded: append_events does the storing, publishing and
+-- indexing that run_update.lua does too.
 --
 -- KEYS[1]      the stream, <p>:<type>:<id>
 -- KEYS[2]      the type index, <p>:<type>s
@@ -33,33 +35,6 @@
 -- The result key holds "f<fingerprint> id id ..."; records written before
 -- fingerprints were kept hold the ids alone.
 
--- BEGIN iso_ms
--- iso_ms formats epoch milliseconds exactly like Go's
--- "2006-01-02T15:04:05.000Z07:00" in UTC, so the published record is
--- byte-identical to event.Event.MarshalJSON. The date is H. Hinnant's
--- civil_from_days; Lua numbers are doubles, exact for any entry id ms below
--- 2^53.
-local function iso_ms(ms)
-  local secs = math.floor(ms / 1000)
-  local milli = ms - secs * 1000
-  local days = math.floor(secs / 86400)
-  local sod = secs - days * 86400
-  local hh = math.floor(sod / 3600)
-  local mi = math.floor((sod - hh * 3600) / 60)
-  local ss = sod - hh * 3600 - mi * 60
-  local z = days + 719468
-  local era = math.floor(z / 146097)
-  local doe = z - era * 146097
-  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
-  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
-  local mp = math.floor((5 * doy + 2) / 153)
-  local d = doy - math.floor((153 * mp + 2) / 5) + 1
-  local m = mp < 10 and mp + 3 or mp - 9
-  local y = yoe + era * 400
-  if m <= 2 then y = y + 1 end
-  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%03dZ', y, m, d, hh, mi, ss, milli)
-end
--- END iso_ms
 
 local stream = KEYS[1]
 local channel = ARGV[1]
@@ -115,33 +90,20 @@ if idem > 0 then
   end
 end
 
-local fresh = redis.call('EXISTS', stream) == 0
-local out = {0}
+local bodies, joins = {}, {}
 for i = 1, n do
-  local body = ARGV[6 + i]
-  local id
-  if maxlen > 0 then
-    id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'e', body)
-  else
-    id = redis.call('XADD', stream, '*', 'e', body)
-  end
-  out[#out + 1] = id
-  local ms = tonumber(string.match(id, '^(%d+)'))
-  redis.call('PUBLISH', channel, '{"id":"' .. id .. '","ts":"' .. iso_ms(ms) .. '",' .. string.sub(body, 2))
-  if i == 1 and fresh then
-    redis.call('ZADD', KEYS[2], 'NX', ms, member)
-  end
-  local ix = tonumber(ARGV[6 + n + i])
-  if ix > 0 then
-    redis.call('ZADD', KEYS[ix], 'NX', ms, member)
-  end
+  bodies[i] = ARGV[6 + i]
+  joins[i] = tonumber(ARGV[6 + n + i])
+end
+local ids = append_events(stream, channel, member, maxlen, KEYS[2], bodies, joins, function(i, id, ms, body)
   local kx = tonumber(ARGV[9 + 2 * n + i])
   if kx > 0 and isWatched(kx) then
     redis.call('XADD', KEYS[kx], 'MINID', '~', math.max(ms - kindWindow, 0), '*', 't', ctype, 'c', member, 's', id, 'e', body)
   end
-end
+end)
 
 if idem > 0 then
-  redis.call('SET', KEYS[idem], 'f' .. fingerprint .. ' ' .. table.concat(out, ' ', 2), 'PX', window)
+  redis.call('SET', KEYS[idem], 'f' .. fingerprint .. ' ' .. table.concat(ids, ' '), 'PX', window)
 end
-return out
+table.insert(ids, 1, 0)
+return ids

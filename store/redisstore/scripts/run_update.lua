@@ -1,10 +1,10 @@
 -- run_update.lua: one decision of the flow engine about one run, as one
 -- atomic step: check the run's version (and the acknowledged job's lease),
 -- then write the run's record, move it between the per-status indexes,
--- append, publish and index the events exactly as append.lua does, and apply
--- the queue and timer changes. Everything is checked before anything is
--- written, so a refused update leaves no trace. The iso_ms function is
--- append.lua's, prepended when the script is loaded.
+-- append, publish and index the events as append.lua does (append_events,
+-- from lib.lua, prepended when the script is loaded), and apply the queue and
+-- timer changes. Everything is checked before anything is written, so a
+-- refused update leaves no trace.
 --
 -- KEYS[1]     the run's record, <p>:flows:<flow>:meta:<run> (hash)
 -- KEYS[2]     the run's stream, <p>:flow:<run>
@@ -103,27 +103,8 @@ for _, k in ipairs(consumed) do
   redis.call('SET', k, member, 'PX', consumedTTL)
 end
 
-local out = {0}
-local stream = KEYS[2]
-local fresh = redis.call('EXISTS', stream) == 0
-for i = 1, n do
-  local body = bodies[i]
-  local id
-  if maxlen > 0 then
-    id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'e', body)
-  else
-    id = redis.call('XADD', stream, '*', 'e', body)
-  end
-  out[#out + 1] = id
-  local ms = tonumber(string.match(id, '^(%d+)'))
-  redis.call('PUBLISH', channel, '{"id":"' .. id .. '","ts":"' .. iso_ms(ms) .. '",' .. string.sub(body, 2))
-  if i == 1 and fresh then
-    redis.call('ZADD', KEYS[3], 'NX', ms, member)
-  end
-  if joins[i] > 0 then
-    redis.call('ZADD', KEYS[joins[i]], 'NX', ms, member)
-  end
-end
+local out = append_events(KEYS[2], channel, member, maxlen, KEYS[3], bodies, joins)
+table.insert(out, 1, 0)
 
 for _ = 1, tonumber(arg()) do
   local ready, jobs, id = tonumber(arg()), tonumber(arg()), arg()

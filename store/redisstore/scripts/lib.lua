@@ -1,0 +1,64 @@
+-- lib.lua: what the scripts that append events share, prepended to each of
+-- them when it is loaded (see scripts.go), so that an append and a run
+-- update store, publish and index events the same way.
+
+-- iso_ms formats epoch milliseconds exactly like Go's
+-- "2006-01-02T15:04:05.000Z07:00" in UTC, so the published record is
+-- byte-identical to event.Event.MarshalJSON. The date is H. Hinnant's
+-- civil_from_days; Lua numbers are doubles, exact for any entry id ms below
+-- 2^53.
+local function iso_ms(ms)
+  local secs = math.floor(ms / 1000)
+  local milli = ms - secs * 1000
+  local days = math.floor(secs / 86400)
+  local sod = secs - days * 86400
+  local hh = math.floor(sod / 3600)
+  local mi = math.floor((sod - hh * 3600) / 60)
+  local ss = sod - hh * 3600 - mi * 60
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local d = doy - math.floor((153 * mp + 2) / 5) + 1
+  local m = mp < 10 and mp + 3 or mp - 9
+  local y = yoe + era * 400
+  if m <= 2 then y = y + 1 end
+  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%03dZ', y, m, d, hh, mi, ss, milli)
+end
+
+-- append_events adds each of bodies (the stored record: a JSON object without
+-- id and ts) to stream, XADD with MAXLEN ~ maxlen ("0": unbounded), publishes
+-- the full record on channel, and indexes member: typeIndex (a key) gains it
+-- with the first event of a fresh stream, and KEYS[joins[i]] with event i
+-- (0: none). Which index an event joins is decided on the Go side
+-- (joinedIndex in append.go), which passes the keys; every index is a sorted
+-- set scored by the ms of the event that added the member, added with NX so
+-- a member keeps its first score. each(i, id, ms, body), when given, runs
+-- after event i is stored. Returns the entry ids.
+local function append_events(stream, channel, member, maxlen, typeIndex, bodies, joins, each)
+  local fresh = redis.call('EXISTS', stream) == 0
+  local ids = {}
+  for i, body in ipairs(bodies) do
+    local id
+    if maxlen > 0 then
+      id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'e', body)
+    else
+      id = redis.call('XADD', stream, '*', 'e', body)
+    end
+    ids[i] = id
+    local ms = tonumber(string.match(id, '^(%d+)'))
+    redis.call('PUBLISH', channel, '{"id":"' .. id .. '","ts":"' .. iso_ms(ms) .. '",' .. string.sub(body, 2))
+    if i == 1 and fresh then
+      redis.call('ZADD', typeIndex, 'NX', ms, member)
+    end
+    if joins[i] > 0 then
+      redis.call('ZADD', KEYS[joins[i]], 'NX', ms, member)
+    end
+    if each then each(i, id, ms, body) end
+  end
+  return ids
+end
+
+-- (end of lib.lua)
