@@ -21,7 +21,7 @@ import (
 //go:embed scripts/append.lua
 var appendLua string
 
-var appendScript = redis.NewScript(appendLua)
+var appendScript = withLib(appendLua)
 
 // Append stores evs atomically with their publication and index maintenance
 // (see scripts/append.lua). Errors: store.ErrInvalid, store.ErrUnavailable
@@ -105,7 +105,7 @@ func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, 
 	args = append(args, s.kindWindow().Milliseconds(), c.Type, len(s.kindKey("")))
 	args = append(args, kinds...)
 	args = append(args, hex.EncodeToString(fp[:]), sameArg)
-	reply, err := appendScript.Run(ctx, s.client, keys, args...).Slice()
+	reply, err := s.pipe.run(ctx, appendScript, keys, args)
 	if err != nil && mayHaveRun(err) {
 		reply, err = s.resolveAppend(ctx, keys, args, err)
 	}
@@ -167,15 +167,15 @@ func (s *Store) resolveAppend(ctx context.Context, keys []string, args []any, ca
 }
 
 // mayHaveRun reports whether a failed script call may have reached Redis and
-// run: anything but a failed dial, an exhausted or closed pool, or a reply
-// (a reply, even an error, means Redis answered this call).
+// run: anything but a call never sent, a failed dial, an exhausted or closed
+// pool, or a reply (a reply, even an error, means Redis answered this call).
 func mayHaveRun(err error) bool {
 	var (
 		opErr *net.OpError
 		rerr  redis.Error
 	)
 	switch {
-	case errors.As(err, &opErr) && opErr.Op == "dial",
+	case errors.Is(err, errNotSent), errors.As(err, &opErr) && opErr.Op == "dial",
 		errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrClosed),
 		errors.As(err, &rerr):
 		return false

@@ -112,6 +112,7 @@ type Store struct {
 	opts   Options
 	log    zerolog.Logger
 	feed   *liveFeed
+	pipe   *pipeliner
 	closed atomic.Bool
 }
 
@@ -145,6 +146,7 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 	}
 	s := &Store{client: client, opts: opts, log: opts.Logger}
 	s.feed = newLiveFeed(client, opts.LiveProbeInterval, s.log)
+	s.pipe = newPipeliner(client)
 	return s, nil
 }
 
@@ -181,13 +183,15 @@ func (s *Store) LiveHealthy(ctx context.Context) error {
 	return s.feed.probe(ctx)
 }
 
-// Close ends every subscription with store.ErrClosed and releases the Pub/Sub
-// connection. It does not close the client. A second Close does nothing.
+// Close ends every subscription with store.ErrClosed, releases the Pub/Sub
+// connection and stops sending script calls once the pipeline on its way is
+// answered. It does not close the client. A second Close does nothing.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
 	s.feed.close()
+	s.pipe.close()
 	return nil
 }
 
