@@ -63,9 +63,10 @@ func newPipeliner(client redis.UniversalClient) *pipeliner {
 }
 
 // run calls script in the next pipeline and returns its reply as
-// redis.Cmd.Slice would. An error wrapping errNotSent means the call was
-// never written; any other error may come after the script ran, as with a
-// direct call (see mayHaveRun).
+// redis.Cmd.Slice would. A call waiting for its turn gives up when ctx
+// ends, with an error wrapping errNotSent: it was never written. Any other
+// error may come after the script ran, as with a direct call (see
+// mayHaveRun).
 func (p *pipeliner) run(ctx context.Context, script *redis.Script, keys []string, args []any) ([]any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(errNotSent, err)
@@ -78,13 +79,12 @@ func (p *pipeliner) run(ctx context.Context, script *redis.Script, keys []string
 	case <-ctx.Done():
 		return nil, errors.Join(errNotSent, ctx.Err())
 	}
-	select {
-	case <-c.ready:
-		return c.reply, c.err
-	case <-ctx.Done():
-		// Written, or about to be: it may run; the loop answers nobody.
-		return nil, ctx.Err()
-	}
+	// Once taken the call is written, and its reply is awaited even if ctx
+	// ends meanwhile, as go-redis awaits the reply of a direct call: the
+	// caller learns what happened rather than that it might have. The
+	// client's read and write timeouts bound the wait.
+	<-c.ready
+	return c.reply, c.err
 }
 
 // close stops the loop once the pipeline on its way is answered; calls that
@@ -119,8 +119,8 @@ func (p *pipeliner) loop() {
 }
 
 // send writes batch as one pipeline and answers each call. It runs on a
-// context of its own: a call is answered even when its caller stopped
-// waiting, and the client's read and write timeouts bound the round trip.
+// context of its own, since the calls of many callers travel together; the
+// client's read and write timeouts bound the round trip.
 func (p *pipeliner) send(batch []*scriptCall) {
 	ctx := context.Background()
 	cmds := make([]*redis.Cmd, len(batch))
