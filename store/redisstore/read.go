@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 
@@ -39,33 +40,32 @@ func (s *Store) Range(ctx context.Context, c store.Context, q store.RangeQuery) 
 	out := []event.Event{}
 	var dec event.Decoder
 	for {
-		var page []redis.XMessage
-		var err error
+		from, to := rangeStart(lo), rangeEnd(hi)
 		if q.Reverse {
-			page, err = s.client.XRevRangeN(ctx, key, rangeEnd(hi), rangeStart(lo), count).Result()
-		} else {
-			page, err = s.client.XRangeN(ctx, key, rangeStart(lo), rangeEnd(hi), count).Result()
+			from, to = to, from
 		}
+		full := false
+		got, lastID, err := s.xrange(ctx, key, from, to, count, q.Reverse, func(m streamEntry) {
+			if full {
+				return
+			}
+			e, ok := s.decode(&dec, c, m)
+			if !ok {
+				return
+			}
+			out = append(out, e)
+			full = q.Limit > 0 && len(out) == q.Limit
+		})
 		if err != nil {
 			return nil, mapErr(ctx, "range", err)
 		}
-		for _, m := range page {
-			e, ok := s.decode(&dec, c, m)
-			if !ok {
-				continue
-			}
-			out = append(out, e)
-			if q.Limit > 0 && len(out) == q.Limit {
-				return out, nil
-			}
-		}
-		if int64(len(page)) < count {
+		if full || int64(got) < count {
 			return out, nil
 		}
 		// Bounds are inclusive, so the next page starts past the last entry.
-		last, err := event.ParseID(page[len(page)-1].ID)
+		last, err := event.ParseID(lastID)
 		if err != nil {
-			return nil, fmt.Errorf("redisstore: range: entry id %q: %w", page[len(page)-1].ID, err)
+			return nil, fmt.Errorf("redisstore: range: entry id %q: %w", lastID, err)
 		}
 		if q.Reverse {
 			if last.IsZero() {
@@ -112,26 +112,26 @@ func prev(id event.ID) event.ID {
 // decode reads an entry nqd wrote (field "e") or one the Node module wrote.
 // An entry that is neither is skipped with a warning: one foreign entry must
 // not make a whole context unreadable.
-func (s *Store) decode(dec *event.Decoder, c store.Context, m redis.XMessage) (event.Event, bool) {
-	id, err := event.ParseID(m.ID)
+func (s *Store) decode(dec *event.Decoder, c store.Context, m streamEntry) (event.Event, bool) {
+	id, err := event.ParseID(string(m.id))
 	if err != nil {
-		s.log.Warn().Str("stream", s.streamKey(c)).Str("entry", m.ID).Msg("skipping an entry with an unreadable id")
+		s.log.Warn().Str("stream", s.streamKey(c)).Bytes("entry", m.id).Msg("skipping an entry with an unreadable id")
 		return event.Event{}, false
 	}
 	var e event.Event
-	if body, ok := m.Values["e"].(string); ok {
-		e, err = dec.Decode(id, []byte(body))
+	if body, ok := m.field("e"); ok {
+		// The event keeps parts of its body (data, meta), so each gets a
+		// copy of its own rather than a share of the whole reply.
+		e, err = dec.Decode(id, bytes.Clone(body))
 	} else {
-		fields := make(map[string]string, len(m.Values))
-		for k, v := range m.Values {
-			if sv, ok := v.(string); ok {
-				fields[k] = sv
-			}
+		fields := make(map[string]string, len(m.fields)/2)
+		for i := 0; i+1 < len(m.fields); i += 2 {
+			fields[string(m.fields[i])] = string(m.fields[i+1])
 		}
 		e, err = event.DecodeNodeFields(id, c.ID, fields)
 	}
 	if err != nil {
-		s.log.Warn().Err(err).Str("stream", s.streamKey(c)).Str("entry", m.ID).Msg("skipping an undecodable entry")
+		s.log.Warn().Err(err).Str("stream", s.streamKey(c)).Bytes("entry", m.id).Msg("skipping an undecodable entry")
 		return event.Event{}, false
 	}
 	return e, true
