@@ -10,9 +10,10 @@ import "github.com/nqd-dev/nqd/event"
 // append whose joined index is not Valid (a bad flow name) with ErrInvalid.
 //
 // Every backend decides with this function. The Redis scripts
-// (store/redisstore/scripts/append.lua, run_update.lua, restore.lua) only add
-// the context to the index keys the Go side names with it; a script that
-// decided by itself would have to follow the same rule.
+// (append_events in store/redisstore/scripts/lib.lua, which append.lua and
+// run_update.lua share, and restore.lua) only add the context to the index
+// keys the Go side names with it; a script that decided by itself would have
+// to follow the same rule.
 func JoinedIndex(e event.Event) (Index, bool) {
 	switch {
 	case (e.Kind == "flow.started" || e.Kind == "flow.start") && e.FlowName != "":

@@ -32,10 +32,10 @@ end
 -- id and ts) to stream, XADD with MAXLEN ~ maxlen ("0": unbounded), publishes
 -- the full record on channel, and indexes member: typeIndex (a key) gains it
 -- with the first event of a fresh stream, and KEYS[joins[i]] with event i
--- (0: none). Which index an event joins is decided on the Go side
--- (joinedIndex in append.go), which passes the keys; every index is a sorted
--- set scored by the ms of the event that added the member, added with NX so
--- a member keeps its first score. each(i, id, ms, body), when given, runs
+-- (0: none). Which index an event joins is the store's index rule, decided
+-- on the Go side by store.JoinedIndex (store/index.go), which names the keys;
+-- every index is a sorted set scored by the ms of the event that added the
+-- member, added with NX so a member keeps its first score. each(i, id, ms, body), when given, runs
 -- after event i is stored. Returns the entry ids.
 local function append_events(stream, channel, member, maxlen, typeIndex, bodies, joins, each)
   local fresh = redis.call('EXISTS', stream) == 0
