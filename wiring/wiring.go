@@ -258,20 +258,24 @@ func (a *App) openStore(ctx context.Context) (store.Backend, error) {
 // was lost may have run, and running it again would store the batch twice.
 // The store sends such an append again only under its idempotency key (see
 // redisstore.Store.Append), which makes the repeat exactly-once.
+//
+// Pipelines (the store's appends, sent together) share the main pool: a pool
+// of their own would recover from an outage apart from it, so reads could
+// still fail on a dead pool after appends work again.
 func redisClient(raw string) (redis.UniversalClient, error) {
 	if strings.Contains(raw, "master_name=") {
 		opts, err := redis.ParseFailoverURL(raw)
 		if err != nil {
 			return nil, err
 		}
-		opts.MaxRetries = -1
+		opts.MaxRetries, opts.PipelinePoolSize = -1, -1
 		return redis.NewFailoverClient(opts), nil
 	}
 	opts, err := redis.ParseURL(raw)
 	if err != nil {
 		return nil, err
 	}
-	opts.MaxRetries = -1
+	opts.MaxRetries, opts.PipelinePoolSize = -1, -1
 	return redis.NewClient(opts), nil
 }
 
