@@ -70,6 +70,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeStored -fuzztime=30s ./event
 	$(GO) test -run='^$$' -fuzz=FuzzDecoder -fuzztime=30s ./event
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeNodeFields -fuzztime=30s ./event
+	$(GO) test -run='^$$' -fuzz=FuzzMarshal -fuzztime=30s ./event
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeAppend -fuzztime=30s ./handlers
 	$(GO) test -run='^$$' -fuzz=FuzzStrictJSON -fuzztime=30s ./handlers
 	$(GO) test -run='^$$' -fuzz=FuzzResumePlan -fuzztime=30s ./stream

@@ -54,30 +54,22 @@ type wire struct {
 	Meta          json.RawMessage `json:"meta,omitempty"`
 }
 
-func (e Event) toWire(withPosition bool) wire {
-	w := wire{
-		Kind: e.Kind, Type: e.Kind, Subject: e.Subject,
-		Flow: e.RunID, RunID: e.RunID, FlowName: e.FlowName,
-		Step: e.Step, StepName: e.Step, Attempt: e.Attempt,
-		Trigger: e.Trigger, CorrelationID: e.CorrelationID,
-		Data: e.Data, Meta: e.Meta,
-	}
-	if withPosition {
-		w.ID = e.ID.String()
-		w.TS = e.Time().Format(TimeFormat)
-	}
-	return w
-}
-
 // MarshalJSON writes the record as it leaves nqd (Event in openapi.yaml).
 func (e Event) MarshalJSON() ([]byte, error) {
-	return json.Marshal(e.toWire(true))
+	return e.appendWire(make([]byte, 0, e.sizeHint()), true)
+}
+
+// sizeHint is about the length of the record, so it is written without
+// growing its buffer.
+func (e Event) sizeHint() int {
+	return 160 + 2*(len(e.Kind)+len(e.RunID)+len(e.Step)) + len(e.Subject) + len(e.FlowName) +
+		len(e.Trigger) + len(e.CorrelationID) + len(e.Data) + len(e.Meta)
 }
 
 // MarshalBody writes the record without `id` and `ts`: the form a store keeps,
 // to which it adds the position it assigns.
 func (e Event) MarshalBody() ([]byte, error) {
-	return json.Marshal(e.toWire(false))
+	return e.appendWire(make([]byte, 0, e.sizeHint()), false)
 }
 
 // UnmarshalJSON reads a record in either spelling. It is for records nqd wrote
