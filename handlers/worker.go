@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/rs/zerolog/hlog"
 
 	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/auth"
@@ -205,6 +206,22 @@ type completeRequest struct {
 	Lease  string            `json:"lease" validate:"required,max=128"`
 	Result json.RawMessage   `json:"result"`
 	Events []json.RawMessage `json:"events" validate:"max=1000"`
+	Claim  *nextClaim        `json:"claim"`
+}
+
+// nextClaim asks a completion to claim the worker's next jobs once the job
+// is completed, as a claim with waitMs 0 does: a worker that keeps busy then
+// needs no claim call of its own between jobs.
+type nextClaim struct {
+	Queues []string `json:"queues" validate:"required,min=1,max=32,dive,key_name"`
+	Max    int      `json:"max" validate:"gte=0,lte=100"`
+}
+
+// completeBody answers a completion that asked for a claim; one that did
+// not gets statusBody, as before claims rode on completions.
+type completeBody struct {
+	Status string      `json:"status"`
+	Jobs   []store.Job `json:"jobs"`
 }
 
 func (q *completeRequest) lease() string { return q.Lease }
@@ -225,8 +242,30 @@ func (a *API) completeJob(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, r, http.StatusOK, statusBody{Status: "ok"})
+	if req.Claim == nil {
+		writeJSON(w, r, http.StatusOK, statusBody{Status: "ok"})
+		return nil
+	}
+	writeJSON(w, r, http.StatusOK, completeBody{Status: "ok", Jobs: a.claimNext(r, *req.Claim)})
 	return nil
+}
+
+// claimNext claims for a completion that asked to. The completion is stored
+// by then, so a claim that fails (or a server shutting down) answers no
+// jobs rather than an error: the worker claims on its own as before.
+func (a *API) claimNext(r *http.Request, c nextClaim) []store.Job {
+	var jobs []store.Job
+	err := a.closing.Err()
+	if err == nil {
+		jobs, err = a.engine.Claim(r.Context(), c.Queues, max(c.Max, 1), 0)
+	}
+	if err != nil && a.closing.Err() == nil {
+		hlog.FromRequest(r).Warn().Err(err).Msg("the claim of a completion failed; the completion stands")
+	}
+	if err != nil || jobs == nil {
+		return []store.Job{}
+	}
+	return jobs
 }
 
 type failRequest struct {

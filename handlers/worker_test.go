@@ -160,3 +160,60 @@ func TestWorkerJobIDEscaped(t *testing.T) {
 	got := api.do(t, post("/api/_workers/jobs/q1/"+escaped+"/heartbeat", fmt.Sprintf(`{"lease":%q}`, j.Lease)))
 	wantStatus(t, got, http.StatusOK)
 }
+
+// TestWorkerCompleteClaimsNext: a completion that asks for a claim answers
+// the next jobs under a lease of their own once the job is completed; one
+// that does not answers as before; a wrong claim is refused before anything
+// is stored.
+func TestWorkerCompleteClaimsNext(t *testing.T) {
+	for _, backend := range []string{"bolt", "redis"} {
+		t.Run(backend, func(t *testing.T) {
+			api, e, _ := newAwaitAPI(t, backend)
+			first, err := e.Start(t.Context(), "approve", nil, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := api.do(t, post("/api/_workers/claim", `{"queues":["q1"],"max":1}`))
+			wantStatus(t, rec, http.StatusOK)
+			j := decode[struct{ Jobs []store.Job }](t, rec).Jobs[0]
+			second, err := e.Start(t.Context(), "approve", nil, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			base := "/api/_workers/jobs/q1/" + j.ID
+
+			bad := api.do(t, post(base+"/complete", fmt.Sprintf(`{"lease":%q,"claim":{"queues":[]}}`, j.Lease)))
+			wantStatus(t, bad, http.StatusBadRequest)
+			if f := decode[errorBody](t, bad).Error.Fields; f["claim.queues"] == "" {
+				t.Errorf("a wrong claim names no claim.queues: %s", bad.Body)
+			}
+			wantStatus(t, api.do(t, post(base+"/heartbeat", fmt.Sprintf(`{"lease":%q}`, j.Lease))), http.StatusOK)
+
+			rec = api.do(t, post(base+"/complete", fmt.Sprintf(`{"lease":%q,"claim":{"queues":["q1"],"max":5}}`, j.Lease)))
+			wantStatus(t, rec, http.StatusOK)
+			got := decode[struct {
+				Status string
+				Jobs   []store.Job
+			}](t, rec)
+			var next *store.Job
+			for i := range got.Jobs {
+				if got.Jobs[i].Run == second.FlowID {
+					next = &got.Jobs[i]
+				}
+				if got.Jobs[i].Run == first.FlowID && got.Jobs[i].Step == j.Step {
+					t.Errorf("the completed job was handed out again: %+v", got.Jobs[i])
+				}
+			}
+			if got.Status != "ok" || next == nil || next.Lease == "" || next.Attempt != 1 {
+				t.Fatalf("complete with a claim answered %s; want ok and the second run's job under a lease", rec.Body)
+			}
+			// The claimed job is held: it completes under its lease, and the
+			// plain completion answers as it always did.
+			rec = api.do(t, post("/api/_workers/jobs/q1/"+next.ID+"/complete", fmt.Sprintf(`{"lease":%q}`, next.Lease)))
+			wantStatus(t, rec, http.StatusOK)
+			if strings.TrimSpace(rec.Body.String()) != `{"status":"ok"}` {
+				t.Errorf("complete without a claim answered %s", rec.Body)
+			}
+		})
+	}
+}

@@ -32,8 +32,9 @@ type held struct {
 const startDelay = 100 * time.Millisecond
 
 // runJob runs j under jobs: heartbeats from the claim until the final
-// report is acknowledged, the handler, then complete or fail.
-func (w *worker) runJob(jobs context.Context, j Job) {
+// report is acknowledged, the handler, then complete or fail. While claiming
+// lasts, the completion claims the slot's next job, which runJob returns.
+func (w *worker) runJob(claiming, jobs context.Context, j Job) (next *Job) {
 	h := &held{job: j, c: w.c, log: w.log.With("run", j.Run, "step", j.Step, "attempt", j.Attempt)}
 	h.leaseEnd.Store(j.LeaseEnd)
 	jobCtx, cancel := context.WithCancelCause(jobs)
@@ -88,16 +89,30 @@ func (w *worker) runJob(jobs context.Context, j Job) {
 	cause := context.Cause(jobCtx)
 	if errors.Is(cause, ErrCanceled) || errors.Is(cause, ErrLeaseLost) {
 		h.log.Info("job dropped", "why", cause)
-		return
+		return nil
 	}
 	if stopped || (o.err != nil && errors.Is(cause, ErrStopped)) {
 		o = outcome{err: ErrStopped}
 	}
 	if o.err == nil {
-		err := h.complete(final, o.result)
+		claim := claiming.Err() == nil && !w.oldServer.Load()
+		next, err := h.complete(final, o.result, w.cfg.Queues, claim)
+		if claim && refusedClaim(err) {
+			// An nqd from before completions claimed: complete plainly.
+			w.oldServer.Store(true)
+			next, err = h.complete(final, o.result, nil, false)
+		}
 		if err == nil || !hasStatus(err, 400, 413, 422) {
 			h.logOutcome("complete", err)
-			return
+			if len(next) > 1 {
+				// nqd never answers more than asked for; a job beyond the
+				// slot is left to its lease rather than run without one.
+				w.log.Error("nqd answered more jobs than asked for", "asked", 1, "got", len(next))
+			}
+			if len(next) > 0 {
+				return &next[0]
+			}
+			return nil
 		}
 		// nqd refused the result (too large, not JSON): the step fails
 		// with the reason rather than leave the job to its lease.
@@ -105,6 +120,14 @@ func (w *worker) runJob(jobs context.Context, j Job) {
 	}
 	var perm *PermanentError
 	h.logOutcome("fail", h.fail(final, o.err.Error(), !errors.As(o.err, &perm)))
+	return nil
+}
+
+// refusedClaim says whether nqd refused a completion for its claim field,
+// which nqd before completions claimed does not know.
+func refusedClaim(err error) bool {
+	var se *StatusError
+	return errors.As(err, &se) && se.Status == 400 && se.Fields["claim"] != ""
 }
 
 func (h *held) logOutcome(call string, err error) {
@@ -175,7 +198,7 @@ func (h *held) report(ctx context.Context, evs ...event) error {
 	if len(evs) == 0 {
 		return nil
 	}
-	err := h.send(ctx, "/events", map[string]any{"lease": h.job.Lease, "events": evs}, newKey())
+	err := h.send(ctx, "/events", map[string]any{"lease": h.job.Lease, "events": evs}, newKey(), nil)
 	if err == nil {
 		h.started = true
 	}
@@ -183,27 +206,34 @@ func (h *held) report(ctx context.Context, evs ...event) error {
 }
 
 // finish sends the job's outcome, complete or fail, with step.started
-// when it is not stored yet.
-func (h *held) finish(ctx context.Context, call string, body map[string]any) error {
+// when it is not stored yet, and decodes the answer into out.
+func (h *held) finish(ctx context.Context, call string, body map[string]any, out any) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	body["lease"] = h.job.Lease
 	if !h.started {
 		body["events"] = []event{{Kind: "step.started"}}
 	}
-	err := h.send(ctx, call, body, "")
+	err := h.send(ctx, call, body, "", out)
 	if err == nil {
 		h.started = true
 	}
 	return err
 }
 
-func (h *held) complete(ctx context.Context, result any) error {
+// complete completes the job with result; with claim it also claims the
+// next job of queues, which it returns.
+func (h *held) complete(ctx context.Context, result any, queues []string, claim bool) ([]Job, error) {
 	body := map[string]any{}
 	if result != nil {
 		body["result"] = result
 	}
-	return h.finish(ctx, "/complete", body)
+	if claim {
+		body["claim"] = map[string]any{"queues": queues, "max": 1}
+	}
+	var ans struct{ Jobs []Job }
+	err := h.finish(ctx, "/complete", body, &ans)
+	return ans.Jobs, err
 }
 
 func (h *held) fail(ctx context.Context, msg string, retriable bool) error {
@@ -211,15 +241,15 @@ func (h *held) fail(ctx context.Context, msg string, retriable bool) error {
 	if len(msg) > maxError {
 		msg = msg[:maxError]
 	}
-	return h.finish(ctx, "/fail", map[string]any{"error": msg, "retriable": retriable})
+	return h.finish(ctx, "/fail", map[string]any{"error": msg, "retriable": retriable}, nil)
 }
 
 // send posts a report about the job, retrying with backoff and jitter while
 // the failure may mend and the lease lasts: each report is safe to repeat
 // (docs/worker-protocol.md), and nqd keeps the lease across its restarts.
-func (h *held) send(ctx context.Context, call string, body any, key string) error {
+func (h *held) send(ctx context.Context, call string, body any, key string, out any) error {
 	op := func() (struct{}, error) {
-		err := h.c.post(ctx, jobPath(h.job)+call, body, key, nil)
+		err := h.c.post(ctx, jobPath(h.job)+call, body, key, out)
 		if err == nil {
 			return struct{}{}, nil
 		}

@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -153,6 +154,9 @@ type worker struct {
 	c        *client
 	log      *slog.Logger
 	wg       sync.WaitGroup
+	// oldServer is set once nqd refused a completion's claim as an
+	// unknown field: completions claim no more.
+	oldServer atomic.Bool
 }
 
 // claimLoop claims jobs while ctx lasts, for as many slots as are free, and
@@ -209,7 +213,10 @@ func (w *worker) claimLoop(ctx, jobs context.Context) error {
 		for _, j := range claimed {
 			w.wg.Go(func() {
 				defer func() { <-slots }()
-				w.runJob(jobs, j)
+				// A completion may bring the slot's next job with it.
+				for next := &j; next != nil; {
+					next = w.runJob(ctx, jobs, *next)
+				}
 			})
 		}
 	}

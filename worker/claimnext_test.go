@@ -1,0 +1,108 @@
+package worker_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/nqd-dev/nqd/worker"
+)
+
+// callCounter counts the worker's claim calls and its completions that
+// carry a claim, on their way to nqd.
+type callCounter struct {
+	next                  http.RoundTripper
+	claims, claimingDones atomic.Int32
+}
+
+func (c *callCounter) RoundTrip(req *http.Request) (*http.Response, error) {
+	if strings.HasSuffix(req.URL.Path, "/api/_workers/claim") {
+		c.claims.Add(1)
+	}
+	if strings.HasSuffix(req.URL.Path, "/complete") && req.Body != nil {
+		b, err := io.ReadAll(req.Body)
+		if err != nil {
+			return nil, err
+		}
+		req.Body = io.NopCloser(bytes.NewReader(b))
+		if bytes.Contains(b, []byte(`"claim"`)) {
+			c.claimingDones.Add(1)
+		}
+	}
+	return c.next.RoundTrip(req)
+}
+
+// A busy worker takes its next job from each completion's answer: with one
+// slot and runs waiting, it claims on its own only for the first job and
+// once the queue is empty.
+func TestCompletionClaimsNext(t *testing.T) {
+	n := startNQD(t)
+	n.putFlow("chain", "entry: work\nsteps:\n  work: {queue: q1}\n")
+	var runs []string
+	for range 5 {
+		runs = append(runs, n.start("chain", nil))
+	}
+	calls := &callCounter{next: http.DefaultTransport}
+	runWorker(t, n.base, worker.Config{Queues: []string{"q1"}, Concurrency: 1, Client: &http.Client{Transport: calls}},
+		map[string]worker.Handler{"work": func(context.Context, *worker.StepContext) (any, error) { return "ok", nil }})
+	for _, run := range runs {
+		evs := n.mustComplete(run, runWithin)
+		if count(evs, "step.completed") != 1 {
+			t.Errorf("run %s: %s", run, keys(evs))
+		}
+	}
+	// The fifth completion finds nothing, and a claim waits for more.
+	if c := calls.claims.Load(); c > 2 {
+		t.Errorf("%d claim calls for %d runs waiting; want the first and one after the last", c, len(runs))
+	}
+	if d := calls.claimingDones.Load(); d != int32(len(runs)) {
+		t.Errorf("%d completions claimed; want %d", d, len(runs))
+	}
+}
+
+// An nqd from before completions claimed refuses the field; the worker
+// completes the job without it and claims on its own from then on.
+func TestCompletionClaimOnOldServer(t *testing.T) {
+	n := startNQD(t)
+	n.putFlow("chain", "entry: work\nsteps:\n  work: {queue: q1}\n")
+	target, err := url.Parse(n.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	var refused atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/complete") {
+			b, _ := io.ReadAll(r.Body)
+			if bytes.Contains(b, []byte(`"claim"`)) {
+				refused.Add(1)
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusBadRequest)
+				_, _ = io.WriteString(w, `{"error":{"code":"validation_failed","message":"The request has invalid fields.","fields":{"claim":"unknown field"}}}`)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(b))
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	runWorker(t, srv.URL, worker.Config{Queues: []string{"q1"}, Concurrency: 1},
+		map[string]worker.Handler{"work": func(context.Context, *worker.StepContext) (any, error) { return "ok", nil }})
+	for range 3 {
+		run := n.start("chain", nil)
+		evs := n.mustComplete(run, runWithin)
+		if count(evs, "step.completed") != 1 || count(evs, "step.failed") != 0 {
+			t.Errorf("run %s: %s", run, keys(evs))
+		}
+	}
+	if r := refused.Load(); r != 1 {
+		t.Errorf("the worker sent %d claiming completions to an nqd that refused the first; want 1", r)
+	}
+}
