@@ -114,9 +114,6 @@ func TestReaderMatchesUncompacted(t *testing.T) {
 			t.Errorf("Range(%+v) through the archive (-want +got):\n%s", q, d)
 		}
 	}
-	if _, ok := r.(store.Checkpointer); !ok {
-		t.Errorf("reader over a checkpointing store keeps no checkpoints")
-	}
 }
 
 func ids(evs []event.Event) []string {
@@ -182,7 +179,7 @@ func TestCompactLongRun(t *testing.T) {
 		t.Errorf("live stream after Compact = %+v, want its last %d events", info, tail)
 	}
 
-	cache := snapshots.New(compact.NewReader(st, dir), snapshots.Options{CheckpointEvery: snapshots.DefaultCheckpointEvery})
+	cache := snapshots.New(compact.NewReader(st, dir), snapshots.Options{Checkpoints: st, CheckpointEvery: snapshots.DefaultCheckpointEvery})
 	defer cache.Close()
 	for at, w := range want {
 		s, err := cache.StateAt(t.Context(), c, at)

@@ -29,22 +29,11 @@ type Reader struct {
 	seg  Segments
 }
 
-// checkpointReader is a Reader over a live store that keeps checkpoints; it
-// hands them through so the cache keeps using them.
-type checkpointReader struct {
-	*Reader
-	store.Checkpointer
-}
-
 // NewReader returns a reader of live's streams that reads through to seg.
-// When live is a store.Checkpointer the reader is one too, with live's
-// checkpoints.
-func NewReader(live snapshots.Reader, seg Segments) snapshots.Reader {
-	r := &Reader{live: live, seg: seg}
-	if cp, ok := live.(store.Checkpointer); ok {
-		return checkpointReader{Reader: r, Checkpointer: cp}
-	}
-	return r
+// Checkpoints stay with the live store: compaction writes one there before
+// it trims.
+func NewReader(live snapshots.Reader, seg Segments) *Reader {
+	return &Reader{live: live, seg: seg}
 }
 
 // Range answers q as the live store would had nothing been trimmed. Errors:

@@ -32,7 +32,7 @@ func withCompaction(t testing.TB, dir string) func(*handlers.Deps) {
 			t.Fatalf("%T cannot be compacted", d.Store)
 		}
 		history := compact.NewReader(st, seg)
-		states := snapshots.New(history, snapshots.Options{CheckpointEvery: snapshots.DefaultCheckpointEvery, Logger: testkit.Logger(t)})
+		states := snapshots.New(history, snapshots.Options{Checkpoints: st, CheckpointEvery: snapshots.DefaultCheckpointEvery, Logger: testkit.Logger(t)})
 		t.Cleanup(func() { _ = states.Close() })
 		d.State = states
 		d.History = history

@@ -14,12 +14,14 @@ import (
 	"github.com/nqd-dev/nqd/handlers"
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/snapshots"
+	"github.com/nqd-dev/nqd/store"
 )
 
 // withState gives the API a snapshot cache over its own store.
 func withState(t testing.TB) func(*handlers.Deps) {
 	return func(d *handlers.Deps) {
-		c := snapshots.New(d.Store, snapshots.Options{CheckpointEvery: snapshots.DefaultCheckpointEvery, Logger: testkit.Logger(t)})
+		cp, _ := d.Store.(store.Checkpointer)
+		c := snapshots.New(d.Store, snapshots.Options{Checkpoints: cp, CheckpointEvery: snapshots.DefaultCheckpointEvery, Logger: testkit.Logger(t)})
 		t.Cleanup(func() { _ = c.Close() })
 		d.State = c
 	}

@@ -117,14 +117,15 @@ func BenchmarkState10k(b *testing.B) {
 				})
 			})
 			b.Run("cold_checkpoint", func(b *testing.B) {
-				writer := snapshots.New(st, snapshots.Options{CheckpointEvery: 9_000, Logger: log})
+				cp := st.(store.Checkpointer)
+				writer := snapshots.New(st, snapshots.Options{Checkpoints: cp, CheckpointEvery: 9_000, Logger: log})
 				mustStateB(b, writer, c)
 				_ = writer.Close()
 				if writer.Stats().CheckpointsWritten == 0 {
 					b.Fatal("no checkpoint written")
 				}
 				measure(b, func() {
-					cache := snapshots.New(st, snapshots.Options{CheckpointEvery: snapshots.DefaultCheckpointEvery, Logger: log})
+					cache := snapshots.New(st, snapshots.Options{Checkpoints: cp, CheckpointEvery: snapshots.DefaultCheckpointEvery, Logger: log})
 					mustStateB(b, cache, c)
 					_ = cache.Close()
 				})

@@ -48,6 +48,7 @@ func newRedisStore(t *testing.T) store.Store {
 func newCache(t *testing.T, st store.Store, opts snapshots.Options) *snapshots.Cache {
 	t.Helper()
 	opts.Logger = testkit.Logger(t)
+	opts.Checkpoints, _ = st.(store.Checkpointer)
 	c := snapshots.New(st, opts)
 	t.Cleanup(func() { _ = c.Close() })
 	return c

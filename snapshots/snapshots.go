@@ -31,8 +31,7 @@ import (
 	"github.com/nqd-dev/nqd/store"
 )
 
-// Reader is the part of store.Store the cache reads. A Reader that is also a
-// store.Checkpointer gets checkpoints.
+// Reader is the part of store.Store the cache reads.
 type Reader interface {
 	Range(ctx context.Context, c store.Context, q store.RangeQuery) ([]event.Event, error)
 }
@@ -59,6 +58,9 @@ type Options struct {
 	MaxBytes int64
 	// TTL by run status; zero fields take DefaultTTL's.
 	TTL TTL
+	// Checkpoints keeps the checkpoints the cache writes and rebuilds
+	// from, usually the store Reader reads; nil keeps none.
+	Checkpoints store.Checkpointer
 	// CheckpointEvery writes a checkpoint when a fold crosses a multiple of
 	// this many events; 0 writes none and reads none (DefaultCheckpointEvery
 	// is the server's default).
@@ -173,8 +175,8 @@ func New(st Reader, opts Options) *Cache {
 		quit:  make(chan struct{}),
 		done:  make(chan struct{}),
 	}
-	if cp, ok := st.(store.Checkpointer); ok && opts.CheckpointEvery > 0 {
-		c.cp = cp
+	if opts.CheckpointEvery > 0 {
+		c.cp = opts.Checkpoints
 	}
 	// The callback runs under mu, from Add, Remove and RemoveOldest alike, so
 	// it keeps the byte count and nothing else.

@@ -77,6 +77,7 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 	states := snapshots.New(history, snapshots.Options{
 		MaxEntries:      cfg.CacheEntries,
 		MaxBytes:        cfg.CacheBytes,
+		Checkpoints:     st,
 		CheckpointEvery: cfg.CheckpointEvery,
 		Logger:          log,
 	})
