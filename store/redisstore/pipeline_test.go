@@ -168,3 +168,58 @@ func TestAppendNotSent(t *testing.T) {
 		t.Fatalf("Append after Close = %v, want ErrClosed", err)
 	}
 }
+
+// TestLostPipelineIsResolved loses the reply (or the calls) of a pipeline
+// while many appends are on their way: every append of it learns its true
+// outcome under its idempotency key, and each batch is stored exactly once.
+func TestLostPipelineIsResolved(t *testing.T) {
+	for _, fault := range []int{redistest.LoseReply, redistest.LoseCall} {
+		t.Run(fmt.Sprint(fault), func(t *testing.T) {
+			s, f := newFlakyStore(t)
+			c := store.Context{Type: "flow", ID: "run-1"}
+			if _, err := s.Append(t.Context(), c, []event.Event{{Kind: "a.warm", Subject: c.ID}}, store.AppendOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			const writers = 16
+			f.Arm(fault)
+			answered := make([][]event.Event, writers)
+			var wg sync.WaitGroup
+			for w := range writers {
+				wg.Go(func() {
+					opts := store.AppendOptions{}
+					if w%2 == 0 {
+						opts = store.AppendOptions{IdempotencyKey: fmt.Sprintf("k-%d", w), SameRequest: true}
+					}
+					batch := []event.Event{{Kind: "a.b", Subject: c.ID}, {Kind: "a.c", Subject: c.ID}}
+					res, err := s.Append(t.Context(), c, batch, opts)
+					if err != nil || len(res.Events) != 2 {
+						t.Errorf("writer %d: Append = %+v, %v; want the true outcome", w, res, err)
+						return
+					}
+					if res.Replayed && opts.IdempotencyKey == "" {
+						t.Errorf("writer %d: an append without a key answered as a replay", w)
+					}
+					answered[w] = res.Events
+				})
+			}
+			wg.Wait()
+			stored, err := s.Range(t.Context(), c, store.RangeQuery{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(stored) != 1+2*writers {
+				t.Fatalf("%d events stored, want the warm-up and %d batches of 2 once each", len(stored), writers)
+			}
+			at := map[event.ID]int{}
+			for i, e := range stored {
+				at[e.ID] = i
+			}
+			for w, evs := range answered {
+				i, ok := at[evs[0].ID]
+				if !ok || i+1 >= len(stored) || stored[i+1].ID != evs[1].ID {
+					t.Errorf("writer %d was answered %v, which is not a stored batch", w, evs)
+				}
+			}
+		})
+	}
+}
