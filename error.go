@@ -29,7 +29,6 @@ const (
 	CodeCrossOrigin      = "cross_origin"
 	CodeHostNotAllowed   = "host_not_allowed"
 	CodeInternal         = "internal"
-	CodeNotImplemented   = "not_implemented"
 	CodeArchiveCorrupt   = "archive_corrupt"
 	CodeUnavailable      = "unavailable"
 	CodeTimeout          = "timeout"

@@ -82,7 +82,8 @@ const (
 // Deps are what the API is built from.
 type Deps struct {
 	Store Store
-	// State is optional: without it the context route leaves `state` out.
+	// State answers the states of contexts: the context route's `state`,
+	// the state routes and time travel (`at=`).
 	State StateReader
 	// Stream is optional: without it the SSE routes are not mounted.
 	Stream Streamer

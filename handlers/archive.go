@@ -33,11 +33,8 @@ var errNoArchive = &nqd.Error{
 type contextSource interface {
 	Info(ctx context.Context) (store.StreamInfo, error)
 	Range(ctx context.Context, q store.RangeQuery) ([]event.Event, error)
-	// StateAt folds the events up to and including at; errNoState when the
-	// source cannot reduce.
+	// StateAt folds the events up to and including at.
 	StateAt(ctx context.Context, at event.ID) (reducers.State, error)
-	// Reduces reports whether StateAt can answer.
-	Reduces() bool
 }
 
 // sourceOf picks the source the request's `source` parameter names: `live`
@@ -70,7 +67,7 @@ func (a *API) sourceOf(r *http.Request, c store.Context) (contextSource, error) 
 type liveSource struct {
 	store   Reader
 	history History
-	state   StateReader // nil: the server does not reduce
+	state   StateReader
 	c       store.Context
 }
 
@@ -83,13 +80,8 @@ func (s liveSource) Range(ctx context.Context, q store.RangeQuery) ([]event.Even
 }
 
 func (s liveSource) StateAt(ctx context.Context, at event.ID) (reducers.State, error) {
-	if s.state == nil {
-		return nil, errNoState
-	}
 	return s.state.StateAt(ctx, s.c, at)
 }
-
-func (s liveSource) Reduces() bool { return s.state != nil }
 
 // archivedSource answers from a context's archived events, held whole: an
 // archive is read and checked in one pass, so there is no cheaper page of it.
@@ -118,5 +110,3 @@ func (s archivedSource) StateAt(_ context.Context, at event.ID) (reducers.State,
 	}
 	return reducers.Fold(s.r, archive.Filter(s.evs, store.RangeQuery{Through: at}))
 }
-
-func (archivedSource) Reduces() bool { return true }

@@ -44,7 +44,6 @@ var statuses = map[string]int{
 	nqd.CodeRateLimited:      http.StatusTooManyRequests,
 	nqd.CodeCanceled:         statusClientClosed,
 	nqd.CodeInternal:         http.StatusInternalServerError,
-	nqd.CodeNotImplemented:   http.StatusNotImplemented,
 	// A 502: the archive is storage behind nqd, and its copy is bad; the
 	// request was fine and repeating it will not help.
 	nqd.CodeArchiveCorrupt: http.StatusBadGateway,

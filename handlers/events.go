@@ -127,10 +127,8 @@ func (a *API) getContext(w http.ResponseWriter, r *http.Request) error {
 	if evs != nil {
 		body.Events = evs
 	}
-	if src.Reduces() {
-		if body.State, err = src.StateAt(r.Context(), info.LastID); err != nil {
-			return err
-		}
+	if body.State, err = src.StateAt(r.Context(), info.LastID); err != nil {
+		return err
 	}
 	writeJSON(w, r, http.StatusOK, body)
 	return nil

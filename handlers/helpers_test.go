@@ -25,6 +25,8 @@ import (
 	"github.com/nqd-dev/nqd/handlers"
 	"github.com/nqd-dev/nqd/internal/redistest"
 	"github.com/nqd-dev/nqd/internal/testkit"
+	"github.com/nqd-dev/nqd/snapshots"
+	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
 	"github.com/nqd-dev/nqd/store/redisstore"
 )
@@ -88,7 +90,7 @@ func newTestAPI(t testing.TB, opts ...func(*handlers.Deps)) *testAPI {
 	clock := testkit.NewClock(epoch)
 	log := testkit.Logger(t)
 	st := testkit.Bolt(t, boltstore.Options{Now: clock.Now, Logger: log})
-	deps := handlers.Deps{Store: st, Engine: engine.New(st, engine.Options{Logger: log}), KV: st, Restorer: st, Log: log}
+	deps := handlers.Deps{Store: st, State: newStates(t, st), Engine: engine.New(st, engine.Options{Logger: log}), KV: st, Restorer: st, Log: log}
 	for _, opt := range opts {
 		opt(&deps)
 	}
@@ -110,11 +112,19 @@ func newRedisTestAPI(t testing.TB, opts ...func(*handlers.Deps)) *testAPI {
 			t.Errorf("close store: %v", err)
 		}
 	})
-	deps := handlers.Deps{Store: st, Engine: engine.New(st, engine.Options{Logger: log}), KV: st, Restorer: st, Log: log}
+	deps := handlers.Deps{Store: st, State: newStates(t, st), Engine: engine.New(st, engine.Options{Logger: log}), KV: st, Restorer: st, Log: log}
 	for _, opt := range opts {
 		opt(&deps)
 	}
 	return &testAPI{h: handlers.New(deps).Routes(), store: st}
+}
+
+// newStates is the snapshot cache wiring gives the API, on st.
+func newStates(t testing.TB, st snapshots.Reader) *snapshots.Cache {
+	cp, _ := st.(store.Checkpointer)
+	c := snapshots.New(st, snapshots.Options{Checkpoints: cp, CheckpointEvery: snapshots.DefaultCheckpointEvery, Logger: testkit.Logger(t)})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 // request is one HTTP call a test makes.

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/reducers"
 	"github.com/nqd-dev/nqd/store"
@@ -58,13 +57,6 @@ func pointParam(q url.Values, name string, def event.ID) (event.ID, error) {
 		return event.ID{}, invalidField(name, pointRule)
 	}
 	return id, nil
-}
-
-// errNoState answers the routes that need reducers on a server built without
-// them.
-var errNoState = &nqd.Error{
-	Code:    nqd.CodeNotImplemented,
-	Message: "This server does not reduce states.",
 }
 
 // positionOf is a state's last event id, or nil before any event.

@@ -12,19 +12,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/nqd-dev/nqd/handlers"
-	"github.com/nqd-dev/nqd/internal/testkit"
-	"github.com/nqd-dev/nqd/snapshots"
-	"github.com/nqd-dev/nqd/store"
 )
 
 // withState gives the API a snapshot cache over its own store.
 func withState(t testing.TB) func(*handlers.Deps) {
-	return func(d *handlers.Deps) {
-		cp, _ := d.Store.(store.Checkpointer)
-		c := snapshots.New(d.Store, snapshots.Options{Checkpoints: cp, CheckpointEvery: snapshots.DefaultCheckpointEvery, Logger: testkit.Logger(t)})
-		t.Cleanup(func() { _ = c.Close() })
-		d.State = c
-	}
+	return func(d *handlers.Deps) { d.State = newStates(t, d.Store) }
 }
 
 // trainingScenario is reducers/testdata/seed000_training.txt: a run of the
@@ -255,12 +247,4 @@ func TestStateBadPoints(t *testing.T) {
 		}
 	}
 	wantStatus(t, api.do(t, get("/api/_events/Flow/r1/state")), http.StatusBadRequest)
-}
-
-func TestStateNeedsReducers(t *testing.T) {
-	api := newTestAPI(t)
-	for _, target := range []string{"/api/_events/flow/r1/state", "/api/_events/flow/r1/state/diff", "/api/_events/flow/r1?at=1"} {
-		wantStatus(t, api.do(t, get(target)), http.StatusNotImplemented)
-	}
-	wantStatus(t, api.do(t, get("/api/_events/flow/r1")), http.StatusOK)
 }
