@@ -124,6 +124,23 @@ type RangeQuery struct {
 	Reverse bool     // newest first; Limit then keeps the newest
 }
 
+// Bounds turns q's two optional bounds into an inclusive lower id and an
+// exclusive upper id, event.MaxID meaning none (so that an event at MaxID
+// is still read). ok is false when nothing can match.
+func (q RangeQuery) Bounds() (lo, hi event.ID, ok bool) {
+	hi = event.MaxID
+	if !q.After.IsZero() {
+		if q.After == event.MaxID {
+			return lo, hi, false
+		}
+		lo = q.After.Next()
+	}
+	if !q.Through.IsZero() && q.Through != event.MaxID {
+		hi = q.Through.Next()
+	}
+	return lo, hi, true
+}
+
 // StreamInfo describes a stream.
 type StreamInfo struct {
 	Length  int64

@@ -23,7 +23,7 @@ func (s *Store) Range(ctx context.Context, c store.Context, q store.RangeQuery) 
 		return nil, err
 	}
 	out := []event.Event{}
-	lo, hi, ok := bounds(q)
+	lo, hi, ok := q.Bounds()
 	if !ok {
 		return out, nil
 	}
@@ -72,22 +72,6 @@ func (s *Store) Range(ctx context.Context, c store.Context, q store.RangeQuery) 
 		return nil, dbErr(err)
 	}
 	return out, nil
-}
-
-// bounds turns q's two optional bounds into an inclusive lower id and an
-// exclusive upper id (MaxID meaning none). ok is false when nothing can match.
-func bounds(q store.RangeQuery) (lo, hi event.ID, ok bool) {
-	hi = event.MaxID
-	if !q.After.IsZero() {
-		if q.After == event.MaxID {
-			return lo, hi, false
-		}
-		lo = q.After.Next()
-	}
-	if !q.Through.IsZero() && q.Through != event.MaxID {
-		hi = q.Through.Next()
-	}
-	return lo, hi, true
 }
 
 // Info returns c's length and first and last ids. Errors: ErrInvalid,

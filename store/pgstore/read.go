@@ -32,7 +32,7 @@ func (s *Store) Range(ctx context.Context, c store.Context, q store.RangeQuery) 
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
-	lo, hi, ok := bounds(q)
+	lo, hi, ok := q.Bounds()
 	if !ok {
 		return []event.Event{}, nil
 	}
@@ -77,22 +77,6 @@ func rangeQuery(ctx context.Context, db querier, query, ck string, lo, hi event.
 		out = append(out, e)
 	}
 	return out, rows.Err()
-}
-
-// bounds turns q's two optional bounds into an inclusive lower id and an
-// exclusive upper id (MaxID meaning none). ok is false when nothing can match.
-func bounds(q store.RangeQuery) (lo, hi event.ID, ok bool) {
-	hi = event.MaxID
-	if !q.After.IsZero() {
-		if q.After == event.MaxID {
-			return lo, hi, false
-		}
-		lo = q.After.Next()
-	}
-	if !q.Through.IsZero() && q.Through != event.MaxID {
-		hi = q.Through.Next()
-	}
-	return lo, hi, true
 }
 
 // Info returns c's length and first and last ids. Errors: ErrInvalid,
