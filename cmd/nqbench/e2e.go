@@ -63,6 +63,9 @@ type e2eRow struct {
 	NQDCPUms    float64 `json:"nqd_cpu_ms_per_run"`
 	WorkerCPUms float64 `json:"worker_cpu_ms_per_run"`
 	RedisCPUms  float64 `json:"redis_cpu_ms_per_run,omitempty"`
+	// ClaimsPerRun is the worker's claim calls over the runs, from nqd's
+	// own request counter.
+	ClaimsPerRun float64 `json:"claims_per_run"`
 	// NodeRunsPerSec and NodeFirstP50ms are the Node original's at C.
 	NodeRunsPerSec float64 `json:"node_runs_per_sec"`
 	NodeFirstP50ms float64 `json:"node_first_frame_p50_ms"`
@@ -155,6 +158,7 @@ func e2eOnce(ctx context.Context, e env, dir, nqdBin, storeName string, c int, o
 	if pprofAddr != "" {
 		prof = takeProfiles(ctx, pprofAddr, filepath.Join(o.pprofDir, fmt.Sprintf("%s-c%d", storeName, c)))
 	}
+	c0 := claimCalls(base)
 	n0, _ := cpuSeconds(nqd.pid())
 	w0, _ := cpuSeconds(w.pid())
 	r0, _ := cpuSeconds(e.redisPID)
@@ -162,6 +166,7 @@ func e2eOnce(ctx context.Context, e env, dir, nqdBin, storeName string, c int, o
 	n1, _ := cpuSeconds(nqd.pid())
 	w1, _ := cpuSeconds(w.pid())
 	r1, _ := cpuSeconds(e.redisPID)
+	c1 := claimCalls(base)
 	if prof != nil {
 		if perr := prof.finish(); perr != nil {
 			fmt.Fprintln(os.Stderr, "nqbench: profiles:", perr)
@@ -178,6 +183,7 @@ func e2eOnce(ctx context.Context, e env, dir, nqdBin, storeName string, c int, o
 	row.StartP50ms = ms(m.start, 50)
 	perRun := func(a, b float64) float64 { return (b - a) * 1000 / float64(max(m.runs, 1)) }
 	row.NQDCPUms, row.WorkerCPUms = perRun(n0, n1), perRun(w0, w1)
+	row.ClaimsPerRun = (c1 - c0) / float64(max(m.runs, 1))
 	if storeName == "redis" {
 		row.RedisCPUms = perRun(r0, r1)
 	}
@@ -189,6 +195,26 @@ func e2eOnce(ctx context.Context, e env, dir, nqdBin, storeName string, c int, o
 
 // e2eRedisDB is the Redis database the e2e rows use, emptied before each.
 const e2eRedisDB = 1
+
+// claimCalls is how many claim calls nqd has answered, from its
+// nqd_http_requests_total.
+func claimCalls(base string) float64 {
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	var n float64
+	for line := range strings.Lines(string(b)) {
+		if strings.HasPrefix(line, "nqd_http_requests_total{") && strings.Contains(line, `route="/api/_workers/claim"`) {
+			f := strings.Fields(line)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			n += v
+		}
+	}
+	return n
+}
 
 // flushRedis empties the database a row's nqd will use, so that no row
 // reads another's runs.
@@ -389,9 +415,9 @@ func (r e2eResult) text() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "e2e (closed loop, one no-op step, worker in its own process; Node original's figures in brackets):\n")
 	for _, x := range r.Rows {
-		fmt.Fprintf(&b, "  %-8s C=%-2d %5d runs  %4.0f runs/s [%3.0f]  first frame p50 %5.1f [%4.1f] p99 %5.1f ms  completed p50 %5.1f p99 %5.1f ms  CPU-ms/run nqd %.2f worker %.2f redis %.2f [all %s]\n",
+		fmt.Fprintf(&b, "  %-8s C=%-2d %5d runs  %4.0f runs/s [%3.0f]  first frame p50 %5.1f [%4.1f] p99 %5.1f ms  completed p50 %5.1f p99 %5.1f ms  CPU-ms/run nqd %.2f worker %.2f redis %.2f [all %s]  claims/run %.2f\n",
 			x.Store, x.Concurrency, x.Runs, x.RunsPerSec, x.NodeRunsPerSec, x.FirstP50ms, x.NodeFirstP50ms, x.FirstP99ms,
-			x.DoneP50ms, x.DoneP99ms, x.NQDCPUms, x.WorkerCPUms, x.RedisCPUms, nodeCPUPerRun)
+			x.DoneP50ms, x.DoneP99ms, x.NQDCPUms, x.WorkerCPUms, x.RedisCPUms, nodeCPUPerRun, x.ClaimsPerRun)
 	}
 	return b.String()
 }
