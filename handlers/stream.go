@@ -16,7 +16,8 @@ import (
 // Streamer serves the Server-Sent Events routes (their frames are described
 // in openapi.yaml).
 type Streamer interface {
-	// Serve streams req, which the route has read and authorized. It
+	// Serve streams req, which the route has read and authorized, and calls
+	// req.Release when the stream ends, which may be after it returns. It
 	// returns an error only when it refuses before the response starts:
 	// stream.ErrDraining, or a store failure.
 	Serve(w http.ResponseWriter, r *http.Request, req stream.Request) error
@@ -43,8 +44,7 @@ func (a *API) serveStream(w http.ResponseWriter, r *http.Request) {
 			Message: "Too many streams are open for this client; close one or retry later."})
 		return
 	}
-	defer release()
-	req.Expiry = until
+	req.Expiry, req.Release = until, release
 	if err := a.stream.Serve(w, r, req); err != nil {
 		writeError(w, r, err)
 	}

@@ -9,11 +9,39 @@ import (
 
 // conn is one open stream, as Drain sees it.
 type conn struct {
-	stop chan struct{}
-	once sync.Once
+	stop chan struct{} // closed by close
+
+	mu      sync.Mutex
+	stopped bool
+	onStop  func() // what close calls besides, for a taken connection
 }
 
-func (c *conn) close() { c.once.Do(func() { close(c.stop) }) }
+func (c *conn) close() {
+	c.mu.Lock()
+	if c.stopped {
+		c.mu.Unlock()
+		return
+	}
+	c.stopped = true
+	close(c.stop)
+	f := c.onStop
+	c.mu.Unlock()
+	if f != nil {
+		f()
+	}
+}
+
+// whenClosed makes close call f, or calls f now when close came first.
+func (c *conn) whenClosed(f func()) {
+	c.mu.Lock()
+	if c.stopped {
+		c.mu.Unlock()
+		f()
+		return
+	}
+	c.onStop = f
+	c.mu.Unlock()
+}
 
 // Drain closes every open stream, each at a random moment of the drain
 // window so that clients reconnect elsewhere in a spread rather than a storm,

@@ -76,6 +76,10 @@ type Request struct {
 	// Expiry ends the stream when the credential that opened it expires;
 	// the zero time never does.
 	Expiry time.Time
+	// Release, when set, is called once when the stream ends or is refused,
+	// from whichever goroutine ends it: Serve may return while the stream
+	// goes on (see takeOver).
+	Release func()
 }
 
 // ErrDraining refuses a stream while the handler drains: the client should
@@ -122,6 +126,14 @@ func (h *Handler) logger(r *http.Request) *zerolog.Logger {
 func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, req Request) error {
 	c, p := req.Context, h.plan(req)
 	log := h.logger(r)
+	end := &ending{reason: CloseError}
+	end.add(req.Release)
+	handed := false // to a taken connection, which ends the stream itself
+	defer func() {
+		if !handed {
+			end.run()
+		}
+	}()
 	if _, ok := w.(http.Flusher); !ok {
 		return errNoStreaming
 	}
@@ -129,7 +141,7 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, req Request) err
 	if !ok {
 		return ErrDraining
 	}
-	defer h.unregister(cn)
+	end.add(func() { h.unregister(cn) })
 
 	ctx := r.Context()
 	q := newQueue(p.tail, h.o.QueueEvents, h.o.QueueBytes)
@@ -138,7 +150,7 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, req Request) err
 		if err != nil {
 			return unavailable(ctx.Err(), "subscribe to", c, err)
 		}
-		defer h.hub.leave(t, q)
+		end.add(func() { h.hub.leave(t, q) })
 	}
 	if h.o.Hooks.AfterSubscribe != nil {
 		h.o.Hooks.AfterSubscribe()
@@ -167,13 +179,16 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, req Request) err
 	if p.tail {
 		s.key, _ = json.Marshal(h.o.Prefix + ":" + c.String())
 	}
-	defer s.release()
 	h.o.Observer.Opened(c)
-	reason := CloseError
-	defer func() { h.o.Observer.Closed(c, reason) }()
+	end.add(func() { h.o.Observer.Closed(c, end.reason) })
+	defer func() {
+		if !handed {
+			s.release()
+		}
+	}()
 	s.buf = fmt.Appendf(s.buf, ": nqd\nretry: %d\n\n", h.o.Retry.Milliseconds())
 	if err := s.flushBuf(); err != nil {
-		reason = closeReason(ctx, err)
+		end.reason = closeReason(ctx, err)
 		return nil
 	}
 
@@ -185,14 +200,39 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, req Request) err
 			if ctx.Err() == nil {
 				log.Warn().Err(err).Str("context", c.String()).Msg("backfill failed; closing the stream")
 			}
-			reason = closeReason(ctx, err)
+			end.reason = closeReason(ctx, err)
 			return nil
 		}
 		h.o.Observer.Started(startKind(p, s), s.sent, time.Since(start))
 	}
 	q.harden()
-	reason = h.live(ctx, log, s, cn, q, c, p, last, req.Expiry)
+	if handed = h.takeOver(s, log, cn, q, c, p, last, req.Expiry, end); handed {
+		return nil
+	}
+	end.reason = h.live(ctx, log, s, cn, q, c, p, last, req.Expiry)
 	return nil
+}
+
+// ending is what a stream gives back when it ends, last taken first: the
+// caller's Release, its place among the open streams, its queue's place in
+// the hub, and the Observer's count. Serve runs it on return unless the
+// stream was handed over to a taken connection, which then runs it.
+type ending struct {
+	fns    []func()
+	reason CloseReason // told to the Observer
+}
+
+func (e *ending) add(f func()) {
+	if f != nil {
+		e.fns = append(e.fns, f)
+	}
+}
+
+func (e *ending) run() {
+	for i := len(e.fns) - 1; i >= 0; i-- {
+		e.fns[i]()
+	}
+	e.fns = nil
 }
 
 // unavailable is the refusal of a stream whose store call failed: the

@@ -15,6 +15,7 @@ type queue struct {
 
 	mu     sync.Mutex
 	cut    func() // ends the connection's blocked write; set by the writer
+	notify func() // replaces wake once set: called, under mu, for each signal
 	frames []*frame
 	bytes  int
 	soft   bool // overflow means a hole, not a failure
@@ -73,10 +74,30 @@ func (q *queue) onFail(cut func()) {
 }
 
 func (q *queue) signal() {
+	if q.notify != nil {
+		q.notify()
+		return
+	}
 	select {
 	case q.wake <- struct{}{}:
 	default:
 	}
+}
+
+// onSignal makes the queue call notify, which must not block, where it
+// would signal wake, and calls it once now for what is already queued.
+func (q *queue) onSignal(notify func()) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.notify = notify
+	notify()
+}
+
+// holes reports whether frames were forgotten that the stream must supply.
+func (q *queue) holes() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.lost
 }
 
 // take hands over the queued frames, giving spare (emptied) back to the queue

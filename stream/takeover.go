@@ -1,0 +1,215 @@
+package stream
+
+import (
+	"errors"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/store"
+)
+
+// An idle stream should cost little more than its socket. net/http would
+// hold two goroutines for it (the handler's, deep in middleware, and a
+// background reader) and a read and a write buffer, about 40 KB in all. So
+// once the backfill is written, an HTTP/1.1 stream's connection is taken
+// over (hijacked) and served by a taken: one goroutine blocked on a one-byte
+// read, which notices the client leaving at once, and timers. Its writes run
+// on a goroutine started when there is something to write (events queued by
+// the hub, a heartbeat due, the end) that exits when done, under the same
+// write deadline as before. HTTP/2 streams, which cannot be taken over,
+// keep the loop in live.go.
+
+// taken is a stream on a connection taken over from net/http. The response
+// it continues is chunked (its headers are written), so it frames each write
+// as a chunk and ends with the last chunk.
+type taken struct {
+	h    *Handler
+	nc   net.Conn
+	q    *queue
+	c    store.Context
+	tail bool
+	log  *zerolog.Logger
+	end  *ending
+	last event.ID // the newest event written
+
+	hb, retire, expire *time.Timer
+
+	mu      sync.Mutex
+	running bool        // a goroutine runs the writes
+	again   bool        // run once more: something happened since
+	beat    bool        // a heartbeat is due
+	reason  CloseReason // set once: the stream ends for this reason
+}
+
+// lastChunk ends a chunked response.
+const lastChunk = "0\r\n\r\n"
+
+// ping is the heartbeat, a comment line.
+const ping = ": ping\n\n"
+
+// takeOver hands the stream to a taken connection and reports whether it
+// did; it does not on HTTP/2, nor when the queue has lost frames that only
+// the stream can supply (the loop in live.go reads them). Whatever the
+// backfill wrote is flushed first: net/http drops what it still buffers.
+func (h *Handler) takeOver(s *sink, log *zerolog.Logger, cn *conn, q *queue, c store.Context, p plan, last event.ID, expiry time.Time, end *ending) bool {
+	if q.holes() || s.flush() != nil {
+		return false
+	}
+	nc, _, err := s.rc.Hijack()
+	if err != nil {
+		return false
+	}
+	t := &taken{h: h, nc: nc, q: q, c: c, tail: p.tail, log: log, end: end, last: last}
+	_ = nc.SetDeadline(time.Time{})
+	q.onFail(func() { _ = nc.SetWriteDeadline(time.Now()) })
+	t.hb = time.AfterFunc(h.o.Heartbeat, func() {
+		t.mu.Lock()
+		t.beat = true
+		t.mu.Unlock()
+		t.kick(false)
+	})
+	if h.o.MaxLifetime > 0 {
+		t.retire = time.AfterFunc(h.o.MaxLifetime+rand.N(h.o.LifetimeJitter+1), func() { t.stop(CloseRotate, false) })
+	}
+	if !expiry.IsZero() {
+		t.expire = time.AfterFunc(time.Until(expiry), func() { t.stop(CloseExpired, false) })
+	}
+	cn.whenClosed(func() { t.stop(CloseShutdown, true) })
+	q.onSignal(func() { t.kick(true) })
+	go t.read()
+	return true
+}
+
+// read waits for the client to close the connection; whatever it sends
+// meanwhile is ignored.
+func (t *taken) read() {
+	b := make([]byte, 1)
+	for {
+		if _, err := t.nc.Read(b); err != nil {
+			t.stop(CloseClient, false)
+			return
+		}
+	}
+}
+
+// stop ends the stream for reason, unless it ends for another already.
+func (t *taken) stop(reason CloseReason, spawn bool) {
+	t.mu.Lock()
+	if t.reason == "" {
+		t.reason = reason
+	}
+	t.mu.Unlock()
+	t.kick(spawn)
+}
+
+// kick makes sure the writes run after this call: on a new goroutine when
+// spawn (the hub must never wait on a client), else on the caller's. When
+// they run already, they run once more.
+func (t *taken) kick(spawn bool) {
+	t.mu.Lock()
+	t.again = true
+	if t.running {
+		t.mu.Unlock()
+		return
+	}
+	t.running = true
+	t.mu.Unlock()
+	if spawn {
+		go t.run()
+	} else {
+		t.run()
+	}
+}
+
+// run writes until nothing is left to do, or ends the stream. After the
+// end, running stays set: nothing runs again.
+func (t *taken) run() {
+	for {
+		t.mu.Lock()
+		if !t.again {
+			t.running = false
+			t.mu.Unlock()
+			return
+		}
+		beat, reason := t.beat, t.reason
+		t.again, t.beat = false, false
+		t.mu.Unlock()
+		if reason == "" {
+			reason = t.write(beat)
+		}
+		if reason != "" {
+			t.finish(reason)
+			return
+		}
+	}
+}
+
+// write sends the queued events, or a heartbeat when beat and there are
+// none, as one chunk. It returns why the stream must end, or "".
+func (t *taken) write(beat bool) CloseReason {
+	frames, _, failed := t.q.take(nil)
+	if failed {
+		t.log.Info().Str("context", t.c.String()).Str("last_id", t.last.String()).Msg("client too slow; disconnecting")
+		return CloseSlow
+	}
+	bufs := make(net.Buffers, 1, len(frames)+2)
+	var oldest event.ID
+	n, size := 0, 0
+	for _, f := range frames {
+		if f.id.Compare(t.last) <= 0 {
+			continue
+		}
+		b := f.bytesFor(t.tail)
+		bufs = append(bufs, b)
+		if n == 0 {
+			oldest = f.id
+		}
+		t.last = f.id
+		n, size = n+1, size+len(b)
+	}
+	switch {
+	case n == 0 && !beat:
+		return ""
+	case n == 0:
+		bufs = append(bufs, []byte(ping))
+		size = len(ping)
+	}
+	bufs[0] = append(strconv.AppendInt(make([]byte, 0, 10), int64(size), 16), '\r', '\n')
+	bufs = append(bufs, []byte("\r\n"))
+	_ = t.nc.SetWriteDeadline(time.Now().Add(t.h.o.WriteTimeout))
+	if _, err := bufs.WriteTo(t.nc); err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return CloseSlow
+		}
+		return CloseClient
+	}
+	t.hb.Reset(t.h.o.Heartbeat)
+	if n > 0 {
+		t.h.o.Observer.Flushed(n, size, oldest)
+	}
+	return ""
+}
+
+// finish ends the response when the server ends the stream, closes the
+// connection and gives back what the stream held.
+func (t *taken) finish(reason CloseReason) {
+	for _, tm := range []*time.Timer{t.hb, t.retire, t.expire} {
+		if tm != nil {
+			tm.Stop()
+		}
+	}
+	if reason != CloseSlow && reason != CloseClient {
+		_ = t.nc.SetWriteDeadline(time.Now().Add(t.h.o.WriteTimeout))
+		_, _ = t.nc.Write([]byte(lastChunk))
+	}
+	_ = t.nc.Close()
+	t.end.reason = reason
+	t.end.run()
+}
