@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
@@ -469,4 +470,29 @@ func TestMaxLifetime(t *testing.T) {
 			t.Errorf("got %s, want %s", got, live[0].ID)
 		}
 	})
+}
+
+// TestHTTP2 serves a stream over HTTP/2 (TLS), whose connection cannot be
+// taken over: the stream stays in net/http's hands and still gets its
+// backfill, then live events.
+func TestHTTP2(t *testing.T) {
+	s := newBoltStore(t)
+	h := newTestHandler(t, s, Options{})
+	srv := httptest.NewUnstartedServer(routes(h))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	closeWithTest(t, h, srv)
+	c := newContext(t)
+	evs := appendN(t, s, c, 2)
+	conn, status := dialWith(t, srv.Client(), waitFor, streamURL(srv, c), nil)
+	if status != http.StatusOK {
+		t.Fatalf("status %d", status)
+	}
+	if conn.resp.ProtoMajor != 2 {
+		t.Fatalf("served over %s, want HTTP/2", conn.resp.Proto)
+	}
+	evs = append(evs, appendN(t, s, c, 1)...)
+	if got, want := msgIDs(conn.readEvents(t, 3)), ids(evs); !slices.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
 }
