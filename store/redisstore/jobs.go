@@ -68,7 +68,7 @@ func (s *Store) Claim(ctx context.Context, queues []string, now, leaseUntil int6
 	for _, q := range queues {
 		args = append(args, q)
 	}
-	vals, err := claimScript.Run(ctx, s.client, keys, args...).Slice()
+	vals, err := s.pipe.run(ctx, claimScript, keys, args)
 	if err != nil {
 		return nil, mapErr(ctx, "claim", err)
 	}
@@ -95,7 +95,7 @@ func (s *Store) Heartbeat(ctx context.Context, ref store.JobAck, leaseUntil int6
 	if !event.ValidName(ref.Queue) {
 		return store.Job{}, invalid("heartbeat", "queue %q", ref.Queue)
 	}
-	reply, err := heartbeatScript.Run(ctx, s.client, []string{s.readyKey(ref.Queue), s.jobsKey(ref.Queue)}, ref.ID, ref.Lease, leaseUntil).Slice()
+	reply, err := s.pipe.run(ctx, heartbeatScript, []string{s.readyKey(ref.Queue), s.jobsKey(ref.Queue)}, []any{ref.ID, ref.Lease, leaseUntil})
 	if err != nil {
 		return store.Job{}, mapErr(ctx, "heartbeat", err)
 	}

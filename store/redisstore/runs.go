@@ -199,7 +199,7 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 	}
 	args = append(args, keyAt(s.expiringKey()), m.Flow+":"+m.Run, s.opts.Retention.ExpiresAt(m))
 
-	reply, err := runUpdateScript.Run(ctx, s.client, keys, args...).Slice()
+	reply, err := s.pipe.run(ctx, runUpdateScript, keys, args)
 	if err != nil {
 		return store.AppendResult{}, mapWriteErr(ctx, "update run", err)
 	}
