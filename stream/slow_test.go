@@ -31,11 +31,16 @@ func TestSlowClientsCutAtTheBound(t *testing.T) {
 		fast := dial(t, streamURL(srv, c), nil)
 		eventually(t, "every client attaches", func() bool { return topicSubs(h, c) == stalled+1 })
 
-		// 16 KiB events in batches of 64 (1 MiB). A stalled client takes
+		// 16 KiB events in batches of 60, just under 1 MiB as framed, so
+		// that a client that reads each batch before the next is never
+		// over its own bound (64 would be 1.07 MB framed: one batch could
+		// overflow the reading client's queue before its writer ran once,
+		// about 1 run in 10). A stalled client takes
 		// what the socket buffers hold (the server side's send buffer grows
 		// to tcp_wmem's maximum), then its queue fills: it must be cut before
 		// more than that, its 1 MiB queue and the batch in flight went out.
 		// The fast client reads each batch before the next.
+		const perBatch = 60
 		bound := sendBufferMax(t) + 2<<20
 		big := strings.Repeat("x", 16<<10)
 		var got, want []string
@@ -45,9 +50,9 @@ func TestSlowClientsCutAtTheBound(t *testing.T) {
 			if sent > bound {
 				t.Fatalf("%d of %d stalled clients cut after %d MiB were appended, bound %d MiB", cut(), stalled, sent>>20, bound>>20)
 			}
-			batch := make([]event.Event, 64)
+			batch := make([]event.Event, perBatch)
 			for j := range batch {
-				batch[j] = logEvent(c, i*64+j)
+				batch[j] = logEvent(c, i*perBatch+j)
 				batch[j].Data = []byte(`{"level":"info","msg":"` + big + `"}`)
 			}
 			res, err := s.Append(context.Background(), c, batch, store.AppendOptions{})
@@ -57,7 +62,7 @@ func TestSlowClientsCutAtTheBound(t *testing.T) {
 			for _, e := range res.Events {
 				want = append(want, e.ID.String())
 			}
-			sent += 64 * (16<<10 + 64)
+			sent += perBatch * (16<<10 + 64)
 			got = append(got, msgIDs(fast.readEvents(t, len(want)-len(got)))...)
 		}
 		if !slices.Equal(got, want) {
