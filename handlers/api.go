@@ -85,7 +85,7 @@ type Deps struct {
 	// State answers the states of contexts: the context route's `state`,
 	// the state routes and time travel (`at=`).
 	State StateReader
-	// Stream is optional: without it the SSE routes are not mounted.
+	// Stream serves the Server-Sent Events routes.
 	Stream Streamer
 	// Engine runs flows: the flow, trigger, worker and queue routes call it.
 	Engine *engine.Engine
@@ -232,7 +232,7 @@ func (a *API) Routes() http.Handler {
 		r.Head("/healthz", serve(a.healthz))
 		r.Get("/readyz", serve(a.readyz))
 		r.Head("/readyz", serve(a.readyz))
-		r.With(read).Post("/api/_auth/stream-token", a.issueStreamToken)
+		r.With(read).Post("/api/_auth/stream-token", serve(a.issueStreamToken))
 
 		r.Route("/api/_events/{type}", func(r chi.Router) {
 			r.With(read).Get("/list", serve(a.listContexts))
@@ -259,12 +259,10 @@ func (a *API) Routes() http.Handler {
 	// Streaming routes (SSE): a long-lived response must be neither cut by
 	// the API timeout nor buffered by compression, so they stay out of the
 	// group above.
-	if a.stream != nil {
-		r.Group(func(r chi.Router) {
-			r.Get("/api/_events/sse", a.serveStream)
-			r.Get("/api/_events/{type}/{id}/stream", a.serveStream)
-		})
-	}
+	r.Group(func(r chi.Router) {
+		r.Get("/api/_events/sse", a.serveStream)
+		r.Get("/api/_events/{type}/{id}/stream", a.serveStream)
+	})
 
 	// A scrape of a large registry is bounded by the scraper's own timeout.
 	if a.access.PublicMetrics {

@@ -146,23 +146,20 @@ type streamTokenBody struct {
 
 // issueStreamToken signs a short-lived token that lets an EventSource, which
 // cannot send headers, open the streams of one context or of one type.
-func (a *API) issueStreamToken(w http.ResponseWriter, r *http.Request) {
+func (a *API) issueStreamToken(w http.ResponseWriter, r *http.Request) error {
 	var req streamTokenRequest
 	if err := a.decodeBody(w, r, &req); err != nil {
-		writeError(w, r, err)
-		return
+		return err
 	}
 	if req.ID != auth.AnyID && !event.ValidContextID(req.ID) {
-		writeError(w, r, invalidField("id", "must be a context id or *"))
-		return
+		return invalidField("id", "must be a context id or *")
 	}
 	ttl := time.Duration(req.TTL) * time.Second
 	if ttl == 0 {
 		ttl = min(DefaultStreamTokenTTL, a.access.MaxStreamTokenTTL)
 	}
 	if ttl > a.access.MaxStreamTokenTTL {
-		writeError(w, r, invalidField("ttl", "at most "+a.access.MaxStreamTokenTTL.String()))
-		return
+		return invalidField("ttl", "at most "+a.access.MaxStreamTokenTTL.String())
 	}
 	p, _ := auth.FromContext(r.Context())
 	tok, exp := a.access.Auth.IssueStream(p, req.Type, req.ID, ttl)
@@ -179,4 +176,5 @@ func (a *API) issueStreamToken(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, r, http.StatusCreated, streamTokenBody{Token: tok, Type: req.Type, ID: req.ID, ExpiresAt: exp.UTC().Format(event.TimeFormat)})
+	return nil
 }
