@@ -106,3 +106,20 @@ func TestCompletionClaimOnOldServer(t *testing.T) {
 		t.Errorf("the worker sent %d claiming completions to an nqd that refused the first; want 1", r)
 	}
 }
+
+// With nothing waiting (each run starts once the last one is done, and a
+// claim finds fewer jobs than free slots), completions do not claim: the
+// claim would find nothing and cost nqd a store call per step.
+func TestCompletionClaimsOnlyWithBacklog(t *testing.T) {
+	n := startNQD(t)
+	n.putFlow("chain", "entry: work\nsteps:\n  work: {queue: q1}\n")
+	calls := &callCounter{next: http.DefaultTransport}
+	runWorker(t, n.base, worker.Config{Queues: []string{"q1"}, Concurrency: 4, Client: &http.Client{Transport: calls}},
+		map[string]worker.Handler{"work": func(context.Context, *worker.StepContext) (any, error) { return "ok", nil }})
+	for range 4 {
+		n.mustComplete(n.start("chain", nil), runWithin)
+	}
+	if d := calls.claimingDones.Load(); d != 0 {
+		t.Errorf("%d completions claimed with nothing waiting; want 0", d)
+	}
+}

@@ -33,7 +33,8 @@ const startDelay = 100 * time.Millisecond
 
 // runJob runs j under jobs: heartbeats from the claim until the final
 // report is acknowledged, the handler, then complete or fail. While claiming
-// lasts, the completion claims the slot's next job, which runJob returns.
+// lasts and work was waiting, the completion claims the slot's next job,
+// which runJob returns.
 func (w *worker) runJob(claiming, jobs context.Context, j Job) (next *Job) {
 	h := &held{job: j, c: w.c, log: w.log.With("run", j.Run, "step", j.Step, "attempt", j.Attempt)}
 	h.leaseEnd.Store(j.LeaseEnd)
@@ -95,7 +96,7 @@ func (w *worker) runJob(claiming, jobs context.Context, j Job) (next *Job) {
 		o = outcome{err: ErrStopped}
 	}
 	if o.err == nil {
-		claim := claiming.Err() == nil && !w.oldServer.Load()
+		claim := claiming.Err() == nil && !w.oldServer.Load() && w.backlog.Load()
 		next, err := h.complete(final, o.result, w.cfg.Queues, claim)
 		if claim && refusedClaim(err) {
 			// An nqd from before completions claimed: complete plainly.
@@ -108,6 +109,9 @@ func (w *worker) runJob(claiming, jobs context.Context, j Job) (next *Job) {
 				// nqd never answers more than asked for; a job beyond the
 				// slot is left to its lease rather than run without one.
 				w.log.Error("nqd answered more jobs than asked for", "asked", 1, "got", len(next))
+			}
+			if claim {
+				w.backlog.Store(len(next) > 0)
 			}
 			if len(next) > 0 {
 				return &next[0]
