@@ -15,6 +15,12 @@ import (
 // one round trip never holds Redis or a reply buffer for long.
 const maxPipeline = 128
 
+// pipelinesInFlight is how many pipelines may be on their way at once. With
+// one, a call that arrives while a pipeline is out waits for its whole
+// round trip; with two, it goes at once unless both are out, and a busy
+// server still sends many calls per pipeline.
+const pipelinesInFlight = 2
+
 // errNotSent is the error of a call that never left the process: its
 // context ended, or the store closed, while it waited for its turn. Nothing
 // ran, so it is not outcome unknown.
@@ -58,8 +64,10 @@ type scriptCall struct {
 
 func newPipeliner(client redis.UniversalClient) *pipeliner {
 	p := &pipeliner{client: client, calls: make(chan *scriptCall), done: make(chan struct{})}
-	p.wg.Add(1)
-	go p.loop()
+	for range pipelinesInFlight {
+		p.wg.Add(1)
+		go p.loop()
+	}
 	return p
 }
 
