@@ -206,7 +206,12 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, req Request) err
 		h.o.Observer.Started(startKind(p, s), s.sent, time.Since(start))
 	}
 	q.harden()
-	if handed = h.takeOver(s, log, cn, q, c, p, last, req.Expiry, end); handed {
+	// Only an HTTP/1.1 response is chunked, the framing a taken connection
+	// continues; HTTP/1.0 (a proxy's default, as nginx's) and HTTP/2 stay.
+	if r.ProtoMajor == 1 && r.ProtoMinor >= 1 {
+		handed = h.takeOver(s, log, cn, q, c, p, last, req.Expiry, end)
+	}
+	if handed {
 		return nil
 	}
 	end.reason = h.live(ctx, log, s, cn, q, c, p, last, req.Expiry)

@@ -1,8 +1,11 @@
 package stream
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -493,6 +496,63 @@ func TestHTTP2(t *testing.T) {
 	}
 	evs = append(evs, appendN(t, s, c, 1)...)
 	if got, want := msgIDs(conn.readEvents(t, 3)), ids(evs); !slices.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+// TestHTTP10 serves a stream to an HTTP/1.0 client (a proxy's default
+// upstream protocol): its response is not chunked, so the stream must not
+// be continued as chunks. Every body line is an SSE line, and live events
+// follow the backfill.
+func TestHTTP10(t *testing.T) {
+	s := newBoltStore(t)
+	h := newTestHandler(t, s, Options{})
+	srv := newTestServer(t, h)
+	c := newContext(t)
+	evs := appendN(t, s, c, 2)
+
+	u, err := url.Parse(streamURL(srv, c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(waitFor))
+	if _, err := fmt.Fprintf(nc, "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n", u.Path, u.Host); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(nc)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || len(resp.TransferEncoding) != 0 {
+		t.Fatalf("status %d, transfer encoding %v; want 200, not chunked", resp.StatusCode, resp.TransferEncoding)
+	}
+	lines := bufio.NewScanner(resp.Body)
+	var got []string
+	live := false
+	for len(got) < 3 && lines.Scan() {
+		line := lines.Text()
+		switch {
+		case line == "" || strings.HasPrefix(line, ":") || strings.HasPrefix(line, "retry:") || strings.HasPrefix(line, "data:") || strings.HasPrefix(line, "event:"):
+		case strings.HasPrefix(line, "id:"):
+			got = append(got, strings.TrimSpace(strings.TrimPrefix(line, "id:")))
+		default:
+			t.Fatalf("body line %q is not an SSE line", line)
+		}
+		if len(got) == 2 && !live {
+			live = true
+			evs = append(evs, appendN(t, s, c, 1)...)
+		}
+	}
+	if err := lines.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if want := ids(evs); !slices.Equal(got, want) {
 		t.Errorf("got %v, want %v", got, want)
 	}
 }

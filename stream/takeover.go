@@ -55,7 +55,7 @@ const lastChunk = "0\r\n\r\n"
 const ping = ": ping\n\n"
 
 // takeOver hands the stream to a taken connection and reports whether it
-// did; it does not on HTTP/2, nor when the queue has lost frames that only
+// did; it does not when the connection cannot be taken over (HTTP/2), nor when the queue has lost frames that only
 // the stream can supply (the loop in live.go reads them). Whatever the
 // backfill wrote is flushed first: net/http drops what it still buffers.
 func (h *Handler) takeOver(s *sink, log *zerolog.Logger, cn *conn, q *queue, c store.Context, p plan, last event.ID, expiry time.Time, end *ending) bool {
