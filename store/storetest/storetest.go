@@ -18,8 +18,11 @@ import (
 )
 
 // waitTimeout bounds every wait on a channel or a goroutine, so a broken
-// backend fails the scenario instead of hanging the test binary.
-const waitTimeout = 10 * time.Second
+// backend fails the scenario instead of hanging the test binary. Every wait
+// is for something that must happen, so the bound is generous: a thousand
+// appends serialized on one context's lock took over 10 s on PostgreSQL on
+// a loaded two-core machine, and a slow run must not read as a hang.
+const waitTimeout = 60 * time.Second
 
 // clockSlack is how far a store's clock may drift from the test's clock.
 const clockSlack = 5 * time.Second
