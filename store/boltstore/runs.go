@@ -19,35 +19,11 @@ func statusIndex(flow, status string) store.Index {
 	return store.Index{Type: "flow", Name: flow + ":status:" + status}
 }
 
-func checkUpdate(u store.RunUpdate) error {
-	m := u.Meta
-	if !event.ValidName(m.Flow) || !event.ValidContextID(m.Run) {
-		return invalid("run %q of flow %q", m.Run, m.Flow)
-	}
-	if !event.ValidName(m.Status) || (u.PrevStatus != "" && !event.ValidName(u.PrevStatus)) {
-		return invalid("status %q", m.Status)
-	}
-	for _, j := range u.Enqueue {
-		if !event.ValidName(j.Queue) || j.ID == "" {
-			return invalid("job %q in queue %q", j.ID, j.Queue)
-		}
-	}
-	for _, r := range u.Remove {
-		if !event.ValidName(r.Queue) {
-			return invalid("queue %q", r.Queue)
-		}
-	}
-	if u.Ack != nil && !event.ValidName(u.Ack.Queue) {
-		return invalid("queue %q", u.Ack.Queue)
-	}
-	return nil
-}
-
 // UpdateRun applies u in one transaction; with events, it is the events'
 // append transaction. Errors: ErrConflict, ErrInvalid, ErrClosed,
 // ErrUnavailable.
 func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendResult, error) {
-	if err := checkUpdate(u); err != nil {
+	if err := store.CheckRunUpdate(u); err != nil {
 		return store.AppendResult{}, err
 	}
 	hook := func(tx *bolt.Tx) error {
@@ -138,12 +114,12 @@ func applyRunUpdate(tx *bolt.Tx, u store.RunUpdate) error {
 		}
 	}
 	for _, t := range u.ClearTimers {
-		if err := clearTimer(tx, timerName(t)); err != nil {
+		if err := clearTimer(tx, t.Name()); err != nil {
 			return err
 		}
 	}
 	for _, t := range u.SetTimers {
-		if err := setTimer(tx, timerName(t), t.Due); err != nil {
+		if err := setTimer(tx, t.Name(), t.Due); err != nil {
 			return err
 		}
 	}

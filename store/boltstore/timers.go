@@ -9,8 +9,6 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-func timerName(t store.Timer) string { return t.Kind + ":" + t.Flow + ":" + t.Run + ":" + t.Step }
-
 func parseTimer(name string, due int64) (store.Timer, bool) {
 	p := strings.SplitN(name, ":", 4)
 	if len(p) != 4 {

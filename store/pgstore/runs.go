@@ -11,30 +11,6 @@ import (
 	"github.com/nqd-dev/nqd/store"
 )
 
-func checkUpdate(u store.RunUpdate) error {
-	m := u.Meta
-	if !event.ValidName(m.Flow) || !event.ValidContextID(m.Run) {
-		return invalid("run %q of flow %q", m.Run, m.Flow)
-	}
-	if !event.ValidName(m.Status) || (u.PrevStatus != "" && !event.ValidName(u.PrevStatus)) {
-		return invalid("status %q", m.Status)
-	}
-	for _, j := range u.Enqueue {
-		if !event.ValidName(j.Queue) || j.ID == "" {
-			return invalid("job %q in queue %q", j.ID, j.Queue)
-		}
-	}
-	for _, r := range u.Remove {
-		if !event.ValidName(r.Queue) {
-			return invalid("queue %q", r.Queue)
-		}
-	}
-	if u.Ack != nil && !event.ValidName(u.Ack.Queue) {
-		return invalid("queue %q", u.Ack.Queue)
-	}
-	return nil
-}
-
 // UpdateRun applies u in one transaction and one round trip: a pipeline of
 // the version check, the ack, the consumed kind entries, the events with
 // their indexes (nqd_append), the jobs and the timers, which the server runs
@@ -42,7 +18,7 @@ func checkUpdate(u store.RunUpdate) error {
 // nothing of the update is written. Errors: ErrConflict, ErrInvalid,
 // ErrOutcomeUnknown, ErrClosed, ErrUnavailable.
 func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendResult, error) {
-	if err := checkUpdate(u); err != nil {
+	if err := store.CheckRunUpdate(u); err != nil {
 		return store.AppendResult{}, err
 	}
 	var b *batch

@@ -36,9 +36,7 @@ func (s *Store) DueTimers(ctx context.Context, now, holdUntil int64, max int) ([
 		if out[a].Due != out[b].Due {
 			return out[a].Due < out[b].Due
 		}
-		return timerName(out[a]) < timerName(out[b])
+		return out[a].Name() < out[b].Name()
 	})
 	return out, nil
 }
-
-func timerName(t store.Timer) string { return t.Kind + ":" + t.Flow + ":" + t.Run + ":" + t.Step }

@@ -13,35 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-func checkUpdate(u store.RunUpdate) error {
-	m := u.Meta
-	if !event.ValidName(m.Flow) || !event.ValidContextID(m.Run) {
-		return invalid("update run", "run %q of flow %q", m.Run, m.Flow)
-	}
-	if !event.ValidName(m.Status) || (u.PrevStatus != "" && !event.ValidName(u.PrevStatus)) {
-		return invalid("update run", "status %q after %q", m.Status, u.PrevStatus)
-	}
-	for _, j := range u.Enqueue {
-		if !event.ValidName(j.Queue) || j.ID == "" {
-			return invalid("update run", "job %q in queue %q", j.ID, j.Queue)
-		}
-	}
-	for _, r := range u.Remove {
-		if !event.ValidName(r.Queue) {
-			return invalid("update run", "queue %q", r.Queue)
-		}
-	}
-	if u.Ack != nil && !event.ValidName(u.Ack.Queue) {
-		return invalid("update run", "queue %q", u.Ack.Queue)
-	}
-	for _, t := range append(u.SetTimers[:len(u.SetTimers):len(u.SetTimers)], u.ClearTimers...) {
-		if !validTimer(t) {
-			return invalid("update run", "timer %+v", t)
-		}
-	}
-	return nil
-}
-
 // metaFields is the record as hash fields; "" deletes a field.
 func metaFields(m store.RunMeta) ([]any, error) {
 	emitted := ""
@@ -110,7 +81,7 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 	if err := s.checkOpen("update run"); err != nil {
 		return store.AppendResult{}, err
 	}
-	if err := checkUpdate(u); err != nil {
+	if err := store.CheckRunUpdate(u); err != nil {
 		return store.AppendResult{}, err
 	}
 	m := u.Meta
@@ -191,11 +162,11 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 	}
 	args = append(args, len(u.ClearTimers))
 	for _, t := range u.ClearTimers {
-		args = append(args, timerName(t))
+		args = append(args, t.Name())
 	}
 	args = append(args, len(u.SetTimers))
 	for _, t := range u.SetTimers {
-		args = append(args, timerName(t), t.Due)
+		args = append(args, t.Name(), t.Due)
 	}
 	args = append(args, keyAt(s.expiringKey()), m.Flow+":"+m.Run, s.opts.Retention.ExpiresAt(m))
 

@@ -6,16 +6,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/store"
 )
-
-// validTimer keeps timer names parseable: only the step may hold a colon.
-func validTimer(t store.Timer) bool {
-	return event.ValidName(t.Kind) && event.ValidName(t.Flow) && event.ValidContextID(t.Run) && t.Step != ""
-}
-
-func timerName(t store.Timer) string { return t.Kind + ":" + t.Flow + ":" + t.Run + ":" + t.Step }
 
 // DueTimers claims timers due at now (scripts/due_timers.lua). Errors:
 // store.ErrUnavailable, store.ErrClosed.

@@ -1,0 +1,54 @@
+package store
+
+import (
+	"fmt"
+
+	"github.com/nqd-dev/nqd/event"
+)
+
+// Name is the timer's key among all timers. Only the step may hold a colon,
+// so the name parses back (see Valid).
+func (t Timer) Name() string { return t.Kind + ":" + t.Flow + ":" + t.Run + ":" + t.Step }
+
+// Valid reports whether t's names pass the name rules, so its Name parses
+// back into the same timer.
+func (t Timer) Valid() bool {
+	return event.ValidName(t.Kind) && event.ValidName(t.Flow) && event.ValidContextID(t.Run) && t.Step != ""
+}
+
+// CheckRunUpdate checks a run update before anything is written, by the
+// rules every backend shares: every name that reaches a key passes the name
+// rules. Errors wrap ErrInvalid.
+func CheckRunUpdate(u RunUpdate) error {
+	m := u.Meta
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: update of run %q of flow %q: %s", ErrInvalid, m.Run, m.Flow, fmt.Sprintf(format, args...))
+	}
+	if !event.ValidName(m.Flow) || !event.ValidContextID(m.Run) {
+		return bad("run or flow name")
+	}
+	if !event.ValidName(m.Status) || (u.PrevStatus != "" && !event.ValidName(u.PrevStatus)) {
+		return bad("status %q after %q", m.Status, u.PrevStatus)
+	}
+	for _, j := range u.Enqueue {
+		if !event.ValidName(j.Queue) || j.ID == "" {
+			return bad("job %q in queue %q", j.ID, j.Queue)
+		}
+	}
+	for _, r := range u.Remove {
+		if !event.ValidName(r.Queue) {
+			return bad("queue %q", r.Queue)
+		}
+	}
+	if u.Ack != nil && !event.ValidName(u.Ack.Queue) {
+		return bad("queue %q", u.Ack.Queue)
+	}
+	for _, ts := range [][]Timer{u.SetTimers, u.ClearTimers} {
+		for _, t := range ts {
+			if !t.Valid() {
+				return bad("timer %+v", t)
+			}
+		}
+	}
+	return nil
+}
