@@ -85,8 +85,9 @@ func BenchmarkTriggerToResumed(b *testing.B) {
 				if _, err := e.FireTrigger(b.Context(), id, json.RawMessage(`{"ok":true}`), engine.TriggerSource{}); err != nil {
 					b.Fatal(err)
 				}
-				for ev := range sub.C() {
-					if ev.Kind == "step.resumed" {
+				for {
+					ev, err := store.Receive(b.Context(), sub)
+					if err != nil || ev.Kind == "step.resumed" {
 						break
 					}
 				}
@@ -147,9 +148,9 @@ func BenchmarkTimerLateness(b *testing.B) {
 				}
 			}
 			for resumed.IsZero() {
-				ev, ok := <-sub.C()
-				if !ok {
-					b.Fatalf("subscription ended: %v", sub.Err())
+				ev, err := store.Receive(b.Context(), sub)
+				if err != nil {
+					b.Fatalf("subscription ended: %v", err)
 				}
 				if ev.Kind == "step.resumed" {
 					resumed = ev.Time()

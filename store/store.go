@@ -161,16 +161,40 @@ type IndexPage struct {
 }
 
 // Subscription delivers the events appended to one context after it was
-// created, in order. C is closed when the subscription ends; Err then says why
-// (ErrClosed after Close, ErrOverflow, ErrLiveLost, or the context's error).
+// created, in order. Ready receives after events arrive or the subscription
+// ends (one receive may stand for many); Next then takes them one by one.
+// Once it has ended and every waiting event is taken, Next reports it not
+// live and Err says why (ErrClosed after Close, ErrOverflow, ErrLiveLost, or
+// the context's error).
 type Subscription interface {
-	C() <-chan event.Event
+	Ready() <-chan struct{}
+	Next() (e event.Event, ok, live bool)
 	Err() error
 	Close()
 }
 
-// DefaultSubscriptionBuffer is the channel size of a subscription that asks
-// for none, unless the backend's options set another.
+// Receive waits for sub's next event. The error is sub's once it has ended
+// and every event before the end was received, or ctx's.
+func Receive(ctx context.Context, sub Subscription) (event.Event, error) {
+	for {
+		e, ok, live := sub.Next()
+		if ok {
+			return e, nil
+		}
+		if !live {
+			return event.Event{}, sub.Err()
+		}
+		select {
+		case <-sub.Ready():
+		case <-ctx.Done():
+			return event.Event{}, ctx.Err()
+		}
+	}
+}
+
+// DefaultSubscriptionBuffer is how many events a subscription that asks for
+// no other bound holds, unless the backend's options set another. Memory is
+// taken only for the events waiting.
 const DefaultSubscriptionBuffer = 256
 
 // Store is the storage contract.
@@ -201,8 +225,8 @@ type Store interface {
 	// empty stream has zero values. Errors: ErrInvalid, ErrUnavailable.
 	Info(ctx context.Context, c Context) (StreamInfo, error)
 
-	// Subscribe starts delivering c's new events. The channel holds at most
-	// buffer events (when buffer <= 0, the backend's configured size,
+	// Subscribe starts delivering c's new events. The subscription holds at
+	// most buffer events not yet taken (when buffer <= 0, the backend's configured size,
 	// DefaultSubscriptionBuffer unless set); a subscriber that lets it fill
 	// is ended with ErrOverflow. Events appended after Subscribe returns are
 	// delivered; earlier ones are read with Range. Errors:

@@ -40,7 +40,7 @@ func (f *faultSource) Subscribe(ctx context.Context, c store.Context, buffer int
 	if err != nil {
 		return nil, err
 	}
-	s := &faultSub{inner: inner, ch: make(chan event.Event, buffer), kill: make(chan struct{})}
+	s := &faultSub{inner: inner, bound: max(buffer, 1), ready: make(chan struct{}, 1), kill: make(chan struct{})}
 	go s.forward(f)
 	f.mu.Lock()
 	f.subs = append(f.subs, s)
@@ -60,35 +60,80 @@ func (f *faultSource) killAll() {
 
 type faultSub struct {
 	inner store.Subscription
-	ch    chan event.Event
+	bound int
+	ready chan struct{}
 	kill  chan struct{}
 	once  sync.Once
 	err   atomic.Value
+
+	mu    sync.Mutex
+	queue []event.Event
+	ended bool
 }
 
 func (s *faultSub) forward(f *faultSource) {
-	defer close(s.ch)
+	defer s.end()
 	defer s.inner.Close()
 	for {
 		select {
 		case <-s.kill:
 			s.err.Store(store.ErrLiveLost)
 			return
-		case ev, ok := <-s.inner.C():
+		case <-s.inner.Ready():
+		}
+		for {
+			ev, ok, live := s.inner.Next()
 			if !ok {
-				s.err.Store(s.inner.Err())
-				return
+				if !live {
+					s.err.Store(s.inner.Err())
+					return
+				}
+				break
 			}
 			if f.drop.Load() > 0 {
 				f.drop.Add(-1)
 				continue
 			}
-			s.ch <- ev
+			s.mu.Lock()
+			full := len(s.queue) >= s.bound
+			if !full {
+				s.queue = append(s.queue, ev)
+			}
+			s.mu.Unlock()
+			if full {
+				s.err.Store(store.ErrOverflow)
+				return
+			}
+			s.signal()
 		}
 	}
 }
 
-func (s *faultSub) C() <-chan event.Event { return s.ch }
+func (s *faultSub) end() {
+	s.mu.Lock()
+	s.ended = true
+	s.mu.Unlock()
+	s.signal()
+}
+
+func (s *faultSub) signal() {
+	select {
+	case s.ready <- struct{}{}:
+	default:
+	}
+}
+
+func (s *faultSub) Ready() <-chan struct{} { return s.ready }
+func (s *faultSub) Next() (event.Event, bool, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue) == 0 {
+		return event.Event{}, false, !s.ended
+	}
+	ev := s.queue[0]
+	s.queue = s.queue[1:]
+	return ev, true, true
+}
 func (s *faultSub) Err() error {
 	if err, ok := s.err.Load().(error); ok {
 		return err

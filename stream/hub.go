@@ -248,9 +248,14 @@ func (t *topic) run(sub store.Subscription) {
 		select {
 		case <-t.ctx.Done():
 			return
-		case ev, ok := <-sub.C():
-			ended := !ok
-			if ok {
+		case <-sub.Ready():
+			ended := false
+			for !ended {
+				ev, ok, live := sub.Next()
+				if !ok {
+					ended = !live
+					break
+				}
 				t.hub.opts.Observer.Received(ev.ID)
 				ended = t.receive(sub, ev)
 			}
@@ -324,19 +329,14 @@ func (t *topic) receive(sub store.Subscription, ev event.Event) (ended bool) {
 		return false
 	}
 	batch := []event.Event{ev}
-gather:
 	for len(batch) < pageSize {
-		select {
-		case e, ok := <-sub.C():
-			if !ok {
-				ended = true
-				break gather
-			}
-			t.hub.opts.Observer.Received(e.ID)
-			batch = append(batch, e)
-		default:
-			break gather
+		e, ok, live := sub.Next()
+		if !ok {
+			ended = !live
+			break
 		}
+		t.hub.opts.Observer.Received(e.ID)
+		batch = append(batch, e)
 	}
 	through := batch[len(batch)-1].ID
 	ctx, cancel := context.WithTimeout(t.ctx, storeTimeout)

@@ -37,17 +37,17 @@ func connect(t *testing.T, url string) *pgx.Conn {
 func receive(t *testing.T, sub store.Subscription, n int) []event.Event {
 	t.Helper()
 	var got []event.Event
-	timeout := time.After(10 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	for len(got) < n {
-		select {
-		case e, ok := <-sub.C():
-			if !ok {
-				t.Fatalf("subscription ended after %d of %d events: %v", len(got), n, sub.Err())
-			}
-			got = append(got, e)
-		case <-timeout:
+		e, err := store.Receive(ctx, sub)
+		if ctx.Err() != nil {
 			t.Fatalf("received %d of %d events within 10s", len(got), n)
 		}
+		if err != nil {
+			t.Fatalf("subscription ended after %d of %d events: %v", len(got), n, err)
+		}
+		got = append(got, e)
 	}
 	return got
 }

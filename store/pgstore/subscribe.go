@@ -151,7 +151,7 @@ func (f *feed) run(sub *fanout.Sub, last event.ID) {
 		case <-sub.Woken():
 		}
 		// One more than fits: reading it means the subscriber is behind.
-		limit := cap(sub.C()) + 1
+		limit := sub.Bound() + 1
 		evs, err := rangeQuery(ctx, f.s.pool, sqlRange, sub.Key(), last.Next(), event.MaxID, limit)
 		if err != nil {
 			if ctx.Err() != nil {

@@ -37,30 +37,30 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // next receives one event or fails at the deadline.
 func next(t *testing.T, sub store.Subscription) event.Event {
 	t.Helper()
-	select {
-	case e, ok := <-sub.C():
-		if !ok {
-			t.Fatalf("subscription ended: %v", sub.Err())
-		}
-		return e
-	case <-time.After(waitTimeout):
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	e, err := store.Receive(ctx, sub)
+	if ctx.Err() != nil {
 		t.Fatal("no event before the deadline")
 	}
-	return event.Event{}
+	if err != nil {
+		t.Fatalf("subscription ended: %v", err)
+	}
+	return e
 }
 
 // ended waits for sub to end and returns why.
 func ended(t *testing.T, sub store.Subscription) error {
 	t.Helper()
-	deadline := time.After(waitTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
 	for {
-		select {
-		case _, ok := <-sub.C():
-			if !ok {
-				return sub.Err()
-			}
-		case <-deadline:
+		_, err := store.Receive(ctx, sub)
+		if ctx.Err() != nil {
 			t.Fatal("subscription did not end before the deadline")
+		}
+		if err != nil {
+			return err
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package redisstore_test
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 	"time"
@@ -55,8 +56,10 @@ func TestRunUpdatePublishesLikeAppend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case got := <-sub.C():
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	switch got, err := store.Receive(rctx, sub); {
+	case err == nil:
 		stored, err := s.Range(ctx, store.Context{Type: "flow", ID: "r1"}, store.RangeQuery{})
 		if err != nil || len(stored) != 1 {
 			t.Fatalf("Range = %v, %v", stored, err)
@@ -66,8 +69,8 @@ func TestRunUpdatePublishesLikeAppend(t *testing.T) {
 		if string(gb) != string(sb) || got.ID != res.Events[0].ID {
 			t.Errorf("published %s, stored %s", gb, sb)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("no live record; subscription ended with %v", sub.Err())
+	default:
+		t.Fatalf("no live record; subscription ended with %v", err)
 	}
 	page, err := s.IndexList(ctx, store.Index{Type: "flow", Name: "fl"}, 0, 10)
 	if err != nil || page.Total != 1 {

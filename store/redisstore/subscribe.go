@@ -13,6 +13,7 @@ import (
 
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/store"
+	"github.com/nqd-dev/nqd/store/internal/subq"
 )
 
 // probeTimeout bounds the wait for the answer to a periodic live-path PING
@@ -43,7 +44,7 @@ func (s *Store) Subscribe(ctx context.Context, c store.Context, buffer int) (sto
 // liveFeed multiplexes every subscription of a Store over one Pub/Sub connection,
 // subscribing to a channel in Redis while at least one local subscriber wants
 // it. Each message is decoded once and fanned out without ever blocking: a
-// subscriber whose buffer is full is ended with store.ErrOverflow.
+// subscriber whose queue is full is ended with store.ErrOverflow.
 type liveFeed struct {
 	client     redis.UniversalClient
 	probeEvery time.Duration
@@ -87,7 +88,7 @@ func (f *liveFeed) subscribe(ctx context.Context, channel string, buffer int) (*
 	// A connection that breaks before Redis confirms is most often one that
 	// died while idle; a fresh one deserves one more try.
 	for attempt := 0; ; attempt++ {
-		sub := &subscription{feed: f, channel: channel, ch: make(chan event.Event, buffer)}
+		sub := &subscription{feed: f, channel: channel, q: subq.New(buffer)}
 		lc, ready, err := f.attach(ctx, sub)
 		if err != nil {
 			return nil, err
@@ -205,9 +206,7 @@ func (f *liveFeed) dispatch(lc *liveConn, m *redis.Message) {
 		if lc.finished {
 			return
 		}
-		select {
-		case sub.ch <- e:
-		default:
+		if !sub.q.Push(e) {
 			f.removeLocked(sub)
 			sub.finish(store.ErrOverflow)
 		}
@@ -397,13 +396,13 @@ func (f *liveFeed) close() {
 	f.wg.Wait()
 }
 
-// subscription is one local subscriber. ch is sent to and closed only under
-// feed.mu, so a send never meets a closed channel.
+// subscription is one local subscriber. q is pushed to and ended only under
+// feed.mu, so a push never meets an ended queue.
 type subscription struct {
 	feed    *liveFeed
 	lc      *liveConn
 	channel string
-	ch      chan event.Event
+	q       *subq.Queue
 
 	mu    sync.Mutex
 	ended bool
@@ -411,8 +410,11 @@ type subscription struct {
 	stop  func() bool // releases the ctx hook
 }
 
-// C delivers the events; it is closed when the subscription ends.
-func (s *subscription) C() <-chan event.Event { return s.ch }
+// Ready receives after events arrive or the subscription ends.
+func (s *subscription) Ready() <-chan struct{} { return s.q.Ready() }
+
+// Next takes the oldest waiting event; see store.Subscription.
+func (s *subscription) Next() (e event.Event, ok, live bool) { return s.q.Next() }
 
 // Err says why the subscription ended, or nil while it runs.
 func (s *subscription) Err() error {
@@ -438,7 +440,7 @@ func (s *subscription) watch(ctx context.Context) {
 	s.stop = stop
 }
 
-// finish records why the subscription ended and closes its channel; the
+// finish records why the subscription ended and ends its queue; the
 // caller holds feed.mu.
 func (s *subscription) finish(err error) {
 	s.mu.Lock()
@@ -448,7 +450,7 @@ func (s *subscription) finish(err error) {
 	}
 	s.ended = true
 	s.err = err
-	close(s.ch)
+	s.q.End()
 	if s.stop != nil {
 		// stop never waits for the hook, which may be blocked on feed.mu.
 		s.stop()

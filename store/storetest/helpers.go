@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -101,36 +102,36 @@ func mustIndexList(t *testing.T, s store.Store, ix store.Index, offset, limit in
 func receive(t *testing.T, sub store.Subscription, n int) []event.Event {
 	t.Helper()
 	var got []event.Event
-	deadline := time.After(waitTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
 	for len(got) < n {
-		select {
-		case e, ok := <-sub.C():
-			if !ok {
-				t.Fatalf("subscription ended after %d of %d events: %v", len(got), n, sub.Err())
-			}
-			got = append(got, e)
-		case <-deadline:
+		e, err := store.Receive(ctx, sub)
+		if ctx.Err() != nil {
 			t.Fatalf("received %d of %d events before the deadline", len(got), n)
 		}
+		if err != nil {
+			t.Fatalf("subscription ended after %d of %d events: %v", len(got), n, err)
+		}
+		got = append(got, e)
 	}
 	return got
 }
 
-// drainUntilEnd reads sub until its channel closes and returns what it read.
+// drainUntilEnd reads sub until it ends and returns what it read.
 func drainUntilEnd(t *testing.T, sub store.Subscription) []event.Event {
 	t.Helper()
 	var got []event.Event
-	deadline := time.After(waitTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
 	for {
-		select {
-		case e, ok := <-sub.C():
-			if !ok {
-				return got
-			}
-			got = append(got, e)
-		case <-deadline:
+		e, err := store.Receive(ctx, sub)
+		if ctx.Err() != nil {
 			t.Fatalf("subscription did not end before the deadline (read %d events)", len(got))
 		}
+		if err != nil {
+			return got
+		}
+		got = append(got, e)
 	}
 }
 

@@ -1,6 +1,6 @@
 // Package fanout is the in-process side of live subscriptions that the
 // embedded and PostgreSQL stores share: the subscriptions of a store by
-// context, each a bounded channel that a slow reader overflows instead of
+// context, each a bounded queue that a slow reader overflows instead of
 // holding up the writer. The embedded store hands each subscription its
 // appended events (Publish); the PostgreSQL store wakes each one to read
 // them from its table (Wake).
@@ -14,6 +14,7 @@ import (
 
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/store"
+	"github.com/nqd-dev/nqd/store/internal/subq"
 )
 
 // Set is a store's live subscriptions by context key. It is safe for
@@ -34,11 +35,10 @@ func NewSet(log zerolog.Logger, closedErr error) *Set {
 	return &Set{log: log, closedErr: closedErr, subs: make(map[string]map[*Sub]struct{})}
 }
 
-// Add registers a subscription of context key whose channel holds buffer
-// events. Errors: the set's closedErr once it is closed.
+// Add registers a subscription of context key that holds buffer events. Errors: the set's closedErr once it is closed.
 func (s *Set) Add(key string, buffer int) (*Sub, error) {
 	sub := &Sub{
-		set: s, key: key, ch: make(chan event.Event, buffer),
+		set: s, key: key, q: subq.New(buffer),
 		woken: make(chan struct{}, 1), done: make(chan struct{}),
 	}
 	s.mu.Lock()
@@ -56,7 +56,7 @@ func (s *Set) Add(key string, buffer int) (*Sub, error) {
 }
 
 // Publish hands evs to key's subscriptions without ever waiting for one: a
-// full channel ends that subscription with store.ErrOverflow.
+// full queue ends that subscription with store.ErrOverflow.
 func (s *Set) Publish(key string, evs []event.Event) {
 	for _, sub := range s.of(key) {
 		for _, e := range evs {
@@ -116,7 +116,7 @@ func (s *Set) remove(sub *Sub) {
 type Sub struct {
 	set   *Set
 	key   string
-	ch    chan event.Event
+	q     *subq.Queue
 	woken chan struct{}
 	done  chan struct{}
 
@@ -143,7 +143,7 @@ func (sub *Sub) Watch(ctx context.Context) {
 }
 
 // Send reports whether e was queued; false means the subscription has
-// ended. It never waits: a full channel ends the subscription with
+// ended. It never waits: a full queue ends the subscription with
 // store.ErrOverflow.
 func (sub *Sub) Send(e event.Event) bool {
 	sub.mu.Lock()
@@ -151,19 +151,17 @@ func (sub *Sub) Send(e event.Event) bool {
 		sub.mu.Unlock()
 		return false
 	}
-	select {
-	case sub.ch <- e:
+	if sub.q.Push(e) {
 		sub.mu.Unlock()
 		return true
-	default:
 	}
 	sub.mu.Unlock()
-	sub.set.log.Debug().Str("context", sub.key).Int("buffer", cap(sub.ch)).Msg("subscriber overflow")
+	sub.set.log.Debug().Str("context", sub.key).Int("buffer", sub.q.Bound()).Msg("subscriber overflow")
 	sub.End(store.ErrOverflow)
 	return false
 }
 
-// End closes the channel and records why; only the first call counts.
+// End ends the queue and records why; only the first call counts.
 func (sub *Sub) End(err error) {
 	sub.mu.Lock()
 	if sub.err != nil {
@@ -171,7 +169,7 @@ func (sub *Sub) End(err error) {
 		return
 	}
 	sub.err = err
-	close(sub.ch)
+	sub.q.End()
 	close(sub.done)
 	stop := sub.stop
 	sub.mu.Unlock()
@@ -199,8 +197,17 @@ func (sub *Sub) Done() <-chan struct{} { return sub.done }
 // Key is the context key the subscription follows.
 func (sub *Sub) Key() string { return sub.key }
 
-// C returns the channel of events; it is closed when the subscription ends.
-func (sub *Sub) C() <-chan event.Event { return sub.ch }
+// Ready receives after events arrive or the subscription ends.
+func (sub *Sub) Ready() <-chan struct{} { return sub.q.Ready() }
+
+// Next takes the oldest waiting event; see store.Subscription.
+func (sub *Sub) Next() (e event.Event, ok, live bool) { return sub.q.Next() }
+
+// Bound is the most events the subscription holds untaken.
+func (sub *Sub) Bound() int { return sub.q.Bound() }
+
+// Len is the number of events waiting to be taken.
+func (sub *Sub) Len() int { return sub.q.Len() }
 
 // Err says why the subscription ended, or nil while it is live.
 func (sub *Sub) Err() error {

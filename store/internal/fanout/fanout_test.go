@@ -35,17 +35,17 @@ func TestPublishOverflowEndsOnlyTheFullSubscription(t *testing.T) {
 	if got := drain(slow); len(got) != 1 || got[0] != ev(1).ID {
 		t.Errorf("slow subscription got %v before it ended, want the one event its buffer held", got)
 	}
-	if fast.Err() != nil || len(fast.C()) != 2 {
-		t.Errorf("fast subscription: Err = %v, %d queued; want live with 2", fast.Err(), len(fast.C()))
+	if fast.Err() != nil || fast.Len() != 2 {
+		t.Errorf("fast subscription: Err = %v, %d queued; want live with 2", fast.Err(), fast.Len())
 	}
-	if len(other.C()) != 0 {
-		t.Errorf("another context's subscription got %d events", len(other.C()))
+	if other.Len() != 0 {
+		t.Errorf("another context's subscription got %d events", other.Len())
 	}
 	// The ended subscription is gone from the set: a later publish reaches
 	// only the live one.
 	s.Publish("flow:a", []event.Event{ev(3)})
-	if len(fast.C()) != 3 {
-		t.Errorf("fast subscription has %d queued after a second publish, want 3", len(fast.C()))
+	if fast.Len() != 3 {
+		t.Errorf("fast subscription has %d queued after a second publish, want 3", fast.Len())
 	}
 }
 
@@ -58,8 +58,8 @@ func TestCloseEndsEverySubscriptionAndRefusesNew(t *testing.T) {
 		if !errors.Is(sub.Err(), store.ErrClosed) {
 			t.Errorf("%s: Err after Close = %v, want ErrClosed", sub.Key(), sub.Err())
 		}
-		if _, open := <-sub.C(); open {
-			t.Errorf("%s: channel still open after Close", sub.Key())
+		if _, _, live := sub.Next(); live {
+			t.Errorf("%s: still live after Close", sub.Key())
 		}
 	}
 	if _, err := s.Add("flow:a", 4); !errors.Is(err, store.ErrClosed) {
@@ -123,7 +123,11 @@ func TestWakesMerge(t *testing.T) {
 
 func drain(sub *fanout.Sub) []event.ID {
 	var out []event.ID
-	for e := range sub.C() {
+	for {
+		e, ok, _ := sub.Next()
+		if !ok {
+			break
+		}
 		out = append(out, e.ID)
 	}
 	return out
