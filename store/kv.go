@@ -278,3 +278,23 @@ func compareValues(a, b string) int {
 }
 
 func finite(x float64) bool { return !math.IsInf(x, 0) && !math.IsNaN(x) }
+
+// CheckKVKey checks a KV call's key by the key rule. Errors wrap ErrInvalid.
+func CheckKVKey(key string) error {
+	if !ValidKVKey(key) {
+		return fmt.Errorf("%w: kv key %q", ErrInvalid, key)
+	}
+	return nil
+}
+
+// CheckKVFields checks the fields a KV call writes (needOne: at least one) by
+// the field rules and limits. Errors wrap ErrInvalid.
+func CheckKVFields(fields map[string]string, needOne bool) error {
+	if needOne && len(fields) == 0 {
+		return fmt.Errorf("%w: kv write without fields", ErrInvalid)
+	}
+	if !ValidFields(fields) {
+		return fmt.Errorf("%w: kv fields: a name breaks the key rule, a value is over %d bytes or there are over %d", ErrInvalid, MaxKVValueLen, MaxKVFields)
+	}
+	return nil
+}

@@ -96,23 +96,6 @@ var (
 	errKVConflict = fmt.Errorf("boltstore: kv: %w", store.ErrConflict)
 )
 
-func checkKVKey(key string) error {
-	if !store.ValidKVKey(key) {
-		return invalid("kv key %q", key)
-	}
-	return nil
-}
-
-func checkKVFields(fields map[string]string, needOne bool) error {
-	if needOne && len(fields) == 0 {
-		return invalid("kv write without fields")
-	}
-	if !store.ValidFields(fields) {
-		return invalid("kv fields: a name breaks the key rule, a value is over %d bytes or there are over %d", store.MaxKVValueLen, store.MaxKVFields)
-	}
-	return nil
-}
-
 // readKV returns the live record at key in a read transaction, or
 // errKVNotFound.
 func readKV(tx *bolt.Tx, key string, now int64) (kvRecord, error) {
@@ -237,7 +220,7 @@ func (t kvTx) put(key string, old, r kvRecord) error {
 // Get returns the record at key. Errors: ErrNotFound, ErrInvalid, ErrClosed,
 // ErrUnavailable.
 func (s *Store) Get(ctx context.Context, key string) (store.Record, error) {
-	if err := checkKVKey(key); err != nil {
+	if err := store.CheckKVKey(key); err != nil {
 		return store.Record{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -265,10 +248,10 @@ func (s *Store) GetField(ctx context.Context, key, field string) (string, error)
 // Put replaces the record at key. Errors: ErrInvalid, ErrClosed,
 // ErrUnavailable.
 func (s *Store) Put(ctx context.Context, key string, fields map[string]string, ttl time.Duration) (int64, error) {
-	if err := checkKVKey(key); err != nil {
+	if err := store.CheckKVKey(key); err != nil {
 		return 0, err
 	}
-	if err := checkKVFields(fields, false); err != nil {
+	if err := store.CheckKVFields(fields, false); err != nil {
 		return 0, err
 	}
 	if ttl < 0 {
@@ -298,7 +281,7 @@ func (s *Store) Put(ctx context.Context, key string, fields map[string]string, t
 // Delete removes the record at key. Errors: ErrNotFound, ErrInvalid,
 // ErrClosed, ErrUnavailable.
 func (s *Store) Delete(ctx context.Context, key string) error {
-	if err := checkKVKey(key); err != nil {
+	if err := store.CheckKVKey(key); err != nil {
 		return err
 	}
 	return s.kvUpdate(ctx, func(t kvTx) error {
@@ -316,10 +299,10 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // SetFields writes fields into the record at key, creating it if needed.
 // Errors: ErrInvalid, ErrClosed, ErrUnavailable.
 func (s *Store) SetFields(ctx context.Context, key string, fields map[string]string) (int64, error) {
-	if err := checkKVKey(key); err != nil {
+	if err := store.CheckKVKey(key); err != nil {
 		return 0, err
 	}
-	if err := checkKVFields(fields, true); err != nil {
+	if err := store.CheckKVFields(fields, true); err != nil {
 		return 0, err
 	}
 	var version int64
@@ -348,13 +331,13 @@ func (t kvTx) merge(key string, old kvRecord, fields map[string]string) (int64, 
 // CompareAndSwap writes set into the record at key if cond holds. Errors:
 // ErrNotFound, ErrConflict, ErrInvalid, ErrClosed, ErrUnavailable.
 func (s *Store) CompareAndSwap(ctx context.Context, key string, cond store.Condition, set map[string]string) (int64, error) {
-	if err := checkKVKey(key); err != nil {
+	if err := store.CheckKVKey(key); err != nil {
 		return 0, err
 	}
 	if !cond.Valid() {
 		return 0, invalid("kv condition %+v", cond)
 	}
-	if err := checkKVFields(set, true); err != nil {
+	if err := store.CheckKVFields(set, true); err != nil {
 		return 0, err
 	}
 	var version int64

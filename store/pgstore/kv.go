@@ -36,23 +36,6 @@ func (r kvRecord) public(now int64) store.Record {
 	return rec
 }
 
-func checkKVKey(key string) error {
-	if !store.ValidKVKey(key) {
-		return invalid("kv key %q", key)
-	}
-	return nil
-}
-
-func checkKVFields(fields map[string]string, needOne bool) error {
-	if needOne && len(fields) == 0 {
-		return invalid("kv write without fields")
-	}
-	if !store.ValidFields(fields) {
-		return invalid("kv fields: a name breaks the key rule, a value is over %d bytes or there are over %d", store.MaxKVValueLen, store.MaxKVFields)
-	}
-	return nil
-}
-
 // nowSQL is the database clock in epoch ms: TTLs are measured on it, so
 // every instance agrees when a record expires.
 const nowSQL = `(extract(epoch FROM clock_timestamp()) * 1000)::bigint`
@@ -60,7 +43,7 @@ const nowSQL = `(extract(epoch FROM clock_timestamp()) * 1000)::bigint`
 // Get returns the record at key. Errors: ErrNotFound, ErrInvalid, ErrClosed,
 // ErrUnavailable.
 func (s *Store) Get(ctx context.Context, key string) (store.Record, error) {
-	if err := checkKVKey(key); err != nil {
+	if err := store.CheckKVKey(key); err != nil {
 		return store.Record{}, err
 	}
 	if err := s.ready(ctx); err != nil {
@@ -152,10 +135,10 @@ func (s *Store) kvUpdate(ctx context.Context, key string, fn func(old kvRecord, 
 // Put replaces the record at key. Errors: ErrInvalid, ErrClosed,
 // ErrUnavailable.
 func (s *Store) Put(ctx context.Context, key string, fields map[string]string, ttl time.Duration) (int64, error) {
-	if err := checkKVKey(key); err != nil {
+	if err := store.CheckKVKey(key); err != nil {
 		return 0, err
 	}
-	if err := checkKVFields(fields, false); err != nil {
+	if err := store.CheckKVFields(fields, false); err != nil {
 		return 0, err
 	}
 	if ttl < 0 {
@@ -179,7 +162,7 @@ func (s *Store) Put(ctx context.Context, key string, fields map[string]string, t
 // Delete removes the record at key. Errors: ErrNotFound, ErrInvalid,
 // ErrClosed, ErrUnavailable.
 func (s *Store) Delete(ctx context.Context, key string) error {
-	if err := checkKVKey(key); err != nil {
+	if err := store.CheckKVKey(key); err != nil {
 		return err
 	}
 	return s.kvUpdate(ctx, key, func(_ kvRecord, ok bool, _ int64) (*kvRecord, error) {
@@ -193,10 +176,10 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // SetFields merges fields into the record at key. Errors: ErrInvalid,
 // ErrClosed, ErrUnavailable.
 func (s *Store) SetFields(ctx context.Context, key string, fields map[string]string) (int64, error) {
-	if err := checkKVKey(key); err != nil {
+	if err := store.CheckKVKey(key); err != nil {
 		return 0, err
 	}
-	if err := checkKVFields(fields, true); err != nil {
+	if err := store.CheckKVFields(fields, true); err != nil {
 		return 0, err
 	}
 	var version int64
@@ -221,13 +204,13 @@ func merge(key string, old kvRecord, fields map[string]string) (*kvRecord, error
 // CompareAndSwap merges set into the record at key if cond holds. Errors:
 // ErrNotFound, ErrConflict, ErrInvalid, ErrClosed, ErrUnavailable.
 func (s *Store) CompareAndSwap(ctx context.Context, key string, cond store.Condition, set map[string]string) (int64, error) {
-	if err := checkKVKey(key); err != nil {
+	if err := store.CheckKVKey(key); err != nil {
 		return 0, err
 	}
 	if !cond.Valid() {
 		return 0, invalid("kv condition %+v", cond)
 	}
-	if err := checkKVFields(set, true); err != nil {
+	if err := store.CheckKVFields(set, true); err != nil {
 		return 0, err
 	}
 	var version int64

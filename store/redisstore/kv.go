@@ -53,15 +53,12 @@ func (s *Store) kvPrefix() string        { return s.opts.Prefix + ":_kv:" }
 func (s *Store) kvKey(key string) string { return s.kvPrefix() + key }
 
 func checkKV(op, key string, fields map[string]string, needFields bool) error {
-	if !store.ValidKVKey(key) {
-		return invalid(op, "kv key %q", key)
+	err := store.CheckKVKey(key)
+	if err == nil {
+		err = store.CheckKVFields(fields, needFields)
 	}
-	if needFields && len(fields) == 0 {
-		return invalid(op, "no fields")
-	}
-	if !store.ValidFields(fields) {
-		return invalid(op, "fields: a name breaks the key rule, a value is over %d bytes or there are over %d",
-			store.MaxKVValueLen, store.MaxKVFields)
+	if err != nil {
+		return fmt.Errorf("redisstore: %s: %w", op, err)
 	}
 	return nil
 }
