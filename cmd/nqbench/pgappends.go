@@ -1,11 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"strconv"
 	"time"
 
@@ -20,28 +17,10 @@ import (
 // does.
 func runPGAppends(ctx context.Context, e env, pgURL string, rate float64, d time.Duration, conns, contexts int) (appendsResult, error) {
 	res := appendsResult{Concurrency: conns, Contexts: contexts}
-	hc := httpClient(conns)
-	body := []byte(`{"kind":"log","data":{"pad":"` + pad + `"}}`)
-	nqdAppend := func(ctx context.Context, seq int64, _ time.Time) error {
-		u := e.base + "/api/_events/bench/a" + strconv.FormatInt(seq%int64(contexts), 10)
-		resp, err := hc.Post(u, "application/json", bytes.NewReader(body))
-		if err != nil {
-			return err
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusCreated {
-			return fmt.Errorf("status %d", resp.StatusCode)
-		}
-		return nil
-	}
 	// The warm-up opens nqd's pool connections and fills PostgreSQL's
 	// caches, as a server that has run a while has done long ago.
-	openLoop(ctx, "pg-appends nqd warm-up", rate, warmUp, conns, nqdAppend)
-	cpu := meterCPU(e)
-	r := openLoop(ctx, "pg-appends nqd", rate, d, conns, nqdAppend)
-	res.NQD = row("nqd HTTP append", rate, r)
-	res.NQD.CPU = cpu.String()
+	nqd, r := measureNQDAppends(ctx, e, "pg-appends", rate, d, conns, contexts)
+	res.NQD = nqd
 
 	cfg, err := pgxpool.ParseConfig(pgURL)
 	if err != nil {
@@ -70,7 +49,7 @@ func runPGAppends(ctx context.Context, e env, pgURL string, rate float64, d time
 		return pool.SendBatch(ctx, &b).Close()
 	}
 	openLoop(ctx, "pg-appends baseline warm-up", rate, warmUp, conns, baseline)
-	cpu = meterCPU(e)
+	cpu := meterCPU(e)
 	b := openLoop(ctx, "pg-appends baseline", rate, d, conns, baseline)
 	res.Baseline = row("PostgreSQL INSERT+NOTIFY", rate, b)
 	res.Baseline.CPU = cpu.String()

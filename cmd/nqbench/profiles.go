@@ -114,11 +114,10 @@ type appendsResult struct {
 	ThroughputRatio float64 `json:"throughput_ratio"`
 }
 
-// runAppends offers rate appends/s for d to nqd over HTTP, then the same
-// rate of pipelined XADD + PUBLISH (no Lua) to the same Redis from the same
-// process with the same concurrency.
-func runAppends(ctx context.Context, e env, rate float64, d time.Duration, conns, contexts int) (appendsResult, error) {
-	res := appendsResult{Concurrency: conns, Contexts: contexts}
+// measureNQDAppends offers rate appends/s for d to nqd over HTTP, one
+// padded log event each, spread over contexts, after a warm-up: the nqd
+// side of the appends profiles on every store, with the load's counts.
+func measureNQDAppends(ctx context.Context, e env, profile string, rate float64, d time.Duration, conns, contexts int) (latencyRow, loadResult) {
 	hc := httpClient(conns)
 	body := []byte(`{"kind":"log","data":{"pad":"` + pad + `"}}`)
 	nqdAppend := func(ctx context.Context, seq int64, _ time.Time) error {
@@ -134,13 +133,23 @@ func runAppends(ctx context.Context, e env, rate float64, d time.Duration, conns
 		}
 		return nil
 	}
+	openLoop(ctx, profile+" nqd warm-up", rate, warmUp, conns, nqdAppend)
+	cpu := meterCPU(e)
+	r := openLoop(ctx, profile+" nqd", rate, d, conns, nqdAppend)
+	out := row("nqd HTTP append", rate, r)
+	out.CPU = cpu.String()
+	return out, r
+}
+
+// runAppends offers rate appends/s for d to nqd over HTTP, then the same
+// rate of pipelined XADD + PUBLISH (no Lua) to the same Redis from the same
+// process with the same concurrency.
+func runAppends(ctx context.Context, e env, rate float64, d time.Duration, conns, contexts int) (appendsResult, error) {
+	res := appendsResult{Concurrency: conns, Contexts: contexts}
 	// A warm-up opens the connections and loads the script, which a
 	// server that has run a while has done long ago.
-	openLoop(ctx, "appends nqd warm-up", rate, warmUp, conns, nqdAppend)
-	cpu := meterCPU(e)
-	r := openLoop(ctx, "appends nqd", rate, d, conns, nqdAppend)
-	res.NQD = row("nqd HTTP append", rate, r)
-	res.NQD.CPU = cpu.String()
+	nqd, r := measureNQDAppends(ctx, e, "appends", rate, d, conns, contexts)
+	res.NQD = nqd
 
 	rdb := redis.NewClient(&redis.Options{Addr: e.redisAddr, PoolSize: conns, MaxRetries: -1})
 	defer func() { _ = rdb.Close() }()
@@ -155,7 +164,7 @@ func runAppends(ctx context.Context, e env, rate float64, d time.Duration, conns
 		return err
 	}
 	openLoop(ctx, "appends baseline warm-up", rate, warmUp, conns, baseline)
-	cpu = meterCPU(e)
+	cpu := meterCPU(e)
 	b := openLoop(ctx, "appends baseline", rate, d, conns, baseline)
 	res.Baseline = row("Redis XADD+PUBLISH", rate, b)
 	res.Baseline.CPU = cpu.String()
