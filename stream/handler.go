@@ -169,7 +169,12 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, req Request) err
 	hdr.Set("Content-Type", "text/event-stream")
 	hdr.Set("Cache-Control", "no-cache, no-transform")
 	hdr.Set("X-Accel-Buffering", "no")
-	hdr.Set("Connection", "keep-alive")
+	if r.ProtoMajor == 1 {
+		// An HTTP/1.x stream's connection ends with the stream: a taken
+		// connection (takeover.go) is closed after its last chunk. Saying
+		// so keeps a client from reusing it for its next request.
+		hdr.Set("Connection", "close")
+	}
 	hdr.Del("Content-Length")
 	w.WriteHeader(http.StatusOK)
 	s := &sink{w: w, rc: http.NewResponseController(w), timeout: h.o.WriteTimeout, tail: p.tail}
