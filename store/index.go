@@ -1,6 +1,10 @@
 package store
 
-import "github.com/nqd-dev/nqd/event"
+import (
+	"fmt"
+
+	"github.com/nqd-dev/nqd/event"
+)
 
 // JoinedIndex is the index rule of the Store contract for one appended event:
 // the named index e adds its context to, beyond the type index every context
@@ -22,4 +26,25 @@ func JoinedIndex(e event.Event) (Index, bool) {
 		return Index{Type: "trigger"}, true
 	}
 	return Index{}, false
+}
+
+// EncodeEvents checks a batch's events by the rules every backend applies
+// before it writes (a valid kind, a valid name for the index an event joins)
+// and returns their stored bodies. Errors wrap ErrInvalid.
+func EncodeEvents(evs []event.Event) ([][]byte, error) {
+	bodies := make([][]byte, len(evs))
+	for i, e := range evs {
+		if !event.ValidKind(e.Kind) {
+			return nil, fmt.Errorf("%w: event %d: kind %q", ErrInvalid, i, e.Kind)
+		}
+		if ix, ok := JoinedIndex(e); ok && !ix.Valid() {
+			return nil, fmt.Errorf("%w: event %d: index name %q", ErrInvalid, i, ix.Name)
+		}
+		body, err := e.MarshalBody()
+		if err != nil {
+			return nil, fmt.Errorf("%w: event %d: %v", ErrInvalid, i, err)
+		}
+		bodies[i] = body
+	}
+	return bodies, nil
 }

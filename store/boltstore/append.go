@@ -95,21 +95,11 @@ func newAppendReq(c store.Context, evs []event.Event, opts store.AppendOptions) 
 	}
 	r := &appendReq{
 		c: c, ck: contextKey(c), evs: evs, key: opts.IdempotencyKey, same: opts.SameRequest,
-		bodies: make([][]byte, len(evs)),
-		done:   make(chan struct{}),
+		done: make(chan struct{}),
 	}
-	for i, e := range evs {
-		if !event.ValidKind(e.Kind) {
-			return nil, invalid("event %d: kind %q", i, e.Kind)
-		}
-		if ix, ok := store.JoinedIndex(e); ok && !ix.Valid() {
-			return nil, invalid("event %d: flow name %q", i, e.FlowName)
-		}
-		body, err := e.MarshalBody()
-		if err != nil {
-			return nil, invalid("event %d: %v", i, err)
-		}
-		r.bodies[i] = body
+	var err error
+	if r.bodies, err = store.EncodeEvents(evs); err != nil {
+		return nil, err
 	}
 	if r.key != "" {
 		r.fp = store.Fingerprint(r.bodies)

@@ -126,20 +126,11 @@ func newBatch(c store.Context, evs []event.Event, key string) (*batch, error) {
 	if len(key) > maxIdempotencyKey {
 		return nil, invalid("idempotency key longer than %d bytes", maxIdempotencyKey)
 	}
-	b := &batch{c: c, ck: contextKey(c), evs: evs, key: key, bodies: make([][]byte, len(evs))}
-	for i, e := range evs {
-		if !event.ValidKind(e.Kind) {
-			return nil, invalid("event %d: kind %q", i, e.Kind)
-		}
-		if ix, ok := store.JoinedIndex(e); ok && !ix.Valid() {
-			return nil, invalid("event %d: flow name %q", i, e.FlowName)
-		}
-		body, err := e.MarshalBody()
-		if err != nil {
-			return nil, invalid("event %d: %v", i, err)
-		}
-		b.bodies[i] = body
+	bodies, err := store.EncodeEvents(evs)
+	if err != nil {
+		return nil, err
 	}
+	b := &batch{c: c, ck: contextKey(c), evs: evs, key: key, bodies: bodies}
 	if key != "" {
 		b.fp = store.Fingerprint(b.bodies)
 	}

@@ -67,23 +67,16 @@ func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, 
 	sum := sha256.Sum256([]byte(key))
 	idem := keyAt(stream + ":idem:" + hex.EncodeToString(sum[:]))
 
+	raw, err := store.EncodeEvents(evs)
+	if err != nil {
+		return store.AppendResult{}, fmt.Errorf("redisstore: append: %w", err)
+	}
 	bodies := make([]any, len(evs))
-	raw := make([][]byte, len(evs))
 	joins := make([]any, len(evs))
 	for i, e := range evs {
-		if !event.ValidKind(e.Kind) {
-			return store.AppendResult{}, invalid("append", "event %d: kind %q", i, e.Kind)
-		}
-		b, err := e.MarshalBody()
-		if err != nil {
-			return store.AppendResult{}, invalid("append", "event %d: %v", i, err)
-		}
-		bodies[i], raw[i] = b, b
+		bodies[i] = raw[i]
 		joins[i] = 0
 		if ix, ok := store.JoinedIndex(e); ok {
-			if !ix.Valid() {
-				return store.AppendResult{}, invalid("append", "event %d: index name %q", i, ix.Name)
-			}
 			joins[i] = keyAt(s.indexKey(ix))
 		}
 	}

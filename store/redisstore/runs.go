@@ -123,21 +123,15 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 	args = append(args, fields...)
 
 	args = append(args, len(u.Events))
+	bodies, err := store.EncodeEvents(u.Events)
+	if err != nil {
+		return store.AppendResult{}, fmt.Errorf("redisstore: update run: %w", err)
+	}
 	joins := make([]any, len(u.Events))
 	for i, e := range u.Events {
-		if !event.ValidKind(e.Kind) {
-			return store.AppendResult{}, invalid("update run", "event %d: kind %q", i, e.Kind)
-		}
-		b, err := e.MarshalBody()
-		if err != nil {
-			return store.AppendResult{}, invalid("update run", "event %d: %v", i, err)
-		}
-		args = append(args, b)
+		args = append(args, bodies[i])
 		joins[i] = 0
 		if ix, ok := store.JoinedIndex(e); ok {
-			if !ix.Valid() {
-				return store.AppendResult{}, invalid("update run", "event %d: index name %q", i, ix.Name)
-			}
 			joins[i] = keyAt(s.indexKey(ix))
 		}
 	}
