@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/nqd-dev/nqd/internal/spawn"
 )
 
 // startTimeout bounds how long a fresh server may take to accept connections.
@@ -267,7 +268,7 @@ func run(bin, dir string, port int, cred *syscall.Credential) (*exec.Cmd, chan s
 		"-c", "min_wal_size=2MB", "-c", "max_wal_size=64MB",
 	)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := spawn(cmd, cred); err != nil {
+	if err := spawn.Start(cmd, cred); err != nil {
 		return nil, nil, err
 	}
 	done := make(chan struct{})

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nqd-dev/nqd/internal/spawn"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -203,7 +204,7 @@ func run(opts Options, dir string, port int) (*exec.Cmd, chan struct{}, error) {
 	}
 	cmd := exec.Command("redis-server", args...)
 	cmd.Dir = dir
-	if err := spawn(cmd); err != nil {
+	if err := spawn.Start(cmd, nil); err != nil {
 		return nil, nil, err
 	}
 	done := make(chan struct{})

@@ -1,0 +1,9 @@
+//go:build !linux
+
+package pgtest
+
+import (
+	"os/exec"
+)
+
+func kill(cmd *exec.Cmd) { _ = cmd.Process.Kill() }

@@ -1,0 +1,18 @@
+//go:build !linux
+
+// Package spawn starts the servers tests run against (redis-server,
+// PostgreSQL).
+package spawn
+
+import (
+	"os/exec"
+	"syscall"
+)
+
+// Start starts cmd, as cred's user when cred is not nil. Without a
+// parent-death signal a server of an interrupted run may outlive it; tests
+// that end normally still kill their dedicated servers.
+func Start(cmd *exec.Cmd, cred *syscall.Credential) error {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	return cmd.Start()
+}
