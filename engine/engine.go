@@ -198,6 +198,30 @@ func (e *Engine) Definition(ctx context.Context, name string) (*flows.Definition
 	return d, nil
 }
 
+// definitionChecker is a store whose UpdateRun refuses an update naming a
+// Definition that is not the flow's stored one (store.RunUpdate.Definition).
+// On such a store a start may be decided on a cached definition without
+// reading it first: a definition changed meanwhile, on any instance, makes
+// the write fail and the start is decided again on the stored one.
+type definitionChecker interface {
+	ChecksDefinitions() bool
+}
+
+// checkedDefinition returns the cached definition of name and its body,
+// when the store checks definitions on update; nil otherwise.
+func (e *Engine) checkedDefinition(name string) ([]byte, *flows.Definition) {
+	if c, ok := e.st.(definitionChecker); !ok || !c.ChecksDefinitions() {
+		return nil, nil
+	}
+	e.defsMu.Lock()
+	defer e.defsMu.Unlock()
+	c, ok := e.defs[name]
+	if !ok {
+		return nil, nil
+	}
+	return c.body, c.def
+}
+
 // PutDefinition validates d and stores it for every instance. The kinds
 // its event awaits wait for are watched first (see store.KindIndex), so the
 // kind index holds every such event appended once the definition exists.
@@ -212,7 +236,17 @@ func (e *Engine) PutDefinition(ctx context.Context, d *flows.Definition) error {
 	if err := e.watchKinds(ctx, d); err != nil {
 		return err
 	}
-	return e.st.PutDefinition(ctx, d.Name, body)
+	err = e.st.PutDefinition(ctx, d.Name, body)
+	e.forgetDefinition(d.Name)
+	return err
+}
+
+// forgetDefinition drops name from the cache, so that this instance's next
+// start reads the definition it just changed rather than be refused once.
+func (e *Engine) forgetDefinition(name string) {
+	e.defsMu.Lock()
+	delete(e.defs, name)
+	e.defsMu.Unlock()
 }
 
 // Definitions returns every stored definition, by name.
@@ -440,5 +474,7 @@ func withAttempt(ev event.Event, attempt int, extra map[string]any) event.Event 
 // DeleteDefinition removes a flow definition; its runs stay. Errors:
 // store.ErrNotFound.
 func (e *Engine) DeleteDefinition(ctx context.Context, name string) error {
-	return e.st.DeleteDefinition(ctx, name)
+	err := e.st.DeleteDefinition(ctx, name)
+	e.forgetDefinition(name)
+	return err
 }

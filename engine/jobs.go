@@ -79,6 +79,9 @@ func (e *Engine) Claim(ctx context.Context, queues []string, max int, wait time.
 // checkAttempts fails the step of a redelivered job that has used up its
 // attempts; it reports whether the job may run.
 func (e *Engine) checkAttempts(ctx context.Context, j store.Job) (bool, error) {
+	if j.Attempt <= 1 {
+		return true, nil // every retry policy allows a first attempt
+	}
 	d, err := e.Definition(ctx, j.Flow)
 	if err != nil {
 		return false, err

@@ -29,13 +29,31 @@ type Started struct {
 // with the same non-empty idempotencyKey returns the first run. Errors:
 // store.ErrNotFound (no such flow), store.ErrInvalid.
 func (e *Engine) Start(ctx context.Context, flow string, input json.RawMessage, idempotencyKey string) (Started, error) {
+	if len(input) == 0 {
+		input = json.RawMessage(`{}`)
+	}
+	if body, d := e.checkedDefinition(flow); d != nil {
+		out, err := e.start(ctx, flow, d, body, input, idempotencyKey)
+		if !errors.Is(err, errStaleDefinition) {
+			return out, err
+		}
+		// Refused: the definition changed since it was cached, or the
+		// run id is taken. Decide again on the stored definition, which
+		// tells the two apart.
+	}
 	d, err := e.Definition(ctx, flow)
 	if err != nil {
 		return Started{}, err
 	}
-	if len(input) == 0 {
-		input = json.RawMessage(`{}`)
-	}
+	return e.start(ctx, flow, d, nil, input, idempotencyKey)
+}
+
+// errStaleDefinition is a start refused while it named a cached definition.
+var errStaleDefinition = errors.New("engine: start decided on a cached definition was refused")
+
+// start writes a run of d; body, when set, is d as cached, which the store
+// checks is still the stored definition (see checkedDefinition).
+func (e *Engine) start(ctx context.Context, flow string, d *flows.Definition, body []byte, input json.RawMessage, idempotencyKey string) (Started, error) {
 	id := newRunID()
 	if idempotencyKey != "" {
 		id = idempotentRunID(flow, idempotencyKey)
@@ -55,6 +73,7 @@ func (e *Engine) Start(ctx context.Context, flow string, input json.RawMessage, 
 		return Started{}, err
 	}
 	fx.into(&u)
+	u.Definition = body
 	if err := e.register(ctx, &fx); err != nil {
 		return Started{}, err
 	}
@@ -68,6 +87,9 @@ func (e *Engine) Start(ctx context.Context, flow string, input json.RawMessage, 
 		u.Enqueue[0].Lease, u.Enqueue[0].LeaseUntil = "", 0
 	}
 	_, err = e.commit(ctx, u)
+	if errors.Is(err, errRace) && body != nil {
+		return Started{}, errStaleDefinition
+	}
 	if errors.Is(err, errRace) && idempotencyKey != "" {
 		if err := e.sameInput(ctx, flow, id, input); err != nil {
 			return Started{}, err

@@ -134,6 +134,11 @@ type RunUpdate struct {
 	// update is refused with ErrConflict if one already is, so of many
 	// waiters one takes an event.
 	Consume []KindRef
+	// Definition, when set, is the body of the flow's definition the update
+	// was decided on, taken from a cache. A backend whose
+	// ChecksDefinitions method reports true refuses the update with
+	// ErrConflict unless it is the stored definition; others ignore it.
+	Definition []byte
 }
 
 // RunPage is one page of a flow's runs, newest first.

@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
@@ -94,5 +95,42 @@ func TestJobInputKeepsLargeNumbers(t *testing.T) {
 	}
 	if string(got[0].Input) != string(in) || got[0].Attempt != 1 || got[0].LeaseUntil != 20 {
 		t.Errorf("claimed %+v", got[0])
+	}
+}
+
+// TestRunUpdateChecksDefinition: an update naming a definition is refused,
+// writing nothing, unless that is the flow's stored definition.
+func TestRunUpdateChecksDefinition(t *testing.T) {
+	ctx := t.Context()
+	prefix := redistest.Prefix(t)
+	s, client := newTestStore(t, redisstore.Options{Prefix: prefix})
+	if !s.ChecksDefinitions() {
+		t.Fatal("ChecksDefinitions = false")
+	}
+	update := func(run string, def []byte) error {
+		_, err := s.UpdateRun(ctx, store.RunUpdate{Definition: def,
+			Meta: store.RunMeta{Flow: "fl", Run: run, Status: store.RunRunning, StartedAt: 1}})
+		return err
+	}
+	if err := update("r1", []byte(`{"v":1}`)); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("update naming a definition never stored = %v, want ErrConflict", err)
+	}
+	if err := s.PutDefinition(ctx, "fl", []byte(`{"v":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := update("r1", []byte(`{"v":1}`)); err != nil {
+		t.Fatalf("update naming the stored definition = %v", err)
+	}
+	if err := s.PutDefinition(ctx, "fl", []byte(`{"v":2}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := update("r2", []byte(`{"v":1}`)); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("update naming a replaced definition = %v, want ErrConflict", err)
+	}
+	if n, _ := client.Exists(ctx, prefix+":flows:fl:meta:r2", prefix+":flow:r2").Result(); n != 0 {
+		t.Errorf("a refused update left %d keys", n)
+	}
+	if err := update("r2", nil); err != nil {
+		t.Fatalf("update naming no definition = %v", err)
 	}
 }

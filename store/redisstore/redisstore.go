@@ -27,7 +27,8 @@
 //	                                  "c" context id, "s" entry id, "e" body), trimmed to KindWindow;
 //	                                  written only for watched kinds
 //	<p>:engine:kinds:watched          set: the kinds the kind index records (WatchKinds)
-//	<p>:engine:flows:defs             hash: flow name -> definition JSON
+//	<p>:engine:flows:defs             hash: flow name -> definition JSON; run_update.lua checks a start
+//	                                  decided on a cached copy against it (store.RunUpdate.Definition)
 //	<p>:engine:runs:expiring          sorted set: <flow>:<run> of finished runs, score = when retention
 //	                                  ends (ms); written by run_update.lua, emptied by delete_run.lua
 //

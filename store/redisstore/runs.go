@@ -2,7 +2,9 @@ package redisstore
 
 import (
 	"context"
+	"crypto/sha1"
 	_ "embed"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -102,6 +104,12 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 		return store.AppendResult{}, invalid("update run", "%v", err)
 	}
 	args := []any{s.channel(c), m.Run, s.maxLen(c.Type), m.Version, m.Status, m.StartedAt}
+	if u.Definition != nil {
+		sum := sha1.Sum(u.Definition)
+		args = append(args, keyAt(s.defsKey()), m.Flow, hex.EncodeToString(sum[:]))
+	} else {
+		args = append(args, 0, "", "")
+	}
 	args = append(args, len(u.Consume))
 	for _, k := range u.Consume {
 		args = append(args, keyAt(s.consumedKey(k)))
@@ -177,6 +185,11 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 	}
 	return s.appendResult(c, u.Events, reply)
 }
+
+// ChecksDefinitions reports that UpdateRun refuses an update whose
+// Definition is not the flow's stored definition (engine.Start then decides
+// on a cached definition without reading it from Redis first).
+func (s *Store) ChecksDefinitions() bool { return true }
 
 // RunMeta returns a run's record. Errors: store.ErrNotFound,
 // store.ErrInvalid, store.ErrUnavailable, store.ErrClosed.

@@ -18,6 +18,9 @@
 -- ARGV, read in order:
 --   channel, run id, MAXLEN ("0": unbounded), the version read, the new
 --   status, startedAt (the status index score);
+--   the position in KEYS of the definitions (<p>:engine:flows:defs), the
+--   flow's name and the SHA-1 of the definition the update was decided on
+--   ("0" "" "": no check);
 --   m, then m positions in KEYS of consumption markers
 --   (<p>:engine:consumed:<kind>:<entry>) that must not exist yet, then
 --   their TTL in ms;
@@ -45,6 +48,7 @@ end
 
 local channel, member, maxlen = arg(), arg(), tonumber(arg())
 local version, status, started = tonumber(arg()), arg(), arg()
+local defs, flow, defSHA = tonumber(arg()), arg(), arg()
 local consumed = {}
 for i = 1, tonumber(arg()) do consumed[i] = KEYS[tonumber(arg())] end
 local consumedTTL = arg()
@@ -57,6 +61,9 @@ end
 local cur = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
 if cur ~= version then
   return {1, 'run is at version ' .. cur .. ', not ' .. version}
+end
+if defs > 0 and redis.sha1hex(redis.call('HGET', KEYS[defs], flow) or '') ~= defSHA then
+  return {1, 'definition of ' .. flow .. ' changed'}
 end
 for _, k in ipairs(consumed) do
   if redis.call('EXISTS', k) == 1 then
