@@ -26,6 +26,8 @@ type Handler struct {
 	conns    map[*conn]struct{}
 	draining bool
 	idle     chan struct{} // closed when draining and the last connection is gone
+	poll     *poller       // watches taken connections; made at the first
+	noPoll   bool          // the poller cannot be made here, or is closed
 }
 
 // NewHandler builds the handler and its hub.
@@ -48,8 +50,18 @@ func NewHandler(o Options) *Handler {
 // Ready reports whether the live path works; /readyz fails while it does not.
 func (h *Handler) Ready() error { return h.hub.Ready() }
 
-// Close ends the hub's subscriptions. Call it after Drain.
-func (h *Handler) Close() { h.hub.Close() }
+// Close ends the hub's subscriptions and the poller of taken connections
+// (any still open are then watched by a goroutine each). Call it after Drain.
+func (h *Handler) Close() {
+	h.hub.Close()
+	h.mu.Lock()
+	p := h.poll
+	h.poll, h.noPoll = nil, true
+	h.mu.Unlock()
+	if p != nil {
+		p.close()
+	}
+}
 
 // BackfillMax as Request.Backfill sends as many of the newest events as
 // Options.MaxBackfill allows, after a notice when that cuts.

@@ -19,12 +19,15 @@ import (
 // hold two goroutines for it (the handler's, deep in middleware, and a
 // background reader) and a read and a write buffer, about 40 KB in all. So
 // once the backfill is written, an HTTP/1.1 stream's connection is taken
-// over (hijacked) and served by a taken: one goroutine blocked on a one-byte
-// read, which notices the client leaving at once, and timers. Its writes run
-// on a goroutine started when there is something to write (events queued by
-// the hub, a heartbeat due, the end) that exits when done, under the same
-// write deadline as before. HTTP/2 streams, which cannot be taken over,
-// keep the loop in live.go.
+// over (hijacked) and served by a taken: timers, and a watch that notices
+// the client leaving at once. On Linux the handler's poller (poll_linux.go)
+// watches every taken socket with one epoll set and one goroutine; where it
+// cannot (another system, a connection that is not a bare socket), a
+// goroutine per connection blocks on a one-byte read instead. Writes run
+// on a goroutine started when there is something to write (events queued
+// by the hub, a heartbeat due, the end) that exits when done, under the
+// same write deadline as before. HTTP/2 streams, which cannot be taken
+// over, keep the loop in live.go.
 
 // taken is a stream on a connection taken over from net/http. The response
 // it continues is chunked (its headers are written), so it frames each write
@@ -38,6 +41,7 @@ type taken struct {
 	log  *zerolog.Logger
 	end  *ending
 	last event.ID // the newest event written
+	w    *watch   // the poller's watch; nil when read watches instead
 
 	hb, retire, expire *time.Timer
 
@@ -66,8 +70,13 @@ func (h *Handler) takeOver(s *sink, log *zerolog.Logger, cn *conn, q *queue, c s
 	if err != nil {
 		return false
 	}
-	t := &taken{h: h, nc: nc, q: q, c: c, tail: p.tail, log: log, end: end, last: last}
+	// Until the setup is done, whatever fires (a timer, the hub, the
+	// client leaving) only marks the writes to run: they start at the end.
+	t := &taken{h: h, nc: nc, q: q, c: c, tail: p.tail, log: log, end: end, last: last, running: true}
 	_ = nc.SetDeadline(time.Time{})
+	if t.w = h.watch(nc, func() { t.stop(CloseClient, true) }, func() { go t.read() }); t.w == nil {
+		go t.read()
+	}
 	q.onFail(func() { _ = nc.SetWriteDeadline(time.Now()) })
 	t.hb = time.AfterFunc(h.o.Heartbeat, func() {
 		t.mu.Lock()
@@ -83,12 +92,42 @@ func (h *Handler) takeOver(s *sink, log *zerolog.Logger, cn *conn, q *queue, c s
 	}
 	cn.whenClosed(func() { t.stop(CloseShutdown, true) })
 	q.onSignal(func() { t.kick(true) })
-	go t.read()
+	t.mu.Lock()
+	t.running = false
+	t.mu.Unlock()
+	t.kick(true)
 	return true
 }
 
+// watch has the handler's poller watch nc, made at the first call; nil
+// when it cannot.
+func (h *Handler) watch(nc net.Conn, gone, orphan func()) *watch {
+	if !pollable(nc) {
+		return nil
+	}
+	h.mu.Lock()
+	if h.poll == nil && !h.noPoll {
+		p, err := newPoller()
+		if err != nil {
+			h.noPoll = true
+			h.o.Log.Warn().Err(err).Msg("taken connections are watched by a goroutine each")
+		}
+		h.poll = p
+	}
+	p := h.poll
+	h.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	w, err := p.add(nc, gone, orphan)
+	if err != nil {
+		return nil
+	}
+	return w
+}
+
 // read waits for the client to close the connection; whatever it sends
-// meanwhile is ignored.
+// meanwhile is ignored. It watches a connection the poller does not.
 func (t *taken) read() {
 	b := make([]byte, 1)
 	for {
@@ -204,6 +243,10 @@ func (t *taken) finish(reason CloseReason) {
 		if tm != nil {
 			tm.Stop()
 		}
+	}
+	if t.w != nil {
+		// Before the close: the descriptor must still be this socket's.
+		t.w.unwatch()
 	}
 	if reason != CloseSlow && reason != CloseClient {
 		_ = t.nc.SetWriteDeadline(time.Now().Add(t.h.o.WriteTimeout))
