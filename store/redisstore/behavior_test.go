@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -294,6 +295,64 @@ func TestSubscribeChurn(t *testing.T) {
 		sub.Close()
 		<-abandoned
 	}
+}
+
+// TestSubscribeManyAtOnce subscribes to many channels at once, so that
+// their SUBSCRIBEs share commands, then leaves and comes back to all of them
+// before and after the UNSUBSCRIBEs went out. Every Subscribe that returns
+// must already receive the next event, and Redis keeps no channel nobody
+// listens to.
+func TestSubscribeManyAtOnce(t *testing.T) {
+	prefix := redistest.Prefix(t)
+	s, client := newTestStore(t, redisstore.Options{Prefix: prefix})
+	const n = 40
+	channels := make([]string, n)
+	for i := range n {
+		channels[i] = fmt.Sprintf("%s:flow:run-%d:live", prefix, i)
+	}
+	numsub := func() int64 {
+		counts, err := client.PubSubNumSub(t.Context(), channels...).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var total int64
+		for _, c := range counts {
+			total += c
+		}
+		return total
+	}
+	round := func(name string) {
+		subs := make([]store.Subscription, n)
+		var wg sync.WaitGroup
+		errs := make(chan error, n)
+		for i := range n {
+			wg.Go(func() {
+				sub, err := s.Subscribe(t.Context(), store.Context{Type: "flow", ID: fmt.Sprint("run-", i)}, 4)
+				subs[i] = sub
+				errs <- err
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+		}
+		for i, sub := range subs {
+			c := store.Context{Type: "flow", ID: fmt.Sprint("run-", i)}
+			e := mustAppend(t, s, c, event.Event{Kind: "log", Subject: c.ID})
+			if got := next(t, sub); got.ID != e[0].ID {
+				t.Fatalf("%s: run-%d received %v, want %v", name, i, got.ID, e[0].ID)
+			}
+			sub.Close()
+		}
+	}
+	round("first subscribe")
+	round("back before the unsubscribes")
+	waitFor(t, "every channel unsubscribed after its last local subscriber left", func() bool { return numsub() == 0 })
+	round("back after the unsubscribes")
+	waitFor(t, "every channel unsubscribed again", func() bool { return numsub() == 0 })
 }
 
 // newDedicated runs a Store on a Redis of its own, which the test may kill.

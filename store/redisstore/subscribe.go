@@ -20,13 +20,21 @@ import (
 // (less when probes are more frequent).
 const probeTimeout = 5 * time.Second
 
+// unsubscribeDelay is how long a channel stays subscribed in Redis after its
+// last local subscriber left. The channels left meanwhile are unsubscribed in
+// one command, and a subscriber that comes back to one in time needs no
+// SUBSCRIBE at all (a stream is often closed and opened again at once, by a
+// reconnecting client or by the next page that shows the run).
+const unsubscribeDelay = 50 * time.Millisecond
+
 // errNoPong ends a connection whose PING went unanswered: it is wedged even
 // though no read failed.
 var errNoPong = errors.New("pub/sub connection did not answer PING")
 
 // Subscribe attaches to c's live channel on the Store's one shared Pub/Sub
-// connection. It returns once Redis has confirmed the SUBSCRIBE, so every
-// event appended afterwards is delivered. Errors: store.ErrInvalid,
+// connection. It returns once Redis has confirmed that the connection is
+// subscribed to the channel, so every event appended afterwards is
+// delivered. Errors: store.ErrInvalid,
 // store.ErrClosed, store.ErrUnavailable, or the context's error.
 func (s *Store) Subscribe(ctx context.Context, c store.Context, buffer int) (store.Subscription, error) {
 	if s.closed.Load() {
@@ -45,6 +53,11 @@ func (s *Store) Subscribe(ctx context.Context, c store.Context, buffer int) (sto
 // subscribing to a channel in Redis while at least one local subscriber wants
 // it. Each message is decoded once and fanned out without ever blocking: a
 // subscriber whose queue is full is ended with store.ErrOverflow.
+//
+// SUBSCRIBE and UNSUBSCRIBE commands are written by one goroutine per
+// connection (writeLoop), never under mu: the channels asked for while a
+// write is on its way go in the next command together, and channels left by
+// their last subscriber are unsubscribed unsubscribeDelay later, together.
 type liveFeed struct {
 	client     redis.UniversalClient
 	probeEvery time.Duration
@@ -67,7 +80,15 @@ type liveConn struct {
 	// pending counts SUBSCRIBE replies not yet read, per channel: after an
 	// unsubscribe and a quick resubscribe, the older reply must not be
 	// mistaken for the confirmation of the newer SUBSCRIBE.
-	pending  map[string]int
+	pending map[string]int
+	// inRedis holds the channels whose last command (written or queued) is
+	// a SUBSCRIBE. toSub lists the SUBSCRIBEs to write, in order; toUnsub
+	// the channels without local subscribers to UNSUBSCRIBE once
+	// unsubscribeDelay passed. kick wakes writeLoop.
+	inRedis  map[string]bool
+	toSub    []string
+	toUnsub  map[string]struct{}
+	kick     chan struct{}
 	pings    map[string]chan struct{}
 	finished bool
 	err      error
@@ -112,8 +133,8 @@ func (f *liveFeed) subscribe(ctx context.Context, channel string, buffer int) (*
 	}
 }
 
-// attach registers sub on the current connection, sending SUBSCRIBE if it is
-// the channel's first local subscriber, and returns what to wait on.
+// attach registers sub on the current connection, queueing a SUBSCRIBE if
+// the channel is not subscribed in Redis, and returns what to wait on.
 func (f *liveFeed) attach(ctx context.Context, sub *subscription) (*liveConn, <-chan struct{}, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
@@ -128,13 +149,20 @@ func (f *liveFeed) attach(ctx context.Context, sub *subscription) (*liveConn, <-
 	if cs == nil {
 		cs = &channelSubs{subs: map[*subscription]struct{}{}, ready: make(chan struct{})}
 		lc.channels[sub.channel] = cs
-		lc.pending[sub.channel]++
-		// The write must not be cut short by the caller's context: a
-		// half-written command would break the connection everyone shares.
-		if err := lc.ps.Subscribe(context.Background(), sub.channel); err != nil {
-			f.failLocked(lc, err)
-			return nil, nil, fmt.Errorf("redisstore: subscribe: %w: %w", store.ErrUnavailable, err)
+		delete(lc.toUnsub, sub.channel)
+		switch {
+		case !lc.inRedis[sub.channel]:
+			lc.inRedis[sub.channel] = true
+			lc.pending[sub.channel]++
+			lc.toSub = append(lc.toSub, sub.channel)
+			lc.wake()
+		case lc.pending[sub.channel] == 0:
+			// Still subscribed, its UNSUBSCRIBE not yet written: every
+			// message published from now on reaches cs.
+			cs.confirmed = true
+			close(cs.ready)
 		}
+		// Otherwise a SUBSCRIBE is on its way, and its reply confirms cs.
 	}
 	cs.subs[sub] = struct{}{}
 	sub.lc = lc
@@ -151,17 +179,85 @@ func (f *liveFeed) connLocked() *liveConn {
 		ps:       f.client.Subscribe(context.Background()),
 		channels: map[string]*channelSubs{},
 		pending:  map[string]int{},
+		inRedis:  map[string]bool{},
+		toUnsub:  map[string]struct{}{},
+		kick:     make(chan struct{}, 1),
 		pings:    map[string]chan struct{}{},
 		done:     make(chan struct{}),
 	}
 	f.conn = lc
-	f.wg.Add(1)
+	f.wg.Add(2)
 	go f.receive(lc)
+	go f.writeLoop(lc)
 	if f.probeEvery > 0 {
 		f.wg.Add(1)
 		go f.probeLoop(lc)
 	}
 	return lc
+}
+
+// wake tells writeLoop there is something to write; the caller holds
+// feed.mu.
+func (lc *liveConn) wake() {
+	select {
+	case lc.kick <- struct{}{}:
+	default:
+	}
+}
+
+// writeLoop is the connection's only writer of SUBSCRIBE and UNSUBSCRIBE.
+// It writes without holding feed.mu, so a write waits for no lock and holds
+// none: every SUBSCRIBE queued meanwhile goes in the next command. Its
+// writes are never cut short by a caller's context, since a half-written
+// command would break the connection everyone shares.
+func (f *liveFeed) writeLoop(lc *liveConn) {
+	defer f.wg.Done()
+	unsub := time.NewTimer(unsubscribeDelay)
+	unsub.Stop()
+	armed := false
+	for {
+		due := false
+		select {
+		case <-lc.done:
+			unsub.Stop()
+			return
+		case <-lc.kick:
+		case <-unsub.C:
+			due, armed = true, false
+		}
+		f.mu.Lock()
+		if lc.finished {
+			f.mu.Unlock()
+			return
+		}
+		subs := lc.toSub
+		lc.toSub = nil
+		var unsubs []string
+		if due {
+			for ch := range lc.toUnsub {
+				unsubs = append(unsubs, ch)
+				delete(lc.inRedis, ch)
+			}
+			clear(lc.toUnsub)
+		} else if len(lc.toUnsub) > 0 && !armed {
+			unsub.Reset(unsubscribeDelay)
+			armed = true
+		}
+		f.mu.Unlock()
+		// A channel in both lists was subscribed and then left, in that
+		// order.
+		var err error
+		if len(subs) > 0 {
+			err = lc.ps.Subscribe(context.Background(), subs...)
+		}
+		if err == nil && len(unsubs) > 0 {
+			err = lc.ps.Unsubscribe(context.Background(), unsubs...)
+		}
+		if err != nil {
+			f.fail(lc, err)
+			return
+		}
+	}
 }
 
 // receive is the connection's only reader.
@@ -201,11 +297,6 @@ func (f *liveFeed) dispatch(lc *liveConn, m *redis.Message) {
 		return
 	}
 	for sub := range cs.subs {
-		// An UNSUBSCRIBE that failed below has finished the connection and
-		// closed every channel.
-		if lc.finished {
-			return
-		}
 		if !sub.q.Push(e) {
 			f.removeLocked(sub)
 			sub.finish(store.ErrOverflow)
@@ -244,9 +335,9 @@ func (f *liveFeed) detach(sub *subscription, err error) {
 	}
 }
 
-// removeLocked takes sub off its connection, unsubscribing the channel in
-// Redis when it was the last local subscriber. It reports whether sub was
-// still attached.
+// removeLocked takes sub off its connection, queueing the channel's
+// UNSUBSCRIBE when it was the last local subscriber. It reports whether sub
+// was still attached.
 func (f *liveFeed) removeLocked(sub *subscription) bool {
 	lc := sub.lc
 	if lc == nil || lc.finished {
@@ -262,9 +353,8 @@ func (f *liveFeed) removeLocked(sub *subscription) bool {
 	delete(cs.subs, sub)
 	if len(cs.subs) == 0 {
 		delete(lc.channels, sub.channel)
-		if err := lc.ps.Unsubscribe(context.Background(), sub.channel); err != nil {
-			f.failLocked(lc, err)
-		}
+		lc.toUnsub[sub.channel] = struct{}{}
+		lc.wake()
 	}
 	return true
 }
