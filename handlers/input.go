@@ -17,6 +17,8 @@ import (
 	"strings"
 
 	"github.com/go-chi/chi/v5"
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/event"
@@ -328,64 +330,64 @@ func decodeStrict(src io.Reader, v any, prefix string) error {
 	if err != nil {
 		return err
 	}
-	if err := checkJSONText(b, prefix); err != nil {
-		return err
-	}
 	return decodeChecked(b, v, prefix)
 }
 
-// decodeChecked is decodeStrict for b that checkJSONText has passed, such
-// as one event of a batch body.
+// strictJSON are the decoding options of every body: one pass checks the
+// syntax, UTF-8, duplicate names and unknown fields and fills v. Names match
+// fields regardless of case, as encoding/json matched them before.
+var strictJSON = jsonv2.JoinOptions(jsonv2.RejectUnknownMembers(true), jsonv2.MatchCaseInsensitiveNames(true))
+
+// decodeChecked is decodeStrict for b already read, such as one event of a
+// batch body.
 func decodeChecked(b []byte, v any, prefix string) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return jsonError(err, prefix)
+	err := jsonv2.Unmarshal(b, v, strictJSON)
+	if err == nil {
+		return nil
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return err
-		}
-		return badRequest("The body holds more than one JSON value.")
+	// A failed decode is read again to say exactly what is wrong: a string
+	// that is not UTF-8 or a name twice, by its path.
+	if err := checkJSONText(b, prefix); err != nil {
+		return err
 	}
-	return nil
+	return jsonError(b, err, prefix)
 }
 
-// jsonError turns a decoding error into the answer the client gets.
-func jsonError(err error, prefix string) error {
+// jsonError turns a decoding error of b into the answer the client gets.
+func jsonError(b []byte, err error, prefix string) error {
 	var (
-		tooBig *http.MaxBytesError
-		syn    *json.SyntaxError
-		typ    *json.UnmarshalTypeError
+		syn *jsontext.SyntacticError
+		sem *jsonv2.SemanticError
 	)
 	switch {
-	case errors.As(err, &tooBig):
-		return err
-	case errors.Is(err, io.EOF):
+	case len(bytes.TrimSpace(b)) == 0:
 		return badRequest("The body is empty; it must be a JSON object.")
 	case errors.As(err, &syn), errors.Is(err, io.ErrUnexpectedEOF):
+		dec := jsontext.NewDecoder(bytes.NewReader(b))
+		if _, first := dec.ReadValue(); first == nil {
+			return badRequest("The body holds more than one JSON value.")
+		}
 		return badRequest("The body is not valid JSON.")
-	case errors.As(err, &typ):
-		field := prefix + jsonFieldPath(typ.Field)
-		if field == "" {
+	case errors.As(err, &sem):
+		field := fieldPath(prefix, sem.JSONPointer)
+		if errors.Is(err, jsonv2.ErrUnknownName) {
+			return invalidField(field, "unknown field")
+		}
+		if sem.JSONPointer == "" && prefix == "" {
 			return badRequest("The body must be a JSON object.")
 		}
-		return invalidField(strings.TrimSuffix(field, "."), "must be "+jsonTypeName(typ.Type))
-	}
-	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return invalidField(prefix+strings.Trim(name, `"`), "unknown field")
+		return invalidField(field, "must be "+jsonTypeName(sem.GoType))
 	}
 	return badRequest("The body cannot be read.")
 }
 
-// jsonFieldPath drops the Go name of an embedded struct that encoding/json
-// puts in UnmarshalTypeError.Field.
-func jsonFieldPath(f string) string {
-	return strings.TrimPrefix(f, "inputRecord.")
-}
-
 func jsonTypeName(t reflect.Type) string {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil {
+		return "of another JSON type"
+	}
 	switch t.Kind() {
 	case reflect.String:
 		return "a string"

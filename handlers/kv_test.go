@@ -191,7 +191,7 @@ func TestKVRejects(t *testing.T) {
 		{"reserved field name", kvReq(http.MethodPut, "/api/_kv/k", `{"fields":{"_v":"9"}}`), "fields[_v]"},
 		{"unknown body field", kvReq(http.MethodPut, "/api/_kv/k", `{"fields":{},"ttl":5}`), "ttl"},
 		{"negative ttl", kvReq(http.MethodPut, "/api/_kv/k", `{"fields":{},"ttlMs":-1}`), "ttlMs"},
-		{"value not a string", kvReq(http.MethodPut, "/api/_kv/k", `{"fields":{"n":1}}`), "fields"},
+		{"value not a string", kvReq(http.MethodPut, "/api/_kv/k", `{"fields":{"n":1}}`), "fields.n"},
 		{"value over the limit", post("/api/_kv/k/fields", `{"fields":{"big":"`+big+`"}}`), ""},
 		{"no fields to set", post("/api/_kv/k/fields", `{"fields":{}}`), "fields"},
 		{"swap without a condition", post("/api/_kv/k/cas", `{"set":{"state":"x"}}`), "field"},
