@@ -22,6 +22,7 @@ import (
 
 	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/jsonscan"
 	"github.com/nqd-dev/nqd/store"
 )
 
@@ -275,6 +276,20 @@ func resolveMeta(in inputRecord, prefix string, fields map[string]string) (json.
 		attempt = *in.Attempt
 	}
 	meta := nonNull(in.Meta)
+	if meta == nil && attempt == 0 && in.StepID == "" {
+		return nil, 0
+	}
+	if meta != nil {
+		if a, ok := checkMeta(meta, attempt, in.StepID, prefix, fields); ok {
+			return meta, a
+		}
+	}
+	return mergeMeta(meta, attempt, in.StepID, prefix, fields)
+}
+
+// mergeMeta is resolveMeta's general path: meta decoded, checked, given what
+// it lacks and encoded again.
+func mergeMeta(meta json.RawMessage, attempt int, stepID, prefix string, fields map[string]string) (json.RawMessage, int) {
 	var m map[string]json.RawMessage
 	if meta != nil {
 		if err := json.Unmarshal(meta, &m); err != nil {
@@ -305,14 +320,14 @@ func resolveMeta(in inputRecord, prefix string, fields map[string]string) (json.
 		set("attempt", attempt)
 	}
 
-	if in.StepID != "" {
+	if stepID != "" {
 		if raw, ok := m["stepId"]; ok {
 			var s string
-			if json.Unmarshal(raw, &s) != nil || s != in.StepID {
+			if json.Unmarshal(raw, &s) != nil || s != stepID {
 				fields[prefix+"stepId"] = "must equal meta.stepId when both are sent"
 			}
 		} else {
-			set("stepId", in.StepID)
+			set("stepId", stepID)
 		}
 	}
 
@@ -401,6 +416,44 @@ func jsonTypeName(t reflect.Type) string {
 	default:
 		return "of another JSON type"
 	}
+}
+
+// checkMeta is resolveMeta for a meta object that needs nothing copied into
+// it, read in place: it already holds attempt and stepId where the record
+// sends them. ok is false when meta needs the general path: a member to add,
+// a name written with escapes, a value not read here.
+func checkMeta(meta json.RawMessage, attempt int, stepID, prefix string, fields map[string]string) (int, bool) {
+	var (
+		ma, hasAttempt, hasStep = 0, false, false
+		step                    string
+		general                 = false
+	)
+	ok := jsonscan.Object(meta, func(key, val []byte) bool {
+		switch {
+		case !jsonscan.Plain(key):
+			general = true
+		case string(key) == "attempt" && !jsonscan.IsNull(val):
+			ma, hasAttempt = jsonscan.Int(val)
+			general = !hasAttempt // not an integer: the general path says so
+		case string(key) == "stepId":
+			step, hasStep = jsonscan.String(val)
+		}
+		return !general
+	})
+	if !ok || general || !hasAttempt && attempt != 0 || !hasStep && stepID != "" {
+		return 0, false
+	}
+	if hasAttempt {
+		if attempt != 0 && attempt != ma {
+			fields[prefix+"attempt"] = "must equal meta.attempt when both are sent"
+		} else {
+			attempt = ma
+		}
+	}
+	if stepID != "" && step != stepID {
+		fields[prefix+"stepId"] = "must equal meta.stepId when both are sent"
+	}
+	return attempt, true
 }
 
 func nonNull(m json.RawMessage) json.RawMessage {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -157,4 +158,37 @@ func BenchmarkDecodeStrict(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// FuzzResolveMeta checks that reading meta in place (checkMeta) answers as
+// the general path (mergeMeta) does, whenever it answers at all.
+func FuzzResolveMeta(f *testing.F) {
+	for _, seed := range []struct {
+		meta    string
+		attempt int
+		stepID  string
+	}{
+		{`{"attempt":1,"stepId":"s"}`, 1, "s"}, {`{"attempt":1}`, 2, ""}, {`{"attempt":"2"}`, 0, ""},
+		{`{"attempt":null}`, 3, ""}, {`{"att\u0065mpt":4}`, 0, ""}, {`{"stepId":5}`, 0, "x"},
+		{`{"stepId":"y"}`, 0, "x"}, {`[1]`, 0, ""}, {`{"attempt":1.5}`, 0, ""}, {`{"attempt":-2}`, 0, ""},
+		{`{}`, 0, ""}, {`{"a":{"attempt":9}}`, 1, ""}, {`{"attempt":99999999999999999999}`, 0, ""},
+	} {
+		f.Add([]byte(seed.meta), seed.attempt, seed.stepID)
+	}
+	f.Fuzz(func(t *testing.T, meta []byte, attempt int, stepID string) {
+		if !jsontext.Value(meta).IsValid() {
+			return // the body decoder refuses it before meta is read
+		}
+		fast := map[string]string{}
+		a, ok := checkMeta(meta, attempt, stepID, "", fast)
+		if !ok {
+			return
+		}
+		general := map[string]string{}
+		gm, ga := mergeMeta(meta, attempt, stepID, "", general)
+		if a != ga || !maps.Equal(fast, general) || !bytes.Equal(gm, meta) {
+			t.Fatalf("meta %s, attempt %d, stepId %q: in place (%d, %v), general (%d, %v, %s)",
+				meta, attempt, stepID, a, fast, ga, general, gm)
+		}
+	})
 }
