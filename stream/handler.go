@@ -157,11 +157,17 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, req Request) err
 
 	ctx := r.Context()
 	q := newQueue(p.tail, h.o.QueueEvents, h.o.QueueBytes)
+	// st is set when this stream started its context's topic, which then
+	// waits for this stream's first read of the stream's end: it must be
+	// told, or told there is none, as soon as possible.
+	var st *starter
 	if !p.noTopic {
-		t, err := h.hub.join(ctx, c, q)
-		if err != nil {
+		var t *topic
+		var err error
+		if t, st, err = h.hub.join(ctx, c, q); err != nil {
 			return unavailable(ctx.Err(), "subscribe to", c, err)
 		}
+		defer st.done()
 		end.add(func() { h.hub.leave(t, q) })
 	}
 	if h.o.Hooks.AfterSubscribe != nil {
@@ -175,6 +181,7 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, req Request) err
 			return unavailable(ctx.Err(), "read the end of", c, err)
 		}
 		p.from = info.LastID
+		st.at(p.from)
 	}
 
 	hdr := w.Header()
@@ -213,13 +220,17 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, req Request) err
 	if !p.noTopic {
 		start := time.Now()
 		var err error
-		if last, err = h.backfill(ctx, s, c, p); err != nil {
+		if last, err = h.backfill(ctx, s, c, p, st); err != nil {
+			st.done()
 			if ctx.Err() == nil {
 				log.Warn().Err(err).Str("context", c.String()).Msg("backfill failed; closing the stream")
 			}
 			end.reason = closeReason(ctx, err)
 			return nil
 		}
+		// Told by the read that found the stream's end already; else the
+		// last read's end, which the backfill returns, is the position.
+		st.at(last)
 		h.o.Observer.Started(startKind(p, s), s.sent, time.Since(start))
 	}
 	q.harden()

@@ -109,9 +109,13 @@ type topic struct {
 	key    []byte // the raw-tail "stream" value, JSON-encoded
 	ctx    context.Context
 	cancel context.CancelFunc
-	ready  chan struct{} // closed when err and the subscription are settled
+	subbed chan struct{} // closed when the subscription is made or err set
+	ready  chan struct{} // closed when the feed's start is settled too
 	err    error
 	refs   int // guarded by hub.mu
+	// startAt takes the position the feed starts after from the connection
+	// that started the topic, or is closed empty when it has none to give.
+	startAt chan event.ID
 
 	mu    sync.Mutex
 	subs  map[*queue]struct{}
@@ -124,30 +128,43 @@ type topic struct {
 
 // join attaches q to c's feed, subscribing first if no other connection of
 // c has. Every event appended after join returns reaches q (or marks it lost).
-func (h *Hub) join(ctx context.Context, c store.Context, q *queue) (*topic, error) {
+//
+// The connection that makes the subscription gets a starter: it attaches as
+// soon as the subscription is made, and the first of its reads that reaches
+// the stream's end gives the position the feed starts after (see starter).
+// The others attach once that position is settled, so that their own reads
+// start after it.
+func (h *Hub) join(ctx context.Context, c store.Context, q *queue) (*topic, *starter, error) {
 	h.mu.Lock()
 	t := h.topics[c]
 	create := t == nil
 	if create {
 		tctx, cancel := context.WithCancel(h.ctx)
 		key, _ := json.Marshal(h.opts.Prefix + ":" + c.String())
-		t = &topic{hub: h, c: c, key: key, ctx: tctx, cancel: cancel, ready: make(chan struct{}), subs: map[*queue]struct{}{}}
+		t = &topic{hub: h, c: c, key: key, ctx: tctx, cancel: cancel, subbed: make(chan struct{}), ready: make(chan struct{}),
+			startAt: make(chan event.ID, 1), subs: map[*queue]struct{}{}}
 		h.topics[c] = t
 	}
 	t.refs++
 	h.mu.Unlock()
+	var st *starter
+	wait := t.ready
 	if create {
+		st = &starter{t: t}
+		wait = t.subbed
 		go t.start()
 	}
 	select {
-	case <-t.ready:
+	case <-wait:
 	case <-ctx.Done():
+		st.done()
 		h.leave(t, nil)
-		return nil, ctx.Err()
+		return nil, nil, ctx.Err()
 	}
 	if t.err != nil {
+		st.done()
 		h.leave(t, nil)
-		return nil, t.err
+		return nil, nil, t.err
 	}
 	t.mu.Lock()
 	t.subs[q] = struct{}{}
@@ -155,7 +172,36 @@ func (h *Hub) join(ctx context.Context, c store.Context, q *queue) (*topic, erro
 		t.tails++
 	}
 	t.mu.Unlock()
-	return t, nil
+	return t, st, nil
+}
+
+// starter is the connection that started a topic, which owes it the
+// position its live feed starts after: the end of the stream as read by the
+// first of the connection's reads that reaches it. That read starts after
+// the subscription is made, so every event after the position arrives live;
+// the connection's own backfill holds every event up to it; and the other
+// connections attach only once it is settled, so theirs do too. This saves
+// the topic a read of the stream's end of its own. A nil starter does
+// nothing.
+type starter struct {
+	t    *topic
+	once sync.Once
+}
+
+// at gives pos, the stream's end as a read found it; only the first call
+// counts.
+func (s *starter) at(pos event.ID) {
+	if s != nil {
+		s.once.Do(func() { s.t.startAt <- pos })
+	}
+}
+
+// done says the connection gives no position (any more): its backfill
+// failed or it left first. The topic then reads the stream's end itself.
+func (s *starter) done() {
+	if s != nil {
+		s.once.Do(func() { close(s.t.startAt) })
+	}
 }
 
 // leave detaches q (nil when it never attached) and drops the subscription
@@ -183,33 +229,53 @@ func (h *Hub) leave(t *topic, q *queue) {
 	}
 }
 
-// start subscribes, takes the stream's end as the position the feed starts
-// after, and runs the feed. Connections attach only after both: their own
-// backfill then covers every event up to that position.
+// start subscribes, waits for the position the feed starts after (see
+// starter), and runs the feed.
 func (t *topic) start() {
 	sub, err := t.subscribe()
-	if err == nil {
-		var info store.StreamInfo
+	if err != nil {
+		t.fail(err)
+		close(t.subbed)
+		close(t.ready)
+		return
+	}
+	close(t.subbed)
+	select {
+	case pos, ok := <-t.startAt:
+		if ok {
+			t.last = pos
+			break
+		}
 		ctx, cancel := context.WithTimeout(t.ctx, storeTimeout)
-		info, err = t.hub.src.Info(ctx, t.c)
+		info, err := t.hub.src.Info(ctx, t.c)
 		cancel()
 		t.last = info.LastID
 		if err != nil {
 			sub.Close()
+			t.fail(err)
+			close(t.ready)
+			return
 		}
-	}
-	if err != nil {
-		t.err = err
-		t.hub.mu.Lock()
-		if t.hub.topics[t.c] == t {
-			delete(t.hub.topics, t.c)
-		}
-		t.hub.mu.Unlock()
+	case <-t.ctx.Done():
+		// Every connection left: no one waits for ready.
+		sub.Close()
+		t.fail(t.ctx.Err())
 		close(t.ready)
 		return
 	}
 	close(t.ready)
 	t.run(sub)
+}
+
+// fail records why the topic could not start and takes it out of the hub,
+// so that the next connection of its context starts anew.
+func (t *topic) fail(err error) {
+	t.err = err
+	t.hub.mu.Lock()
+	if t.hub.topics[t.c] == t {
+		delete(t.hub.topics, t.c)
+	}
+	t.hub.mu.Unlock()
 }
 
 func (t *topic) subscribe() (store.Subscription, error) {

@@ -69,7 +69,7 @@ func (h *Handler) live(ctx context.Context, log *zerolog.Logger, s *sink, cn *co
 			}
 			if lost {
 				var err error
-				if last, err = h.pages(ctx, s, c, last); err != nil {
+				if last, err = h.pages(ctx, s, c, last, nil); err != nil {
 					return closeReason(ctx, err)
 				}
 			}
