@@ -6,7 +6,8 @@
 // Profiles: appends (HTTP appends against pipelined XADD + PUBLISH),
 // fanout (contexts × subscribers, append-to-receive latency, and a checker
 // that every client got every id once, in order) and idle (streams held
-// open, and nqd's memory per stream) and flows (runs of a three-step flow
+// open, and nqd's memory per stream; with -idle-instances over several nqd
+// instances on the one Redis, see idlespread.go) and flows (runs of a three-step flow
 // carried out by the demo worker's handlers) and e2e (closed-loop runs of a
 // one-step flow, each start followed by its event stream until the run
 // completes, the step run by cmd/noop-worker in its own process, on the
@@ -46,6 +47,8 @@ type options struct {
 	fanoutContexts   int
 	fanoutSubs       int
 	idleConns        int
+	idleInstances    int
+	idleClient       string
 	flowsDir         string
 	flowRate         float64
 	flowWorkers      int
@@ -69,6 +72,8 @@ func main() {
 	flag.IntVar(&o.fanoutContexts, "fanout-contexts", 100, "contexts in the fan-out profile")
 	flag.IntVar(&o.fanoutSubs, "fanout-subs", 10, "subscribers per context in the fan-out profile")
 	flag.IntVar(&o.idleConns, "idle-conns", 5000, "streams held open in the idle profile")
+	flag.IntVar(&o.idleInstances, "idle-instances", 1, "nqd instances on the one Redis the idle profile spreads its streams over, each with a client process of its own (see idlespread.go); more than 15,000 streams need several")
+	flag.StringVar(&o.idleClient, "idle-client", "", "run as a client process of the idle profile (internal)")
 	flag.StringVar(&o.flowsDir, "flows-dir", "examples/flows", "flow definitions nqd loads in the flows profile (must hold `pipeline`)")
 	flag.Float64Var(&o.flowRate, "flow-rate", 100, "offered run starts per second in the flows profile")
 	flag.IntVar(&o.flowWorkers, "flow-workers", 16, "steps the in-process demo worker runs at once")
@@ -87,6 +92,13 @@ func main() {
 	// go-redis logs pool events of the baseline client to stderr, where
 	// they would break the progress line.
 	redis.SetLogger(quietLogger{})
+	if o.idleClient != "" {
+		if err := runIdleClient(o.idleClient); err != nil {
+			fmt.Fprintln(os.Stderr, "nqbench client:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, o); err != nil {
@@ -168,7 +180,15 @@ func run(ctx context.Context, o options) error {
 			rep.Fanout = &r
 			errs = append(errs, named("fanout", err))
 		case "idle":
-			r, err := runIdle(ctx, e, o.idleConns, 10)
+			var r idleResult
+			var err error
+			if o.idleInstances > 1 {
+				r, err = runIdleSpread(ctx, e, o.idleConns, 10, o.idleInstances, func(host string) (*child, string, error) {
+					return startNQDAt(o.nqd, host, storeEnv, extra...)
+				})
+			} else {
+				r, err = runIdle(ctx, e, o.idleConns, 10)
+			}
 			rep.Idle = &r
 			errs = append(errs, named("idle", err))
 		case "flows":

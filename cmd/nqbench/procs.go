@@ -89,6 +89,11 @@ func startRedis(bin, dir string) (*child, string, error) {
 // storeEnv selects (NQ_REDIS_URL=… or NQ_POSTGRES_URL=…) and returns it with
 // its base URL once /healthz answers.
 func startNQD(bin, storeEnv string, extraEnv ...string) (*child, string, error) {
+	return startNQDAt(bin, "127.0.0.1", storeEnv, extraEnv...)
+}
+
+// startNQDAt is startNQD listening on host, a loopback address.
+func startNQDAt(bin, host, storeEnv string, extraEnv ...string) (*child, string, error) {
 	cmd := exec.Command(bin)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "NQ_") {
@@ -98,11 +103,11 @@ func startNQD(bin, storeEnv string, extraEnv ...string) (*child, string, error) 
 	// Logging every request would cost nqd more than some of what is
 	// measured, so only warnings are logged, and the address is chosen here
 	// rather than read from the info-level listening line.
-	port, err := freePort()
+	port, err := freePortOn(host)
 	if err != nil {
 		return nil, "", err
 	}
-	cmd.Env = append(cmd.Env, "NQ_ADDR=127.0.0.1:"+strconv.Itoa(port), "NQ_LOG_FORMAT=json", "NQ_LOG_LEVEL=warn",
+	cmd.Env = append(cmd.Env, "NQ_ADDR="+net.JoinHostPort(host, strconv.Itoa(port)), "NQ_LOG_FORMAT=json", "NQ_LOG_LEVEL=warn",
 		storeEnv,
 		// One client offers all the load: nqd's per-client limits would
 		// measure themselves rather than nqd.
@@ -118,7 +123,7 @@ func startNQD(bin, storeEnv string, extraEnv ...string) (*child, string, error) 
 		return nil, "", fmt.Errorf("start %s: %w", bin, err)
 	}
 	go drainLog(stdout)
-	base := "http://127.0.0.1:" + strconv.Itoa(port)
+	base := "http://" + net.JoinHostPort(host, strconv.Itoa(port))
 	deadline := time.Now().Add(startTimeout)
 	for {
 		resp, err := http.Get(base + "/healthz")
@@ -156,8 +161,10 @@ func drainLog(r interface{ Read([]byte) (int, error) }) {
 	}
 }
 
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func freePort() (int, error) { return freePortOn("127.0.0.1") }
+
+func freePortOn(host string) (int, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return 0, err
 	}

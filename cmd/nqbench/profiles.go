@@ -404,6 +404,9 @@ type idleResult struct {
 	HeapPerConn   float64 `json:"heap_per_connection_bytes"`
 	GoroutinesPer float64 `json:"goroutines_per_connection"`
 	OpenTime      float64 `json:"open_seconds"`
+	// Instances are the nqd instances' shares when the streams were spread
+	// over several (-idle-instances); the figures above are then over all.
+	Instances []idleInstance `json:"instances,omitempty"`
 }
 
 // runIdle holds n live-only streams over n/perContext contexts and reads

@@ -108,6 +108,13 @@ func (r report) text() string {
 	if i := r.Idle; i != nil {
 		fmt.Fprintf(&b, "idle: %d streams over %d contexts: %.1f KB RSS, %.1f KB heap, %.2f goroutines per stream\n",
 			i.Connections, i.Contexts, i.RSSPerConn/1024, i.HeapPerConn/1024, i.GoroutinesPer)
+		for k, in := range i.Instances {
+			fmt.Fprintf(&b, "idle: instance %d: %d streams: RSS %.0f → %.0f MB, %.1f KB RSS, %.1f KB heap, %.2f goroutines per stream\n",
+				k+1, in.Connections, float64(in.RSSBefore)/(1<<20), float64(in.RSSAfter)/(1<<20), in.RSSPerConn/1024, in.HeapPerConn/1024, in.GoroutinesPer)
+		}
+		if len(i.Instances) > 0 {
+			fmt.Fprintf(&b, "idle: opened in %.1f s\n", i.OpenTime)
+		}
 	}
 	if f := r.Flows; f != nil {
 		fmt.Fprintf(&b, "flows: %d of %d runs of %s completed: %.0f runs/s, %.0f steps/s\n", f.Completed, f.Started, f.Flow, f.RunsPerSec, f.StepsPerSec)
