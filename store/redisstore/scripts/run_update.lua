@@ -58,7 +58,10 @@ for _ = 1, tonumber(arg()) do
   statusKeys[name] = KEYS[pos]
 end
 
-local cur = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
+-- Each redis.call costs about as much as a small command sent by a client,
+-- so the record is read with one HMGET and written with one HSET.
+local stored = redis.call('HMGET', KEYS[1], 'version', 'status')
+local cur, prev = tonumber(stored[1] or '0'), stored[2]
 if cur ~= version then
   return {1, 'run is at version ' .. cur .. ', not ' .. version}
 end
@@ -70,7 +73,6 @@ for _, k in ipairs(consumed) do
     return {1, 'event ' .. k .. ' already consumed'}
   end
 end
-local prev = redis.call('HGET', KEYS[1], 'status')
 
 local fields = {}
 for i = 1, tonumber(arg()) do
@@ -91,16 +93,18 @@ if ackJobs > 0 then
   redis.call('ZREM', KEYS[ackReady], ackID)
 end
 
-local del = {}
+local set, del = {'version', string.format('%d', cur + 1)}, {}
 for _, f in ipairs(fields) do
   if f[2] == '' then
     del[#del + 1] = f[1]
   else
-    redis.call('HSET', KEYS[1], f[1], f[2])
+    set[#set + 1] = f[1]
+    set[#set + 1] = f[2]
   end
 end
-if #del > 0 then redis.call('HDEL', KEYS[1], unpack(del)) end
-redis.call('HSET', KEYS[1], 'version', string.format('%d', cur + 1))
+-- A run with no record yet has no fields to delete.
+if #del > 0 and (cur > 0 or prev) then redis.call('HDEL', KEYS[1], unpack(del)) end
+redis.call('HSET', KEYS[1], unpack(set))
 if prev ~= status then
   if prev and statusKeys[prev] then redis.call('ZREM', statusKeys[prev], member) end
   redis.call('ZADD', statusKeys[status], started, member)
