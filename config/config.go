@@ -47,6 +47,7 @@ type Config struct {
 	MaxBodyBytes       int64
 	MaxBatch           int
 	RequestTimeout     time.Duration
+	IdleTimeout        time.Duration // a keep-alive connection's longest wait for its next request
 	ShutdownTimeout    time.Duration
 	IdempotencyWindow  time.Duration
 	StreamMaxLen       int64            // 0: streams are not trimmed
@@ -140,6 +141,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 		{"max-body-bytes", "NQ_MAX_BODY_BYTES", "largest accepted request body", itoa(handlers.DefaultMaxBodyBytes), i64(&c.MaxBodyBytes)},
 		{"max-batch", "NQ_MAX_BATCH", "most events in one append", itoa(handlers.DefaultMaxBatch), integer(&c.MaxBatch)},
 		{"request-timeout", "NQ_REQUEST_TIMEOUT", "time limit of a non-streaming request", durText(handlers.DefaultRequestTimeout), dur(&c.RequestTimeout)},
+		{"idle-timeout", "NQ_IDLE_TIMEOUT", "how long a keep-alive connection may wait for its next request", durText(handlers.DefaultIdleTimeout), dur(&c.IdleTimeout)},
 		{"shutdown-timeout", "NQ_SHUTDOWN_TIMEOUT", "time given to open requests on shutdown", "10s", dur(&c.ShutdownTimeout)},
 		{"idempotency-window", "NQ_IDEMPOTENCY_WINDOW", "how long an Idempotency-Key is remembered", durText(store.DefaultIdempotencyWindow), dur(&c.IdempotencyWindow)},
 		{"stream-maxlen", "NQ_STREAM_MAXLEN", "approximate cap on events per stream (0: no cap)", "0", i64(&c.StreamMaxLen)},
@@ -319,6 +321,9 @@ func (c Config) validate() error {
 	}
 	if c.RequestTimeout < 100*time.Millisecond {
 		bad("NQ_REQUEST_TIMEOUT", "want at least 100ms, got %s", c.RequestTimeout)
+	}
+	if c.IdleTimeout < 100*time.Millisecond {
+		bad("NQ_IDLE_TIMEOUT", "want at least 100ms, got %s", c.IdleTimeout)
 	}
 	if c.ShutdownTimeout < 0 {
 		bad("NQ_SHUTDOWN_TIMEOUT", "must not be negative")

@@ -77,6 +77,9 @@ const (
 	DefaultMaxBatch       = 1000
 	DefaultMaxEventBytes  = 256 << 10
 	DefaultRequestTimeout = 10 * time.Second
+	// DefaultIdleTimeout is how long the server keeps a keep-alive
+	// connection that waits for its next request.
+	DefaultIdleTimeout = 2 * time.Minute
 )
 
 // Deps are what the API is built from.

@@ -347,3 +347,36 @@ func TestShutdownEndsLongPolls(t *testing.T) {
 	}
 	t.Logf("shutdown with a claim waiting took %v", took)
 }
+
+// TestIdleConnectionsClose: a keep-alive connection that sends no next
+// request is closed after NQ_IDLE_TIMEOUT, so idle clients cannot hold
+// connections forever.
+func TestIdleConnectionsClose(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.IdleTimeout = 200 * time.Millisecond
+	base, _ := mustStartApp(t, cfg)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(io.Discard, res.Body); err != nil || res.StatusCode != http.StatusOK || res.Close {
+		t.Fatalf("healthz: %d, close %v, %v", res.StatusCode, res.Close, err)
+	}
+	// The server closes the connection: the next read ends, well before
+	// the deadline, with end of input rather than a timeout.
+	if err := conn.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := br.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("idle connection: read %d bytes, %v; want the server to close it", n, err)
+	}
+}
