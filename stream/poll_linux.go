@@ -166,6 +166,7 @@ func (p *poller) loop() {
 			// Closed (the normal end), or epoll itself broke: either way,
 			// each connection still watched is handed back.
 			p.orphanAll()
+			_ = p.ep.Close()
 			return
 		}
 		for _, ev := range evs[:n] {
