@@ -9,11 +9,25 @@ import (
 
 // conn is one open stream, as Drain sees it.
 type conn struct {
-	stop chan struct{} // closed by close
-
 	mu      sync.Mutex
+	stop    chan struct{} // closed by close; made by done, for the loop in live.go only
 	stopped bool
 	onStop  func() // what close calls besides, for a taken connection
+}
+
+// done is closed when the stream must end. A taken connection, which
+// idles without a goroutine, is told by whenClosed instead and holds no
+// channel.
+func (c *conn) done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stop == nil {
+		c.stop = make(chan struct{})
+		if c.stopped {
+			close(c.stop)
+		}
+	}
+	return c.stop
 }
 
 func (c *conn) close() {
@@ -23,7 +37,9 @@ func (c *conn) close() {
 		return
 	}
 	c.stopped = true
-	close(c.stop)
+	if c.stop != nil {
+		close(c.stop)
+	}
 	f := c.onStop
 	c.mu.Unlock()
 	if f != nil {
@@ -90,7 +106,7 @@ func (h *Handler) register() (*conn, bool) {
 	if h.draining {
 		return nil, false
 	}
-	c := &conn{stop: make(chan struct{})}
+	c := &conn{}
 	h.conns[c] = struct{}{}
 	return c, true
 }

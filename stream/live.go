@@ -45,11 +45,12 @@ func (h *Handler) live(ctx context.Context, log *zerolog.Logger, s *sink, cn *co
 		expire = t.C
 	}
 	var spare []*frame
+	stop, wake := cn.done(), q.wakeup()
 	for {
 		select {
 		case <-ctx.Done():
 			return CloseClient
-		case <-cn.stop:
+		case <-stop:
 			return CloseShutdown
 		case <-retire:
 			return CloseRotate
@@ -61,7 +62,7 @@ func (h *Handler) live(ctx context.Context, log *zerolog.Logger, s *sink, cn *co
 				return closeReason(ctx, err)
 			}
 			hb.Reset(h.o.Heartbeat)
-		case <-q.wake:
+		case <-wake:
 			frames, lost, failed := q.take(spare)
 			if failed {
 				log.Info().Str("context", c.String()).Str("last_id", last.String()).Msg("client too slow; disconnecting")

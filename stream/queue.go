@@ -11,11 +11,11 @@ type queue struct {
 	tail     bool // the connection writes the raw-tail form
 	maxN     int
 	maxBytes int
-	wake     chan struct{} // capacity 1: "there is something to take"
 
 	mu     sync.Mutex
-	cut    func() // ends the connection's blocked write; set by the writer
-	notify func() // replaces wake once set: called, under mu, for each signal
+	wake   chan struct{} // capacity 1: "there is something to take"; made on first use
+	cut    func()        // ends the connection's blocked write; set by the writer
+	notify func()        // replaces wake once set: called, under mu, for each signal
 	frames []*frame
 	bytes  int
 	soft   bool // overflow means a hole, not a failure
@@ -24,7 +24,7 @@ type queue struct {
 }
 
 func newQueue(tail bool, maxN, maxBytes int) *queue {
-	return &queue{tail: tail, maxN: maxN, maxBytes: maxBytes, soft: true, wake: make(chan struct{}, 1)}
+	return &queue{tail: tail, maxN: maxN, maxBytes: maxBytes, soft: true}
 }
 
 // push adds f and reports whether the queue still wants frames.
@@ -78,10 +78,25 @@ func (q *queue) signal() {
 		q.notify()
 		return
 	}
+	if q.wake == nil {
+		q.wake = make(chan struct{}, 1)
+	}
 	select {
 	case q.wake <- struct{}{}:
 	default:
 	}
+}
+
+// wakeup is the channel that receives after frames are queued. A taken
+// connection, told by onSignal instead, never makes it: an idle stream
+// holds no channel.
+func (q *queue) wakeup() <-chan struct{} {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.wake == nil {
+		q.wake = make(chan struct{}, 1)
+	}
+	return q.wake
 }
 
 // onSignal makes the queue call notify, which must not block, where it
