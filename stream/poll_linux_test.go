@@ -242,9 +242,8 @@ func TestPollerManyStreams(t *testing.T) {
 	eventually(t, "every stream ends and the poller holds nothing", func() bool {
 		return openConns(h) == 0 && watching(h) == 0 && topicCount(h) == 0
 	})
-	if g := goroutinesIn("stream.(*taken)"); g != 0 {
-		t.Errorf("%d goroutines still in a taken connection", g)
-	}
+	// A stream's writes may still be returning from its end.
+	eventually(t, "no goroutine left in a taken connection", func() bool { return goroutinesIn("stream.(*taken)") == 0 })
 	if o := rec.get(func(r *recorder) int { return r.opened }); o < int(opened.Load()) {
 		t.Errorf("%d streams opened, want at least the %d that read events", o, opened.Load())
 	}
