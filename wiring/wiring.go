@@ -51,13 +51,7 @@ type App struct {
 // store opened for nothing.
 func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, error) {
 	a := &App{log: log, cfg: cfg}
-	// No TCP keep-alive probes: an idle connection is closed after
-	// NQ_IDLE_TIMEOUT, an event stream writes a heartbeat, and a long poll
-	// ends on its own, so the probes found nothing these do not, and
-	// setting them up cost four system calls per connection (one per
-	// event stream a browser or client opens).
-	lc := net.ListenConfig{KeepAlive: -1}
-	ln, err := lc.Listen(ctx, "tcp", cfg.Addr)
+	ln, err := listen(ctx, cfg.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("NQ_ADDR: listen on %s: %w", cfg.Addr, err)
 	}
