@@ -45,6 +45,7 @@ func (a *API) serveStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req.Expiry, req.Release = until, release
+	req.RequestID, req.Client = w.Header().Get("X-Request-ID"), clientIPOf(r)
 	if err := a.stream.Serve(w, r, req); err != nil {
 		writeError(w, r, err)
 	}

@@ -88,6 +88,10 @@ type Request struct {
 	// Expiry ends the stream when the credential that opened it expires;
 	// the zero time never does.
 	Expiry time.Time
+	// RequestID and Client name the request in the log lines a stream
+	// writes once net/http has let go of it (see takeOver), which then
+	// holds these two strings rather than the request's logger.
+	RequestID, Client string
 	// Release, when set, is called once when the stream ends or is refused,
 	// from whichever goroutine ends it: Serve may return while the stream
 	// goes on (see takeOver).
@@ -237,7 +241,7 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, req Request) err
 	// Only an HTTP/1.1 response is chunked, the framing a taken connection
 	// continues; HTTP/1.0 (a proxy's default, as nginx's) and HTTP/2 stay.
 	if r.ProtoMajor == 1 && r.ProtoMinor >= 1 {
-		handed = h.takeOver(s, log, cn, q, c, p, last, req.Expiry, end)
+		handed = h.takeOver(s, req, cn, q, p, last, end)
 	}
 	if handed {
 		return nil

@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/store"
 )
@@ -38,10 +36,13 @@ type taken struct {
 	q    *queue
 	c    store.Context
 	tail bool
-	log  *zerolog.Logger
-	end  *ending
-	last event.ID // the newest event written
-	w    *watch   // the poller's watch; nil when read watches instead
+	// reqID and client name the request in the log; a request's logger
+	// would hold half a kilobyte per stream for the one line a stream may
+	// write.
+	reqID, client string
+	end           *ending
+	last          event.ID // the newest event written
+	w             *watch   // the poller's watch; nil when read watches instead
 
 	hb, retire, expire *time.Timer
 
@@ -62,7 +63,8 @@ const ping = ": ping\n\n"
 // did; it does not when the connection cannot be taken over (HTTP/2), nor when the queue has lost frames that only
 // the stream can supply (the loop in live.go reads them). Whatever the
 // backfill wrote is flushed first: net/http drops what it still buffers.
-func (h *Handler) takeOver(s *sink, log *zerolog.Logger, cn *conn, q *queue, c store.Context, p plan, last event.ID, expiry time.Time, end *ending) bool {
+func (h *Handler) takeOver(s *sink, req Request, cn *conn, q *queue, p plan, last event.ID, end *ending) bool {
+	c, expiry := req.Context, req.Expiry
 	if q.holes() || s.flush() != nil {
 		return false
 	}
@@ -72,7 +74,7 @@ func (h *Handler) takeOver(s *sink, log *zerolog.Logger, cn *conn, q *queue, c s
 	}
 	// Until the setup is done, whatever fires (a timer, the hub, the
 	// client leaving) only marks the writes to run: they start at the end.
-	t := &taken{h: h, nc: nc, q: q, c: c, tail: p.tail, log: log, end: end, last: last, running: true}
+	t := &taken{h: h, nc: nc, q: q, c: c, tail: p.tail, reqID: req.RequestID, client: req.Client, end: end, last: last, running: true}
 	_ = nc.SetDeadline(time.Time{})
 	if t.w = h.watch(nc, func() { t.stop(CloseClient, true) }, func() { go t.read() }); t.w == nil {
 		go t.read()
@@ -195,7 +197,8 @@ func (t *taken) run() {
 func (t *taken) write(beat bool) CloseReason {
 	frames, _, failed := t.q.take(nil)
 	if failed {
-		t.log.Info().Str("context", t.c.String()).Str("last_id", t.last.String()).Msg("client too slow; disconnecting")
+		t.h.o.Log.Info().Str("req_id", t.reqID).Str("client", t.client).Str("context", t.c.String()).
+			Str("last_id", t.last.String()).Msg("client too slow; disconnecting")
 		return CloseSlow
 	}
 	bufs := make(net.Buffers, 1, len(frames)+2)
