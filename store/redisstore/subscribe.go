@@ -61,6 +61,7 @@ func (s *Store) Subscribe(ctx context.Context, c store.Context, buffer int) (sto
 type liveFeed struct {
 	client     redis.UniversalClient
 	probeEvery time.Duration
+	unsubDelay time.Duration // unsubscribeDelay; a test may set another before the first Subscribe
 	log        zerolog.Logger
 
 	mu     sync.Mutex
@@ -102,7 +103,7 @@ type channelSubs struct {
 }
 
 func newLiveFeed(client redis.UniversalClient, probeEvery time.Duration, log zerolog.Logger) *liveFeed {
-	return &liveFeed{client: client, probeEvery: probeEvery, log: log}
+	return &liveFeed{client: client, probeEvery: probeEvery, unsubDelay: unsubscribeDelay, log: log}
 }
 
 func (f *liveFeed) subscribe(ctx context.Context, channel string, buffer int) (*subscription, error) {
@@ -212,7 +213,7 @@ func (lc *liveConn) wake() {
 // command would break the connection everyone shares.
 func (f *liveFeed) writeLoop(lc *liveConn) {
 	defer f.wg.Done()
-	unsub := time.NewTimer(unsubscribeDelay)
+	unsub := time.NewTimer(f.unsubDelay)
 	unsub.Stop()
 	armed := false
 	for {
@@ -240,7 +241,7 @@ func (f *liveFeed) writeLoop(lc *liveConn) {
 			}
 			clear(lc.toUnsub)
 		} else if len(lc.toUnsub) > 0 && !armed {
-			unsub.Reset(unsubscribeDelay)
+			unsub.Reset(f.unsubDelay)
 			armed = true
 		}
 		f.mu.Unlock()
