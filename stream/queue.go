@@ -15,7 +15,7 @@ type queue struct {
 	mu     sync.Mutex
 	wake   chan struct{} // capacity 1: "there is something to take"; made on first use
 	cut    func()        // ends the connection's blocked write; set by the writer
-	notify func()        // replaces wake once set: called, under mu, for each signal
+	notify func()        // replaces wake once set: called, unlocked, after each signal
 	frames []*frame
 	bytes  int
 	soft   bool // overflow means a hole, not a failure
@@ -29,22 +29,26 @@ func newQueue(tail bool, maxN, maxBytes int) *queue {
 
 // push adds f and reports whether the queue still wants frames.
 func (q *queue) push(f *frame) bool {
-	ok, cut := q.add(f)
+	ok, cut, notify := q.add(f)
 	if cut != nil {
 		// The writer may be blocked on a client that stopped reading: it
 		// would notice the overflow only once the write timed out.
 		cut()
 	}
+	if notify != nil {
+		notify()
+	}
 	return ok
 }
 
-// add is push under the lock; cut is what push must call once unlocked.
-func (q *queue) add(f *frame) (ok bool, cut func()) {
+// add is push under the lock; cut and notify are what push must call once
+// unlocked.
+func (q *queue) add(f *frame) (ok bool, cut, notify func()) {
 	n := len(f.bytesFor(q.tail))
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.failed {
-		return false, nil
+		return false, nil, nil
 	}
 	// An empty queue takes any frame, so one event larger than the byte
 	// bound still reaches a client that keeps up.
@@ -54,15 +58,13 @@ func (q *queue) add(f *frame) (ok bool, cut func()) {
 		if !q.soft {
 			q.failed = true
 			q.frames = nil
-			q.signal()
-			return false, q.cut
+			return false, q.cut, q.signal()
 		}
 		q.lost = true
 	}
 	q.frames = append(q.frames, f)
 	q.bytes += n
-	q.signal()
-	return true, nil
+	return true, nil, q.signal()
 }
 
 // onFail sets what ends the connection when the queue fails: cut must be
@@ -73,10 +75,12 @@ func (q *queue) onFail(cut func()) {
 	q.mu.Unlock()
 }
 
-func (q *queue) signal() {
+// signal tells the writer there is something to take: through wake, or by
+// returning notify, which the caller calls once it unlocked (notify may
+// take the frames at once).
+func (q *queue) signal() (notify func()) {
 	if q.notify != nil {
-		q.notify()
-		return
+		return q.notify
 	}
 	if q.wake == nil {
 		q.wake = make(chan struct{}, 1)
@@ -85,6 +89,7 @@ func (q *queue) signal() {
 	case q.wake <- struct{}{}:
 	default:
 	}
+	return nil
 }
 
 // wakeup is the channel that receives after frames are queued. A taken
@@ -103,8 +108,8 @@ func (q *queue) wakeup() <-chan struct{} {
 // would signal wake, and calls it once now for what is already queued.
 func (q *queue) onSignal(notify func()) {
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	q.notify = notify
+	q.mu.Unlock()
 	notify()
 }
 
