@@ -25,6 +25,12 @@ type Event struct {
 	CorrelationID string
 	Data          json.RawMessage // a JSON value or nil
 	Meta          json.RawMessage // a JSON object or nil
+
+	// Prev is not part of the record: a live feed that knows it (Redis's)
+	// sets it to the id of the entry before this one in its stream when
+	// this one was appended, so that a subscriber holding that entry knows
+	// it missed none in between. Zero when the feed does not say.
+	Prev ID
 }
 
 // TimeFormat is the layout of the record's `ts`: RFC 3339, UTC, milliseconds.

@@ -379,7 +379,9 @@ func (t *topic) resubscribe() store.Subscription {
 
 // follows reports whether id is provably the event after last: stream ids
 // number the events of one millisecond from 0, so a sequence above 0 names
-// its predecessor. Across milliseconds nothing can be told from ids alone.
+// its predecessor. Across milliseconds nothing can be told from ids alone;
+// a feed that sends each event's predecessor (event.Event.Prev) tells it
+// for every event, and receive takes that too.
 func follows(last, id event.ID) bool {
 	return id.Seq > 0 && last == event.ID{MS: id.MS, Seq: id.Seq - 1}
 }
@@ -390,7 +392,8 @@ func follows(last, id event.ID) bool {
 // message the feed skipped is delivered in its place. It reports whether the
 // subscription ended.
 func (t *topic) receive(sub store.Subscription, ev event.Event) (ended bool) {
-	if ev.ID.Compare(t.last) <= 0 || follows(t.last, ev.ID) || t.hub.opts.TrustLive && ev.ID.Seq == 0 {
+	if ev.ID.Compare(t.last) <= 0 || follows(t.last, ev.ID) || t.hub.opts.TrustLive && ev.ID.Seq == 0 ||
+		!ev.Prev.IsZero() && ev.Prev == t.last {
 		t.deliver(ev)
 		return false
 	}

@@ -3,11 +3,14 @@ package stream
 import (
 	"context"
 	"net/http"
+	"runtime"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/internal/redistest"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/redisstore"
@@ -73,5 +76,43 @@ func TestResetAfterTrim(t *testing.T) {
 	conn = dial(t, streamURL(srv, c), http.Header{"Last-Event-Id": {evs[7].ID.String()}})
 	if got, want := msgIDs(conn.readEvents(t, 2)), ids(evs[8:]); !slices.Equal(got, want) {
 		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+// TestRedisLiveNeedsNoReads: Redis publishes each event with the id of the
+// entry before it, so the hub proves that every live event follows the last
+// one it sent without reading the stream, even when they are milliseconds
+// apart (where ids alone prove nothing).
+func TestRedisLiveNeedsNoReads(t *testing.T) {
+	s := newRedisStore(t, redistest.Prefix(t))
+	rc := &readCounter{Source: s}
+	h := NewHandler(Options{Store: rc, Log: testLogger(t), CheckInterval: -1})
+	srv := newTestServer(t, h)
+	c := newContext(t)
+	old := appendN(t, s, c, 2)
+	conn := dial(t, streamURL(srv, c), nil)
+	if got, want := msgIDs(conn.readEvents(t, 2)), ids(old); !slices.Equal(got, want) {
+		t.Fatalf("backfill: got %v, want %v", got, want)
+	}
+	eventually(t, "the stream attaches", func() bool { return topicSubs(h, c) == 1 })
+	reads := rc.ranges.Load()
+	last := old[len(old)-1].ID
+	var live []event.Event
+	for range 5 {
+		// The next millisecond, so that its id has sequence 0.
+		for uint64(time.Now().UnixMilli()) <= last.MS {
+			runtime.Gosched()
+		}
+		ev := appendN(t, s, c, 1)[0]
+		if ev.ID.Seq != 0 {
+			t.Fatalf("appended %s, want a millisecond of its own", ev.ID)
+		}
+		live, last = append(live, ev), ev.ID
+	}
+	if got, want := msgIDs(conn.readEvents(t, len(live))), ids(live); !slices.Equal(got, want) {
+		t.Fatalf("live: got %v, want %v", got, want)
+	}
+	if r := rc.ranges.Load() - reads; r != 0 {
+		t.Errorf("the hub read the stream %d times for %d live events, want none", r, len(live))
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,11 +117,22 @@ func TestPublishedRecordIsMarshalJSON(t *testing.T) {
 		if c == later && stored[0].ID.MS != uint64(future) {
 			t.Fatalf("appended after the 2400 entry at %v, want ms %d", stored[0].ID, future)
 		}
+		// Each record is published with the id of the entry before it,
+		// which a fresh stream's first has none of.
+		prev := ""
+		if c == later {
+			prev = strconv.FormatInt(future, 10) + "-0"
+		}
 		for i, e := range stored {
 			want, err := e.MarshalJSON()
 			if err != nil {
 				t.Fatal(err)
 			}
+			if prev != "" {
+				id := `{"id":"` + e.ID.String() + `",`
+				want = []byte(id + `"prev":"` + prev + `",` + strings.TrimPrefix(string(want), id))
+			}
+			prev = e.ID.String()
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 			msg, err := ps.ReceiveMessage(ctx)
 			cancel()

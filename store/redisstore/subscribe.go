@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -289,6 +290,7 @@ func (f *liveFeed) dispatch(lc *liveConn, m *redis.Message) {
 		f.log.Warn().Err(err).Str("channel", m.Channel).Msg("dropping an undecodable live record")
 		return
 	}
+	e.Prev = publishedPrev(m.Payload)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	cs := lc.channels[m.Channel]
@@ -546,4 +548,30 @@ func (s *subscription) finish(err error) {
 		// stop never waits for the hook, which may be blocked on feed.mu.
 		s.stop()
 	}
+}
+
+// publishedPrev reads the "prev" the append script publishes with a record
+// (scripts/lib.lua), right after the record's own id: the id of the entry
+// before it. Zero when the record has none (a stream's first) or does not
+// start as the script writes it.
+func publishedPrev(payload string) event.ID {
+	rest, ok := strings.CutPrefix(payload, `{"id":"`)
+	if !ok {
+		return event.ID{}
+	}
+	if _, rest, ok = strings.Cut(rest, `"`); !ok { // past the id, which holds no quote
+		return event.ID{}
+	}
+	if rest, ok = strings.CutPrefix(rest, `,"prev":"`); !ok {
+		return event.ID{}
+	}
+	s, _, ok := strings.Cut(rest, `"`)
+	if !ok {
+		return event.ID{}
+	}
+	id, err := event.ParseID(s)
+	if err != nil {
+		return event.ID{}
+	}
+	return id
 }

@@ -114,6 +114,21 @@ func receive(t *testing.T, sub store.Subscription, n int) []event.Event {
 		}
 		got = append(got, e)
 	}
+	return checkPrev(t, got)
+}
+
+// checkPrev checks what a feed says of each live event's predecessor
+// (event.Event.Prev, optional): got holds every event of its stream since
+// the first, in order, so a Prev set on a later one is the one before it.
+// It returns got without Prev, which is not part of the record.
+func checkPrev(t *testing.T, got []event.Event) []event.Event {
+	t.Helper()
+	for i := range got {
+		if i > 0 && !got[i].Prev.IsZero() && got[i].Prev != got[i-1].ID {
+			t.Errorf("live event %s says it follows %s, but follows %s", got[i].ID, got[i].Prev, got[i-1].ID)
+		}
+		got[i].Prev = event.ID{}
+	}
 	return got
 }
 
@@ -129,7 +144,7 @@ func drainUntilEnd(t *testing.T, sub store.Subscription) []event.Event {
 			t.Fatalf("subscription did not end before the deadline (read %d events)", len(got))
 		}
 		if err != nil {
-			return got
+			return checkPrev(t, got)
 		}
 		got = append(got, e)
 	}

@@ -30,7 +30,10 @@ end
 
 -- append_events adds each of bodies (the stored record: a JSON object without
 -- id and ts) to stream, XADD with MAXLEN ~ maxlen ("0": unbounded), publishes
--- the full record on channel, and indexes member: typeIndex (a key) gains it
+-- the full record on channel with "prev", the id of the entry before it in
+-- the stream (left out for a stream's first entry), so that a subscriber that
+-- has that entry knows it missed nothing in between without reading the
+-- stream; and indexes member: typeIndex (a key) gains it
 -- with the first event of a fresh stream, and KEYS[joins[i]] with event i
 -- (0: none). Which index an event joins is the store's index rule, decided
 -- on the Go side by store.JoinedIndex (store/index.go), which names the keys;
@@ -38,7 +41,10 @@ end
 -- member, added with NX so a member keeps its first score. each(i, id, ms, body), when given, runs
 -- after event i is stored. Returns the entry ids.
 local function append_events(stream, channel, member, maxlen, typeIndex, bodies, joins, each)
-  local fresh = redis.call('EXISTS', stream) == 0
+  local newest = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)
+  local fresh = #newest == 0
+  local prev = ''
+  if not fresh then prev = '"prev":"' .. newest[1][1] .. '",' end
   local ids = {}
   for i, body in ipairs(bodies) do
     local id
@@ -49,7 +55,8 @@ local function append_events(stream, channel, member, maxlen, typeIndex, bodies,
     end
     ids[i] = id
     local ms = tonumber(string.match(id, '^(%d+)'))
-    redis.call('PUBLISH', channel, '{"id":"' .. id .. '","ts":"' .. iso_ms(ms) .. '",' .. string.sub(body, 2))
+    redis.call('PUBLISH', channel, '{"id":"' .. id .. '",' .. prev .. '"ts":"' .. iso_ms(ms) .. '",' .. string.sub(body, 2))
+    prev = '"prev":"' .. id .. '",'
     if i == 1 and fresh then
       redis.call('ZADD', typeIndex, 'NX', ms, member)
     end
