@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"errors"
-	"slices"
 	"strings"
 	"sync"
 
@@ -23,22 +22,18 @@ const maxPipeline = 128
 const pipelinesInFlight = 2
 
 // errNotSent is the error of a call that never left the process: its
-// context ended while it waited for its turn, or the store was closed.
-// Nothing ran, so it is not outcome unknown.
+// context ended, or the store closed, while it waited for its turn. Nothing
+// ran, so it is not outcome unknown.
 var errNotSent = errors.New("not sent to Redis")
 
 // A pipeliner sends the script calls of concurrent requests to Redis
-// together, as the embedded store commits concurrent writes in one
-// transaction: calls that queue while pipelinesInFlight pipelines are on
-// their way go as one pipeline (one write and one read of the replies
-// instead of one of each per call), and each caller gets its own reply.
-// Appends, run updates, claims and heartbeats, the scripts a busy server
-// runs most, go this way.
-//
-// There is no goroutine of its own: a call that finds a pipeline free
-// sends, on its caller's goroutine, itself and whatever queued, so a lone
-// call goes at once with no hand-over between goroutines; once its own
-// reply is in, a leader hands the calls queued meanwhile to a new goroutine.
+// together, as the embedded store commits concurrent appends in one
+// transaction: one goroutine takes every call waiting, writes them as one
+// pipeline (one write and one read of the replies instead of one of each per
+// call) and hands each caller its own reply. Calls wait only while the
+// previous pipeline is on its way, so a lone call goes at once and a busy
+// server sends many per round trip. Appends, run updates, claims and
+// heartbeats, the scripts a busy server runs most, go this way.
 //
 // Each call stays its own script run, so each is atomic and fails on its
 // own, and no caller learns anything before Redis answered its call. A
@@ -49,12 +44,12 @@ var errNotSent = errors.New("not sent to Redis")
 // have run.
 type pipeliner struct {
 	client redis.UniversalClient
-
-	mu      sync.Mutex
-	queue   []*scriptCall
-	out     int // pipelines on their way, or about to be
-	closed  bool
-	running sync.WaitGroup // one per pipeline slot in use, for close
+	// calls is unbuffered: a call is either taken by the loop, which then
+	// answers it, or never sent.
+	calls chan *scriptCall
+	done  chan struct{}
+	wg    sync.WaitGroup
+	once  sync.Once
 }
 
 // scriptCall is one call of a script and, once ready is closed, its reply.
@@ -68,7 +63,12 @@ type scriptCall struct {
 }
 
 func newPipeliner(client redis.UniversalClient) *pipeliner {
-	return &pipeliner{client: client}
+	p := &pipeliner{client: client, calls: make(chan *scriptCall), done: make(chan struct{})}
+	for range pipelinesInFlight {
+		p.wg.Add(1)
+		go p.loop()
+	}
+	return p
 }
 
 // run calls script in the next pipeline and returns its reply as
@@ -81,90 +81,50 @@ func (p *pipeliner) run(ctx context.Context, script *redis.Script, keys []string
 		return nil, errors.Join(errNotSent, err)
 	}
 	c := &scriptCall{script: script, keys: keys, args: args, ready: make(chan struct{})}
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return nil, errors.Join(errNotSent, store.ErrClosed)
-	}
-	p.queue = append(p.queue, c)
-	if p.out < pipelinesInFlight {
-		p.out++
-		p.running.Add(1)
-		batch := p.takeLocked()
-		p.mu.Unlock()
-		p.lead(batch, c)
-		return c.reply, c.err
-	}
-	p.mu.Unlock()
 	select {
-	case <-c.ready:
+	case p.calls <- c:
+	case <-p.done:
+		return nil, errors.Join(errNotSent, store.ErrClosed)
 	case <-ctx.Done():
-		if p.unqueue(c) {
-			return nil, errors.Join(errNotSent, ctx.Err())
-		}
-		// Once taken the call is written, and its reply is awaited even
-		// if ctx ends meanwhile, as go-redis awaits the reply of a direct
-		// call: the caller learns what happened rather than that it might
-		// have. The client's read and write timeouts bound the wait.
-		<-c.ready
+		return nil, errors.Join(errNotSent, ctx.Err())
 	}
+	// Once taken the call is written, and its reply is awaited even if ctx
+	// ends meanwhile, as go-redis awaits the reply of a direct call: the
+	// caller learns what happened rather than that it might have. The
+	// client's read and write timeouts bound the wait.
+	<-c.ready
 	return c.reply, c.err
 }
 
-// takeLocked takes the next pipeline's calls off the queue; p.mu is held.
-func (p *pipeliner) takeLocked() []*scriptCall {
-	n := min(len(p.queue), maxPipeline)
-	batch := slices.Clone(p.queue[:n])
-	p.queue = slices.Delete(p.queue, 0, n)
-	return batch
-}
-
-// next takes the next pipeline's calls, or gives up the slot when none wait.
-func (p *pipeliner) next() []*scriptCall {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.queue) == 0 {
-		p.out--
-		p.running.Done()
-		return nil
-	}
-	return p.takeLocked()
-}
-
-// unqueue takes c out of the queue, unless a pipeline took it already.
-func (p *pipeliner) unqueue(c *scriptCall) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	i := slices.Index(p.queue, c)
-	if i < 0 {
-		return false
-	}
-	p.queue = slices.Delete(p.queue, i, i+1)
-	return true
-}
-
-// lead sends batch, then the calls queued meanwhile, until none wait; once
-// mine is answered the rest goes on on a new goroutine, so that mine's
-// caller is answered at once.
-func (p *pipeliner) lead(batch []*scriptCall, mine *scriptCall) {
-	for batch != nil {
-		p.send(batch)
-		served := mine != nil && slices.Contains(batch, mine)
-		batch = p.next()
-		if served && batch != nil {
-			go p.lead(batch, nil)
-			return
-		}
-	}
-}
-
-// close waits for the pipelines on their way and the calls queued behind
-// them; calls made after it fail with errNotSent.
+// close stops the loop once the pipeline on its way is answered; calls that
+// did not get in fail with errNotSent.
 func (p *pipeliner) close() {
-	p.mu.Lock()
-	p.closed = true
-	p.mu.Unlock()
-	p.running.Wait()
+	p.once.Do(func() { close(p.done) })
+	p.wg.Wait()
+}
+
+func (p *pipeliner) loop() {
+	defer p.wg.Done()
+	batch := make([]*scriptCall, 0, maxPipeline)
+	for {
+		select {
+		case <-p.done:
+			return
+		case c := <-p.calls:
+			batch = append(batch[:0], c)
+		}
+	fill:
+		for len(batch) < maxPipeline {
+			select {
+			case c := <-p.calls:
+				batch = append(batch, c)
+			default:
+				break fill
+			}
+		}
+		p.send(batch)
+		clear(batch)
+	}
 }
 
 // send writes batch as one pipeline and answers each call. It runs on a
