@@ -7,8 +7,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
-	"sync"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -51,38 +49,22 @@ func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, 
 	return s.submit(ctx, r)
 }
 
-// submit queues r for the next commit and waits for its outcome. Errors:
-// ErrClosed, or ctx's error if it ends while r is still queued (then nothing
-// was written).
+// submit hands r to the writer and waits for its outcome. Errors: ErrClosed,
+// or ctx's error if it ends before the hand-over (then nothing was written).
 func (s *Store) submit(ctx context.Context, r *appendReq) (store.AppendResult, error) {
 	if err := ctx.Err(); err != nil {
 		return store.AppendResult{}, err
 	}
-	w := &s.writer
-	w.mu.Lock()
-	if w.closed {
-		w.mu.Unlock()
-		return store.AppendResult{}, errClosed
-	}
-	w.queue = append(w.queue, r)
-	if !w.leading {
-		w.leading = true
-		w.running.Add(1)
-		w.mu.Unlock()
-		s.lead(r)
-		return r.res, r.err
-	}
-	w.mu.Unlock()
 	select {
-	case <-r.done:
+	case s.reqs <- r:
+	case <-s.quit:
+		return store.AppendResult{}, errClosed
 	case <-ctx.Done():
-		if w.unqueue(r) {
-			return store.AppendResult{}, ctx.Err()
-		}
-		// Taken into a commit already: it will be written or fail as a
-		// whole, and leaving now would hide which.
-		<-r.done
+		return store.AppendResult{}, ctx.Err()
 	}
+	// Once handed over the append will be committed or fail as a whole;
+	// leaving on ctx here would hide which.
+	<-r.done
 	return r.res, r.err
 }
 
@@ -125,87 +107,38 @@ func newAppendReq(c store.Context, evs []event.Event, opts store.AppendOptions) 
 	return r, nil
 }
 
-// writer turns concurrent writes into group commits without a goroutine
-// of its own. A write that arrives while no commit runs leads: on its own
-// goroutine it commits itself and whatever queued meanwhile. Writes that
-// arrive during a commit queue and share the next one, one fsync for all of
-// them; the leader, once its own write is answered, hands the next commit to
-// a new goroutine. A lone write so costs no hand-over between goroutines, and
-// one commit at a time keeps publishing in commit order.
-type writer struct {
-	mu      sync.Mutex
-	queue   []*appendReq
-	leading bool // a goroutine is committing, or about to
-	closed  bool
-	running sync.WaitGroup // the leading goroutine, for Close
-}
-
-// unqueue takes r out of the queue, unless a commit took it already.
-func (w *writer) unqueue(r *appendReq) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	i := slices.Index(w.queue, r)
-	if i < 0 {
-		return false
-	}
-	w.queue = slices.Delete(w.queue, i, i+1)
-	return true
-}
-
-// next takes the writes of the next commit; none means leading has ended.
-func (w *writer) next() []*appendReq {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	n := min(len(w.queue), maxGroup)
-	if n == 0 {
-		w.leading = false
-		w.running.Done()
-		return nil
-	}
-	group := slices.Clone(w.queue[:n])
-	w.queue = slices.Delete(w.queue, 0, n)
-	return group
-}
-
-// lead commits queued writes until the queue is empty; once mine is
-// answered, the rest goes on on a new goroutine, so that its caller is
-// answered at once.
-func (s *Store) lead(mine *appendReq) {
-	for group := s.writer.next(); group != nil; group = s.writer.next() {
-		s.commitGroup(group)
-		if mine != nil && slices.Contains(group, mine) {
-			go s.lead(nil)
+// writeLoop serves appends until Close. Appends that queue up while a commit
+// is syncing share the next commit: one fsync for many appends.
+func (s *Store) writeLoop() {
+	defer close(s.writerDone)
+	group := make([]*appendReq, 0, maxGroup)
+	for {
+		select {
+		case r := <-s.reqs:
+			group = append(group[:0], r)
+		case <-s.quit:
 			return
 		}
-	}
-}
-
-// commitGroup commits group and answers each write. A panic (bbolt rolls
-// the transaction back) answers the group's unanswered writes with an
-// error and passes the lead on before it goes up, so that the writes
-// behind are not left waiting for a leader that is gone.
-func (s *Store) commitGroup(group []*appendReq) {
-	answered := 0
-	defer func() {
-		if p := recover(); p != nil {
-			for _, r := range group[answered:] {
-				r.res, r.err = store.AppendResult{}, fmt.Errorf("boltstore: write panicked: %v", p)
-				close(r.done)
-			}
-			go s.lead(nil)
-			panic(p)
-		}
-	}()
-	s.commit(group)
-	for _, r := range group {
-		if r.err == nil && !r.res.Replayed && len(r.res.Events) > 0 {
-			s.publish(string(r.ck), r.res.Events)
-			if s.opts.Appended != nil {
-				s.opts.Appended(len(r.res.Events))
+	gather:
+		for len(group) < maxGroup {
+			select {
+			case r := <-s.reqs:
+				group = append(group, r)
+			default:
+				break gather
 			}
 		}
-		close(r.done)
-		answered++
+		s.commit(group)
+		// Publishing here, on the only writer, keeps delivery in commit order.
+		for _, r := range group {
+			if r.err == nil && !r.res.Replayed && len(r.res.Events) > 0 {
+				s.publish(string(r.ck), r.res.Events)
+				if s.opts.Appended != nil {
+					s.opts.Appended(len(r.res.Events))
+				}
+			}
+			close(r.done)
+		}
 	}
 }
 

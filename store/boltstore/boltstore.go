@@ -83,9 +83,11 @@ type Store struct {
 	opts Options
 	log  zerolog.Logger
 
-	// Writes (appends, run updates, claims) are committed in groups, one
-	// commit at a time, and published in commit order.
-	writer writer
+	// Appends go through one writer goroutine: it commits waiting appends
+	// together and publishes them in commit order.
+	reqs       chan *appendReq
+	quit       chan struct{}
+	writerDone chan struct{}
 
 	subs *fanout.Set
 
@@ -131,11 +133,15 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, errors.Join(fmt.Errorf("boltstore: init %s: %w", path, err), db.Close())
 	}
 	s := &Store{
-		db:   db,
-		opts: opts,
-		log:  opts.Logger,
-		subs: fanout.NewSet(opts.Logger, errClosed),
+		db:         db,
+		opts:       opts,
+		log:        opts.Logger,
+		reqs:       make(chan *appendReq),
+		quit:       make(chan struct{}),
+		writerDone: make(chan struct{}),
+		subs:       fanout.NewSet(opts.Logger, errClosed),
 	}
+	go s.writeLoop()
 	return s, nil
 }
 
@@ -159,10 +165,8 @@ func (s *Store) LiveHealthy(context.Context) error { return nil }
 // the first call's result.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		s.writer.mu.Lock()
-		s.writer.closed = true
-		s.writer.mu.Unlock()
-		s.writer.running.Wait()
+		close(s.quit)
+		<-s.writerDone
 
 		s.subs.Close()
 
