@@ -150,7 +150,7 @@ func TestPollerClientLeavesMidWrite(t *testing.T) {
 	// a write: it is blocked there.
 	big := strings.Repeat("x", 64<<10)
 	enough := (sendBufferMax(t) + 1<<20) / len(big)
-	for i := 0; i < enough || goroutinesIn("stream.(*taken).send") == 0; i++ {
+	for i := 0; i < enough || goroutinesIn("stream.(*taken).write") == 0; i++ {
 		if i > enough+10_000 {
 			t.Fatal("the writes never blocked")
 		}

@@ -15,7 +15,7 @@ type queue struct {
 	mu     sync.Mutex
 	wake   chan struct{} // capacity 1: "there is something to take"; made on first use
 	cut    func()        // ends the connection's blocked write; set by the writer
-	notify func()        // replaces wake once set: called, unlocked, after each signal
+	notify func()        // replaces wake once set: called, under mu, for each signal
 	frames []*frame
 	bytes  int
 	soft   bool // overflow means a hole, not a failure
@@ -29,26 +29,22 @@ func newQueue(tail bool, maxN, maxBytes int) *queue {
 
 // push adds f and reports whether the queue still wants frames.
 func (q *queue) push(f *frame) bool {
-	ok, cut, notify := q.add(f)
+	ok, cut := q.add(f)
 	if cut != nil {
 		// The writer may be blocked on a client that stopped reading: it
 		// would notice the overflow only once the write timed out.
 		cut()
 	}
-	if notify != nil {
-		notify()
-	}
 	return ok
 }
 
-// add is push under the lock; cut and notify are what push must call once
-// unlocked.
-func (q *queue) add(f *frame) (ok bool, cut, notify func()) {
+// add is push under the lock; cut is what push must call once unlocked.
+func (q *queue) add(f *frame) (ok bool, cut func()) {
 	n := len(f.bytesFor(q.tail))
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.failed {
-		return false, nil, nil
+		return false, nil
 	}
 	// An empty queue takes any frame, so one event larger than the byte
 	// bound still reaches a client that keeps up.
@@ -58,13 +54,15 @@ func (q *queue) add(f *frame) (ok bool, cut, notify func()) {
 		if !q.soft {
 			q.failed = true
 			q.frames = nil
-			return false, q.cut, q.signal()
+			q.signal()
+			return false, q.cut
 		}
 		q.lost = true
 	}
 	q.frames = append(q.frames, f)
 	q.bytes += n
-	return true, nil, q.signal()
+	q.signal()
+	return true, nil
 }
 
 // onFail sets what ends the connection when the queue fails: cut must be
@@ -75,12 +73,10 @@ func (q *queue) onFail(cut func()) {
 	q.mu.Unlock()
 }
 
-// signal tells the writer there is something to take: through wake, or by
-// returning notify, which the caller calls once it unlocked (notify may
-// take the frames at once).
-func (q *queue) signal() (notify func()) {
+func (q *queue) signal() {
 	if q.notify != nil {
-		return q.notify
+		q.notify()
+		return
 	}
 	if q.wake == nil {
 		q.wake = make(chan struct{}, 1)
@@ -89,7 +85,6 @@ func (q *queue) signal() (notify func()) {
 	case q.wake <- struct{}{}:
 	default:
 	}
-	return nil
 }
 
 // wakeup is the channel that receives after frames are queued. A taken
@@ -108,8 +103,8 @@ func (q *queue) wakeup() <-chan struct{} {
 // would signal wake, and calls it once now for what is already queued.
 func (q *queue) onSignal(notify func()) {
 	q.mu.Lock()
+	defer q.mu.Unlock()
 	q.notify = notify
-	q.mu.Unlock()
 	notify()
 }
 

@@ -7,7 +7,6 @@ import (
 	"os"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/nqd-dev/nqd/event"
@@ -44,14 +43,6 @@ type taken struct {
 	end           *ending
 	last          event.ID // the newest event written
 	w             *watch   // the poller's watch; nil when read watches instead
-	// raw writes to the socket without blocking (see writeNow); nil where
-	// it cannot.
-	raw syscall.RawConn
-	// pending is what a write without blocking left of a chunk, for run
-	// to send first; done says what it completes. Only the goroutine that
-	// set running touches them.
-	pending net.Buffers
-	done    flushed
 
 	hb, retire, expire *time.Timer
 
@@ -84,7 +75,6 @@ func (h *Handler) takeOver(s *sink, req Request, cn *conn, q *queue, p plan, las
 	// Until the setup is done, whatever fires (a timer, the hub, the
 	// client leaving) only marks the writes to run: they start at the end.
 	t := &taken{h: h, nc: nc, q: q, c: c, tail: p.tail, reqID: req.RequestID, client: req.Client, end: end, last: last, running: true}
-	t.raw = rawConn(nc)
 	_ = nc.SetDeadline(time.Time{})
 	if t.w = h.watch(nc, func() { t.stop(CloseClient, true) }, func() { go t.read() }); t.w == nil {
 		go t.read()
@@ -172,51 +162,11 @@ func (t *taken) kick(spawn bool) {
 	}
 	t.running = true
 	t.mu.Unlock()
-	switch {
-	case !spawn:
-		t.run()
-	case !t.writeNow():
+	if spawn {
 		go t.run()
+	} else {
+		t.run()
 	}
-}
-
-// writeNow does what run would, on the caller's goroutine, as long as the
-// socket takes it without blocking: a chunk the socket buffer holds (the
-// usual case) costs no goroutine. It reports whether it is done; if not,
-// run must go on, with what the socket did not take in pending.
-func (t *taken) writeNow() bool {
-	if t.raw == nil {
-		return false
-	}
-	t.mu.Lock()
-	beat, reason := t.beat, t.reason
-	if reason != "" {
-		t.mu.Unlock()
-		return false // ending takes blocking writes and a close: run's
-	}
-	t.again, t.beat = false, false
-	t.mu.Unlock()
-	bufs, done, reason := t.frame(beat)
-	if reason == "" && bufs != nil {
-		var left net.Buffers
-		left, reason = writeNonblocking(t.raw, bufs)
-		if len(left) > 0 {
-			t.pending, t.done = left, done
-		} else if reason == "" {
-			t.flushed(done)
-		}
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if reason != "" && t.reason == "" {
-		t.reason = reason
-	}
-	if t.reason != "" || len(t.pending) > 0 || t.again {
-		t.again = true
-		return false
-	}
-	t.running = false
-	return true
 }
 
 // run writes until nothing is left to do, or ends the stream. After the
@@ -232,10 +182,6 @@ func (t *taken) run() {
 		beat, reason := t.beat, t.reason
 		t.again, t.beat = false, false
 		t.mu.Unlock()
-		if reason == "" && len(t.pending) > 0 {
-			reason = t.send(t.pending, t.done)
-			t.pending, t.done = nil, flushed{}
-		}
 		if reason == "" {
 			reason = t.write(beat)
 		}
@@ -246,58 +192,39 @@ func (t *taken) run() {
 	}
 }
 
-// flushed is what a written chunk held, for the Observer.
-type flushed struct {
-	events, size int
-	oldest       event.ID
-}
-
 // write sends the queued events, or a heartbeat when beat and there are
 // none, as one chunk. It returns why the stream must end, or "".
 func (t *taken) write(beat bool) CloseReason {
-	bufs, done, reason := t.frame(beat)
-	if reason != "" || bufs == nil {
-		return reason
-	}
-	return t.send(bufs, done)
-}
-
-// frame takes the queued events, or a heartbeat when beat and there are
-// none, and frames them as one chunk: nil when there is nothing to write.
-func (t *taken) frame(beat bool) (net.Buffers, flushed, CloseReason) {
 	frames, _, failed := t.q.take(nil)
 	if failed {
 		t.h.o.Log.Info().Str("req_id", t.reqID).Str("client", t.client).Str("context", t.c.String()).
 			Str("last_id", t.last.String()).Msg("client too slow; disconnecting")
-		return nil, flushed{}, CloseSlow
+		return CloseSlow
 	}
 	bufs := make(net.Buffers, 1, len(frames)+2)
-	var done flushed
+	var oldest event.ID
+	n, size := 0, 0
 	for _, f := range frames {
 		if f.id.Compare(t.last) <= 0 {
 			continue
 		}
 		b := f.bytesFor(t.tail)
 		bufs = append(bufs, b)
-		if done.events == 0 {
-			done.oldest = f.id
+		if n == 0 {
+			oldest = f.id
 		}
 		t.last = f.id
-		done.events, done.size = done.events+1, done.size+len(b)
+		n, size = n+1, size+len(b)
 	}
 	switch {
-	case done.events == 0 && !beat:
-		return nil, flushed{}, ""
-	case done.events == 0:
+	case n == 0 && !beat:
+		return ""
+	case n == 0:
 		bufs = append(bufs, []byte(ping))
-		done.size = len(ping)
+		size = len(ping)
 	}
-	bufs[0] = append(strconv.AppendInt(make([]byte, 0, 10), int64(done.size), 16), '\r', '\n')
-	return append(bufs, []byte("\r\n")), done, ""
-}
-
-// send writes bufs, blocking for at most the write timeout.
-func (t *taken) send(bufs net.Buffers, done flushed) CloseReason {
+	bufs[0] = append(strconv.AppendInt(make([]byte, 0, 10), int64(size), 16), '\r', '\n')
+	bufs = append(bufs, []byte("\r\n"))
 	_ = t.nc.SetWriteDeadline(time.Now().Add(t.h.o.WriteTimeout))
 	if _, err := bufs.WriteTo(t.nc); err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
@@ -305,16 +232,11 @@ func (t *taken) send(bufs net.Buffers, done flushed) CloseReason {
 		}
 		return CloseClient
 	}
-	t.flushed(done)
-	return ""
-}
-
-// flushed records a chunk written whole: the heartbeat starts over.
-func (t *taken) flushed(done flushed) {
 	t.hb.Reset(t.h.o.Heartbeat)
-	if done.events > 0 {
-		t.h.o.Observer.Flushed(done.events, done.size, done.oldest)
+	if n > 0 {
+		t.h.o.Observer.Flushed(n, size, oldest)
 	}
+	return ""
 }
 
 // finish ends the response when the server ends the stream, closes the
