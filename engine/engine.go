@@ -118,6 +118,9 @@ type Engine struct {
 
 	defsMu sync.Mutex
 	defs   map[string]cachedDef
+	// checksDefs: the store checks definitions on update (definitionChecker),
+	// so starts may be decided on defs.
+	checksDefs bool
 
 	wakeMu sync.Mutex
 	wake   chan struct{}
@@ -166,7 +169,9 @@ func New(st Store, opts Options) *Engine {
 	if opts.Observer == nil {
 		opts.Observer = nopObserver{}
 	}
-	return &Engine{st: st, opts: opts, log: opts.Logger, defs: map[string]cachedDef{}, wake: make(chan struct{}), recent: newRecent()}
+	dc, ok := st.(definitionChecker)
+	return &Engine{st: st, opts: opts, log: opts.Logger, defs: map[string]cachedDef{}, checksDefs: ok && dc.ChecksDefinitions(),
+		wake: make(chan struct{}), recent: newRecent()}
 }
 
 func (e *Engine) nowMS() int64 { return e.opts.Now().UnixMilli() }
@@ -210,7 +215,7 @@ type definitionChecker interface {
 // checkedDefinition returns the cached definition of name and its body,
 // when the store checks definitions on update; nil otherwise.
 func (e *Engine) checkedDefinition(name string) ([]byte, *flows.Definition) {
-	if c, ok := e.st.(definitionChecker); !ok || !c.ChecksDefinitions() {
+	if !e.checksDefs {
 		return nil, nil
 	}
 	e.defsMu.Lock()

@@ -225,7 +225,6 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, req Request) err
 		start := time.Now()
 		var err error
 		if last, err = h.backfill(ctx, s, c, p, st); err != nil {
-			st.done()
 			if ctx.Err() == nil {
 				log.Warn().Err(err).Str("context", c.String()).Msg("backfill failed; closing the stream")
 			}

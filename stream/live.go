@@ -57,7 +57,7 @@ func (h *Handler) live(ctx context.Context, log *zerolog.Logger, s *sink, cn *co
 		case <-expire:
 			return CloseExpired
 		case <-hb.C:
-			s.buf = append(s.buf, ": ping\n\n"...)
+			s.buf = append(s.buf, ping...)
 			if err := s.flushBuf(); err != nil {
 				return closeReason(ctx, err)
 			}

@@ -59,6 +59,10 @@ const lastChunk = "0\r\n\r\n"
 // ping is the heartbeat, a comment line.
 const ping = ": ping\n\n"
 
+// pingChunk and crlf are shared by every write: net.Buffers only
+// reslices its entries, never writes into them.
+var pingChunk, crlf = []byte(ping), []byte("\r\n")
+
 // takeOver hands the stream to a taken connection and reports whether it
 // did; it does not when the connection cannot be taken over (HTTP/2), nor when the queue has lost frames that only
 // the stream can supply (the loop in live.go reads them). Whatever the
@@ -220,11 +224,11 @@ func (t *taken) write(beat bool) CloseReason {
 	case n == 0 && !beat:
 		return ""
 	case n == 0:
-		bufs = append(bufs, []byte(ping))
+		bufs = append(bufs, pingChunk)
 		size = len(ping)
 	}
 	bufs[0] = append(strconv.AppendInt(make([]byte, 0, 10), int64(size), 16), '\r', '\n')
-	bufs = append(bufs, []byte("\r\n"))
+	bufs = append(bufs, crlf)
 	_ = t.nc.SetWriteDeadline(time.Now().Add(t.h.o.WriteTimeout))
 	if _, err := bufs.WriteTo(t.nc); err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {

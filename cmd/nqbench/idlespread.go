@@ -37,7 +37,8 @@ type idleInstance struct {
 	GoroutinesPer float64 `json:"goroutines_per_connection"`
 }
 
-// clientConnects is how many streams a client process opens at once.
+// clientConnects is how many streams the idle profile opens at once, in
+// its own process or in each client process.
 const clientConnects = 64
 
 // runIdleSpread holds n live-only streams over n/perContext contexts, spread
@@ -153,7 +154,7 @@ func runIdleSpread(ctx context.Context, e env, n, perContext, instances int, sta
 	if err := errors.Join(errs...); err != nil {
 		return res, err
 	}
-	var rssSum, heapSum, grSum float64
+	var heapSum, grSum float64
 	for i, in := range insts {
 		heap1, gr1, err := scrapeRuntime(in.base)
 		if err != nil {
@@ -170,11 +171,10 @@ func runIdleSpread(ctx context.Context, e env, n, perContext, instances int, sta
 		r.GoroutinesPer = (gr1 - in.gr0) / float64(r.Connections)
 		res.RSSBefore += rss0[i]
 		res.RSSAfter += rss1
-		rssSum += float64(rss1 - rss0[i])
 		heapSum += heap1 - in.heap0
 		grSum += gr1 - in.gr0
 	}
-	res.RSSPerConn = rssSum / float64(n)
+	res.RSSPerConn = float64(res.RSSAfter-res.RSSBefore) / float64(n)
 	res.HeapPerConn = heapSum / float64(n)
 	res.GoroutinesPer = grSum / float64(n)
 	return res, nil

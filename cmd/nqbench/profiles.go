@@ -427,7 +427,7 @@ func runIdle(ctx context.Context, e env, n, perContext int) (idleResult, error) 
 	var wg sync.WaitGroup
 	start := time.Now()
 	p := newProgress("idle connections", int64(n), func() int64 { return int64(len(ready)) })
-	sem := make(chan struct{}, 64) // connects in flight
+	sem := make(chan struct{}, clientConnects) // connects in flight
 	for i := range n {
 		sem <- struct{}{}
 		url := fmt.Sprintf("%s/api/_events/idle/%s-%d/stream?backfill=0", e.base, run, i%res.Contexts)

@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -143,7 +142,7 @@ func (p *pipeliner) send(batch []*scriptCall) {
 	// with the script's source, as redis.Script.Run does.
 	var again []int
 	for i, cmd := range cmds {
-		if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			again = append(again, i)
 		}
 	}

@@ -75,7 +75,7 @@ func parseXRange(raw []byte, fn func(streamEntry)) (int, string, error) {
 		return 0, "", err
 	}
 	var (
-		last   string
+		last   []byte // valid until raw goes back to its pool, after return
 		fields [][]byte
 	)
 	for range n {
@@ -99,9 +99,9 @@ func parseXRange(raw []byte, fn func(streamEntry)) (int, string, error) {
 			fields = append(fields, f)
 		}
 		fn(streamEntry{id: id, fields: fields})
-		last = string(id)
+		last = id
 	}
-	return n, last, nil
+	return n, string(last), nil
 }
 
 // respReader walks a raw RESP reply.

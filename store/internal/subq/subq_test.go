@@ -1,7 +1,7 @@
 package subq_test
 
 import (
-	"sync"
+	"slices"
 	"testing"
 	"testing/synctest"
 
@@ -43,7 +43,7 @@ func TestBoundOrderAndOverflow(t *testing.T) {
 		t.Fatal("after one Next, want room for one event and no more")
 	}
 	got, live := takeAll(q)
-	if want := []uint64{1, 2, 3}; !equal(got, want) || !live {
+	if want := []uint64{1, 2, 3}; !slices.Equal(got, want) || !live {
 		t.Fatalf("took %v (live %v), want %v, live", got, live, want)
 	}
 }
@@ -76,7 +76,7 @@ func TestRefillKeepsOrder(t *testing.T) {
 		}
 	}
 	got, _ := takeAll(q)
-	if !equal(got, want) {
+	if !slices.Equal(got, want) {
 		t.Fatalf("left %d events %v, want %d", len(got), got, len(want))
 	}
 }
@@ -91,7 +91,7 @@ func TestEndLetsWaitingEventsBeTakenFirst(t *testing.T) {
 		t.Error("Push after End reported an overflow, want the event dropped")
 	}
 	got, live := takeAll(q)
-	if want := []uint64{1, 2}; !equal(got, want) || live {
+	if want := []uint64{1, 2}; !slices.Equal(got, want) || live {
 		t.Fatalf("took %v (live %v), want %v then the end", got, live, want)
 	}
 }
@@ -118,13 +118,9 @@ func TestReaderWakesForEveryPushAndTheEnd(t *testing.T) {
 				<-q.Ready()
 			}
 		}()
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			for n := range uint64(total) {
-				q.Push(ev(n))
-			}
-		})
-		wg.Wait()
+		for n := range uint64(total) {
+			q.Push(ev(n))
+		}
 		synctest.Wait() // the reader has taken everything and waits on Ready
 		if len(got) != total {
 			t.Fatalf("reader took %d of %d events before waiting", len(got), total)
@@ -137,16 +133,4 @@ func TestReaderWakesForEveryPushAndTheEnd(t *testing.T) {
 			}
 		}
 	})
-}
-
-func equal(a, b []uint64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
