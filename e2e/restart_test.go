@@ -15,6 +15,7 @@ import (
 
 	"github.com/nqd-dev/nqd/internal/pgtest"
 	"github.com/nqd-dev/nqd/internal/redistest"
+	testspawn "github.com/nqd-dev/nqd/internal/spawn"
 	"github.com/nqd-dev/nqd/worker"
 )
 
@@ -24,11 +25,21 @@ var (
 	buildErr  error
 )
 
-// serverBinary builds ./cmd/server once per test binary.
+// TestMain removes the nqd binary the restart tests build.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binary != "" {
+		_ = os.RemoveAll(filepath.Dir(binary))
+	}
+	os.Exit(code)
+}
+
+// serverBinary builds ./cmd/server once per test binary, in a directory a
+// later run removes should this one be cut short before TestMain's cleanup.
 func serverBinary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "nqd-e2e-")
+		dir, err := testspawn.OwnedTempDir("nqd-e2e-")
 		if err != nil {
 			buildErr = err
 			return

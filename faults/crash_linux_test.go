@@ -18,6 +18,7 @@ import (
 
 	"github.com/nqd-dev/nqd/internal/pgtest"
 	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/internal/spawn"
 )
 
 var (
@@ -40,7 +41,7 @@ func TestMain(m *testing.M) {
 func serverBinary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "nqd-faults-")
+		dir, err := spawn.OwnedTempDir("nqd-faults-")
 		if err != nil {
 			buildErr = err
 			return

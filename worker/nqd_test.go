@@ -19,6 +19,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/nqd-dev/nqd/internal/spawn"
 	"github.com/nqd-dev/nqd/internal/wait"
 	"github.com/nqd-dev/nqd/worker"
 )
@@ -34,7 +35,7 @@ var (
 func nqdBinary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "nqd-worker-")
+		dir, err := spawn.OwnedTempDir("nqd-worker-")
 		if err != nil {
 			buildErr = err
 			return

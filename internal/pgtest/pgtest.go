@@ -87,7 +87,8 @@ func serverURL(t testing.TB) string {
 	}
 	sharedOnce.Do(func() {
 		// The shared server lives as long as the test binary; the kernel
-		// signal set up in spawn ends it when the binary exits.
+		// signal set up in spawn ends it when the binary exits, and a later
+		// run removes its directory.
 		shared, sharedErr = launch()
 	})
 	if sharedErr != nil {
@@ -204,13 +205,8 @@ func launch() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	sweepStale()
-	dir, err := os.MkdirTemp("", dirPrefix)
+	dir, err := spawn.OwnedTempDir("nqd-pgtest-")
 	if err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
-		_ = os.RemoveAll(dir)
 		return nil, err
 	}
 	if cred != nil {
@@ -301,38 +297,6 @@ func run(bin, dir string, port int, cred *syscall.Credential) (*exec.Cmd, chan s
 
 func serverURLOf(port int) string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
-}
-
-// dirPrefix names the temporary directories of the servers this package
-// starts.
-const dirPrefix = "nqd-pgtest-"
-
-// ownerFile holds the pid of the test binary that made a server's directory.
-const ownerFile = "owner.pid"
-
-// sweepStale removes the directories whose test binary is gone: the shared
-// server lives as long as its binary, and nothing runs after it to remove
-// its directory. The postmaster's own pid would not do: a test may kill its
-// server and restart it on the same directory. A directory without an owner
-// is stale after an hour.
-func sweepStale() {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), dirPrefix+"*"))
-	for _, dir := range dirs {
-		b, err := os.ReadFile(filepath.Join(dir, ownerFile))
-		if err != nil {
-			if st, err := os.Stat(dir); err == nil && time.Since(st.ModTime()) > time.Hour {
-				_ = os.RemoveAll(dir)
-			}
-			continue
-		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil || pid <= 0 || pid == os.Getpid() {
-			continue
-		}
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-			_ = os.RemoveAll(dir)
-		}
-	}
 }
 
 // binDir finds the directory holding initdb and postgres: PATH first, then

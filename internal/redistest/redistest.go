@@ -44,14 +44,17 @@ func Addr(t testing.TB) string {
 		return addr
 	}
 	sharedOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "nqd-redistest-")
+		// The shared server lives as long as the test binary; the kernel
+		// signal set up in spawn ends it when the binary exits, and a later
+		// run removes its directory.
+		dir, err := spawn.OwnedTempDir("nqd-redistest-")
 		if err != nil {
 			sharedErr = err
 			return
 		}
-		// The shared server lives as long as the test binary; the kernel
-		// signal set up in spawn ends it when the binary exits.
-		shared, sharedErr = launch(Options{}, dir, 0)
+		if shared, sharedErr = launch(Options{}, dir, 0); sharedErr != nil {
+			_ = os.RemoveAll(dir)
+		}
 	})
 	if sharedErr != nil {
 		unavailable(t, sharedErr)

@@ -1,5 +1,6 @@
 // Package spawn starts the servers tests run against (redis-server,
-// PostgreSQL) so that they do not outlive the test binary.
+// PostgreSQL) so that they do not outlive the test binary, and makes the
+// temporary directories that live as long as a test binary.
 package spawn
 
 import (

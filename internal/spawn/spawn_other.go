@@ -1,7 +1,8 @@
 //go:build !linux
 
 // Package spawn starts the servers tests run against (redis-server,
-// PostgreSQL).
+// PostgreSQL), and makes the temporary directories that live as long as a
+// test binary.
 package spawn
 
 import (
