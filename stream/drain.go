@@ -10,24 +10,8 @@ import (
 // conn is one open stream, as Drain sees it.
 type conn struct {
 	mu      sync.Mutex
-	stop    chan struct{} // closed by close; made by done, for the loop in live.go only
 	stopped bool
-	onStop  func() // what close calls besides, for a taken connection
-}
-
-// done is closed when the stream must end. A taken connection, which
-// idles without a goroutine, is told by whenClosed instead and holds no
-// channel.
-func (c *conn) done() <-chan struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.stop == nil {
-		c.stop = make(chan struct{})
-		if c.stopped {
-			close(c.stop)
-		}
-	}
-	return c.stop
+	onStop  func() // what close calls to end the stream; set by its writer
 }
 
 func (c *conn) close() {
@@ -37,9 +21,6 @@ func (c *conn) close() {
 		return
 	}
 	c.stopped = true
-	if c.stop != nil {
-		close(c.stop)
-	}
 	f := c.onStop
 	c.mu.Unlock()
 	if f != nil {
@@ -47,7 +28,8 @@ func (c *conn) close() {
 	}
 }
 
-// whenClosed makes close call f, or calls f now when close came first.
+// whenClosed makes close call f, or calls f now when close came first. f
+// must not block: Drain calls it from a timer.
 func (c *conn) whenClosed(f func()) {
 	c.mu.Lock()
 	if c.stopped {

@@ -2,6 +2,7 @@ package stream
 
 import (
 	"encoding/json"
+	"net"
 	"strconv"
 
 	"github.com/nqd-dev/nqd/event"
@@ -21,6 +22,41 @@ func (f *frame) bytesFor(tail bool) []byte {
 		return f.tail
 	}
 	return f.data
+}
+
+// batch is the live events one write sends: the queued frames newer than
+// the last event the connection wrote, in the connection's form. The hub may
+// queue an event the connection has read from the stream already (during
+// its backfill, or a repair after a hole); that one is not sent again.
+type batch struct {
+	bufs   net.Buffers // the frames' bytes, after whatever the writer put first
+	n      int
+	size   int
+	oldest event.ID
+}
+
+// add appends the frames newer than *last in the form tail picks, and
+// moves *last to the newest of them.
+func (b *batch) add(frames []*frame, tail bool, last *event.ID) {
+	for _, f := range frames {
+		if f.id.Compare(*last) <= 0 {
+			continue
+		}
+		fb := f.bytesFor(tail)
+		b.bufs = append(b.bufs, fb)
+		if b.n == 0 {
+			b.oldest = f.id
+		}
+		*last = f.id
+		b.n, b.size = b.n+1, b.size+len(fb)
+	}
+}
+
+// flushed tells o that the batch reached the client.
+func (b *batch) flushed(o Observer) {
+	if b.n > 0 {
+		o.Flushed(b.n, b.size, b.oldest)
+	}
 }
 
 // appendEvent appends the SSE message of ev to b: an `id:` line and one

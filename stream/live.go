@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"net"
 	"os"
 	"time"
 
@@ -44,8 +45,19 @@ func (h *Handler) live(ctx context.Context, log *zerolog.Logger, s *sink, cn *co
 		defer t.Stop()
 		expire = t.C
 	}
+	// The connection and the queue tell their writer through callbacks, so
+	// that a taken connection idles without a channel; this loop makes them
+	// two channels of its own.
+	stop, wake := make(chan struct{}), make(chan struct{}, 1)
+	cn.whenClosed(func() { close(stop) })
+	q.onSignal(func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	})
 	var spare []*frame
-	stop, wake := cn.done(), q.wakeup()
+	var bufs net.Buffers
 	for {
 		select {
 		case <-ctx.Done():
@@ -74,29 +86,19 @@ func (h *Handler) live(ctx context.Context, log *zerolog.Logger, s *sink, cn *co
 					return closeReason(ctx, err)
 				}
 			}
-			var oldest event.ID
-			n, size := 0, 0
-			for _, f := range frames {
-				if f.id.Compare(last) <= 0 {
-					continue
-				}
-				b := f.bytesFor(p.tail)
-				if err := s.write(b); err != nil {
+			b := batch{bufs: bufs[:0]}
+			b.add(frames, p.tail, &last)
+			for _, fb := range b.bufs {
+				if err := s.write(fb); err != nil {
 					return closeReason(ctx, err)
 				}
-				if n == 0 {
-					oldest = f.id
-				}
-				last = f.id
-				n, size = n+1, size+len(b)
 			}
-			spare = frames
+			clear(b.bufs) // kept for the next batch, without the bytes
+			spare, bufs = frames, b.bufs
 			if err := s.flush(); err != nil {
 				return closeReason(ctx, err)
 			}
-			if n > 0 {
-				h.o.Observer.Flushed(n, size, oldest)
-			}
+			b.flushed(h.o.Observer)
 			hb.Reset(h.o.Heartbeat)
 		}
 	}

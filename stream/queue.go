@@ -13,9 +13,8 @@ type queue struct {
 	maxBytes int
 
 	mu     sync.Mutex
-	wake   chan struct{} // capacity 1: "there is something to take"; made on first use
-	cut    func()        // ends the connection's blocked write; set by the writer
-	notify func()        // replaces wake once set: called, under mu, for each signal
+	cut    func() // ends the connection's blocked write; set by the writer
+	notify func() // "there is something to take"; set by the writer
 	frames []*frame
 	bytes  int
 	soft   bool // overflow means a hole, not a failure
@@ -73,39 +72,25 @@ func (q *queue) onFail(cut func()) {
 	q.mu.Unlock()
 }
 
+// signal tells the writer there is something to take. Before the writer
+// has set notify (during the backfill) there is no one to tell: onSignal
+// tells it then.
 func (q *queue) signal() {
 	if q.notify != nil {
 		q.notify()
-		return
-	}
-	if q.wake == nil {
-		q.wake = make(chan struct{}, 1)
-	}
-	select {
-	case q.wake <- struct{}{}:
-	default:
 	}
 }
 
-// wakeup is the channel that receives after frames are queued. A taken
-// connection, told by onSignal instead, never makes it: an idle stream
-// holds no channel.
-func (q *queue) wakeup() <-chan struct{} {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.wake == nil {
-		q.wake = make(chan struct{}, 1)
-	}
-	return q.wake
-}
-
-// onSignal makes the queue call notify, which must not block, where it
-// would signal wake, and calls it once now for what is already queued.
+// onSignal makes the queue call notify, which must not block, under its
+// lock each time it signals, and calls it once now when something is
+// queued already.
 func (q *queue) onSignal(notify func()) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.notify = notify
-	notify()
+	if len(q.frames) > 0 || q.failed {
+		notify()
+	}
 }
 
 // holes reports whether frames were forgotten that the stream must supply.

@@ -500,6 +500,46 @@ func TestHTTP2(t *testing.T) {
 	}
 }
 
+// TestHTTP2Drain: a stream that stays in net/http's hands flushes its live
+// events as they come and is ended by Drain, as a taken one is.
+func TestHTTP2Drain(t *testing.T) {
+	s := newBoltStore(t)
+	rec := newRecorder()
+	h := newTestHandler(t, s, Options{Observer: rec, DrainWindow: time.Millisecond})
+	srv := httptest.NewUnstartedServer(routes(h))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	closeWithTest(t, h, srv)
+	c := newContext(t)
+	conn, status := dialWith(t, srv.Client(), waitFor, streamURL(srv, c), nil)
+	if status != http.StatusOK || conn.resp.ProtoMajor != 2 {
+		t.Fatalf("status %d over %s, want 200 over HTTP/2", status, conn.resp.Proto)
+	}
+	eventually(t, "attach", func() bool { return topicSubs(h, c) == 1 })
+	for i := range 2 {
+		ev := appendN(t, s, c, 1)
+		if got := conn.readEvents(t, 1)[0].ID; got != ev[0].ID.String() {
+			t.Fatalf("live event %d: got %s, want %s", i, got, ev[0].ID)
+		}
+	}
+	eventually(t, "two live events flushed", func() bool {
+		return rec.get(func(r *recorder) int { return r.flushed }) == 2
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if err := h.Drain(ctx); err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+	if n := rec.get(func(r *recorder) int { return r.closed[CloseShutdown] }); n != 1 {
+		t.Errorf("shutdown closes %d, want 1 (closes: %v)", n, rec.closed)
+	}
+	select {
+	case <-conn.done:
+	case <-time.After(waitFor):
+		t.Fatal("the client saw no end of the stream")
+	}
+}
+
 // TestHTTP10 serves a stream to an HTTP/1.0 client (a proxy's default
 // upstream protocol): its response is not chunked, so the stream must not
 // be continued as chunks. Every body line is an SSE line, and live events

@@ -205,25 +205,14 @@ func (t *taken) write(beat bool) CloseReason {
 			Str("last_id", t.last.String()).Msg("client too slow; disconnecting")
 		return CloseSlow
 	}
-	bufs := make(net.Buffers, 1, len(frames)+2)
-	var oldest event.ID
-	n, size := 0, 0
-	for _, f := range frames {
-		if f.id.Compare(t.last) <= 0 {
-			continue
-		}
-		b := f.bytesFor(t.tail)
-		bufs = append(bufs, b)
-		if n == 0 {
-			oldest = f.id
-		}
-		t.last = f.id
-		n, size = n+1, size+len(b)
-	}
+	// The first buffer is left for the chunk's size line.
+	b := batch{bufs: make(net.Buffers, 1, len(frames)+2)}
+	b.add(frames, t.tail, &t.last)
+	bufs, size := b.bufs, b.size
 	switch {
-	case n == 0 && !beat:
+	case b.n == 0 && !beat:
 		return ""
-	case n == 0:
+	case b.n == 0:
 		bufs = append(bufs, pingChunk)
 		size = len(ping)
 	}
@@ -237,9 +226,7 @@ func (t *taken) write(beat bool) CloseReason {
 		return CloseClient
 	}
 	t.hb.Reset(t.h.o.Heartbeat)
-	if n > 0 {
-		t.h.o.Observer.Flushed(n, size, oldest)
-	}
+	b.flushed(t.h.o.Observer)
 	return ""
 }
 
