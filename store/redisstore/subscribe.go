@@ -83,11 +83,11 @@ type liveConn struct {
 	// unsubscribe and a quick resubscribe, the older reply must not be
 	// mistaken for the confirmation of the newer SUBSCRIBE.
 	pending map[string]int
-	// inRedis holds the channels whose last command (written or queued) is
-	// a SUBSCRIBE. toSub lists the SUBSCRIBEs to write, in order; toUnsub
-	// the channels without local subscribers to UNSUBSCRIBE once
-	// unsubscribeDelay passed. kick wakes writeLoop.
-	inRedis  map[string]bool
+	// toSub lists the SUBSCRIBEs to write, in order; toUnsub the channels
+	// without local subscribers to UNSUBSCRIBE once unsubscribeDelay
+	// passed. A channel is in at most one of channels and toUnsub; its last
+	// command (written or queued) is a SUBSCRIBE exactly when it is in
+	// either. kick wakes writeLoop.
 	toSub    []string
 	toUnsub  map[string]struct{}
 	kick     chan struct{}
@@ -151,10 +151,12 @@ func (f *liveFeed) attach(ctx context.Context, sub *subscription) (*liveConn, <-
 	if cs == nil {
 		cs = &channelSubs{subs: map[*subscription]struct{}{}, ready: make(chan struct{})}
 		lc.channels[sub.channel] = cs
+		// Without local subscribers, the channel is still subscribed in
+		// Redis while its UNSUBSCRIBE waits in toUnsub.
+		_, subscribed := lc.toUnsub[sub.channel]
 		delete(lc.toUnsub, sub.channel)
 		switch {
-		case !lc.inRedis[sub.channel]:
-			lc.inRedis[sub.channel] = true
+		case !subscribed:
 			lc.pending[sub.channel]++
 			lc.toSub = append(lc.toSub, sub.channel)
 			lc.wake()
@@ -181,7 +183,6 @@ func (f *liveFeed) connLocked() *liveConn {
 		ps:       f.client.Subscribe(context.Background()),
 		channels: map[string]*channelSubs{},
 		pending:  map[string]int{},
-		inRedis:  map[string]bool{},
 		toUnsub:  map[string]struct{}{},
 		kick:     make(chan struct{}, 1),
 		pings:    map[string]chan struct{}{},
@@ -238,7 +239,6 @@ func (f *liveFeed) writeLoop(lc *liveConn) {
 		if due {
 			for ch := range lc.toUnsub {
 				unsubs = append(unsubs, ch)
-				delete(lc.inRedis, ch)
 			}
 			clear(lc.toUnsub)
 		} else if len(lc.toUnsub) > 0 && !armed {
