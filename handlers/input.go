@@ -308,13 +308,10 @@ func mergeMeta(meta json.RawMessage, attempt int, stepID, prefix string, fields 
 
 	if raw, ok := m["attempt"]; ok && nonNull(raw) != nil {
 		var ma int
-		switch err := json.Unmarshal(raw, &ma); {
-		case err != nil:
+		if err := json.Unmarshal(raw, &ma); err != nil {
 			fields[prefix+"meta.attempt"] = "must be an integer"
-		case attempt != 0 && attempt != ma:
-			fields[prefix+"attempt"] = "must equal meta.attempt when both are sent"
-		default:
-			attempt = ma
+		} else {
+			attempt = agreeAttempt(attempt, ma, prefix, fields)
 		}
 	} else if attempt != 0 {
 		set("attempt", attempt)
@@ -323,9 +320,8 @@ func mergeMeta(meta json.RawMessage, attempt int, stepID, prefix string, fields 
 	if stepID != "" {
 		if raw, ok := m["stepId"]; ok {
 			var s string
-			if json.Unmarshal(raw, &s) != nil || s != stepID {
-				fields[prefix+"stepId"] = "must equal meta.stepId when both are sent"
-			}
+			err := json.Unmarshal(raw, &s)
+			agreeStepID(stepID, s, err == nil, prefix, fields)
 		} else {
 			set("stepId", stepID)
 		}
@@ -444,16 +440,34 @@ func checkMeta(meta json.RawMessage, attempt int, stepID, prefix string, fields 
 		return 0, false
 	}
 	if hasAttempt {
-		if attempt != 0 && attempt != ma {
-			fields[prefix+"attempt"] = "must equal meta.attempt when both are sent"
-		} else {
-			attempt = ma
-		}
+		attempt = agreeAttempt(attempt, ma, prefix, fields)
 	}
-	if stepID != "" && step != stepID {
+	agreeStepID(stepID, step, hasStep, prefix, fields)
+	return attempt, true
+}
+
+// A record's top-level attempt and stepId restate meta.attempt and
+// meta.stepId (openapi.yaml): either spelling may be sent alone, and sent
+// both they must agree. agreeAttempt and agreeStepID are that rule for both
+// readers of meta, checkMeta and mergeMeta; what to do when meta lacks a
+// member is each reader's own.
+
+// agreeAttempt returns the record's attempt given meta.attempt, ma: ma,
+// unless the top-level attempt names another, which goes to fields.
+func agreeAttempt(attempt, ma int, prefix string, fields map[string]string) int {
+	if attempt != 0 && attempt != ma {
+		fields[prefix+"attempt"] = "must equal meta.attempt when both are sent"
+		return attempt
+	}
+	return ma
+}
+
+// agreeStepID checks the top-level stepId against meta.stepId, ms, which
+// isString says is a string; a disagreement goes to fields.
+func agreeStepID(stepID, ms string, isString bool, prefix string, fields map[string]string) {
+	if stepID != "" && (!isString || ms != stepID) {
 		fields[prefix+"stepId"] = "must equal meta.stepId when both are sent"
 	}
-	return attempt, true
 }
 
 func nonNull(m json.RawMessage) json.RawMessage {
