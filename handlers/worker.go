@@ -3,6 +3,7 @@ package handlers
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -57,29 +58,41 @@ func (a *API) claimJobs(w http.ResponseWriter, r *http.Request) error {
 	if err := a.decodeBody(w, r, &req); err != nil {
 		return err
 	}
-	if req.Max == 0 {
-		req.Max = 1
-	}
 	wait := min(time.Duration(req.WaitMs)*time.Millisecond, maxClaimWait)
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	defer context.AfterFunc(a.closing, cancel)()
+	jobs, err := a.claim(r.Context(), req.Queues, req.Max, wait)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, r, http.StatusOK, claimBody{Jobs: jobs})
+	return nil
+}
+
+// claim claims up to n jobs of queues (one when n is 0), waiting up to wait
+// for some to appear, and answers an empty list rather than nil. While the
+// server shuts down it claims nothing and fails with errShuttingDown; a
+// claim that waits ends when the shutdown begins.
+func (a *API) claim(ctx context.Context, queues []string, n int, wait time.Duration) ([]store.Job, error) {
+	if wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(a.closing, cancel)()
+	}
 	var jobs []store.Job
 	err := a.closing.Err()
 	if err == nil {
-		jobs, err = a.engine.Claim(ctx, req.Queues, req.Max, wait)
+		jobs, err = a.engine.Claim(ctx, queues, max(n, 1), wait)
 	}
 	if err != nil && a.closing.Err() != nil {
-		return errShuttingDown
+		return nil, errShuttingDown
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if jobs == nil {
 		jobs = []store.Job{}
 	}
-	writeJSON(w, r, http.StatusOK, claimBody{Jobs: jobs})
-	return nil
+	return jobs, nil
 }
 
 // decodeBody reads a strict JSON body into v and validates it.
@@ -254,15 +267,11 @@ func (a *API) completeJob(w http.ResponseWriter, r *http.Request) error {
 // by then, so a claim that fails (or a server shutting down) answers no
 // jobs rather than an error: the worker claims on its own as before.
 func (a *API) claimNext(r *http.Request, c nextClaim) []store.Job {
-	var jobs []store.Job
-	err := a.closing.Err()
-	if err == nil {
-		jobs, err = a.engine.Claim(r.Context(), c.Queues, max(c.Max, 1), 0)
-	}
-	if err != nil && a.closing.Err() == nil {
-		hlog.FromRequest(r).Warn().Err(err).Msg("the claim of a completion failed; the completion stands")
-	}
-	if err != nil || jobs == nil {
+	jobs, err := a.claim(r.Context(), c.Queues, c.Max, 0)
+	if err != nil {
+		if !errors.Is(err, errShuttingDown) {
+			hlog.FromRequest(r).Warn().Err(err).Msg("the claim of a completion failed; the completion stands")
+		}
 		return []store.Job{}
 	}
 	return jobs
