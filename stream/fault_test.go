@@ -150,7 +150,8 @@ func TestRepairsSilentlyDroppedEvent(t *testing.T) {
 		srv := newTestServer(t, h)
 		c := newContext(t)
 		conn := dial(t, streamURL(srv, c), nil)
-		eventually(t, "attach", func() bool { return topicSubs(h, c) == 1 })
+		// Live: an event the backfill read would never be missed.
+		eventually(t, "attach, live", func() bool { return topicSubs(h, c) == 1 && topicLive(h, c) })
 
 		f.drop.Store(1)
 		lost := appendN(t, s, c, 1)

@@ -353,6 +353,25 @@ func topicSubs(h *Handler, c store.Context) int {
 	return len(t.subs)
 }
 
+// topicLive reports whether c's feed has settled the position it starts
+// after, read by the backfill of the connection that started it: every
+// event appended from then on reaches the attached connections live, none
+// by that backfill.
+func topicLive(h *Handler, c store.Context) bool {
+	h.hub.mu.Lock()
+	t := h.hub.topics[c]
+	h.hub.mu.Unlock()
+	if t == nil {
+		return false
+	}
+	select {
+	case <-t.ready:
+		return true
+	default:
+		return false
+	}
+}
+
 func topicCount(h *Handler) int {
 	h.hub.mu.Lock()
 	defer h.hub.mu.Unlock()
@@ -515,7 +534,7 @@ func TestHTTP2Drain(t *testing.T) {
 	if status != http.StatusOK || conn.resp.ProtoMajor != 2 {
 		t.Fatalf("status %d over %s, want 200 over HTTP/2", status, conn.resp.Proto)
 	}
-	eventually(t, "attach", func() bool { return topicSubs(h, c) == 1 })
+	eventually(t, "attach, live", func() bool { return topicSubs(h, c) == 1 && topicLive(h, c) })
 	for i := range 2 {
 		ev := appendN(t, s, c, 1)
 		if got := conn.readEvents(t, 1)[0].ID; got != ev[0].ID.String() {
