@@ -23,6 +23,7 @@ import (
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/handlers"
+	"github.com/nqd-dev/nqd/internal/gcfloor"
 	"github.com/nqd-dev/nqd/snapshots"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/stream"
@@ -65,6 +66,7 @@ type Config struct {
 	CacheEntries    int   // contexts whose reduced state is cached
 	CacheBytes      int64 // approximate bytes of cached states
 	CheckpointEvery int   // events between persisted state checkpoints; 0 disables
+	GCMinHeap       int64 // heap below which no garbage collection starts; 0: Go's pacing alone
 
 	// Retention of finished runs by terminal status; 0 keeps them forever.
 	RetainCompleted   time.Duration
@@ -154,6 +156,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 		{"flows-dir", "NQ_FLOWS_DIR", "directory of flow definitions (*.json, *.yaml, *.yml) stored at start (empty: none)", "", str(&c.FlowsDir)},
 		{"cache-entries", "NQ_CACHE_ENTRIES", "contexts whose reduced state is cached", itoa(snapshots.DefaultMaxEntries), integer(&c.CacheEntries)},
 		{"cache-bytes", "NQ_CACHE_BYTES", "approximate bytes of cached reduced states", itoa(snapshots.DefaultMaxBytes), i64(&c.CacheBytes)},
+		{"gc-min-heap", "NQ_GC_MIN_HEAP", "heap size in bytes below which no garbage collection starts, trading memory for CPU (0: Go's own pacing)", itoa(gcfloor.DefaultFloor), i64(&c.GCMinHeap)},
 		{"checkpoint-every", "NQ_CHECKPOINT_EVERY", "events between persisted state checkpoints (0: none)", itoa(snapshots.DefaultCheckpointEvery), integer(&c.CheckpointEvery)},
 		{"retain-completed", "NQ_RETAIN_COMPLETED", "how long a completed run is kept after it finished, e.g. 168h (0: forever)", "0", dur(&c.RetainCompleted)},
 		{"retain-failed", "NQ_RETAIN_FAILED", "how long a failed run is kept after it finished, e.g. 720h (0: forever)", "0", dur(&c.RetainFailed)},
@@ -359,6 +362,9 @@ func (c Config) validate() error {
 	}
 	if c.CacheBytes < 1<<20 {
 		bad("NQ_CACHE_BYTES", "want at least 1048576, got %d", c.CacheBytes)
+	}
+	if c.GCMinHeap < 0 {
+		bad("NQ_GC_MIN_HEAP", "must not be negative")
 	}
 	if c.CheckpointEvery < 0 {
 		bad("NQ_CHECKPOINT_EVERY", "must not be negative")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nqd-dev/nqd/auth"
+	"github.com/nqd-dev/nqd/internal/gcfloor"
 )
 
 func env(m map[string]string) func(string) string {
@@ -22,7 +23,8 @@ func TestLoadDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Backend() != "embedded" || c.DataDir != "./data" || c.Prefix != "nq" || c.MaxBodyBytes != 1<<20 {
+	if c.Backend() != "embedded" || c.DataDir != "./data" || c.Prefix != "nq" || c.MaxBodyBytes != 1<<20 ||
+		c.GCMinHeap != gcfloor.DefaultFloor {
 		t.Fatalf("unexpected defaults: %+v", c)
 	}
 }
@@ -74,6 +76,7 @@ func TestLoadRejects(t *testing.T) {
 		{env: map[string]string{"NQ_SSE_HEARTBEAT": "5m"}, want: "NQ_SSE_HEARTBEAT"},
 		{env: map[string]string{"NQ_STREAM_MAXLEN_BY_TYPE": "flow=10,Bad=3"}, want: "NQ_STREAM_MAXLEN_BY_TYPE"},
 		{env: map[string]string{"NQ_STREAM_MAXLEN_BY_TYPE": "flow"}, want: "NQ_STREAM_MAXLEN_BY_TYPE"},
+		{env: map[string]string{"NQ_GC_MIN_HEAP": "-1"}, want: "NQ_GC_MIN_HEAP"},
 	}
 	for _, tt := range tests {
 		_, err := Load(tt.args, env(tt.env), io.Discard)

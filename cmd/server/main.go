@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/nqd-dev/nqd/config"
+	"github.com/nqd-dev/nqd/internal/gcfloor"
 	"github.com/nqd-dev/nqd/wiring"
 )
 
@@ -46,6 +47,9 @@ func main() {
 			os.Exit(2)
 		}
 		go servePprof(ctx, ln, logger)
+	}
+	if cfg.GCMinHeap > 0 {
+		gcfloor.Start(uint64(cfg.GCMinHeap))
 	}
 	wiring.RouteRedisLog(logger)
 	if err := wiring.Run(ctx, cfg, logger); err != nil {
