@@ -18,6 +18,7 @@ import (
 
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/handlers"
+	"github.com/nqd-dev/nqd/internal/gcfloor"
 	"github.com/nqd-dev/nqd/internal/redistest"
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
@@ -35,6 +36,8 @@ const benchEvent = `{"kind":"step.completed","flow":"6f1c2a9e-4b7d-4e21-9a3c-58d
 var benchParallelism = []int{1, 32}
 
 func BenchmarkAppendHTTP(b *testing.B) {
+	// As cmd/server runs nqd: no collection below the default heap floor.
+	b.Cleanup(gcfloor.Start(gcfloor.DefaultFloor).Stop)
 	b.Run("bolt", func(b *testing.B) {
 		st := testkit.Bolt(b, boltstore.Options{Logger: zerolog.Nop()})
 		benchAppendClients(b, st)
