@@ -44,6 +44,8 @@ var (
 	sqlRunCreateRequired string
 	//go:embed sql/run_update_required.sql
 	sqlRunUpdateRequired string
+	//go:embed sql/definition_is.sql
+	sqlDefinitionIs string
 	//go:embed sql/ack.sql
 	sqlAck string
 	//go:embed sql/consume.sql
