@@ -8,9 +8,9 @@ import (
 )
 
 // leasedEnqueuer is a store whose run updates can enqueue a job already
-// claimed (see boltstore.Store.EnqueuesLeased): a job with a Lease is
-// stored as claimed under it until LeaseUntil, and the update is refused
-// with store.ErrConflict when the job's queue is paused.
+// claimed (the embedded and Redis stores; see their EnqueuesLeased): a job
+// with a Lease is stored as claimed under it until LeaseUntil, and the
+// update is refused with store.ErrConflict when the job's queue is paused.
 type leasedEnqueuer interface{ EnqueuesLeased() }
 
 // A start hands its run's first job straight to a claim long-polling on
@@ -18,7 +18,8 @@ type leasedEnqueuer interface{ EnqueuesLeased() }
 // written claimed in the start's own commit, and the claim answers when
 // that commit is done, instead of waking, claiming in a commit of its own
 // and answering after that. On the embedded store, where every commit
-// waits for the disk, that is one commit fewer per run.
+// waits for the disk, that is one commit fewer per run; on Redis, one
+// claim script fewer.
 
 // waiter is a claim long-polling on this instance.
 type waiter struct {

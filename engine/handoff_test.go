@@ -37,13 +37,39 @@ func waitingClaim(t *testing.T, e *engine.Engine, st *leasingStore) <-chan claim
 	return out
 }
 
-// A start on the embedded store hands its first job to a claim waiting on
-// the same instance in its own commit: the claim gets the job without a
-// claim of its own in the store, the store holds the job under the lease
-// the claim answered, and the job is handed out once.
+// leasingBackends are the stores that can enqueue a job claimed.
+var leasingBackends = []struct {
+	name string
+	open func(t *testing.T) engine.Store
+}{
+	{"bolt", func(t *testing.T) engine.Store { return testkit.Bolt(t, boltstore.Options{}) }},
+	{"redis", newRedisStore},
+}
+
+// eachLeasingBackend runs test on every store that enqueues a job claimed,
+// checking that it says so.
+func eachLeasingBackend(t *testing.T, test func(t *testing.T, inner engine.Store)) {
+	for _, b := range leasingBackends {
+		t.Run(b.name, func(t *testing.T) {
+			inner := b.open(t)
+			if _, ok := inner.(interface{ EnqueuesLeased() }); !ok {
+				t.Fatalf("%T does not enqueue jobs claimed", inner)
+			}
+			test(t, inner)
+		})
+	}
+}
+
+// A start hands its first job to a claim waiting on the same instance in
+// its own commit (or script call): the claim gets the job without a claim
+// of its own in the store, the store holds the job under the lease the
+// claim answered, and the job is handed out once.
 func TestStartHandsJobToWaitingClaim(t *testing.T) {
+	eachLeasingBackend(t, testStartHandsJobToWaitingClaim)
+}
+
+func testStartHandsJobToWaitingClaim(t *testing.T, inner engine.Store) {
 	ctx := t.Context()
-	inner := testkit.Bolt(t, boltstore.Options{})
 	st := &leasingStore{&countingStore{Store: inner}}
 	// The claim's poll interval outlasts the test: only a hand-off or a
 	// wake-up answers it. A long-polling claim runs on the real clock.
@@ -105,8 +131,11 @@ func TestStartHandsJobToWaitingClaim(t *testing.T) {
 // waiting claim gets nothing, and the job is claimed once the queue runs
 // again.
 func TestStartHandsNothingToPausedQueue(t *testing.T) {
+	eachLeasingBackend(t, testStartHandsNothingToPausedQueue)
+}
+
+func testStartHandsNothingToPausedQueue(t *testing.T, inner engine.Store) {
 	ctx := t.Context()
-	inner := testkit.Bolt(t, boltstore.Options{})
 	st := &leasingStore{&countingStore{Store: inner}}
 	e := engine.New(st, engine.Options{Lease: 10 * time.Second, PollInterval: time.Hour, Logger: testkit.Logger(t)})
 	mustDefine(t, e, "diamond", "diamond")

@@ -12,18 +12,38 @@ import (
 	"github.com/nqd-dev/nqd/store"
 )
 
-// jobValue is how a job is kept: a header that the scripts rewrite on claim
-// and heartbeat, and the job's fixed part as JSON, which they never parse
-// (Lua's JSON would round large numbers in the input).
-func jobValue(j store.Job, score int64) (string, error) {
-	attempt := max(j.Attempt, 1)
+// jobValue is how a job a run update enqueues is kept, and its score: a
+// header that the scripts rewrite on claim and heartbeat, and the job's fixed
+// part as JSON, which they never parse (Lua's JSON would round large numbers
+// in the input). A job is ready at its ReadyAt or, with a Lease
+// (EnqueuesLeased), held as claim.lua holds a claimed one: scored by the
+// lease's end, when it is due again.
+func jobValue(j store.Job) (string, int64, error) {
+	attempt, lease, until := max(j.Attempt, 1), j.Lease, j.LeaseUntil
+	score := j.ReadyAt
+	if lease == "" {
+		until = 0
+	} else if strings.ContainsAny(lease, " \n") {
+		return "", 0, fmt.Errorf("lease %q", lease)
+	} else {
+		score = until
+	}
 	j.Attempt, j.Lease, j.LeaseUntil, j.ReadyAt = 0, "", 0, 0
 	body, err := json.Marshal(j)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
-	return fmt.Sprintf("%d %d 0 \n%s", attempt, score, body), nil
+	return fmt.Sprintf("%d %d %d %s\n%s", attempt, score, until, lease, body), score, nil
 }
+
+// EnqueuesLeased says that a run update may enqueue a job already claimed:
+// a job of RunUpdate.Enqueue with a Lease is stored as claim.lua stores a
+// claimed one, held under that lease until its LeaseUntil, and the update
+// is refused with ErrConflict, writing nothing, when the job's queue is
+// paused. The engine hands a run's first job to a claim waiting on this
+// instance that way, in the start's own script call rather than in a claim
+// of its own after it.
+func (s *Store) EnqueuesLeased() {}
 
 func decodeJob(v string) (store.Job, error) {
 	head, body, ok := strings.Cut(v, "\n")

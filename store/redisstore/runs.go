@@ -115,6 +115,19 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 		args = append(args, keyAt(s.consumedKey(k)))
 	}
 	args = append(args, s.kindWindow().Milliseconds())
+	var leased []any
+	for _, j := range u.Enqueue {
+		if j.Lease != "" && !slices.Contains(leased, any(j.Queue)) {
+			leased = append(leased, j.Queue)
+		}
+	}
+	if len(leased) > 0 {
+		args = append(args, keyAt(s.pausedKey()))
+	} else {
+		args = append(args, 0)
+	}
+	args = append(args, len(leased))
+	args = append(args, leased...)
 	// The run leaves the index of the status its stored record names, which
 	// the script reads; u.PrevStatus is only a hint of it.
 	statuses := runStatuses
@@ -156,11 +169,11 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 	}
 	args = append(args, len(u.Enqueue))
 	for _, j := range u.Enqueue {
-		v, err := jobValue(j, j.ReadyAt)
+		v, score, err := jobValue(j)
 		if err != nil {
 			return store.AppendResult{}, invalid("update run", "job %s: %v", j.ID, err)
 		}
-		args = append(args, keyAt(s.readyKey(j.Queue)), keyAt(s.jobsKey(j.Queue)), j.ID, j.ReadyAt, v)
+		args = append(args, keyAt(s.readyKey(j.Queue)), keyAt(s.jobsKey(j.Queue)), j.ID, score, v)
 	}
 	args = append(args, len(u.ClearTimers))
 	for _, t := range u.ClearTimers {

@@ -24,6 +24,9 @@
 --   m, then m positions in KEYS of consumption markers
 --   (<p>:engine:consumed:<kind>:<entry>) that must not exist yet, then
 --   their TTL in ms;
+--   the position in KEYS of the paused queues (<p>:engine:queues:paused;
+--   "0": none), l, then l queues that must not be paused: those of the jobs
+--   enqueued already claimed;
 --   k, then k status/position pairs: the index of each status the run may
 --   be in, so the run leaves the one its stored record names;
 --   f, then f field/value pairs of the record ("" deletes the field);
@@ -36,7 +39,8 @@
 --   the retention set's position, the run's member there (<flow>:<run>) and
 --   its due time ("0": not due, the member leaves the set).
 --
--- A job's value is "<attempt> <score> <leaseUntil> <lease>\n<job JSON>".
+-- A job's value is "<attempt> <score> <leaseUntil> <lease>\n<job JSON>"; a
+-- job enqueued claimed is scored, as claim.lua scores it, by its lease's end.
 --
 -- Returns {0, id...}, or {1, reason} when the update is refused.
 
@@ -52,6 +56,9 @@ local defs, flow, defSHA = tonumber(arg()), arg(), arg()
 local consumed = {}
 for i = 1, tonumber(arg()) do consumed[i] = KEYS[tonumber(arg())] end
 local consumedTTL = arg()
+local paused = tonumber(arg())
+local leasedQueues = {}
+for i = 1, tonumber(arg()) do leasedQueues[i] = arg() end
 local statusKeys = {}
 for _ = 1, tonumber(arg()) do
   local name, pos = arg(), tonumber(arg())
@@ -71,6 +78,12 @@ end
 for _, k in ipairs(consumed) do
   if redis.call('EXISTS', k) == 1 then
     return {1, 'event ' .. k .. ' already consumed'}
+  end
+end
+-- A job enqueued already claimed skips claim.lua and its pause check.
+for _, q in ipairs(leasedQueues) do
+  if redis.call('SISMEMBER', KEYS[paused], q) == 1 then
+    return {1, 'queue ' .. q .. ' is paused'}
   end
 end
 
