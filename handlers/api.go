@@ -205,9 +205,7 @@ func New(d Deps) *API {
 func (a *API) Routes() http.Handler {
 	r := chi.NewRouter()
 	r.Use(
-		hlog.NewHandler(a.log),
-		requestID,
-		a.access.withClientAddr,
+		a.access.requestScope(a.log),
 		hlog.AccessHandler(accessLog),
 		recoverer,
 		a.guard.checkHost,

@@ -1,36 +1,22 @@
 package handlers
 
 import (
-	"context"
 	"net"
 	"net/http"
 	"net/netip"
 	"strings"
 
 	"github.com/go-chi/httprate"
-	"github.com/rs/zerolog"
-	"github.com/rs/zerolog/hlog"
 )
 
 // clientAddrKey holds the request's client address in its context.
 type clientAddrKey struct{}
 
-// withClientAddr finds the client's address once per request, for the rate
-// limits, the stream caps, trigger sources and the log line: the peer's, or,
-// when the peer is a trusted proxy, the address the proxies forwarded.
-func (ac access) withClientAddr(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		addr := ac.clientIP(r)
-		hlog.FromRequest(r).UpdateContext(func(c zerolog.Context) zerolog.Context { return c.Str("client", addr) })
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), clientAddrKey{}, addr)))
-	})
-}
-
 // clientAddr is the client's address as the limits count it, IPv6 by its
 // /64.
 func clientAddr(r *http.Request) string { return httprate.CanonicalizeIP(clientIPOf(r)) }
 
-// clientIPOf is the client's address that withClientAddr found.
+// clientIPOf is the client's address that requestScope found.
 func clientIPOf(r *http.Request) string {
 	if addr, _ := r.Context().Value(clientAddrKey{}).(string); addr != "" {
 		return addr

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"net/http"
 	"regexp"
 
@@ -14,20 +15,25 @@ import (
 // log reader could take for structure.
 var requestIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
 
-// requestID keeps a valid incoming X-Request-ID, so that a caller can follow
-// its request through nqd's log, and issues a new one otherwise. The id is
-// returned in the response header and added to the request's logger as
-// req_id.
-func requestID(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := r.Header.Get("X-Request-ID")
-		if !requestIDRe.MatchString(id) {
-			id = xid.New().String()
-		}
-		w.Header().Set("X-Request-ID", id)
-		zerolog.Ctx(r.Context()).UpdateContext(func(c zerolog.Context) zerolog.Context {
-			return c.Str("req_id", id)
+// requestScope gives each request its id and its client's address, and a
+// logger that names both, in one context: a valid incoming X-Request-ID is
+// kept, so that a caller can follow its request through nqd's log, and a new
+// one issued otherwise; the id is returned in the response header and logged
+// as req_id. The client's address (see access.clientIP) is found once, for
+// the rate limits, the stream caps, trigger sources and the log line's
+// client.
+func (ac access) requestScope(log zerolog.Logger) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			id := r.Header.Get("X-Request-ID")
+			if !requestIDRe.MatchString(id) {
+				id = xid.New().String()
+			}
+			w.Header().Set("X-Request-ID", id)
+			addr := ac.clientIP(r)
+			l := log.With().Str("req_id", id).Str("client", addr).Logger()
+			ctx := context.WithValue(l.WithContext(r.Context()), clientAddrKey{}, addr)
+			next.ServeHTTP(w, r.WithContext(ctx))
 		})
-		next.ServeHTTP(w, r)
-	})
+	}
 }
