@@ -11,8 +11,8 @@ import (
 	"github.com/nqd-dev/nqd/store/boltstore"
 )
 
-// leasingStore is a countingStore over the embedded store that says, as the
-// embedded store does, that it can enqueue a job claimed.
+// leasingStore is a countingStore over a store that can enqueue a job
+// claimed, and says so as the store itself does.
 type leasingStore struct{ *countingStore }
 
 func (leasingStore) EnqueuesLeased() {}

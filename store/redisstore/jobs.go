@@ -19,14 +19,13 @@ import (
 // (EnqueuesLeased), held as claim.lua holds a claimed one: scored by the
 // lease's end, when it is due again.
 func jobValue(j store.Job) (string, int64, error) {
-	attempt, lease, until := max(j.Attempt, 1), j.Lease, j.LeaseUntil
-	score := j.ReadyAt
-	if lease == "" {
-		until = 0
-	} else if strings.ContainsAny(lease, " \n") {
-		return "", 0, fmt.Errorf("lease %q", lease)
-	} else {
-		score = until
+	attempt, lease := max(j.Attempt, 1), j.Lease
+	score, until := j.ReadyAt, int64(0)
+	if lease != "" {
+		if !validLease(lease) {
+			return "", 0, fmt.Errorf("lease %q", lease)
+		}
+		score, until = j.LeaseUntil, j.LeaseUntil
 	}
 	j.Attempt, j.Lease, j.LeaseUntil, j.ReadyAt = 0, "", 0, 0
 	body, err := json.Marshal(j)
@@ -44,6 +43,10 @@ func jobValue(j store.Job) (string, int64, error) {
 // instance that way, in the start's own script call rather than in a claim
 // of its own after it.
 func (s *Store) EnqueuesLeased() {}
+
+// validLease reports whether lease can be a field of a job's header, which
+// the scripts split on spaces and the line end.
+func validLease(lease string) bool { return lease != "" && !strings.ContainsAny(lease, " \n") }
 
 func decodeJob(v string) (store.Job, error) {
 	head, body, ok := strings.Cut(v, "\n")
@@ -80,7 +83,7 @@ func (s *Store) Claim(ctx context.Context, queues []string, now, leaseUntil int6
 		}
 		keys = append(keys, s.readyKey(q), s.jobsKey(q))
 	}
-	if max <= 0 || lease == "" || strings.ContainsAny(lease, " \n") {
+	if max <= 0 || !validLease(lease) {
 		return nil, invalid("claim", "%d jobs under lease %q", max, lease)
 	}
 	args := make([]any, 0, 4+len(queues))
