@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -59,8 +60,9 @@ type Options struct {
 	Lease time.Duration
 	// Interval is how often Run looks for due retries; default 250ms.
 	Interval time.Duration
-	// PollInterval is how often a long-polling claim looks for work that
-	// another instance enqueued; default 200ms.
+	// PollInterval is how often the claims on this instance look for work
+	// that another instance enqueued, or that became due by time; default
+	// 200ms.
 	PollInterval time.Duration
 	// Triggers signs and verifies trigger ids; default a key that lives as
 	// long as the process (ids do not survive a restart and other instances
@@ -133,6 +135,7 @@ type Engine struct {
 
 	recent  *recent
 	waiting waiters
+	empty   emptyLooks
 }
 
 type cachedDef struct {
@@ -405,11 +408,15 @@ func (e *Engine) commit(ctx context.Context, u store.RunUpdate) (store.AppendRes
 		e.recent.wrote(u)
 		e.opts.Observer.Committed(u)
 	}
-	if err == nil && len(u.Enqueue) > 0 {
+	if err == nil && slices.ContainsFunc(u.Enqueue, claimable) {
 		e.notify()
 	}
 	return res, err
 }
+
+// claimable says whether j was enqueued for any claim to take, rather than
+// handed to a waiting one (handOff).
+func claimable(j store.Job) bool { return j.Lease == "" }
 
 // notify wakes the claims long-polling on this instance.
 func (e *Engine) notify() {

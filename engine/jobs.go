@@ -26,10 +26,20 @@ func (e *Engine) Claim(ctx context.Context, queues []string, max int, wait time.
 	deadline := e.opts.Now().Add(wait)
 	for {
 		woken := e.waiter()
-		now := e.nowMS()
-		jobs, err := e.st.Claim(ctx, queues, now, now+e.opts.Lease.Milliseconds(), newLease(), max)
-		if err != nil {
-			return nil, err
+		next, skip := e.empty.nextLook(queues, woken, e.opts.Now(), e.opts.PollInterval)
+		var jobs []store.Job
+		if !skip {
+			at := e.opts.Now()
+			now := at.UnixMilli()
+			var err error
+			jobs, err = e.st.Claim(ctx, queues, now, now+e.opts.Lease.Milliseconds(), newLease(), max)
+			if err != nil {
+				return nil, err
+			}
+			if len(jobs) == 0 {
+				e.empty.found(queues, woken, at)
+			}
+			next = at.Add(e.opts.PollInterval)
 		}
 		out := jobs[:0]
 		for _, j := range jobs {
@@ -52,7 +62,7 @@ func (e *Engine) Claim(ctx context.Context, queues []string, max int, wait time.
 		// A start on this instance may hand its job over while this
 		// claim waits (handOff).
 		w := e.waiting.add(queues)
-		t := time.NewTimer(min(e.opts.PollInterval, time.Until(deadline)))
+		t := time.NewTimer(min(next.Sub(e.opts.Now()), time.Until(deadline)))
 		var handed []store.Job
 		answered := false
 		select {
