@@ -49,6 +49,7 @@ type options struct {
 	idleConns        int
 	idleInstances    int
 	idleClient       string
+	bareHTTP         string
 	flowsDir         string
 	flowRate         float64
 	flowWorkers      int
@@ -74,6 +75,7 @@ func main() {
 	flag.IntVar(&o.idleConns, "idle-conns", 5000, "streams held open in the idle profile")
 	flag.IntVar(&o.idleInstances, "idle-instances", 1, "nqd instances on the one Redis the idle profile spreads its streams over, each with a client process of its own (see idlespread.go); more than 15,000 streams need several")
 	flag.StringVar(&o.idleClient, "idle-client", "", "run as a client process of the idle profile (internal)")
+	flag.StringVar(&o.bareHTTP, "serve-bare-http", "", "run as the appends profile's bare HTTP server on this address (internal)")
 	flag.StringVar(&o.flowsDir, "flows-dir", "examples/flows", "flow definitions nqd loads in the flows profile (must hold `pipeline`)")
 	flag.Float64Var(&o.flowRate, "flow-rate", 100, "offered run starts per second in the flows profile")
 	flag.IntVar(&o.flowWorkers, "flow-workers", 16, "steps the in-process demo worker runs at once")
@@ -92,6 +94,13 @@ func main() {
 	// go-redis logs pool events of the baseline client to stderr, where
 	// they would break the progress line.
 	redis.SetLogger(quietLogger{})
+	if o.bareHTTP != "" {
+		if err := serveBare(o.bareHTTP); err != nil {
+			fmt.Fprintln(os.Stderr, "nqbench bare server:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if o.idleClient != "" {
 		if err := runIdleClient(o.idleClient); err != nil {
 			fmt.Fprintln(os.Stderr, "nqbench client:", err)

@@ -19,7 +19,7 @@ func runPGAppends(ctx context.Context, e env, pgURL string, rate float64, d time
 	res := appendsResult{Concurrency: conns, Contexts: contexts}
 	// The warm-up opens nqd's pool connections and fills PostgreSQL's
 	// caches, as a server that has run a while has done long ago.
-	nqd, r := measureNQDAppends(ctx, e, "pg-appends", rate, d, conns, contexts)
+	nqd, r, _ := measureNQDAppends(ctx, e, "pg-appends", rate, d, conns, contexts)
 	res.NQD = nqd
 
 	cfg, err := pgxpool.ParseConfig(pgURL)

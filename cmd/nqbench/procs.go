@@ -124,23 +124,32 @@ func startNQDAt(bin, host, storeEnv string, extraEnv ...string) (*child, string,
 	}
 	go drainLog(stdout)
 	base := "http://" + net.JoinHostPort(host, strconv.Itoa(port))
+	if err := awaitHealthy(c, base, "nqd"); err != nil {
+		return nil, "", err
+	}
+	return c, base, nil
+}
+
+// awaitHealthy waits until the server c started answers 200 at
+// base/healthz; it stops c when that does not come in time.
+func awaitHealthy(c *child, base, name string) error {
 	deadline := time.Now().Add(startTimeout)
 	for {
 		resp, err := http.Get(base + "/healthz")
 		if err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return c, base, nil
+				return nil
 			}
 		}
 		select {
 		case <-c.done:
-			return nil, "", errors.New("nqd exited at start")
+			return errors.New(name + " exited at start")
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			c.stop()
-			return nil, "", errors.New("nqd did not answer /healthz in time")
+			return errors.New(name + " did not answer /healthz in time")
 		}
 	}
 }

@@ -80,6 +80,12 @@ func meterCPU(e env) *cpuMeter {
 	return &cpuMeter{e: e, start: time.Now(), nqd: n, store: s}
 }
 
+// nqdSeconds is the CPU time nqd used since the meter started.
+func (m *cpuMeter) nqdSeconds() float64 {
+	n, _ := cpuSeconds(m.e.nqdPID)
+	return n - m.nqd
+}
+
 func (m *cpuMeter) String() string {
 	n, _ := cpuSeconds(m.e.nqdPID)
 	name, st := storeCPU(m.e)
@@ -112,16 +118,33 @@ type appendsResult struct {
 	P99Ratio        float64 `json:"p99_ratio"`
 	P50Ratio        float64 `json:"p50_ratio"`
 	ThroughputRatio float64 `json:"throughput_ratio"`
+	// BareHTTP is the same requests answered by a server that does
+	// nothing (bare.go); the CPU per request of each server is beside it.
+	BareHTTP            latencyRow `json:"bare_http"`
+	NQDCPUPerAppendUs   float64    `json:"nqd_cpu_per_append_us"`
+	BareCPUPerRequestUs float64    `json:"bare_http_cpu_per_request_us"`
 }
 
 // measureNQDAppends offers rate appends/s for d to nqd over HTTP, one
 // padded log event each, spread over contexts, after a warm-up: the nqd
-// side of the appends profiles on every store, with the load's counts.
-func measureNQDAppends(ctx context.Context, e env, profile string, rate float64, d time.Duration, conns, contexts int) (latencyRow, loadResult) {
-	hc := httpClient(conns)
+// side of the appends profiles on every store, with the load's counts and
+// nqd's CPU seconds per successful append.
+func measureNQDAppends(ctx context.Context, e env, profile string, rate float64, d time.Duration, conns, contexts int) (latencyRow, loadResult, float64) {
+	nqdAppend := appendPoster(httpClient(conns), e.base, contexts)
+	openLoop(ctx, profile+" nqd warm-up", rate, warmUp, conns, nqdAppend)
+	cpu := meterCPU(e)
+	r := openLoop(ctx, profile+" nqd", rate, d, conns, nqdAppend)
+	out := row("nqd HTTP append", rate, r)
+	out.CPU = cpu.String()
+	return out, r, cpu.nqdSeconds() / float64(max(r.OK, 1))
+}
+
+// appendPoster returns the appends profiles' operation: POST one padded log
+// event to base's event API, in context a<seq mod contexts>, expecting 201.
+func appendPoster(hc *http.Client, base string, contexts int) func(context.Context, int64, time.Time) error {
 	body := []byte(`{"kind":"log","data":{"pad":"` + pad + `"}}`)
-	nqdAppend := func(ctx context.Context, seq int64, _ time.Time) error {
-		u := e.base + "/api/_events/bench/a" + strconv.FormatInt(seq%int64(contexts), 10)
+	return func(ctx context.Context, seq int64, _ time.Time) error {
+		u := base + "/api/_events/bench/a" + strconv.FormatInt(seq%int64(contexts), 10)
 		resp, err := hc.Post(u, "application/json", bytes.NewReader(body))
 		if err != nil {
 			return err
@@ -133,12 +156,6 @@ func measureNQDAppends(ctx context.Context, e env, profile string, rate float64,
 		}
 		return nil
 	}
-	openLoop(ctx, profile+" nqd warm-up", rate, warmUp, conns, nqdAppend)
-	cpu := meterCPU(e)
-	r := openLoop(ctx, profile+" nqd", rate, d, conns, nqdAppend)
-	out := row("nqd HTTP append", rate, r)
-	out.CPU = cpu.String()
-	return out, r
 }
 
 // runAppends offers rate appends/s for d to nqd over HTTP, then the same
@@ -148,8 +165,9 @@ func runAppends(ctx context.Context, e env, rate float64, d time.Duration, conns
 	res := appendsResult{Concurrency: conns, Contexts: contexts}
 	// A warm-up opens the connections and loads the script, which a
 	// server that has run a while has done long ago.
-	nqd, r := measureNQDAppends(ctx, e, "appends", rate, d, conns, contexts)
+	nqd, r, perAppend := measureNQDAppends(ctx, e, "appends", rate, d, conns, contexts)
 	res.NQD = nqd
+	res.NQDCPUPerAppendUs = perAppend * 1e6
 
 	rdb := redis.NewClient(&redis.Options{Addr: e.redisAddr, PoolSize: conns, MaxRetries: -1})
 	defer func() { _ = rdb.Close() }()
@@ -174,7 +192,10 @@ func runAppends(ctx context.Context, e env, rate float64, d time.Duration, conns
 	if r.Errors > 0 {
 		return res, fmt.Errorf("%d of %d appends failed", r.Errors, r.Sent)
 	}
-	return res, nil
+	bare, perRequest, err := measureBareHTTP(ctx, rate, d, conns, contexts)
+	res.BareHTTP = bare
+	res.BareCPUPerRequestUs = perRequest * 1e6
+	return res, err
 }
 
 func safeDiv(a, b float64) float64 {

@@ -77,6 +77,7 @@ func (r report) text() string {
 	if a := r.Appends; a != nil {
 		line("appends", a.NQD)
 		line("appends", a.Baseline)
+		line("appends", a.BareHTTP)
 	}
 	if a := r.PGAppends; a != nil {
 		line("pg-appends", a.NQD)
@@ -97,6 +98,7 @@ func (r report) text() string {
 	_ = w.Flush()
 	if a := r.Appends; a != nil {
 		fmt.Fprintf(&b, "appends: nqd/baseline p50 %.2fx, p99 %.2fx, throughput %.2fx\n", a.P50Ratio, a.P99Ratio, a.ThroughputRatio)
+		fmt.Fprintf(&b, "appends: CPU per request nqd %.0f µs, bare net/http %.0f µs\n", a.NQDCPUPerAppendUs, a.BareCPUPerRequestUs)
 	}
 	if a := r.PGAppends; a != nil {
 		fmt.Fprintf(&b, "pg-appends: nqd/baseline p50 %.2fx, p99 %.2fx, throughput %.2fx\n", a.P50Ratio, a.P99Ratio, a.ThroughputRatio)
@@ -149,11 +151,13 @@ func (r report) markdown() string {
 	}
 	if a := r.Appends; a != nil {
 		fmt.Fprintf(&b, "## Appends over HTTP against plain Redis\n\n")
-		fmt.Fprintf(&b, "One event per append, spread over %d contexts, at most %d in flight. nqd's append is `POST /api/_events/bench/{id}`: decoding, validation and one Lua script (append, indexes, idempotency, publish). The baseline is the same write without nqd: a pipelined `XADD` + `PUBLISH` from the same tool at the same rate and concurrency on the same Redis.\n\n", a.Contexts, a.Concurrency)
+		fmt.Fprintf(&b, "One event per append, spread over %d contexts, at most %d in flight. nqd's append is `POST /api/_events/bench/{id}`: decoding, validation and one Lua script (append, indexes, idempotency, publish). The baseline is the same write without nqd: a pipelined `XADD` + `PUBLISH` from the same tool at the same rate and concurrency on the same Redis. The last row sends the same requests, at the same rate and concurrency, to a Go `net/http` server that reads each and answers 201 with an event-sized body and does nothing else (`cmd/nqbench/bare.go`, a process of its own): the cost of the HTTP exchange alone.\n\n", a.Contexts, a.Concurrency)
 		b.WriteString(header)
 		line(a.NQD)
 		line(a.Baseline)
+		line(a.BareHTTP)
 		fmt.Fprintf(&b, "\nRatio nqd / baseline: p50 **%.2f×**, p99 **%.2f×**, throughput **%.2f×** (targets: p99 ≤ 1.5× the baseline, and ≤ 2 ms at 5,000 appends/s).\n\n", a.P50Ratio, a.P99Ratio, a.ThroughputRatio)
+		fmt.Fprintf(&b, "CPU per request: nqd **%.0f µs** per append, the bare `net/http` server **%.0f µs** per request (target for nqd: 100 µs).\n\n", a.NQDCPUPerAppendUs, a.BareCPUPerRequestUs)
 	}
 	if a := r.PGAppends; a != nil {
 		fmt.Fprintf(&b, "## Appends over HTTP against plain PostgreSQL\n\n")
