@@ -70,6 +70,13 @@ func (ws *waiters) reserve(queue string) *waiter {
 	return nil
 }
 
+// Waiting is how many claims long-poll on this instance.
+func (e *Engine) Waiting() int {
+	e.waiting.mu.Lock()
+	defer e.waiting.mu.Unlock()
+	return len(e.waiting.list)
+}
+
 // handOff reserves a waiting claim for the job of u's to be ready at now,
 // if the store can take it claimed, and marks that job claimed under a new
 // lease. The caller commits u and then calls the returned function with the

@@ -223,11 +223,15 @@ type completeRequest struct {
 }
 
 // nextClaim asks a completion to claim the worker's next jobs once the job
-// is completed, as a claim with waitMs 0 does: a worker that keeps busy then
-// needs no claim call of its own between jobs.
+// is completed, as a claim does: a worker that keeps busy then needs no
+// claim call of its own between jobs. WaitMs (at most a second, well
+// within the API timeout the completion runs under) lets the answer wait
+// for a job, so that one started meanwhile on this instance is handed to
+// the completion (engine/handoff.go).
 type nextClaim struct {
 	Queues []string `json:"queues" validate:"required,min=1,max=32,dive,key_name"`
 	Max    int      `json:"max" validate:"gte=0,lte=100"`
+	WaitMs int64    `json:"waitMs" validate:"gte=0,lte=1000"`
 }
 
 // completeBody answers a completion that asked for a claim; one that did
@@ -267,7 +271,8 @@ func (a *API) completeJob(w http.ResponseWriter, r *http.Request) error {
 // by then, so a claim that fails (or a server shutting down) answers no
 // jobs rather than an error: the worker claims on its own as before.
 func (a *API) claimNext(r *http.Request, c nextClaim) []store.Job {
-	jobs, err := a.claim(r.Context(), c.Queues, c.Max, 0)
+	wait := min(time.Duration(c.WaitMs)*time.Millisecond, a.limits.RequestTimeout/2)
+	jobs, err := a.claim(r.Context(), c.Queues, c.Max, wait)
 	if err != nil {
 		if !errors.Is(err, errShuttingDown) {
 			hlog.FromRequest(r).Warn().Err(err).Msg("the claim of a completion failed; the completion stands")

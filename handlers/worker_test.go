@@ -4,10 +4,20 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/nqd-dev/nqd/engine"
+	"github.com/nqd-dev/nqd/flows"
+	"github.com/nqd-dev/nqd/handlers"
+	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/internal/testkit"
+	"github.com/nqd-dev/nqd/internal/wait"
 	"github.com/nqd-dev/nqd/store"
+	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/store/redisstore"
 )
 
 // TestWorkerReportsRepeat: the reports of the worker protocol are safe to
@@ -213,6 +223,84 @@ func TestWorkerCompleteClaimsNext(t *testing.T) {
 			wantStatus(t, rec, http.StatusOK)
 			if strings.TrimSpace(rec.Body.String()) != `{"status":"ok"}` {
 				t.Errorf("complete without a claim answered %s", rec.Body)
+			}
+		})
+	}
+}
+
+// TestCompletionClaimWaits: a completion whose claim waits is answered with
+// a run's job started meanwhile on the instance, handed to it in the
+// start's own commit; with nothing started it answers no jobs once waitMs
+// has passed, and a wait past a second is refused.
+func TestCompletionClaimWaits(t *testing.T) {
+	for _, backend := range []string{"bolt", "redis"} {
+		t.Run(backend, func(t *testing.T) {
+			ctx := t.Context()
+			log := testkit.Logger(t)
+			var st engine.Store
+			if backend == "bolt" {
+				st = testkit.Bolt(t, boltstore.Options{Logger: log})
+			} else {
+				rs, err := redisstore.New(redistest.Client(t), redisstore.Options{Prefix: redistest.Prefix(t), Logger: log})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = rs.Close() })
+				st = rs
+			}
+			// A poll interval past the test: only a hand-over answers the
+			// waiting claim with a job.
+			e := engine.New(st, engine.Options{PollInterval: time.Hour, Logger: log})
+			if err := e.PutDefinition(ctx, &flows.Definition{Name: "one", Entry: "start", Steps: map[string]flows.Step{
+				"start": {Queue: "q1"},
+			}}); err != nil {
+				t.Fatal(err)
+			}
+			api := &testAPI{h: handlers.New(handlers.Deps{Store: st, Engine: e, Log: log}).Routes(), store: st}
+			claimOne := func() store.Job {
+				t.Helper()
+				if _, err := e.Start(ctx, "one", nil, ""); err != nil {
+					t.Fatal(err)
+				}
+				rec := api.do(t, post("/api/_workers/claim", `{"queues":["q1"]}`))
+				wantStatus(t, rec, http.StatusOK)
+				return decode[struct{ Jobs []store.Job }](t, rec).Jobs[0]
+			}
+			complete := func(j store.Job, waitMs int) *httptest.ResponseRecorder {
+				return api.do(t, post("/api/_workers/jobs/q1/"+j.ID+"/complete",
+					fmt.Sprintf(`{"lease":%q,"claim":{"queues":["q1"],"waitMs":%d}}`, j.Lease, waitMs)))
+			}
+
+			j := claimOne()
+			answered := make(chan *httptest.ResponseRecorder, 1)
+			go func() { answered <- complete(j, 1000) }()
+			wait.For(t, 5*time.Second, time.Millisecond, "the completion's claim to wait", func() bool { return e.Waiting() > 0 })
+			next, err := e.Start(ctx, "one", nil, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := <-answered
+			wantStatus(t, rec, http.StatusOK)
+			got := decode[struct{ Jobs []store.Job }](t, rec).Jobs
+			if len(got) != 1 || got[0].Run != next.FlowID || got[0].Lease == "" {
+				t.Fatalf("the waiting completion answered %s; want the run started meanwhile", rec.Body)
+			}
+			held, err := st.Job(ctx, store.JobRef{Queue: "q1", ID: got[0].ID})
+			if err != nil || held.Lease != got[0].Lease {
+				t.Fatalf("stored job = %+v, %v; want it held under the answered lease", held, err)
+			}
+
+			rec = complete(got[0], 20)
+			wantStatus(t, rec, http.StatusOK)
+			if body := strings.TrimSpace(rec.Body.String()); body != `{"status":"ok","jobs":[]}` {
+				t.Errorf("a completion whose claim found nothing answered %s", body)
+			}
+
+			j = claimOne()
+			bad := complete(j, 1001)
+			wantStatus(t, bad, http.StatusBadRequest)
+			if f := decode[errorBody](t, bad).Error.Fields; f["claim.waitMs"] == "" {
+				t.Errorf("a claim waiting too long names no claim.waitMs: %s", bad.Body)
 			}
 		})
 	}
