@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -169,7 +171,8 @@ func TestKillAndRestart(t *testing.T) {
 			// first report after the restart, and the SDK does not retry
 			// reports (a lost complete would rerun the step after its lease):
 			// fresh connections keep this test about nqd.
-			client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+			answers := &completionAnswers{next: &http.Transport{DisableKeepAlives: true}, steps: map[string]int{}}
+			client := &http.Client{Transport: answers}
 			startWorkerWith(t, worker.Config{BaseURL: base, Concurrency: 4, Client: client}, handlers)
 			run := startRun(t, base, "pipeline", nil)
 			var last []string // the run's events at the last look, for a failure's log
@@ -192,6 +195,9 @@ func TestKillAndRestart(t *testing.T) {
 				last = events(t, base, run).kinds()
 				return count(last, "step.completed ingest") == 1
 			})
+			// A completion's answer may wait a little for the worker's next
+			// job after the step is stored.
+			waitFor(t, 30*time.Second, "ingest's completion answered before the kill", func() bool { return answers.answered("ingest") })
 
 			first.kill(t)
 			spawn(t, addr, env)
@@ -204,6 +210,9 @@ func TestKillAndRestart(t *testing.T) {
 				return count(last, "flow.completed") == 1
 			})
 
+			// The worker stops after nqd does at the end of the test, so its
+			// last completion must have been answered by then.
+			waitFor(t, 30*time.Second, "publish's completion answered", func() bool { return answers.answered("publish") })
 			if n := runs(t, base, "pipeline", "completed", 0, 1).Total; n != 1 {
 				t.Errorf("completed runs of pipeline: %d, want 1", n)
 			}
@@ -223,4 +232,30 @@ func TestKillAndRestart(t *testing.T) {
 			}
 		})
 	}
+}
+
+// completionAnswers records, by step, the completions nqd answered.
+type completionAnswers struct {
+	next  http.RoundTripper
+	mu    sync.Mutex
+	steps map[string]int
+}
+
+func (c *completionAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := c.next.RoundTrip(req)
+	if err == nil && resp.StatusCode == http.StatusOK {
+		if job, ok := strings.CutSuffix(req.URL.Path, "/complete"); ok {
+			_, step, _ := strings.Cut(path.Base(job), ":")
+			c.mu.Lock()
+			c.steps[step]++
+			c.mu.Unlock()
+		}
+	}
+	return resp, err
+}
+
+func (c *completionAnswers) answered(step string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.steps[step] > 0
 }

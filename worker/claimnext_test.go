@@ -20,6 +20,8 @@ import (
 type callCounter struct {
 	next                  http.RoundTripper
 	claims, claimingDones atomic.Int32
+	// waitingDones counts the completions whose claim may wait.
+	waitingDones atomic.Int32
 }
 
 func (c *callCounter) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -34,6 +36,9 @@ func (c *callCounter) RoundTrip(req *http.Request) (*http.Response, error) {
 		req.Body = io.NopCloser(bytes.NewReader(b))
 		if bytes.Contains(b, []byte(`"claim"`)) {
 			c.claimingDones.Add(1)
+		}
+		if bytes.Contains(b, []byte(`"waitMs":`)) && !bytes.Contains(b, []byte(`"waitMs":0`)) {
+			c.waitingDones.Add(1)
 		}
 	}
 	return c.next.RoundTrip(req)
@@ -107,10 +112,10 @@ func TestCompletionClaimOnOldServer(t *testing.T) {
 	}
 }
 
-// With nothing waiting (each run starts once the last one is done, and a
-// claim finds fewer jobs than free slots), completions do not claim: the
-// claim would find nothing and cost nqd a store call per step.
-func TestCompletionClaimsOnlyWithBacklog(t *testing.T) {
+// With nothing waiting (each run starts once the last one is done),
+// completions still claim, and their claims wait a little for the next run:
+// one started meanwhile through the same nqd is handed to the completion.
+func TestCompletionClaimWaitsWithoutBacklog(t *testing.T) {
 	n := startNQD(t)
 	n.putFlow("chain", "entry: work\nsteps:\n  work: {queue: q1}\n")
 	calls := &callCounter{next: http.DefaultTransport}
@@ -119,7 +124,10 @@ func TestCompletionClaimsOnlyWithBacklog(t *testing.T) {
 	for range 4 {
 		n.mustComplete(n.start("chain", nil), runWithin)
 	}
-	if d := calls.claimingDones.Load(); d != 0 {
-		t.Errorf("%d completions claimed with nothing waiting; want 0", d)
+	if d := calls.claimingDones.Load(); d != 4 {
+		t.Errorf("%d of 4 completions claimed; want all", d)
+	}
+	if w := calls.waitingDones.Load(); w != 4 {
+		t.Errorf("%d of 4 completions' claims waited; want all", w)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,8 +34,7 @@ const startDelay = 100 * time.Millisecond
 
 // runJob runs j under jobs: heartbeats from the claim until the final
 // report is acknowledged, the handler, then complete or fail. While claiming
-// lasts and work was waiting, the completion claims the slot's next job,
-// which runJob returns.
+// lasts, the completion claims the slot's next job, which runJob returns.
 func (w *worker) runJob(claiming, jobs context.Context, j Job) (next *Job) {
 	h := &held{job: j, c: w.c, log: w.log.With("run", j.Run, "step", j.Step, "attempt", j.Attempt)}
 	h.leaseEnd.Store(j.LeaseEnd)
@@ -96,7 +96,7 @@ func (w *worker) runJob(claiming, jobs context.Context, j Job) (next *Job) {
 		o = outcome{err: ErrStopped}
 	}
 	if o.err == nil {
-		claim := claiming.Err() == nil && !w.oldServer.Load() && w.backlog.Load()
+		claim := claiming.Err() == nil && !w.oldServer.Load()
 		next, err := h.complete(final, o.result, w.cfg.Queues, claim)
 		if claim && refusedClaim(err) {
 			// An nqd from before completions claimed: complete plainly.
@@ -109,9 +109,6 @@ func (w *worker) runJob(claiming, jobs context.Context, j Job) (next *Job) {
 				// nqd never answers more than asked for; a job beyond the
 				// slot is left to its lease rather than run without one.
 				w.log.Error("nqd answered more jobs than asked for", "asked", 1, "got", len(next))
-			}
-			if claim {
-				w.backlog.Store(len(next) > 0)
 			}
 			if len(next) > 0 {
 				return &next[0]
@@ -128,10 +125,19 @@ func (w *worker) runJob(claiming, jobs context.Context, j Job) (next *Job) {
 }
 
 // refusedClaim says whether nqd refused a completion for its claim field,
-// which nqd before completions claimed does not know.
+// which nqd before completions claimed, or before their claims waited,
+// does not know.
 func refusedClaim(err error) bool {
 	var se *StatusError
-	return errors.As(err, &se) && se.Status == 400 && se.Fields["claim"] != ""
+	if !errors.As(err, &se) || se.Status != 400 {
+		return false
+	}
+	for f := range se.Fields {
+		if f == "claim" || strings.HasPrefix(f, "claim.") {
+			return true
+		}
+	}
+	return false
 }
 
 func (h *held) logOutcome(call string, err error) {
@@ -225,6 +231,13 @@ func (h *held) finish(ctx context.Context, call string, body map[string]any, out
 	return err
 }
 
+// nextJobWait is how long a completion's claim waits for a job when none is
+// ready: long enough that a run started right after this one completed (by
+// a caller that waits for each run before it starts the next) is handed to
+// the slot in its start's own write, short enough that an idle slot is free
+// again at once.
+const nextJobWait = 50 * time.Millisecond
+
 // complete completes the job with result; with claim it also claims the
 // next job of queues, which it returns.
 func (h *held) complete(ctx context.Context, result any, queues []string, claim bool) ([]Job, error) {
@@ -233,7 +246,7 @@ func (h *held) complete(ctx context.Context, result any, queues []string, claim 
 		body["result"] = result
 	}
 	if claim {
-		body["claim"] = map[string]any{"queues": queues, "max": 1}
+		body["claim"] = map[string]any{"queues": queues, "max": 1, "waitMs": nextJobWait.Milliseconds()}
 	}
 	var ans struct{ Jobs []Job }
 	err := h.finish(ctx, "/complete", body, &ans)

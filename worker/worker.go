@@ -157,11 +157,6 @@ type worker struct {
 	// oldServer is set once nqd refused a completion's claim as an
 	// unknown field: completions claim no more.
 	oldServer atomic.Bool
-	// backlog says that work was waiting when the worker last looked: a
-	// claim answered as many jobs as it asked for, or a completion's claim
-	// answered one. Only then do completions claim: with nothing waiting
-	// the claim would find nothing and cost nqd a store call per step.
-	backlog atomic.Bool
 }
 
 // claimLoop claims jobs while ctx lasts, for as many slots as are free, and
@@ -215,7 +210,6 @@ func (w *worker) claimLoop(ctx, jobs context.Context) error {
 			continue
 		}
 		wait.Reset()
-		w.backlog.Store(len(claimed) == free)
 		for _, j := range claimed {
 			w.wg.Go(func() {
 				defer func() { <-slots }()
