@@ -23,6 +23,20 @@ import (
 // A job redelivered after its lease expired counts as a new attempt; one
 // past its step's attempts fails the step instead of being handed out.
 func (e *Engine) Claim(ctx context.Context, queues []string, max int, wait time.Duration) ([]store.Job, error) {
+	return e.claim(ctx, queues, max, wait, true)
+}
+
+// ClaimHanded claims as Claim does, except that while it waits it looks at
+// the store no more: it answers the job a start on this instance hands it
+// (handOff), or nothing once wait has passed. Many such claims can wait at
+// once, as completions claiming their worker's next job do, without all
+// looking again whenever a job is enqueued that none of them was handed.
+func (e *Engine) ClaimHanded(ctx context.Context, queues []string, max int, wait time.Duration) ([]store.Job, error) {
+	return e.claim(ctx, queues, max, wait, false)
+}
+
+// claim is Claim, and with looksAgain false ClaimHanded.
+func (e *Engine) claim(ctx context.Context, queues []string, max int, wait time.Duration, looksAgain bool) ([]store.Job, error) {
 	deadline := e.opts.Now().Add(wait)
 	for {
 		woken := e.waiter()
@@ -62,7 +76,13 @@ func (e *Engine) Claim(ctx context.Context, queues []string, max int, wait time.
 		// A start on this instance may hand its job over while this
 		// claim waits (handOff).
 		w := e.waiting.add(queues)
-		t := time.NewTimer(min(next.Sub(e.opts.Now()), time.Until(deadline)))
+		d := time.Until(deadline)
+		if looksAgain {
+			d = min(next.Sub(e.opts.Now()), d)
+		} else {
+			woken = nil
+		}
+		t := time.NewTimer(d)
 		var handed []store.Job
 		answered := false
 		select {
@@ -82,6 +102,9 @@ func (e *Engine) Claim(ctx context.Context, queues []string, max int, wait time.
 		}
 		if err := ctx.Err(); err != nil {
 			return nil, err
+		}
+		if !looksAgain {
+			return out, nil
 		}
 	}
 }

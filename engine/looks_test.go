@@ -6,6 +6,7 @@ import (
 
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/internal/testkit"
+	"github.com/nqd-dev/nqd/internal/wait"
 	"github.com/nqd-dev/nqd/store"
 )
 
@@ -82,6 +83,48 @@ func TestWaitingClaimFindsJobsElsewhere(t *testing.T) {
 			}
 		case <-time.After(5 * time.Second):
 			t.Fatal("the waiting claim did not find the other instance's job")
+		}
+	})
+}
+
+// A claim that takes only hand-overs does not look at the store again while
+// it waits, not even when woken: a job enqueued elsewhere is not for it, and
+// it answers the one a start here hands it.
+func TestClaimHandedTakesOnlyHandOvers(t *testing.T) {
+	eachLeasingBackend(t, func(t *testing.T, inner engine.Store) {
+		ctx := t.Context()
+		st := &leasingStore{&countingStore{Store: inner}}
+		e := engine.New(st, engine.Options{Lease: 10 * time.Second, PollInterval: time.Hour, Logger: testkit.Logger(t)})
+		other := engine.New(inner, engine.Options{Lease: 10 * time.Second, Logger: testkit.Logger(t)})
+		mustDefine(t, e, "diamond", "diamond")
+		got := make(chan claimResult, 1)
+		go func() {
+			jobs, err := e.ClaimHanded(ctx, []string{"default"}, 1, 10*time.Second)
+			got <- claimResult{jobs, err}
+		}()
+		wait.For(t, 5*time.Second, time.Millisecond, "the claim to wait", func() bool { return e.Waiting() > 0 })
+		looks := st.claims.Load()
+		if _, err := other.Start(ctx, "diamond", nil, ""); err != nil {
+			t.Fatal(err)
+		}
+		// Resuming a queue wakes the claims waiting here.
+		if err := e.SetQueuePaused(ctx, "default", false); err != nil {
+			t.Fatal(err)
+		}
+		here, err := e.Start(ctx, "diamond", nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case res := <-got:
+			if res.err != nil || len(res.jobs) != 1 || res.jobs[0].Run != here.FlowID {
+				t.Fatalf("claim = %+v, %v; want the job started here", res.jobs, res.err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the claim got nothing")
+		}
+		if n := st.claims.Load() - looks; n != 0 {
+			t.Errorf("the waiting claim looked at the store %d times; want none", n)
 		}
 	})
 }

@@ -59,7 +59,7 @@ func (a *API) claimJobs(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	wait := min(time.Duration(req.WaitMs)*time.Millisecond, maxClaimWait)
-	jobs, err := a.claim(r.Context(), req.Queues, req.Max, wait)
+	jobs, err := a.claim(r.Context(), a.engine.Claim, req.Queues, req.Max, wait)
 	if err != nil {
 		return err
 	}
@@ -67,11 +67,13 @@ func (a *API) claimJobs(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// claim claims up to n jobs of queues (one when n is 0), waiting up to wait
-// for some to appear, and answers an empty list rather than nil. While the
-// server shuts down it claims nothing and fails with errShuttingDown; a
-// claim that waits ends when the shutdown begins.
-func (a *API) claim(ctx context.Context, queues []string, n int, wait time.Duration) ([]store.Job, error) {
+// claim claims up to n jobs of queues (one when n is 0) with claim, one of
+// the engine's claims, waiting up to wait for some to appear, and answers an
+// empty list rather than nil. While the server shuts down it claims nothing
+// and fails with errShuttingDown; a claim that waits ends when the shutdown
+// begins.
+func (a *API) claim(ctx context.Context, claim func(context.Context, []string, int, time.Duration) ([]store.Job, error),
+	queues []string, n int, wait time.Duration) ([]store.Job, error) {
 	if wait > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(ctx)
@@ -81,7 +83,7 @@ func (a *API) claim(ctx context.Context, queues []string, n int, wait time.Durat
 	var jobs []store.Job
 	err := a.closing.Err()
 	if err == nil {
-		jobs, err = a.engine.Claim(ctx, queues, max(n, 1), wait)
+		jobs, err = claim(ctx, queues, max(n, 1), wait)
 	}
 	if err != nil && a.closing.Err() != nil {
 		return nil, errShuttingDown
@@ -226,8 +228,9 @@ type completeRequest struct {
 // is completed, as a claim does: a worker that keeps busy then needs no
 // claim call of its own between jobs. WaitMs (at most a second, well
 // within the API timeout the completion runs under) lets the answer wait
-// for a job, so that one started meanwhile on this instance is handed to
-// the completion (engine/handoff.go).
+// for a job started meanwhile on this instance, handed to the completion
+// (engine/handoff.go); it does not look at the store again while it waits
+// (engine.ClaimHanded), so that many completions can wait at once.
 type nextClaim struct {
 	Queues []string `json:"queues" validate:"required,min=1,max=32,dive,key_name"`
 	Max    int      `json:"max" validate:"gte=0,lte=100"`
@@ -272,7 +275,7 @@ func (a *API) completeJob(w http.ResponseWriter, r *http.Request) error {
 // jobs rather than an error: the worker claims on its own as before.
 func (a *API) claimNext(r *http.Request, c nextClaim) []store.Job {
 	wait := min(time.Duration(c.WaitMs)*time.Millisecond, a.limits.RequestTimeout/2)
-	jobs, err := a.claim(r.Context(), c.Queues, c.Max, wait)
+	jobs, err := a.claim(r.Context(), a.engine.ClaimHanded, c.Queues, c.Max, wait)
 	if err != nil {
 		if !errors.Is(err, errShuttingDown) {
 			hlog.FromRequest(r).Warn().Err(err).Msg("the claim of a completion failed; the completion stands")
