@@ -67,13 +67,14 @@ func (a *API) claimJobs(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// claim claims up to n jobs of queues (one when n is 0) with claim, one of
-// the engine's claims, waiting up to wait for some to appear, and answers an
+// claimFunc is one of the engine's claims: Claim, or ClaimHanded.
+type claimFunc func(ctx context.Context, queues []string, max int, wait time.Duration) ([]store.Job, error)
+
+// claim claims up to n jobs of queues (one when n is 0) with claim, waiting up to wait for some to appear, and answers an
 // empty list rather than nil. While the server shuts down it claims nothing
 // and fails with errShuttingDown; a claim that waits ends when the shutdown
 // begins.
-func (a *API) claim(ctx context.Context, claim func(context.Context, []string, int, time.Duration) ([]store.Job, error),
-	queues []string, n int, wait time.Duration) ([]store.Job, error) {
+func (a *API) claim(ctx context.Context, claim claimFunc, queues []string, n int, wait time.Duration) ([]store.Job, error) {
 	if wait > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(ctx)
