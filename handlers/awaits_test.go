@@ -11,11 +11,8 @@ import (
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/flows"
 	"github.com/nqd-dev/nqd/handlers"
-	"github.com/nqd-dev/nqd/internal/redistest"
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
-	"github.com/nqd-dev/nqd/store/boltstore"
-	"github.com/nqd-dev/nqd/store/redisstore"
 )
 
 // newAwaitAPI serves the API with a flow engine on each backend, on the
@@ -24,18 +21,7 @@ func newAwaitAPI(t *testing.T, backend string) (*testAPI, *engine.Engine, engine
 	t.Helper()
 	clock := testkit.NewClock(epoch)
 	log := testkit.Logger(t)
-	var st engine.Store
-	switch backend {
-	case "bolt":
-		st = testkit.Bolt(t, boltstore.Options{Now: clock.Now, Logger: log})
-	case "redis":
-		rs, err := redisstore.New(redistest.Client(t), redisstore.Options{Prefix: redistest.Prefix(t), Logger: log})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = rs.Close() })
-		st = rs
-	}
+	st := newEngineStore(t, backend, clock.Now)
 	e := engine.New(st, engine.Options{Now: clock.Now, Logger: log})
 	d := &flows.Definition{Name: "approve", Entry: "start", Steps: map[string]flows.Step{
 		"start": {Queue: "q1", Emits: []string{"started"}},

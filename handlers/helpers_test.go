@@ -98,12 +98,11 @@ func newTestAPI(t testing.TB, opts ...func(*handlers.Deps)) *testAPI {
 	return &testAPI{h: api.Routes(), store: st, clock: clock}
 }
 
-// newRedisTestAPI builds the API on the shared test Redis, under a key prefix
-// of its own; opts work as in newTestAPI.
-func newRedisTestAPI(t testing.TB, opts ...func(*handlers.Deps)) *testAPI {
+// newRedisStore opens a store on the shared test Redis, under a key prefix
+// of its own, closed when the test ends.
+func newRedisStore(t testing.TB) *redisstore.Store {
 	t.Helper()
-	log := testkit.Logger(t)
-	st, err := redisstore.New(redistest.Client(t), redisstore.Options{Prefix: redistest.Prefix(t), Logger: log})
+	st, err := redisstore.New(redistest.Client(t), redisstore.Options{Prefix: redistest.Prefix(t), Logger: testkit.Logger(t)})
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
@@ -112,6 +111,25 @@ func newRedisTestAPI(t testing.TB, opts ...func(*handlers.Deps)) *testAPI {
 			t.Errorf("close store: %v", err)
 		}
 	})
+	return st
+}
+
+// newEngineStore opens a store of backend, "bolt" or "redis", for an engine;
+// now is the embedded store's clock (nil for the real one).
+func newEngineStore(t testing.TB, backend string, now func() time.Time) engine.Store {
+	t.Helper()
+	if backend == "redis" {
+		return newRedisStore(t)
+	}
+	return testkit.Bolt(t, boltstore.Options{Now: now, Logger: testkit.Logger(t)})
+}
+
+// newRedisTestAPI builds the API on the shared test Redis, under a key prefix
+// of its own; opts work as in newTestAPI.
+func newRedisTestAPI(t testing.TB, opts ...func(*handlers.Deps)) *testAPI {
+	t.Helper()
+	log := testkit.Logger(t)
+	st := newRedisStore(t)
 	deps := handlers.Deps{Store: st, State: newStates(t, st), Engine: engine.New(st, engine.Options{Logger: log}), KV: st, Restorer: st, Log: log}
 	for _, opt := range opts {
 		opt(&deps)

@@ -12,10 +12,7 @@ import (
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/flows"
 	"github.com/nqd-dev/nqd/handlers"
-	"github.com/nqd-dev/nqd/internal/redistest"
 	"github.com/nqd-dev/nqd/internal/testkit"
-	"github.com/nqd-dev/nqd/store/boltstore"
-	"github.com/nqd-dev/nqd/store/redisstore"
 )
 
 // newQueueAPI serves the API with a flow engine on backend, on the fake
@@ -24,18 +21,7 @@ func newQueueAPI(t *testing.T, backend string) *testAPI {
 	t.Helper()
 	clock := testkit.NewClock(epoch)
 	log := testkit.Logger(t)
-	var st engine.Store
-	switch backend {
-	case "bolt":
-		st = testkit.Bolt(t, boltstore.Options{Now: clock.Now, Logger: log})
-	case "redis":
-		rs, err := redisstore.New(redistest.Client(t), redisstore.Options{Prefix: redistest.Prefix(t), Logger: log})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = rs.Close() })
-		st = rs
-	}
+	st := newEngineStore(t, backend, clock.Now)
 	e := engine.New(st, engine.Options{Now: clock.Now, Logger: log})
 	d := &flows.Definition{Name: "gf", Entry: "first", Steps: map[string]flows.Step{
 		"first":  {Queue: "default", Emits: []string{"first.done"}},

@@ -12,12 +12,9 @@ import (
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/flows"
 	"github.com/nqd-dev/nqd/handlers"
-	"github.com/nqd-dev/nqd/internal/redistest"
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/internal/wait"
 	"github.com/nqd-dev/nqd/store"
-	"github.com/nqd-dev/nqd/store/boltstore"
-	"github.com/nqd-dev/nqd/store/redisstore"
 )
 
 // TestWorkerReportsRepeat: the reports of the worker protocol are safe to
@@ -237,17 +234,7 @@ func TestCompletionClaimWaits(t *testing.T) {
 		t.Run(backend, func(t *testing.T) {
 			ctx := t.Context()
 			log := testkit.Logger(t)
-			var st engine.Store
-			if backend == "bolt" {
-				st = testkit.Bolt(t, boltstore.Options{Logger: log})
-			} else {
-				rs, err := redisstore.New(redistest.Client(t), redisstore.Options{Prefix: redistest.Prefix(t), Logger: log})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = rs.Close() })
-				st = rs
-			}
+			st := newEngineStore(t, backend, nil)
 			// A poll interval past the test: only a hand-over answers the
 			// waiting claim with a job.
 			e := engine.New(st, engine.Options{PollInterval: time.Hour, Logger: log})
