@@ -144,13 +144,13 @@ func testStartHandsNothingToPausedQueue(t *testing.T, inner engine.Store) {
 		t.Fatal(err)
 	}
 	got := waitingClaim(t, e)
+	looked := st.claims.Load()
 	started, err := e.Start(ctx, "diamond", nil, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The start's commit wakes the claim, which finds the queue paused and
 	// waits again; it must not have been handed the job.
-	looked := st.claims.Load()
 	wait.For(t, 5*time.Second, time.Millisecond, "the woken claim to look again", func() bool { return st.claims.Load() > looked })
 	select {
 	case res := <-got:
@@ -161,11 +161,16 @@ func testStartHandsNothingToPausedQueue(t *testing.T, inner engine.Store) {
 	if err != nil || j.Lease != "" {
 		t.Fatalf("stored job = %+v, %v; want it waiting", j, err)
 	}
+	// Resuming the queue wakes the waiting claim, which takes the job.
 	if err := e.SetQueuePaused(ctx, "default", false); err != nil {
 		t.Fatal(err)
 	}
-	jobs, err := e.Claim(ctx, []string{"default"}, 4, 0)
-	if err != nil || len(jobs) != 1 || jobs[0].ID != started.ID {
-		t.Errorf("claim after resume = %+v, %v", jobs, err)
+	select {
+	case res := <-got:
+		if res.err != nil || len(res.jobs) != 1 || res.jobs[0].ID != started.ID {
+			t.Errorf("claim after resume = %+v, %v", res.jobs, res.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting claim got nothing after the resume")
 	}
 }
