@@ -14,12 +14,12 @@ import (
 type leasedEnqueuer interface{ EnqueuesLeased() }
 
 // A start hands its run's first job straight to a claim long-polling on
-// this instance, when the store can enqueue it claimed: the job is then
-// written claimed in the start's own commit, and the claim answers when
-// that commit is done, instead of waking, claiming in a commit of its own
-// and answering after that. On the embedded store, where every commit
-// waits for the disk, that is one commit fewer per run; on Redis, one
-// claim script fewer.
+// this instance, when the store can enqueue it claimed, and so does an emit
+// that makes one step ready: the job is then written claimed in the start's
+// (or emit's) own commit, and the claim answers when that commit is done,
+// instead of waking, claiming in a commit of its own and answering after
+// that. On the embedded store, where every commit waits for the disk, that
+// is one commit fewer per step; on Redis, one claim script fewer.
 
 // waiter is a claim long-polling on this instance.
 type waiter struct {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/nqd-dev/nqd/engine"
+	"github.com/nqd-dev/nqd/flows"
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/internal/wait"
 	"github.com/nqd-dev/nqd/store"
@@ -173,4 +174,80 @@ func testStartHandsNothingToPausedQueue(t *testing.T, inner engine.Store) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the waiting claim got nothing after the resume")
 	}
+}
+
+// An emit that makes one step ready hands that step's job to a claim
+// waiting on the same instance, as a start does; when the step's queue is
+// paused the emit is stored all the same and the job waits.
+func TestEmitHandsJobToWaitingClaim(t *testing.T) {
+	eachLeasingBackend(t, func(t *testing.T, inner engine.Store) {
+		ctx := t.Context()
+		st := &leasingStore{&countingStore{Store: inner}}
+		e := engine.New(st, engine.Options{Lease: 10 * time.Second, PollInterval: time.Hour, Logger: testkit.Logger(t)})
+		if err := e.PutDefinition(ctx, &flows.Definition{Name: "chain", Entry: "a", Steps: map[string]flows.Step{
+			"a": {Queue: "default", Emits: []string{"x"}},
+			"b": {Queue: "default", Subscribes: []string{"x"}},
+		}}); err != nil {
+			t.Fatal(err)
+		}
+		// runA starts a run and claims its first step's job.
+		runA := func() (engine.Started, store.JobAck) {
+			t.Helper()
+			started, err := e.Start(ctx, "chain", nil, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			jobs, err := e.Claim(ctx, []string{"default"}, 1, 0)
+			if err != nil || len(jobs) != 1 || jobs[0].Run != started.FlowID {
+				t.Fatalf("claim = %+v, %v; want the run's first job", jobs, err)
+			}
+			return started, store.JobAck{Queue: "default", ID: jobs[0].ID, Lease: jobs[0].Lease}
+		}
+
+		started, ack := runA()
+		got := waitingClaim(t, e)
+		claims := st.claims.Load()
+		if _, err := e.Report(ctx, ack, emitEvents("x"), ""); err != nil {
+			t.Fatal(err)
+		}
+		var res claimResult
+		select {
+		case res = <-got:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the waiting claim got nothing")
+		}
+		if res.err != nil || len(res.jobs) != 1 || res.jobs[0].Run != started.FlowID || res.jobs[0].Step != "b" {
+			t.Fatalf("claim = %+v, %v; want step b of the run", res.jobs, res.err)
+		}
+		if n := st.claims.Load() - claims; n != 0 {
+			t.Errorf("the store was asked for %d claims after the emit; want none", n)
+		}
+		j, err := inner.Job(ctx, store.JobRef{Queue: "default", ID: res.jobs[0].ID})
+		if err != nil || j.Lease != res.jobs[0].Lease {
+			t.Fatalf("stored job = %+v, %v; want it held under the claim's lease", j, err)
+		}
+
+		started, ack = runA()
+		if err := inner.SetQueuePaused(ctx, "default", true); err != nil {
+			t.Fatal(err)
+		}
+		// Two claims wait, so that a second try at handing the job over
+		// would find one even while the first refused is still on its way
+		// back to the list.
+		got, got2 := waitingClaim(t, e), waitingClaim(t, e)
+		if _, err := e.Report(ctx, ack, emitEvents("x"), ""); err != nil {
+			t.Fatalf("emit on a paused queue: %v", err)
+		}
+		select {
+		case res := <-got:
+			t.Fatalf("claim on a paused queue = %+v, %v", res.jobs, res.err)
+		case res := <-got2:
+			t.Fatalf("claim on a paused queue = %+v, %v", res.jobs, res.err)
+		default:
+		}
+		j, err = inner.Job(ctx, store.JobRef{Queue: "default", ID: started.FlowID + ":b"})
+		if err != nil || j.Lease != "" {
+			t.Fatalf("stored job = %+v, %v; want it waiting", j, err)
+		}
+	})
 }

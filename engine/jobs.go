@@ -367,6 +367,10 @@ func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event) ([]event
 	// One clock reading for every retry, so that a trigger a ready step
 	// registers keeps its id.
 	now := e.nowMS()
+	// The step the emit makes ready may go to a claim waiting here, as a
+	// start's first step does; once the store refused that (its queue was
+	// paused, or the run moved on), the next try enqueues it as usual.
+	handsOff := true
 	err = e.retry(ctx, func() error {
 		r, err := e.readRunForUpdate(ctx, j.Flow, j.Run)
 		if err != nil {
@@ -396,7 +400,14 @@ func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event) ([]event
 		if err := e.register(ctx, &fx); err != nil {
 			return err
 		}
+		var deliver func(error) bool
+		if handsOff {
+			deliver = e.handOff(&u, now)
+		}
 		res, err := e.commit(ctx, u)
+		if deliver != nil && !deliver(err) {
+			handsOff = false
+		}
 		out = res.Events
 		return err
 	})
