@@ -36,6 +36,26 @@ func waitingClaim(t *testing.T, e *engine.Engine) <-chan claimResult {
 	return out
 }
 
+// newWaitingEngine is an engine on inner that counts its store's claims, and
+// whose claims look at the store again only when woken or handed a job: its
+// poll interval outlasts any test.
+func newWaitingEngine(t *testing.T, inner engine.Store) (*leasingStore, *engine.Engine) {
+	st := &leasingStore{&countingStore{Store: inner}}
+	return st, engine.New(st, engine.Options{Lease: 10 * time.Second, PollInterval: time.Hour, Logger: testkit.Logger(t)})
+}
+
+// answer waits for the answer of a claim waitingClaim started.
+func answer(t *testing.T, got <-chan claimResult) claimResult {
+	t.Helper()
+	select {
+	case res := <-got:
+		return res
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting claim got nothing")
+		return claimResult{}
+	}
+}
+
 // leasingBackends are the stores that can enqueue a job claimed.
 var leasingBackends = []struct {
 	name string
@@ -69,10 +89,7 @@ func TestStartHandsJobToWaitingClaim(t *testing.T) {
 
 func testStartHandsJobToWaitingClaim(t *testing.T, inner engine.Store) {
 	ctx := t.Context()
-	st := &leasingStore{&countingStore{Store: inner}}
-	// The claim's poll interval outlasts the test: only a hand-off or a
-	// wake-up answers it. A long-polling claim runs on the real clock.
-	e := engine.New(st, engine.Options{Lease: 10 * time.Second, PollInterval: time.Hour, Logger: testkit.Logger(t)})
+	st, e := newWaitingEngine(t, inner)
 	mustDefine(t, e, "diamond", "diamond")
 
 	got := waitingClaim(t, e)
@@ -81,12 +98,7 @@ func testStartHandsJobToWaitingClaim(t *testing.T, inner engine.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var res claimResult
-	select {
-	case res = <-got:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the waiting claim got nothing")
-	}
+	res := answer(t, got)
 	if res.err != nil || len(res.jobs) != 1 || res.jobs[0].ID != started.ID || res.jobs[0].Lease == "" || res.jobs[0].Attempt != 1 {
 		t.Fatalf("claim = %+v, %v; want the run's entry job under a lease", res.jobs, res.err)
 	}
@@ -138,8 +150,7 @@ func TestStartHandsNothingToPausedQueue(t *testing.T) {
 
 func testStartHandsNothingToPausedQueue(t *testing.T, inner engine.Store) {
 	ctx := t.Context()
-	st := &leasingStore{&countingStore{Store: inner}}
-	e := engine.New(st, engine.Options{Lease: 10 * time.Second, PollInterval: time.Hour, Logger: testkit.Logger(t)})
+	st, e := newWaitingEngine(t, inner)
 	mustDefine(t, e, "diamond", "diamond")
 	if err := inner.SetQueuePaused(ctx, "default", true); err != nil {
 		t.Fatal(err)
@@ -166,13 +177,8 @@ func testStartHandsNothingToPausedQueue(t *testing.T, inner engine.Store) {
 	if err := e.SetQueuePaused(ctx, "default", false); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case res := <-got:
-		if res.err != nil || len(res.jobs) != 1 || res.jobs[0].ID != started.ID {
-			t.Errorf("claim after resume = %+v, %v", res.jobs, res.err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the waiting claim got nothing after the resume")
+	if res := answer(t, got); res.err != nil || len(res.jobs) != 1 || res.jobs[0].ID != started.ID {
+		t.Errorf("claim after resume = %+v, %v", res.jobs, res.err)
 	}
 }
 
@@ -182,8 +188,7 @@ func testStartHandsNothingToPausedQueue(t *testing.T, inner engine.Store) {
 func TestEmitHandsJobToWaitingClaim(t *testing.T) {
 	eachLeasingBackend(t, func(t *testing.T, inner engine.Store) {
 		ctx := t.Context()
-		st := &leasingStore{&countingStore{Store: inner}}
-		e := engine.New(st, engine.Options{Lease: 10 * time.Second, PollInterval: time.Hour, Logger: testkit.Logger(t)})
+		st, e := newWaitingEngine(t, inner)
 		if err := e.PutDefinition(ctx, &flows.Definition{Name: "chain", Entry: "a", Steps: map[string]flows.Step{
 			"a": {Queue: "default", Emits: []string{"x"}},
 			"b": {Queue: "default", Subscribes: []string{"x"}},
@@ -210,12 +215,7 @@ func TestEmitHandsJobToWaitingClaim(t *testing.T) {
 		if _, err := e.Report(ctx, ack, emitEvents("x"), ""); err != nil {
 			t.Fatal(err)
 		}
-		var res claimResult
-		select {
-		case res = <-got:
-		case <-time.After(5 * time.Second):
-			t.Fatal("the waiting claim got nothing")
-		}
+		res := answer(t, got)
 		if res.err != nil || len(res.jobs) != 1 || res.jobs[0].Run != started.FlowID || res.jobs[0].Step != "b" {
 			t.Fatalf("claim = %+v, %v; want step b of the run", res.jobs, res.err)
 		}

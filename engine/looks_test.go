@@ -7,7 +7,6 @@ import (
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/internal/wait"
-	"github.com/nqd-dev/nqd/store"
 )
 
 // A claim that found nothing is not repeated at the store within the poll
@@ -67,22 +66,17 @@ func TestWaitingClaimFindsJobsElsewhere(t *testing.T) {
 		if jobs, err := e.Claim(ctx, []string{"default"}, 1, 0); err != nil || len(jobs) != 0 {
 			t.Fatalf("claim = %+v, %v; want nothing", jobs, err)
 		}
-		got := make(chan []store.Job, 1)
+		got := make(chan claimResult, 1)
 		go func() {
-			jobs, _ := e.Claim(ctx, []string{"default"}, 1, 10*time.Second)
-			got <- jobs
+			jobs, err := e.Claim(ctx, []string{"default"}, 1, 10*time.Second)
+			got <- claimResult{jobs, err}
 		}()
 		started, err := other.Start(ctx, "diamond", nil, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case jobs := <-got:
-			if len(jobs) != 1 || jobs[0].ID != started.ID {
-				t.Fatalf("claim = %+v; want the other instance's job", jobs)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("the waiting claim did not find the other instance's job")
+		if res := answer(t, got); res.err != nil || len(res.jobs) != 1 || res.jobs[0].ID != started.ID {
+			t.Fatalf("claim = %+v, %v; want the other instance's job", res.jobs, res.err)
 		}
 	})
 }
@@ -93,8 +87,7 @@ func TestWaitingClaimFindsJobsElsewhere(t *testing.T) {
 func TestClaimHandedTakesOnlyHandOvers(t *testing.T) {
 	eachLeasingBackend(t, func(t *testing.T, inner engine.Store) {
 		ctx := t.Context()
-		st := &leasingStore{&countingStore{Store: inner}}
-		e := engine.New(st, engine.Options{Lease: 10 * time.Second, PollInterval: time.Hour, Logger: testkit.Logger(t)})
+		st, e := newWaitingEngine(t, inner)
 		other := engine.New(inner, engine.Options{Lease: 10 * time.Second, Logger: testkit.Logger(t)})
 		mustDefine(t, e, "diamond", "diamond")
 		got := make(chan claimResult, 1)
@@ -115,13 +108,8 @@ func TestClaimHandedTakesOnlyHandOvers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case res := <-got:
-			if res.err != nil || len(res.jobs) != 1 || res.jobs[0].Run != here.FlowID {
-				t.Fatalf("claim = %+v, %v; want the job started here", res.jobs, res.err)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("the claim got nothing")
+		if res := answer(t, got); res.err != nil || len(res.jobs) != 1 || res.jobs[0].Run != here.FlowID {
+			t.Fatalf("claim = %+v, %v; want the job started here", res.jobs, res.err)
 		}
 		if n := st.claims.Load() - looks; n != 0 {
 			t.Errorf("the waiting claim looked at the store %d times; want none", n)
