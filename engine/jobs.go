@@ -27,8 +27,9 @@ func (e *Engine) Claim(ctx context.Context, queues []string, max int, wait time.
 }
 
 // ClaimHanded claims as Claim does, except that while it waits it looks at
-// the store no more: it answers the job a start on this instance hands it
-// (handOff), or nothing once wait has passed. Many such claims can wait at
+// the store no more: it answers the job a start or an emit on this instance
+// hands it (handOff), or nothing once wait has passed or a hand-over's write
+// failed. Many such claims can wait at
 // once, as completions claiming their worker's next job do, without all
 // looking again whenever a job is enqueued that none of them was handed.
 func (e *Engine) ClaimHanded(ctx context.Context, queues []string, max int, wait time.Duration) ([]store.Job, error) {
@@ -40,10 +41,10 @@ func (e *Engine) claim(ctx context.Context, queues []string, max int, wait time.
 	deadline := e.opts.Now().Add(wait)
 	for {
 		woken := e.waiter()
-		next, skip := e.empty.nextLook(queues, woken, e.opts.Now(), e.opts.PollInterval)
+		at := e.opts.Now()
+		next, skip := e.empty.nextLook(queues, woken, at, e.opts.PollInterval)
 		var jobs []store.Job
 		if !skip {
-			at := e.opts.Now()
 			now := at.UnixMilli()
 			var err error
 			jobs, err = e.st.Claim(ctx, queues, now, now+e.opts.Lease.Milliseconds(), newLease(), max)
@@ -73,8 +74,8 @@ func (e *Engine) claim(ctx context.Context, queues []string, max int, wait time.
 		if len(out) > 0 || !e.opts.Now().Before(deadline) {
 			return out, nil
 		}
-		// A start on this instance may hand its job over while this
-		// claim waits (handOff).
+		// A start or an emit on this instance may hand its job over while
+		// this claim waits (handOff).
 		w := e.waiting.add(queues)
 		d := time.Until(deadline)
 		if looksAgain {
@@ -94,7 +95,7 @@ func (e *Engine) claim(ctx context.Context, queues []string, max int, wait time.
 		}
 		t.Stop()
 		if !answered && !e.waiting.remove(w) {
-			// Reserved by a start: wait for its commit's outcome.
+			// Reserved by a start or an emit: wait for its commit's outcome.
 			handed = <-w.got
 		}
 		if len(handed) > 0 {

@@ -70,10 +70,10 @@ func (a *API) claimJobs(w http.ResponseWriter, r *http.Request) error {
 // claimFunc is one of the engine's claims: Claim, or ClaimHanded.
 type claimFunc func(ctx context.Context, queues []string, max int, wait time.Duration) ([]store.Job, error)
 
-// claim claims up to n jobs of queues (one when n is 0) with claim, waiting up to wait for some to appear, and answers an
-// empty list rather than nil. While the server shuts down it claims nothing
-// and fails with errShuttingDown; a claim that waits ends when the shutdown
-// begins.
+// claim claims up to n jobs of queues (one when n is 0) with claim, waiting
+// up to wait for some to appear, and answers an empty list rather than nil.
+// While the server shuts down it claims nothing and fails with
+// errShuttingDown; a claim that waits ends when the shutdown begins.
 func (a *API) claim(ctx context.Context, claim claimFunc, queues []string, n int, wait time.Duration) ([]store.Job, error) {
 	if wait > 0 {
 		var cancel context.CancelFunc
@@ -229,8 +229,8 @@ type completeRequest struct {
 // is completed, as a claim does: a worker that keeps busy then needs no
 // claim call of its own between jobs. WaitMs (at most a second, well
 // within the API timeout the completion runs under) lets the answer wait
-// for a job started meanwhile on this instance, handed to the completion
-// (engine/handoff.go); it does not look at the store again while it waits
+// for a job started, or made ready by an emit, meanwhile on this instance,
+// handed to the completion (engine/handoff.go); it does not look at the store again while it waits
 // (engine.ClaimHanded), so that many completions can wait at once.
 type nextClaim struct {
 	Queues []string `json:"queues" validate:"required,min=1,max=32,dive,key_name"`

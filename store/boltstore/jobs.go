@@ -110,8 +110,9 @@ func putJob(tx *bolt.Tx, j store.Job) error {
 // a job of RunUpdate.Enqueue with a Lease is stored as a claim under that
 // lease until its LeaseUntil, and the update is refused with ErrConflict,
 // writing nothing, when the job's queue is paused. The engine hands a
-// run's first job to a claim waiting on this instance that way, in the
-// start's own commit rather than in a commit of the claim's after it.
+// run's first job, or the step an emit makes ready, to a claim waiting on
+// this instance that way, in the start's or emit's own commit rather than
+// in a commit of the claim's after it.
 func (s *Store) EnqueuesLeased() {}
 
 // checkLeasedEnqueue refuses a claimed job's enqueue into a paused queue.
