@@ -42,6 +42,12 @@ _MAX_ERROR = 4096
 _DEFAULT_LEASE = 30.0
 # How long a step may run before its step.started is sent on its own.
 _STARTED_DELAY = 0.1
+# How long a completion's claim waits for the slot's next job when none is
+# ready: long enough that a run started right after this one completed (by a
+# caller that waits for each run before it starts the next) is handed to the
+# slot in its start's own write, short enough that an idle slot is free again
+# at once (docs/worker-protocol.md, Complete).
+_NEXT_JOB_WAIT = 0.05
 
 
 @dataclass
@@ -325,6 +331,14 @@ class Worker:
         self._stop_requested = False
         self._stop_now = False
         self._grace_over: asyncio.Event | None = None
+        # Set once the grace period is over: a job that reaches a slot after
+        # that is failed as retriable without running.
+        self._jobs_stopped = False
+        # Set once nqd refused a completion's claim (an nqd from before
+        # completions claimed): completions claim no more.
+        self._old_server = False
+        # The queues run() claims from, which completions claim from too.
+        self._claim_queues: list[str] = []
 
     def step(self, name: str, queue: str = "default") -> Callable[[Handler], Handler]:
         """Registers the decorated function as the handler of step name."""
@@ -393,6 +407,7 @@ class Worker:
         refuses the worker's token, NqdError when it refuses its claims
         otherwise (a queue name it does not take, say)."""
         queues = self.queues or sorted({r.queue for r in self.handlers.values()}) or ["default"]
+        self._claim_queues = queues
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         self._grace_over = asyncio.Event()
@@ -400,6 +415,8 @@ class Worker:
             self._stop.set()
         if self._stop_now:
             self._grace_over.set()
+        self._jobs_stopped = False
+        self._old_server = False
         self._slot_freed = asyncio.Event()
         self._http = HTTPClient(self.url, self.token, max_idle=self.concurrency * 2 + 4)
         self._threads = concurrent.futures.ThreadPoolExecutor(
@@ -437,6 +454,9 @@ class Worker:
                 for raw in jobs:
                     self._start(_Job(self, raw))
         finally:
+            # Completions claim only while the worker claims: not once it
+            # stops, nor once nqd refused its claims.
+            self._stop.set()
             stop_wait.cancel()
             await self._drain()
             await self._http.close()
@@ -466,10 +486,25 @@ class Worker:
         return await self._http.request(method, path, body, timeout=timeout, headers=headers)
 
     def _start(self, job: _Job) -> None:
-        task = asyncio.create_task(self._run_job(job))
+        task = asyncio.create_task(self._run_slot(job))
         self._running[task] = job
         self.max_held = max(self.max_held, len(self._running))
         task.add_done_callback(self._finished)
+
+    async def _run_slot(self, job: _Job) -> None:
+        """Runs job in a slot of its own, then each job the completions
+        bring, in the same slot: the slot is taken until a completion brings
+        none (or the job did not complete), so the claim loop never counts it
+        free while it holds a job. A job that arrives while the worker stops
+        is run as any other within the grace period, and failed as retriable
+        once that is over (as the Go SDK does), so none is dropped or left
+        unheld until its lease runs out."""
+        task = asyncio.current_task()
+        assert task is not None
+        nxt: _Job | None = job
+        while nxt is not None:
+            self._running[task] = nxt
+            nxt = await self._run_job(nxt)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._running.pop(task, None)
@@ -493,6 +528,7 @@ class Worker:
                 break
             await asyncio.wait(set(self._running) | {over}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
         over.cancel()
+        self._jobs_stopped = True
         late = set(self._running)
         for task in late:
             job = self._running.get(task)
@@ -502,7 +538,10 @@ class Worker:
         if late:
             await asyncio.wait(late)
 
-    async def _run_job(self, job: _Job) -> None:
+    async def _run_job(self, job: _Job) -> _Job | None:
+        """Runs job's handler and reports its outcome, heartbeating the job
+        from its claim until the outcome is acknowledged. Returns the slot's
+        next job when the completion brought one."""
         reg = self.handlers.get(job.step)
         ctx = Context(job)
         # step.started goes with the step's first report; a step that
@@ -511,8 +550,12 @@ class Worker:
         started = asyncio.get_running_loop().call_later(_STARTED_DELAY, self._send_started, job)
         beat = asyncio.create_task(job.heartbeat())
         try:
-            if reg is None:
-                outcome: tuple[str, Any] = ("fail", (f"no handler for step {job.step!r} in this worker", False))
+            if self._jobs_stopped:
+                # A completion brought the job after the grace period: it is
+                # handed back at once rather than run or left to its lease.
+                outcome: tuple[str, Any] = ("fail", ("the worker stopped before the step started", True))
+            elif reg is None:
+                outcome = ("fail", (f"no handler for step {job.step!r} in this worker", False))
             else:
                 job.handler_task = asyncio.ensure_future(self._call(reg.handler, job, ctx))
                 await asyncio.wait({job.handler_task})
@@ -524,16 +567,14 @@ class Worker:
                 pass
             if job.gone:
                 log.info("job %s: the run ended or the lease was lost; nothing reported", job.id)
-                return
+                return None
             kind, value = outcome
             try:
                 if kind == "complete":
-                    body: dict[str, Any] = {"lease": job.lease}
-                    if value is not None:
-                        body["result"] = value
                     try:
-                        await self._finish(job, "complete", body)
+                        answer = await self._complete(job, value)
                         self.completed += 1
+                        return self._next_job(answer)
                     except NqdError as e:
                         # nqd refused the result itself (too large, say):
                         # the step fails, saying why.
@@ -549,23 +590,64 @@ class Worker:
                 log.warning("%s", e)
             except (NqdError, AuthError) as e:
                 log.error("job %s: %s not reported: %s", job.id, kind, e)
+            return None
         finally:
             started.cancel()
             beat.cancel()
             await asyncio.gather(beat, return_exceptions=True)
 
+    def _claiming(self) -> bool:
+        return not self._stop_requested and self._stop is not None and not self._stop.is_set()
+
+    async def _complete(self, job: _Job, result: Any) -> Any:
+        """Completes job with result and returns nqd's answer. While the
+        worker claims, the completion also claims the slot's next job, which
+        the answer lists (docs/worker-protocol.md, Complete)."""
+        body: dict[str, Any] = {"lease": job.lease}
+        if result is not None:
+            body["result"] = result
+        if self._old_server or not self._claiming():
+            return await self._finish(job, "complete", body)
+        claim = {"queues": self._claim_queues, "max": 1, "waitMs": round(_NEXT_JOB_WAIT * 1000)}
+        try:
+            return await self._finish(job, "complete", {**body, "claim": claim})
+        except NqdError as e:
+            if e.status != 400:
+                raise
+            # An nqd from before completions claimed refuses the field with
+            # a 400 (naming it in its fields). Completing again without it
+            # tells that from a refusal of the completion itself, whatever the
+            # answer named: nothing of a refused call was stored, and one
+            # that then goes through was refused for its claim alone.
+            answer = await self._finish(job, "complete", body)
+            log.info("nqd refused a completion's claim (%s); the worker claims on its own from now on", e)
+            self._old_server = True
+            return answer
+
+    def _next_job(self, answer: Any) -> _Job | None:
+        jobs = answer.get("jobs") if isinstance(answer, dict) else None
+        if not isinstance(jobs, list) or not jobs:
+            return None
+        if len(jobs) > 1:
+            # nqd never answers more than asked for; a job beyond the slot
+            # is left to its lease rather than run without one.
+            log.error("nqd answered %d jobs to a completion that asked for 1", len(jobs))
+        raw = jobs[0]
+        return _Job(self, raw) if isinstance(raw, dict) else None
+
     def _send_started(self, job: _Job) -> None:
         if not job.started_sent and not job.gone:
             job.reporter.add({"kind": "step.started"}, quiet=True)
 
-    async def _finish(self, job: _Job, action: str, body: dict[str, Any]) -> None:
+    async def _finish(self, job: _Job, action: str, body: dict[str, Any]) -> Any:
         """Reports complete or fail, with the attempt's step.started when it
-        was not sent yet (nqd stores it just before the outcome)."""
+        was not sent yet (nqd stores it just before the outcome), and returns
+        nqd's answer."""
         if not job.started_sent:
-            await job.report(action, {**body, "events": [{"kind": "step.started"}]})
+            answer = await job.report(action, {**body, "events": [{"kind": "step.started"}]})
             job.started_sent = True
-            return
-        await job.report(action, body)
+            return answer
+        return await job.report(action, body)
 
     async def _call(self, fn: Handler, job: _Job, ctx: Context) -> Any:
         if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import http.client
+import json
 import threading
 import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Callable
 
@@ -74,3 +78,151 @@ def wait_for(what: str, cond: Callable[[], Any], timeout: float = 20.0) -> Any:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.02)
+
+
+@dataclass
+class Call:
+    """A request the proxy passed on (or answered itself), and its answer."""
+
+    path: str
+    body: Any
+    status: int = 0
+    answer: Any = None
+
+    @property
+    def action(self) -> str:
+        return self.path.rsplit("/", 1)[-1]
+
+    def jobs(self) -> list[dict[str, Any]]:
+        """The jobs the answer handed out."""
+        jobs = self.answer.get("jobs") if isinstance(self.answer, dict) else None
+        return list(jobs) if isinstance(jobs, list) else []
+
+
+# What an nqd from before completions claimed answers a completion with
+# `claim` (docs/worker-protocol.md, Common rules: bodies are strict).
+UNKNOWN_CLAIM = {
+    "error": {"code": "validation_failed", "message": "The request has invalid fields.", "fields": {"claim": "unknown field"}}
+}
+
+
+class CountingProxy:
+    """An HTTP proxy between a worker and nqd that records every call in the
+    order they arrived, with their answers, and counts the jobs the worker
+    holds as nqd sees them: from the answer that handed a job out until the
+    answer to its complete or fail.
+
+    refuse_claim, when set, is the 400 answer to a completion that carries
+    `claim`, which is then not passed on. hold_claims, when set, holds
+    completions that carry `claim` until release is set (held is set once
+    one is held)."""
+
+    def __init__(
+        self,
+        upstream: str,
+        refuse_claim: dict[str, Any] | None = None,
+        hold_claims: bool = False,
+    ) -> None:
+        self.upstream = upstream.removeprefix("http://")
+        self.refuse_claim = refuse_claim
+        self.hold_claims = hold_claims
+        self.held = threading.Event()
+        self.release = threading.Event()
+        self.calls: list[Call] = []
+        self.holding: set[str] = set()
+        self.max_holding = 0
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._server.block_on_close = False
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> CountingProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(10)
+
+    def of(self, action: str) -> list[Call]:
+        with self._lock:
+            return [c for c in self.calls if c.action == action]
+
+    def claiming_completions(self) -> list[Call]:
+        return [c for c in self.of("complete") if isinstance(c.body, dict) and "claim" in c.body]
+
+    def claims_between_jobs(self) -> int:
+        """The worker's claim calls that arrived after the call that brought
+        its first job and before its last completion."""
+        with self._lock:
+            calls = list(self.calls)
+        first = min((i for i, c in enumerate(calls) if c.jobs()), default=len(calls))
+        last = max((i for i, c in enumerate(calls) if c.action == "complete"), default=0)
+        return sum(1 for c in calls[first + 1 : last] if c.action == "claim")
+
+    def _record(self, call: Call) -> None:
+        job_id = call.path.rsplit("/", 2)[-2] if call.action in ("complete", "fail") else None
+        with self._lock:
+            if job_id is not None and (200 <= call.status < 300 or call.status == 409):
+                self.holding.discard(job_id)
+            if call.status == 200:
+                self.holding.update(str(j["id"]) for j in call.jobs())
+            self.max_holding = max(self.max_holding, len(self.holding))
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                self._forward(None)
+
+            def do_POST(self) -> None:
+                self._forward(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+
+            do_PUT = do_POST
+
+            def _forward(self, raw: bytes | None) -> None:
+                body = json.loads(raw) if raw else None
+                call = Call(self.path, body)
+                with proxy._lock:
+                    proxy.calls.append(call)
+                claiming = call.action == "complete" and isinstance(body, dict) and "claim" in body
+                if claiming and proxy.refuse_claim is not None:
+                    self._answer(call, 400, json.dumps(proxy.refuse_claim).encode(), "application/json")
+                    return
+                if claiming and proxy.hold_claims:
+                    proxy.held.set()
+                    proxy.release.wait(60)
+                conn = http.client.HTTPConnection(proxy.upstream, timeout=60)
+                try:
+                    headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+                    conn.request(self.command, self.path, body=raw, headers=headers)
+                    resp = conn.getresponse()
+                    data = resp.read()
+                    self._answer(call, resp.status, data, resp.getheader("Content-Type") or "application/json")
+                finally:
+                    conn.close()
+
+            def _answer(self, call: Call, status: int, data: bytes, ctype: str) -> None:
+                call.status = status
+                try:
+                    call.answer = json.loads(data) if data else None
+                except ValueError:
+                    call.answer = None
+                proxy._record(call)
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        return Handler
