@@ -27,8 +27,11 @@ export interface WorkerOptions {
   /**
    * Handlers run at once; default 4. The worker claims a job only for a free
    * slot, so a claimed job starts at once and is heartbeaten from the start.
-   * A job whose handler returned frees its slot while its outcome is
-   * reported; at most concurrency such jobs are held besides.
+   * A job whose handler succeeded keeps its slot while its completion claims
+   * the slot's next job (docs/worker-protocol.md, Complete), which then runs
+   * in it; a failed job frees its slot while its outcome is reported, as
+   * does a completed one while the worker stops or when nqd does not take
+   * that claim. At most concurrency jobs are held besides the slots.
    */
   concurrency?: number | undefined
   /**
@@ -81,6 +84,15 @@ export interface Worker {
 /** How long step.started waits for the step's first report or outcome. */
 const startDelayMs = 100
 
+/**
+ * How long a completion's claim waits for the slot's next job when none is
+ * ready: long enough that a run started right after this one completed (by a
+ * caller that waits for each run before it starts the next) is handed to the
+ * slot in its start's own write, short enough that an idle slot is free again
+ * at once (docs/worker-protocol.md, Complete).
+ */
+const nextJobWaitMs = 50
+
 const consoleLogger: Logger = {
   debug: () => undefined,
   info: (msg, meta) => { console.error(line('info', msg, meta)) },
@@ -94,6 +106,21 @@ function line(level: string, msg: string, meta?: Record<string, unknown>): strin
 
 interface ClaimAnswer {
   jobs: Job[]
+}
+
+/** The answer to complete or fail: jobs only when a completion claimed. */
+interface FinishAnswer {
+  jobs?: Job[]
+}
+
+/**
+ * Whether nqd refused a completion for its claim field, which nqd from
+ * before completions claimed does not know (400, the field named in
+ * error.fields).
+ */
+function refusedClaim(err: unknown): boolean {
+  return err instanceof NqdError && err.status === 400 && err.fields !== undefined &&
+    Object.keys(err.fields).some(f => f === 'claim' || f.startsWith('claim.'))
 }
 
 interface BeatAnswer {
@@ -135,6 +162,17 @@ class WorkerImpl implements Worker {
   private reserved = 0
   private readonly claiming = new Set<Promise<void>>()
   private failures = 0
+  /**
+   * Slots held by jobs whose handler returned and whose completion claims
+   * the slot's next job: the slot is free again only once that answer came.
+   */
+  private completing = 0
+  /** Set once nqd refused a completion's claim as an unknown field: completions claim no more. */
+  private oldServer = false
+  /** Set once stop()'s grace period is over: a job brought then is failed as retriable at once. */
+  private pastGrace = false
+  /** Set once stop() is done: a job brought then is left to its lease. */
+  private stopped = false
   /** Set when nqd refused the worker's claims for good: start() rejects with it. */
   private fatal: NqdError | undefined
   private runningHandlers = 0
@@ -164,9 +202,68 @@ class WorkerImpl implements Worker {
     return this.running.size
   }
 
-  /** A handler returned: its slot takes another job. */
-  handlerDone(): void {
+  /**
+   * A handler returned. With keepSlot its completion claims the slot's next
+   * job, and the slot stays taken until passSlot; otherwise the slot takes
+   * another job at once.
+   */
+  handlerDone(keepSlot: boolean): void {
     this.runningHandlers--
+    if (keepSlot) {
+      this.completing++
+      return
+    }
+    this.slotFreed?.()
+  }
+
+  /**
+   * Whether a completion may claim the slot's next job now: not while the
+   * worker stops, nor once nqd refused the field.
+   */
+  claimsNext(): boolean {
+    return !this.stopping && !this.oldServer
+  }
+
+  /** The claim a completion carries. */
+  nextClaim(): { queues: string[], max: number, waitMs: number } {
+    return { queues: this.queues, max: 1, waitMs: nextJobWaitMs }
+  }
+
+  /** nqd refused a completion's claim as an unknown field: it is an nqd from before the field. */
+  claimRefused(): void {
+    if (!this.oldServer) {
+      this.oldServer = true
+      this.log.info('nqd does not take a claim with a completion; the worker claims on its own')
+    }
+  }
+
+  /**
+   * A completion that claimed was answered (or gave up): the slot it kept
+   * runs the job the answer brought, at once and as a claimed job runs, or
+   * else is free again. A job that comes while the worker stops is run all
+   * the same, as the Go SDK does: within the grace period it runs; once
+   * that is over it is failed as retriable at once, as the running ones
+   * are, so that nqd hands it out again; once stop() resolved the worker
+   * sends nothing more, and the job is left to its lease.
+   */
+  passSlot(jobs: Job[]): void {
+    this.completing--
+    if (jobs.length > 1) {
+      // nqd never answers more than asked for; a job beyond the slot is
+      // left to its lease rather than run without one.
+      this.log.error('nqd answered more jobs than asked for', { asked: 1, got: jobs.length })
+    }
+    const job = jobs[0]
+    if (job !== undefined) {
+      if (this.stopped) {
+        this.log.warn('a job came after the worker stopped; it is left to its lease', { runId: job.runId, step: job.step })
+      } else {
+        const run = this.runJob(job)
+        if (this.pastGrace) {
+          void run.abandon()
+        }
+      }
+    }
     this.slotFreed?.()
   }
 
@@ -186,8 +283,10 @@ class WorkerImpl implements Worker {
         sleep(deadline - Date.now()),
       ])
     }
+    this.pastGrace = true
     await Promise.allSettled([...this.running].map(r => r.abandon()))
     await this.loop?.catch(() => undefined)
+    this.stopped = true
     this.http.close()
   }
 
@@ -199,7 +298,7 @@ class WorkerImpl implements Worker {
   private async claimLoop(): Promise<void> {
     const maxClaims = Math.min(4, this.concurrency)
     while (!this.isStopping()) {
-      const free = Math.min(this.concurrency - this.runningHandlers, 2 * this.concurrency - this.running.size) - this.reserved
+      const free = Math.min(this.concurrency - this.runningHandlers - this.completing, 2 * this.concurrency - this.running.size) - this.reserved
       if (free <= 0 || this.claims >= maxClaims) {
         await new Promise<void>((resolve) => { this.slotFreed = resolve })
         this.slotFreed = undefined
@@ -255,14 +354,20 @@ class WorkerImpl implements Worker {
       return
     }
     for (const job of jobs) {
-      this.runningHandlers++
-      const run = new JobRun(this, job, this.handlerFor(job))
-      this.running.add(run)
-      void run.done.finally(() => {
-        this.running.delete(run)
-        this.slotFreed?.()
-      })
+      this.runJob(job)
     }
+  }
+
+  /** Runs a job in a slot taken for it, whether a claim or a completion brought it. */
+  private runJob(job: Job): JobRun {
+    this.runningHandlers++
+    const run = new JobRun(this, job, this.handlerFor(job))
+    this.running.add(run)
+    void run.done.finally(() => {
+      this.running.delete(run)
+      this.slotFreed?.()
+    })
+    return run
   }
 
   /** Read through a method: stop() sets it while the loop awaits. */
@@ -316,6 +421,10 @@ class JobRun implements ContextHost {
     const every = Math.max(100, Math.min(this.w.heartbeatMs, leaseMs / 3))
     this.beat = setInterval(() => { void this.heartbeat() }, every)
     this.beat.unref()
+    // Set when the handler succeeded while completions claim: the slot is
+    // kept for the job the completion brings, and passed on below.
+    let keepSlot = false
+    let next: Job[] = []
     try {
       // step.started goes with the step's first report, or with its
       // outcome when it ends quickly; alone after startDelayMs otherwise.
@@ -337,7 +446,8 @@ class JobRun implements ContextHost {
         failed = true
         failure = err
       } finally {
-        this.w.handlerDone()
+        keepSlot = !failed && this.w.claimsNext()
+        this.w.handlerDone(keepSlot)
         clearTimeout(this.startTimer)
         this.startTimer = undefined
       }
@@ -366,7 +476,13 @@ class JobRun implements ContextHost {
         if (result !== undefined) {
           body.result = result
         }
-        const err = await this.finish('complete', body)
+        // Read again: another job's completion may have found meanwhile
+        // that nqd does not take the field.
+        if (keepSlot && this.w.claimsNext()) {
+          body.claim = this.w.nextClaim()
+        }
+        const { err, jobs } = await this.finish('complete', body)
+        next = jobs
         if (!(err instanceof NqdError && [400, 413, 422].includes(err.status))) {
           return
         }
@@ -381,16 +497,22 @@ class JobRun implements ContextHost {
       await this.finish('fail', { lease: this.job.lease, error: errorText(failure).slice(0, 4000) || 'error', retriable })
     } finally {
       clearInterval(this.beat)
+      if (keepSlot) {
+        this.w.passSlot(next)
+      }
     }
   }
 
   /**
    * Reports the outcome once, unless another path already did, with the
-   * events not sent yet; returns the error that kept it from nqd, if any.
+   * events not sent yet; returns the error that kept it from nqd, if any,
+   * and the jobs a completion's claim brought. A claim nqd refuses as an
+   * unknown field is dropped and the completion sent again without it: the
+   * claim never costs the completion.
    */
-  private async finish(call: 'complete' | 'fail', body: Record<string, unknown>): Promise<unknown> {
+  private async finish(call: 'complete' | 'fail', body: Record<string, unknown>): Promise<{ err: unknown, jobs: Job[] }> {
     if (this.settled) {
-      return undefined
+      return { err: undefined, jobs: [] }
     }
     this.settled = true
     const events = this.buf.slice(0, 1000)
@@ -401,11 +523,21 @@ class JobRun implements ContextHost {
       body.events = events
     }
     try {
-      await this.deliver(call, body)
+      let ans: FinishAnswer | undefined
+      try {
+        ans = await this.deliver<FinishAnswer>(call, body)
+      } catch (err) {
+        if (body.claim === undefined || !refusedClaim(err)) {
+          throw err
+        }
+        this.w.claimRefused()
+        delete body.claim
+        ans = await this.deliver<FinishAnswer>(call, body)
+      }
       for (const w of waiters) {
         w.resolve()
       }
-      return undefined
+      return { err: undefined, jobs: ans?.jobs ?? [] }
     } catch (err) {
       for (const w of waiters) {
         w.reject(err)
@@ -415,7 +547,7 @@ class JobRun implements ContextHost {
       } else {
         this.w.log.error(`${call} not reported: ${errorText(err)}`, this.meta())
       }
-      return err
+      return { err, jobs: [] }
     }
   }
 
@@ -563,11 +695,10 @@ class JobRun implements ContextHost {
    * in a way that may pass, until the lease ends. A 409 means the lease is
    * gone (the run ended or another worker holds the job).
    */
-  private async deliver(call: 'events' | 'complete' | 'fail', body: unknown, headers?: Record<string, string>): Promise<void> {
+  private async deliver<T = unknown>(call: 'events' | 'complete' | 'fail', body: unknown, headers?: Record<string, string>): Promise<T | undefined> {
     for (let n = 0; ; n++) {
       try {
-        await this.http.post(`${this.path}/${call}`, body, { timeoutMs: 15_000, headers })
-        return
+        return await this.http.post<T>(`${this.path}/${call}`, body, { timeoutMs: 15_000, headers })
       } catch (err) {
         if (err instanceof NqdError && err.status === 409) {
           this.loseLease(`nqd refused ${call}: ${err.message}`)

@@ -1,11 +1,15 @@
 // A proxy between a worker and nqd that can lose an answer after passing a
-// request on, or answer for nqd without passing it on.
+// request on, answer for nqd without passing it on, or hold a request until
+// the test lets it go.
 
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 
-/** What the proxy does with one request: pass it, pass it and lose the answer, or answer itself. */
-export type Verdict = 'pass' | 'lose-answer' | { status: number, retryAfter?: string }
+/**
+ * What the proxy does with one request: pass it, pass it and lose the
+ * answer, or answer itself (with body, else an error of its own).
+ */
+export type Verdict = 'pass' | 'lose-answer' | { status: number, retryAfter?: string, body?: unknown }
 
 export interface Proxy {
   url: string
@@ -14,23 +18,18 @@ export interface Proxy {
   close(): Promise<void>
 }
 
-export async function startProxy(target: string, decide: (path: string, nth: number) => Verdict): Promise<Proxy> {
+/** decide sees each request's path, how many times it came, and its body; it may take its time. */
+export async function startProxy(target: string, decide: (path: string, nth: number, body: string) => Verdict | Promise<Verdict>): Promise<Proxy> {
   const counts = new Map<string, number>()
   const seen: string[] = []
-  const server = http.createServer((req, res) => {
-    const path = req.url ?? '/'
-    const nth = (counts.get(path) ?? 0) + 1
-    counts.set(path, nth)
-    seen.push(`${req.method ?? ''} ${path}`)
-    const verdict = decide(path, nth)
+  const forward = (req: http.IncomingMessage, res: http.ServerResponse, path: string, body: Buffer, verdict: Verdict): void => {
     if (typeof verdict === 'object') {
-      req.resume()
       const headers: Record<string, string> = { 'content-type': 'application/json' }
       if (verdict.retryAfter !== undefined) {
         headers['retry-after'] = verdict.retryAfter
       }
       res.writeHead(verdict.status, headers)
-      res.end(JSON.stringify({ error: { code: 'proxy', message: 'answered by the test proxy' } }))
+      res.end(JSON.stringify(verdict.body ?? { error: { code: 'proxy', message: 'answered by the test proxy' } }))
       return
     }
     const up = http.request(target + path, { method: req.method, headers: req.headers }, (upRes) => {
@@ -59,7 +58,24 @@ export async function startProxy(target: string, decide: (path: string, nth: num
         up.destroy()
       }
     })
-    req.pipe(up)
+    up.end(body)
+  }
+  const server = http.createServer((req, res) => {
+    const path = req.url ?? '/'
+    const nth = (counts.get(path) ?? 0) + 1
+    counts.set(path, nth)
+    seen.push(`${req.method ?? ''} ${path}`)
+    const chunks: Buffer[] = []
+    req.on('data', (c: Buffer) => { chunks.push(c) })
+    req.on('end', () => {
+      const body = Buffer.concat(chunks)
+      Promise.resolve(decide(path, nth, body.toString())).then((verdict) => {
+        forward(req, res, path, body, verdict)
+      }, (err: unknown) => {
+        res.writeHead(500, { 'content-type': 'application/json' })
+        res.end(JSON.stringify({ error: { code: 'proxy', message: `the test proxy failed: ${String(err)}` } }))
+      })
+    })
   })
   await new Promise<void>((r) => { server.listen(0, '127.0.0.1', r) })
   const port = (server.address() as AddressInfo).port

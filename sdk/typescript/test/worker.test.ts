@@ -268,16 +268,24 @@ describe('leases', () => {
 
   it('a busy worker never claims more jobs than free slots: concurrency 1, steps longer than the lease, more runs than slots', { timeout: 60_000 }, async () => {
     await nqd.putFlow({ name: 'busy', entry: 'slow', steps: { slow: { queue: 'q-busy' } } })
-    // Record every claim the SDK sends and how many jobs it held then.
-    const claims: { max: number, active: number, held: number }[] = []
+    // Record every claim the SDK sends, its own or a completion's, and how
+    // many jobs it held then. A job a completion claims runs once the
+    // completed one's handler returned, in the slot that one kept.
+    const claims: { max: number, active: number, held: number, completing: boolean }[] = []
     const realRequest = http.request
     let w: Worker | undefined
     const spy = (...args: unknown[]): http.ClientRequest => {
       const req = (realRequest as (...a: unknown[]) => http.ClientRequest)(...args)
-      if (String(args[0]).endsWith('/api/_workers/claim')) {
+      const path = String(args[0])
+      if (path.endsWith('/api/_workers/claim') || path.endsWith('/complete')) {
         const end = req.end.bind(req) as (chunk: Buffer) => http.ClientRequest
         req.end = ((chunk: Buffer) => {
-          claims.push({ max: (JSON.parse(chunk.toString()) as { max: number }).max, active: w?.active ?? 0, held: w?.held ?? 0 })
+          const body = JSON.parse(chunk.toString()) as { max?: number, claim?: { max: number } }
+          const completing = body.claim !== undefined
+          const max = completing ? body.claim?.max : body.max
+          if (max !== undefined) {
+            claims.push({ max, active: w?.active ?? 0, held: w?.held ?? 0, completing })
+          }
           return end(chunk)
         }) as typeof req.end
       }
@@ -315,6 +323,7 @@ describe('leases', () => {
       assert.ok(c.max >= 1 && c.max + c.active <= 1, `a claim asked for ${c.max} jobs while running ${c.active}`)
       assert.ok(c.max + c.held <= 2, `a claim asked for ${c.max} jobs while holding ${c.held}`)
     }
+    assert.ok(claims.some(c => c.completing), `no completion claimed: ${JSON.stringify(claims)}`)
   })
 
 
