@@ -2,7 +2,8 @@
 
 Stores the one-step flow `bench-py` (queue bench-py, step noop), queues
 NQD_RUNS runs (default 2000), then times a worker of NQD_CONCURRENCY slots
-(default 64) draining them. Start nqd without rate limits for it, e.g.
+(default 64) draining them, and the CPU time the worker used for it. Start
+nqd without rate limits for it, e.g.
 
     NQ_RATE_PER_ADDR=0 NQ_DATA_DIR=$(mktemp -d) bin/nqd &
     NQD_URL=http://127.0.0.1:8080 /usr/bin/python3 sdk/python/bench/measure.py
@@ -52,18 +53,19 @@ async def main() -> None:
     async def noop(input: Any, ctx: Context) -> None:
         return None
 
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), time.process_time()
     task = asyncio.create_task(worker.run())
     while worker.completed + worker.failed < runs:
         if task.done():
             task.result()
             raise SystemExit("the worker stopped early")
         await asyncio.sleep(0.01)
-    took = time.monotonic() - t0
+    took, cpu = time.monotonic() - t0, time.process_time() - cpu0
     worker.stop()
     await task
     print(f"{worker.completed} no-op steps in {took:.2f}s: {worker.completed / took:.0f} steps/s "
-          f"(concurrency {concurrency}, {worker.failed} failed)")
+          f"(concurrency {concurrency}, {worker.failed} failed); the worker's CPU "
+          f"{cpu * 1e6 / max(worker.completed, 1):.0f} µs per step")
 
 
 if __name__ == "__main__":
