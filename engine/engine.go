@@ -24,6 +24,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/rs/zerolog"
 
 	"github.com/nqd-dev/nqd"
@@ -432,13 +434,13 @@ func (e *Engine) waiter() <-chan struct{} {
 	return e.wake
 }
 
+// newRunID returns a version 7 UUID: its leading bits are the time, and ids
+// made by one process only grow, so the keys of runs started close together
+// are neighbours in every store's indexes and a commit rewrites fewer pages.
+// NewV7 fails only if the system's random source does, which Go treats as
+// fatal anyway.
 func newRunID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+	return uuid.Must(uuid.NewV7()).String()
 }
 
 // idempotentRunID derives the run id from the key, so a repeated start
