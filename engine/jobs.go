@@ -360,10 +360,10 @@ func emitName(data json.RawMessage) (string, json.RawMessage) {
 
 func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event) ([]event.Event, error) {
 	name, payload := emitName(ev.Data)
-	d, err := e.Definition(ctx, j.Flow)
-	if err != nil {
-		return nil, err
-	}
+	// As for a start, a store that checks the definition in the update
+	// lets the emit be decided on the cached one (see checkedDefinition);
+	// once the store refused an update, the next try reads the stored one.
+	body, d := e.checkedDefinition(j.Flow)
 	var out []event.Event
 	// One clock reading for every retry, so that a trigger a ready step
 	// registers keeps its id.
@@ -372,7 +372,13 @@ func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event) ([]event
 	// start's first step does; once the store refused that (its queue was
 	// paused, or the run moved on), the next try enqueues it as usual.
 	handsOff := true
-	err = e.retry(ctx, func() error {
+	err := e.retry(ctx, func() error {
+		if d == nil {
+			var err error
+			if d, err = e.Definition(ctx, j.Flow); err != nil {
+				return err
+			}
+		}
 		r, err := e.readRunForUpdate(ctx, j.Flow, j.Run)
 		if err != nil {
 			return err
@@ -401,6 +407,7 @@ func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event) ([]event
 		if err := e.register(ctx, &fx); err != nil {
 			return err
 		}
+		u.Definition = body
 		var deliver func(error) bool
 		if handsOff {
 			deliver = e.handOff(&u, now)
@@ -408,6 +415,9 @@ func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event) ([]event
 		res, err := e.commit(ctx, u)
 		if deliver != nil && !deliver(err) {
 			handsOff = false
+		}
+		if errors.Is(err, errRace) && body != nil {
+			body, d = nil, nil
 		}
 		out = res.Events
 		return err
