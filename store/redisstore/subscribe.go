@@ -285,12 +285,11 @@ func (f *liveFeed) receive(lc *liveConn) {
 }
 
 func (f *liveFeed) dispatch(lc *liveConn, m *redis.Message) {
-	var e event.Event
-	if err := e.UnmarshalJSON([]byte(m.Payload)); err != nil {
+	e, err := decodePublished(m.Payload)
+	if err != nil {
 		f.log.Warn().Err(err).Str("channel", m.Channel).Msg("dropping an undecodable live record")
 		return
 	}
-	e.Prev = publishedPrev(m.Payload)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	cs := lc.channels[m.Channel]
@@ -550,28 +549,45 @@ func (s *subscription) finish(err error) {
 	}
 }
 
-// publishedPrev reads the "prev" the append script publishes with a record
-// (scripts/lib.lua), right after the record's own id: the id of the entry
-// before it. Zero when the record has none (a stream's first) or does not
-// start as the script writes it.
-func publishedPrev(payload string) event.ID {
+// decodePublished reads a record as the append script publishes it
+// (scripts/lib.lua): {"id":…, then "prev", the id of the entry before it
+// when there is one, then the stored record. The record goes through the
+// store's own decoder, as records read from the stream do; a payload that
+// does not start as the script writes it is left to the record's JSON
+// decoding, and has no Prev.
+func decodePublished(payload string) (event.Event, error) {
+	id, prev, ok := publishedIDs(payload)
+	if !ok {
+		var e event.Event
+		err := e.UnmarshalJSON([]byte(payload))
+		return e, err
+	}
+	e, err := event.DecodeStored(id, []byte(payload))
+	e.Prev = prev
+	return e, err
+}
+
+// publishedIDs reads the id and prev that open a published record; prev is
+// zero when the record has none (a stream's first).
+func publishedIDs(payload string) (id, prev event.ID, ok bool) {
 	rest, ok := strings.CutPrefix(payload, `{"id":"`)
 	if !ok {
-		return event.ID{}
+		return id, prev, false
 	}
-	if _, rest, ok = strings.Cut(rest, `"`); !ok { // past the id, which holds no quote
-		return event.ID{}
+	s, rest, ok := strings.Cut(rest, `"`) // ids hold no quote
+	if !ok {
+		return id, prev, false
+	}
+	var err error
+	if id, err = event.ParseID(s); err != nil {
+		return id, prev, false
 	}
 	if rest, ok = strings.CutPrefix(rest, `,"prev":"`); !ok {
-		return event.ID{}
+		return id, prev, true
 	}
-	s, _, ok := strings.Cut(rest, `"`)
-	if !ok {
-		return event.ID{}
+	if s, _, ok = strings.Cut(rest, `"`); !ok {
+		return id, prev, false
 	}
-	id, err := event.ParseID(s)
-	if err != nil {
-		return event.ID{}
-	}
-	return id
+	prev, err = event.ParseID(s)
+	return id, prev, err == nil
 }
