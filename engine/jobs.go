@@ -254,9 +254,22 @@ func (e *ReportError) Unwrap() error {
 // Errors: ErrLeaseLost, ErrRunEnded, ErrStateInvalid (a *StateError), a
 // *ReportError.
 func (e *Engine) Report(ctx context.Context, ack store.JobAck, evs []event.Event, key string) ([]event.Event, error) {
-	j, err := e.held(ctx, ack)
-	if err != nil {
-		return nil, err
+	// A report of emits alone, about a job a claim on this instance handed
+	// out, is taken without reading the job: each emit's update names the
+	// lease for the store to check (store.RunUpdate.Held). Any other event
+	// is appended without such a check, so the job is read first.
+	var held *store.JobAck
+	j, ok := store.Job{}, false
+	if onlyEmits(evs) {
+		j, ok = e.recent.job(ack)
+	}
+	if ok {
+		held = &ack
+	} else {
+		var err error
+		if j, err = e.held(ctx, ack); err != nil {
+			return nil, err
+		}
 	}
 	if err := e.stamp(ctx, j, evs, true); err != nil {
 		return nil, err
@@ -289,7 +302,14 @@ func (e *Engine) Report(ctx context.Context, ack store.JobAck, evs []event.Event
 		if err := flush(); err != nil {
 			return out, err
 		}
-		stored, err := e.emit(ctx, j, ev)
+		stored, err := e.emit(ctx, j, ev, held)
+		if held != nil && errors.Is(err, ErrRunEnded) {
+			// The job may have been gone before this call: answer as for
+			// a job read from the store.
+			if _, herr := e.held(ctx, ack); herr != nil {
+				err = herr
+			}
+		}
 		if err != nil {
 			return out, err
 		}
@@ -358,7 +378,21 @@ func emitName(data json.RawMessage) (string, json.RawMessage) {
 	return d.Name, mustJSON(rest)
 }
 
-func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event) ([]event.Event, error) {
+// onlyEmits reports whether every event of evs is an emit.
+func onlyEmits(evs []event.Event) bool {
+	for _, ev := range evs {
+		if ev.Kind != "emit" {
+			return false
+		}
+	}
+	return len(evs) > 0
+}
+
+// emit stores ev, an emit of job j, and queues the steps it makes ready.
+// held, when set, is the lease j is taken to be held by, not yet checked:
+// the update names it, and a refused update tells a lost lease from a lost
+// race.
+func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event, held *store.JobAck) ([]event.Event, error) {
 	name, payload := emitName(ev.Data)
 	// As for a start, a store that checks the definition in the update
 	// lets the emit be decided on the cached one (see checkedDefinition);
@@ -387,7 +421,13 @@ func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event) ([]event
 			return ErrRunEnded
 		}
 		if _, seen := r.state.Emits[name]; seen {
-			return nil // a redelivered emit: fan-in already counted it
+			// A redelivered emit: fan-in already counted it. Nothing is
+			// written, so the lease is checked here.
+			if held != nil {
+				_, err := e.held(ctx, *held)
+				return err
+			}
+			return nil
 		}
 		r.state.Emits[name] = payload
 		if r.meta.EmittedEvents == nil {
@@ -407,7 +447,7 @@ func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event) ([]event
 		if err := e.register(ctx, &fx); err != nil {
 			return err
 		}
-		u.Definition = body
+		u.Definition, u.Held = body, held
 		var deliver func(error) bool
 		if handsOff {
 			deliver = e.handOff(&u, now)
@@ -418,6 +458,11 @@ func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event) ([]event
 		}
 		if errors.Is(err, errRace) && body != nil {
 			body, d = nil, nil
+		}
+		if errors.Is(err, errRace) && held != nil {
+			if _, herr := e.held(ctx, *held); herr != nil {
+				return herr
+			}
 		}
 		out = res.Events
 		return err

@@ -12,10 +12,11 @@ import (
 // decision about the same run or job can skip a store read: the run record
 // each commit wrote, and each job a claim handed out, under its lease. The
 // store checks both when they are used: a run update names the version it
-// read and is refused when another write came between, and an ack names the
-// lease it holds. A stale entry therefore costs a refused write and a fresh
-// read, never a wrong decision; only decisions that end in such a checked
-// write use it (readRunForUpdate, heldForAck).
+// read and is refused when another write came between, and an ack (or a
+// held job) names the lease it holds. A stale entry therefore costs a
+// refused write and a fresh read, never a wrong decision; only decisions
+// that end in such a checked write use it (readRunForUpdate, heldForAck,
+// and Report's emits).
 type recent struct {
 	mu   sync.Mutex
 	runs map[string]recentRun // by runKey
@@ -108,6 +109,14 @@ func (c *recent) claimed(j store.Job) {
 		}
 	}
 	c.jobs[jobKey{j.Lease, j.Queue, j.ID}] = j
+}
+
+// job returns the job remembered under ack's lease and keeps it.
+func (c *recent) job(ack store.JobAck) (store.Job, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	j, ok := c.jobs[jobKey{ack.Lease, ack.Queue, ack.ID}]
+	return j, ok
 }
 
 // takeJob hands out the job remembered under ack's lease once.

@@ -165,3 +165,97 @@ func stepLetter(ack store.JobAck) string {
 	}
 	return "b"
 }
+
+// A report of emits about a job this instance handed out reads no job from
+// the store: the emit's update names the lease. A lease that was lost
+// meanwhile is still answered ErrLeaseLost, with nothing written: after
+// the job was taken over, for an emit already counted, and after another
+// instance cancelled the run.
+func TestEmitSparesJobRead(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, inner engine.Store) {
+		ctx := t.Context()
+		st := &countingStore{Store: inner}
+		c := testkit.NewClock(time.UnixMilli(1_700_000_000_000))
+		a, b := newEngine(t, st, c), newEngine(t, inner, c)
+		mustDefine(t, a, "diamond", "diamond")
+		ackOf := func(j store.Job) store.JobAck { return store.JobAck{Queue: j.Queue, ID: j.ID, Lease: j.Lease} }
+		emit := func(ack store.JobAck, name string) error {
+			_, err := a.Report(ctx, ack, []event.Event{{Kind: "emit", Data: json.RawMessage(`{"event":"` + name + `"}`)}}, "")
+			return err
+		}
+
+		// The lease of a job with retries runs out and b takes the job
+		// over: a's emits with the old lease are refused, of a new name
+		// and of one b's emit counted already.
+		mustDefine(t, a, "example-flow", "example-flow")
+		run2, err := a.Start(ctx, "example-flow", nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		old := ackOf(claimOf(t, a, run2.FlowID))
+		c.Add(time.Minute)
+		over := claimOf(t, b, run2.FlowID)
+		if over.ID != old.ID || over.Attempt != 2 {
+			t.Fatalf("b claimed %+v; want %s as attempt 2", over, old.ID)
+		}
+		before := kinds(t, inner, run2.FlowID)
+		if err := emit(old, "fetch_data.completed"); !errors.Is(err, engine.ErrLeaseLost) {
+			t.Errorf("emit under the lost lease: %v; want ErrLeaseLost", err)
+		}
+		if _, err := b.Report(ctx, ackOf(over), []event.Event{{Kind: "emit", Data: json.RawMessage(`{"event":"fetch_data.completed"}`)}}, ""); err != nil {
+			t.Fatal(err)
+		}
+		if err := emit(old, "fetch_data.completed"); !errors.Is(err, engine.ErrLeaseLost) {
+			t.Errorf("emit of a counted name under the lost lease: %v; want ErrLeaseLost", err)
+		}
+		if got := kinds(t, inner, run2.FlowID); len(got) != len(before)+1 || count(got, "emit fetch_data") != 1 {
+			t.Errorf("events = %v; want b's emit alone after %v", got, before)
+		}
+
+		// Emits about a job a handed out read no job.
+		run1, err := a.Start(ctx, "diamond", nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		entry := ackOf(claimOf(t, a, run1.FlowID))
+		st.job.Store(0)
+		for _, n := range []string{"step.a.trigger", "step.b.trigger"} {
+			if err := emit(entry, n); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := st.job.Load(); n != 0 {
+			t.Errorf("two emits read the job %d times; want 0", n)
+		}
+		if got := kinds(t, inner, run1.FlowID); count(got, "emit start") != 2 {
+			t.Errorf("events = %v", got)
+		}
+
+		// b cancels a run whose entry job a holds.
+		run3, err := a.Start(ctx, "diamond", nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held := ackOf(claimOf(t, a, run3.FlowID))
+		if _, err := b.Cancel(ctx, "diamond", run3.FlowID, "user"); err != nil {
+			t.Fatal(err)
+		}
+		if err := emit(held, "step.a.trigger"); !errors.Is(err, engine.ErrLeaseLost) {
+			t.Errorf("emit after another instance cancelled the run: %v; want ErrLeaseLost", err)
+		}
+		if got := kinds(t, inner, run3.FlowID); count(got, "emit start") != 0 {
+			t.Errorf("events = %v", got)
+		}
+	})
+}
+
+// claimOf claims every ready job through e and returns run's.
+func claimOf(t *testing.T, e *engine.Engine, run string) store.Job {
+	t.Helper()
+	jobs, err := e.Claim(t.Context(), []string{"default"}, 100, 0)
+	if i := slices.IndexFunc(jobs, func(j store.Job) bool { return j.Run == run }); err == nil && i >= 0 {
+		return jobs[i]
+	}
+	t.Fatalf("claim = %v, %v; want a job of run %s", jobs, err, run)
+	return store.Job{}
+}

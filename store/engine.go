@@ -123,6 +123,10 @@ type RunUpdate struct {
 	// Ack, when set, deletes a claimed job and requires that it is still
 	// held by Ack.Lease.
 	Ack *JobAck
+	// Held, when set, requires as Ack does that a claimed job is still held
+	// by Held.Lease, and leaves the job as it is: a report of the job that
+	// writes to its run. At most one of Ack and Held is set.
+	Held *JobAck
 	// Enqueue adds jobs (or replaces jobs of the same id) ready at ReadyAt.
 	Enqueue []Job
 	// Remove deletes jobs whether claimed or not; absent ones are ignored.
@@ -150,8 +154,8 @@ type RunPage struct {
 // RunStore keeps the flow engine's durable state.
 type RunStore interface {
 	// UpdateRun applies u atomically. Errors: ErrConflict (the run's version
-	// is not u.Meta.Version, or u.Ack's job is gone or held by another
-	// lease: nothing was written), ErrInvalid, ErrUnavailable.
+	// is not u.Meta.Version, or u.Ack's or u.Held's job is gone or held by
+	// another lease: nothing was written), ErrInvalid, ErrUnavailable.
 	UpdateRun(ctx context.Context, u RunUpdate) (AppendResult, error)
 	// RunMeta returns a run's record. Errors: ErrNotFound, ErrInvalid,
 	// ErrUnavailable.

@@ -40,8 +40,13 @@ func CheckRunUpdate(u RunUpdate) error {
 			return bad("queue %q", r.Queue)
 		}
 	}
-	if u.Ack != nil && !event.ValidName(u.Ack.Queue) {
-		return bad("queue %q", u.Ack.Queue)
+	if u.Ack != nil && u.Held != nil {
+		return bad("both an ack and a held job")
+	}
+	for _, a := range []*JobAck{u.Ack, u.Held} {
+		if a != nil && !event.ValidName(a.Queue) {
+			return bad("queue %q", a.Queue)
+		}
 	}
 	for _, ts := range [][]Timer{u.SetTimers, u.ClearTimers} {
 		for _, t := range ts {

@@ -68,7 +68,10 @@ func applyRunUpdate(tx *bolt.Tx, u store.RunUpdate) error {
 	if err := checkLeasedEnqueue(tx, u.Enqueue); err != nil {
 		return err
 	}
-	if a := u.Ack; a != nil {
+	for _, a := range []*store.JobAck{u.Ack, u.Held} {
+		if a == nil {
+			continue
+		}
 		j, ok, err := getJob(tx, a.Queue, a.ID)
 		if err != nil {
 			return err
@@ -76,6 +79,8 @@ func applyRunUpdate(tx *bolt.Tx, u store.RunUpdate) error {
 		if !ok || j.Lease != a.Lease {
 			return fmt.Errorf("%w: job %s is not held by lease %q", errConflict, a.ID, a.Lease)
 		}
+	}
+	if a := u.Ack; a != nil {
 		if err := deleteJob(tx, a.Queue, a.ID); err != nil {
 			return err
 		}

@@ -85,6 +85,9 @@ func (s *Store) queueRun(wb *pgx.Batch, u store.RunUpdate) error {
 	if a := u.Ack; a != nil {
 		wb.Queue(sqlAck, a.Queue, a.ID, a.Lease, fmt.Sprintf("job %s is not held by lease %q", a.ID, a.Lease))
 	}
+	if h := u.Held; h != nil {
+		wb.Queue(sqlHeld, h.Queue, h.ID, h.Lease, fmt.Sprintf("job %s is not held by lease %q", h.ID, h.Lease))
+	}
 	for _, r := range u.Consume {
 		ms, seq := pgID(r.Seq)
 		wb.Queue(sqlConsume, r.Kind, ms, seq, m.Run, fmt.Sprintf("event %s %v already consumed", r.Kind, r.Seq))

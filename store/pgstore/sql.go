@@ -48,6 +48,8 @@ var (
 	sqlDefinitionIs string
 	//go:embed sql/ack.sql
 	sqlAck string
+	//go:embed sql/held.sql
+	sqlHeld string
 	//go:embed sql/consume.sql
 	sqlConsume string
 	//go:embed sql/job_put.sql

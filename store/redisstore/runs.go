@@ -160,6 +160,8 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 
 	if a := u.Ack; a != nil {
 		args = append(args, keyAt(s.readyKey(a.Queue)), keyAt(s.jobsKey(a.Queue)), a.ID, a.Lease)
+	} else if h := u.Held; h != nil {
+		args = append(args, 0, keyAt(s.jobsKey(h.Queue)), h.ID, h.Lease)
 	} else {
 		args = append(args, 0, 0, "", "")
 	}

@@ -30,6 +30,7 @@ var engineScenarios = []struct {
 	{"RunStatusIndex", testRunStatusIndex},
 	{"QueueClaimLeaseAndRedelivery", testQueueClaim},
 	{"AckNeedsLease", testAckNeedsLease},
+	{"HeldNeedsLeaseKeepsJob", testHeldNeedsLease},
 	{"Timers", testTimers},
 	{"DeleteRuns", testDeleteRuns},
 }
@@ -300,6 +301,50 @@ func testAckNeedsLease(t *testing.T, s EngineStore) {
 	}
 	if got, _ := s.Claim(ctx, []string{"qa"}, 1e12, 1e12+1, "L2", 1); len(got) != 0 {
 		t.Errorf("acked job claimed again: %+v", got)
+	}
+}
+
+// An update naming a held job is written only while the job is held by
+// that lease, and leaves the job claimed as it was.
+func testHeldNeedsLease(t *testing.T, s EngineStore) {
+	ctx := t.Context()
+	enqueue(t, s, "h1", job("h1", "a", "qa", 0))
+	got, err := s.Claim(ctx, []string{"qa"}, 10, 1000, "L1", 1)
+	must(t, err)
+	if len(got) != 1 {
+		t.Fatalf("Claim = %+v", got)
+	}
+	m, err := s.RunMeta(ctx, "fl", "h1")
+	must(t, err)
+	ref := store.JobRef{Queue: "qa", ID: "h1:a"}
+	for _, lease := range []string{"wrong", ""} {
+		_, err = s.UpdateRun(ctx, store.RunUpdate{Meta: m, PrevStatus: m.Status, Held: &store.JobAck{Queue: "qa", ID: "h1:a", Lease: lease}})
+		if !errors.Is(err, store.ErrConflict) {
+			t.Fatalf("update naming the job held by lease %q: got %v, want ErrConflict", lease, err)
+		}
+	}
+	_, err = s.UpdateRun(ctx, store.RunUpdate{Meta: m, PrevStatus: m.Status, Held: &store.JobAck{Queue: "qa", ID: "h1:zz", Lease: "L1"}})
+	if !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("update naming a job that is not there: got %v, want ErrConflict", err)
+	}
+	if m2, err := s.RunMeta(ctx, "fl", "h1"); err != nil || m2.Version != m.Version {
+		t.Fatalf("refused updates moved the run to %+v, %v; want version %d", m2, err, m.Version)
+	}
+	_, err = s.UpdateRun(ctx, store.RunUpdate{Meta: m, PrevStatus: m.Status, Held: &store.JobAck{Queue: "qa", ID: "h1:a", Lease: "L1"}})
+	must(t, err)
+	if m2, err := s.RunMeta(ctx, "fl", "h1"); err != nil || m2.Version != m.Version+1 {
+		t.Errorf("after the update the run is %+v, %v; want version %d", m2, err, m.Version+1)
+	}
+	j, err := s.Job(ctx, ref)
+	if err != nil || j.Lease != "L1" || j.LeaseUntil != 1000 {
+		t.Errorf("held job after the update = %+v, %v; want it still held by L1 until 1000", j, err)
+	}
+	_, err = s.UpdateRun(ctx, store.RunUpdate{
+		Meta: m, PrevStatus: m.Status,
+		Ack: &store.JobAck{Queue: "qa", ID: "h1:a", Lease: "L1"}, Held: &store.JobAck{Queue: "qa", ID: "h1:a", Lease: "L1"},
+	})
+	if !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("update with both an ack and a held job: got %v, want ErrInvalid", err)
 	}
 }
 

@@ -31,7 +31,8 @@
 --   be in, so the run leaves the one its stored record names;
 --   f, then f field/value pairs of the record ("" deletes the field);
 --   n, then n event bodies, then n positions of the named index each joins;
---   the ack's ready and jobs positions ("0" "0": no ack), job id, lease;
+--   the ack's ready and jobs positions ("0" "0": no ack; a ready position
+--   of "0" alone checks the lease and leaves the job), job id, lease;
 --   r, then r removals: ready position, jobs position, job id;
 --   q, then q jobs: ready position, jobs position, job id, score, value;
 --   c, then c timer names to clear;
@@ -102,8 +103,10 @@ if ackJobs > 0 then
   if not v or string.match(v, '^%S+ %S+ %S+ ([^\n]*)\n') ~= ackLease then
     return {1, 'job ' .. ackID .. ' is not held by lease ' .. ackLease}
   end
-  redis.call('HDEL', KEYS[ackJobs], ackID)
-  redis.call('ZREM', KEYS[ackReady], ackID)
+  if ackReady > 0 then
+    redis.call('HDEL', KEYS[ackJobs], ackID)
+    redis.call('ZREM', KEYS[ackReady], ackID)
+  end
 end
 
 local set, del = {'version', string.format('%d', cur + 1)}, {}
