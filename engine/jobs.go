@@ -254,15 +254,11 @@ func (e *ReportError) Unwrap() error {
 // Errors: ErrLeaseLost, ErrRunEnded, ErrStateInvalid (a *StateError), a
 // *ReportError.
 func (e *Engine) Report(ctx context.Context, ack store.JobAck, evs []event.Event, key string) ([]event.Event, error) {
-	// A report of emits alone, about a job a claim on this instance handed
-	// out, is taken without reading the job: each emit's update names the
-	// lease for the store to check (store.RunUpdate.Held). Any other event
-	// is appended without such a check, so the job is read first.
+	// A report about a job a claim on this instance handed out is taken
+	// without reading the job: each write names the lease for the store to
+	// check (store.AppendOptions.Held, store.RunUpdate.Held).
 	var held *store.JobAck
-	j, ok := store.Job{}, false
-	if onlyEmits(evs) {
-		j, ok = e.recent.job(ack)
-	}
+	j, ok := e.recent.job(ack)
 	if ok {
 		held = &ack
 	} else {
@@ -281,7 +277,7 @@ func (e *Engine) Report(ctx context.Context, ack store.JobAck, evs []event.Event
 		if len(plain) == 0 {
 			return nil
 		}
-		var opts store.AppendOptions
+		opts := store.AppendOptions{Held: held}
 		if key != "" {
 			// Emits split a report into several appends; each gets a key
 			// of its own, scoped to the job and lease so that keys of
@@ -290,6 +286,9 @@ func (e *Engine) Report(ctx context.Context, ack store.JobAck, evs []event.Event
 			segment++
 		}
 		res, err := e.st.Append(ctx, store.Context{Type: "flow", ID: j.Run}, plain, opts)
+		if held != nil && errors.Is(err, store.ErrConflict) {
+			err = ErrLeaseLost
+		}
 		out = append(out, res.Events...)
 		plain = nil
 		return err
@@ -376,16 +375,6 @@ func emitName(data json.RawMessage) (string, json.RawMessage) {
 	_ = json.Unmarshal(data, &rest)
 	delete(rest, "name")
 	return d.Name, mustJSON(rest)
-}
-
-// onlyEmits reports whether every event of evs is an emit.
-func onlyEmits(evs []event.Event) bool {
-	for _, ev := range evs {
-		if ev.Kind != "emit" {
-			return false
-		}
-	}
-	return len(evs) > 0
 }
 
 // emit stores ev, an emit of job j, and queues the steps it makes ready.

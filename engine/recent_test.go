@@ -166,12 +166,12 @@ func stepLetter(ack store.JobAck) string {
 	return "b"
 }
 
-// A report of emits about a job this instance handed out reads no job from
-// the store: the emit's update names the lease. A lease that was lost
-// meanwhile is still answered ErrLeaseLost, with nothing written: after
-// the job was taken over, for an emit already counted, and after another
-// instance cancelled the run.
-func TestEmitSparesJobRead(t *testing.T) {
+// A report about a job this instance handed out reads no job from the
+// store: its appends and the emits' updates name the lease. A lease that was
+// lost meanwhile is still answered ErrLeaseLost, with nothing written: after
+// the job was taken over (for a log, an emit, and an emit already counted),
+// and after another instance cancelled the run.
+func TestReportSparesJobRead(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, inner engine.Store) {
 		ctx := t.Context()
 		st := &countingStore{Store: inner}
@@ -199,6 +199,9 @@ func TestEmitSparesJobRead(t *testing.T) {
 			t.Fatalf("b claimed %+v; want %s as attempt 2", over, old.ID)
 		}
 		before := kinds(t, inner, run2.FlowID)
+		if _, err := a.Report(ctx, old, []event.Event{{Kind: "log", Data: json.RawMessage(`{"level":"info","msg":"late"}`)}}, "k"); !errors.Is(err, engine.ErrLeaseLost) {
+			t.Errorf("log under the lost lease: %v; want ErrLeaseLost", err)
+		}
 		if err := emit(old, "fetch_data.completed"); !errors.Is(err, engine.ErrLeaseLost) {
 			t.Errorf("emit under the lost lease: %v; want ErrLeaseLost", err)
 		}
@@ -212,22 +215,24 @@ func TestEmitSparesJobRead(t *testing.T) {
 			t.Errorf("events = %v; want b's emit alone after %v", got, before)
 		}
 
-		// Emits about a job a handed out read no job.
+		// Reports about a job a handed out read no job.
 		run1, err := a.Start(ctx, "diamond", nil, "")
 		if err != nil {
 			t.Fatal(err)
 		}
 		entry := ackOf(claimOf(t, a, run1.FlowID))
 		st.job.Store(0)
-		for _, n := range []string{"step.a.trigger", "step.b.trigger"} {
-			if err := emit(entry, n); err != nil {
-				t.Fatal(err)
-			}
+		first := []event.Event{{Kind: "step.started"}, {Kind: "emit", Data: json.RawMessage(`{"event":"step.a.trigger"}`)}}
+		if _, err := a.Report(ctx, entry, first, "k1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := emit(entry, "step.b.trigger"); err != nil {
+			t.Fatal(err)
 		}
 		if n := st.job.Load(); n != 0 {
-			t.Errorf("two emits read the job %d times; want 0", n)
+			t.Errorf("two reports read the job %d times; want 0", n)
 		}
-		if got := kinds(t, inner, run1.FlowID); count(got, "emit start") != 2 {
+		if got := kinds(t, inner, run1.FlowID); count(got, "step.started start") != 1 || count(got, "emit start") != 2 {
 			t.Errorf("events = %v", got)
 		}
 

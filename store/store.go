@@ -91,6 +91,11 @@ type AppendOptions struct {
 	// ErrKeyReused. Without it a repeat replays whatever it carries, which
 	// lets nqd's own keys mark "at most once".
 	SameRequest bool
+	// Held, when set, makes the append require, before anything else, that
+	// a claimed job of the flow engine is held by Held.Lease (see
+	// RunUpdate.Held): otherwise it appends nothing, replays nothing and
+	// fails with ErrConflict. A worker's report of the job appends so.
+	Held *JobAck
 }
 
 // Fingerprint is what an idempotency record remembers of the events it
@@ -213,7 +218,8 @@ type Store interface {
 	// Append stores evs (at least one) at the end of c's stream, assigning
 	// increasing ids, and publishes each to c's live subscribers on every
 	// instance. Errors: ErrInvalid (bad context, empty batch, bad kind),
-	// ErrUnavailable (nothing was written).
+	// ErrConflict (opts.Held's job is not held by its lease), ErrUnavailable
+	// (nothing was written).
 	Append(ctx context.Context, c Context, evs []event.Event, opts AppendOptions) (AppendResult, error)
 
 	// Range reads events of c's stream in id order (or reverse). A context

@@ -46,6 +46,9 @@ func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, 
 		return store.AppendResult{}, err
 	}
 	r.kinds = true
+	if h := opts.Held; h != nil {
+		r.hook = func(tx *bolt.Tx) error { return checkHeld(tx, *h) }
+	}
 	return s.submit(ctx, r)
 }
 
@@ -92,6 +95,9 @@ func newAppendReq(c store.Context, evs []event.Event, opts store.AppendOptions) 
 	}
 	if len(opts.IdempotencyKey) > maxIdempotencyKey {
 		return nil, invalid("idempotency key longer than %d bytes", maxIdempotencyKey)
+	}
+	if opts.Held != nil && !event.ValidName(opts.Held.Queue) {
+		return nil, invalid("queue %q", opts.Held.Queue)
 	}
 	r := &appendReq{
 		c: c, ck: contextKey(c), evs: evs, key: opts.IdempotencyKey, same: opts.SameRequest,

@@ -264,3 +264,16 @@ func (s *Store) Job(ctx context.Context, ref store.JobRef) (store.Job, error) {
 	}
 	return j.Job, nil
 }
+
+// checkHeld fails with a conflict unless the job a names is held by
+// a.Lease.
+func checkHeld(tx *bolt.Tx, a store.JobAck) error {
+	j, ok, err := getJob(tx, a.Queue, a.ID)
+	if err != nil {
+		return err
+	}
+	if !ok || j.Lease != a.Lease {
+		return fmt.Errorf("%w: job %s is not held by lease %q", errConflict, a.ID, a.Lease)
+	}
+	return nil
+}

@@ -72,12 +72,8 @@ func applyRunUpdate(tx *bolt.Tx, u store.RunUpdate) error {
 		if a == nil {
 			continue
 		}
-		j, ok, err := getJob(tx, a.Queue, a.ID)
-		if err != nil {
+		if err := checkHeld(tx, *a); err != nil {
 			return err
-		}
-		if !ok || j.Lease != a.Lease {
-			return fmt.Errorf("%w: job %s is not held by lease %q", errConflict, a.ID, a.Lease)
 		}
 	}
 	if a := u.Ack; a != nil {

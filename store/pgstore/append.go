@@ -37,6 +37,9 @@ func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, 
 		return store.AppendResult{}, err
 	}
 	b.same = opts.SameRequest
+	if h := opts.Held; h != nil && !event.ValidName(h.Queue) {
+		return store.AppendResult{}, invalid("queue %q", h.Queue)
+	}
 	if err := s.ready(ctx); err != nil {
 		return store.AppendResult{}, err
 	}
@@ -47,7 +50,21 @@ func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, 
 		return store.AppendResult{}, dbErr(err)
 	}
 	defer conn.Release()
-	res, err := s.appendCall(ctx, conn, b, true)
+	var res store.AppendResult
+	if h := opts.Held; h != nil {
+		// One implicit transaction, still one round trip: the check raises
+		// and the server skips the call.
+		wb := &pgx.Batch{}
+		wb.Queue(sqlHeld, h.Queue, h.ID, h.Lease, fmt.Sprintf("job %s is not held by lease %q", h.ID, h.Lease))
+		wb.Queue(sqlAppend, s.appendArgs(b, true)...).Query(func(rows pgx.Rows) error {
+			var err error
+			res, err = scanAppend(rows, b)
+			return err
+		})
+		err = conn.SendBatch(ctx, wb).Close()
+	} else {
+		res, err = s.appendCall(ctx, conn, b, true)
+	}
 	if err != nil {
 		return store.AppendResult{}, callErr("append to "+b.c.String(), err)
 	}

@@ -46,6 +46,9 @@ func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, 
 	if len(opts.IdempotencyKey) > maxIdempotencyKey {
 		return store.AppendResult{}, invalid("append", "idempotency key longer than %d bytes", maxIdempotencyKey)
 	}
+	if opts.Held != nil && !event.ValidName(opts.Held.Queue) {
+		return store.AppendResult{}, invalid("append", "queue %q", opts.Held.Queue)
+	}
 
 	stream := s.streamKey(c)
 	keys := []string{stream, s.indexKey(store.Index{Type: c.Type}), s.watchedKey()}
@@ -91,13 +94,18 @@ func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, 
 	if same {
 		sameArg = 1
 	}
-	args := make([]any, 0, 11+3*len(evs))
+	args := make([]any, 0, 14+3*len(evs))
 	args = append(args, s.channel(c), c.ID, s.maxLen(c.Type), idem, window.Milliseconds(), len(evs))
 	args = append(args, bodies...)
 	args = append(args, joins...)
 	args = append(args, s.kindWindow().Milliseconds(), c.Type, len(s.kindKey("")))
 	args = append(args, kinds...)
 	args = append(args, hex.EncodeToString(fp[:]), sameArg)
+	if h := opts.Held; h != nil {
+		args = append(args, keyAt(s.jobsKey(h.Queue)), h.ID, h.Lease)
+	} else {
+		args = append(args, 0, "", "")
+	}
 	reply, err := s.pipe.run(ctx, appendScript, keys, args)
 	if err != nil && mayHaveRun(err) {
 		reply, err = s.resolveAppend(ctx, keys, args, err)
@@ -183,6 +191,8 @@ func (s *Store) appendResult(c store.Context, evs []event.Event, reply []any) (s
 		return store.AppendResult{}, fmt.Errorf("redisstore: append: empty reply")
 	}
 	switch outcome, _ := reply[0].(int64); outcome {
+	case 3:
+		return store.AppendResult{}, fmt.Errorf("redisstore: append to %s: %w: the job is not held by the lease", c, store.ErrConflict)
 	case 2:
 		return store.AppendResult{}, fmt.Errorf("redisstore: append to %s: %w", c, store.ErrKeyReused)
 	case 1:

@@ -31,6 +31,7 @@ var engineScenarios = []struct {
 	{"QueueClaimLeaseAndRedelivery", testQueueClaim},
 	{"AckNeedsLease", testAckNeedsLease},
 	{"HeldNeedsLeaseKeepsJob", testHeldNeedsLease},
+	{"AppendHeldNeedsLease", testAppendHeld},
 	{"Timers", testTimers},
 	{"DeleteRuns", testDeleteRuns},
 }
@@ -345,6 +346,53 @@ func testHeldNeedsLease(t *testing.T, s EngineStore) {
 	})
 	if !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("update with both an ack and a held job: got %v, want ErrInvalid", err)
+	}
+}
+
+// An append that names a held job stores its events only while the job is
+// held by that lease; otherwise it stores and replays nothing.
+func testAppendHeld(t *testing.T, s EngineStore) {
+	ctx := t.Context()
+	enqueue(t, s, "p1", job("p1", "a", "qa", 0))
+	got, err := s.Claim(ctx, []string{"qa"}, 10, 1000, "L1", 1)
+	must(t, err)
+	if len(got) != 1 {
+		t.Fatalf("Claim = %+v", got)
+	}
+	c := store.Context{Type: "flow", ID: "p1"}
+	before, err := s.Range(ctx, c, store.RangeQuery{})
+	must(t, err)
+	log := []event.Event{{Kind: "log", Subject: "p1", Data: json.RawMessage(`{"msg":"x"}`)}}
+	held := func(lease string) store.AppendOptions {
+		return store.AppendOptions{IdempotencyKey: "k1", Held: &store.JobAck{Queue: "qa", ID: "p1:a", Lease: lease}}
+	}
+	if _, err := s.Append(ctx, c, log, held("wrong")); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("append naming a job held by another lease: got %v, want ErrConflict", err)
+	}
+	res, err := s.Append(ctx, c, log, held("L1"))
+	must(t, err)
+	if len(res.Events) != 1 || res.Replayed {
+		t.Fatalf("append by the holder = %+v", res)
+	}
+	again, err := s.Append(ctx, c, log, held("L1"))
+	must(t, err)
+	if !again.Replayed || len(again.Events) != 1 || again.Events[0].ID != res.Events[0].ID {
+		t.Errorf("repeat by the holder = %+v; want the first append replayed", again)
+	}
+	// The job is taken over: the old holder's repeat is refused, not replayed.
+	if got, err := s.Claim(ctx, []string{"qa"}, 2000, 3000, "L2", 1); err != nil || len(got) != 1 {
+		t.Fatalf("Claim after the lease ran out = %+v, %v", got, err)
+	}
+	if _, err := s.Append(ctx, c, log, held("L1")); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("repeat under a lost lease: got %v, want ErrConflict", err)
+	}
+	after, err := s.Range(ctx, c, store.RangeQuery{})
+	must(t, err)
+	if len(after) != len(before)+1 {
+		t.Errorf("stream grew from %d to %d events; want the holder's one", len(before), len(after))
+	}
+	if j, err := s.Job(ctx, store.JobRef{Queue: "qa", ID: "p1:a"}); err != nil || j.Lease != "L2" {
+		t.Errorf("job after the appends = %+v, %v; want it held by L2", j, err)
 	}
 }
 

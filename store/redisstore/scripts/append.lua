@@ -28,10 +28,14 @@
 --              by MINID to the window), written only for watched kinds
 -- then         the batch's fingerprint (hex) and "1" when a repeat must carry
 --              the same one to be replayed, else "0"
+-- then         the position in KEYS of the jobs hash of a job the append
+--              requires held ("0" for none), <p>:queue:<queue>:jobs, the
+--              job's id and the lease
 --
 -- Returns {0, id...} for a new append, {1, id, body, id, body...} when the
--- idempotency key was seen (body is "" for an entry trimmed since), or {2}
--- when it was seen with another fingerprint and the repeat must match.
+-- idempotency key was seen (body is "" for an entry trimmed since), {2}
+-- when it was seen with another fingerprint and the repeat must match, or
+-- {3} when the job is not held by the lease (checked first).
 -- The result key holds "f<fingerprint> id id ..."; records written before
 -- fingerprints were kept hold the ids alone.
 
@@ -48,6 +52,14 @@ local ctype = ARGV[8 + 2 * n]
 local kindFrom = tonumber(ARGV[9 + 2 * n]) + 1
 local fingerprint = ARGV[10 + 3 * n]
 local sameRequest = ARGV[11 + 3 * n] == '1'
+local heldJobs = tonumber(ARGV[12 + 3 * n])
+
+if heldJobs > 0 then
+  local v = redis.call('HGET', KEYS[heldJobs], ARGV[13 + 3 * n])
+  if not v or string.match(v, '^%S+ %S+ %S+ ([^\n]*)\n') ~= ARGV[14 + 3 * n] then
+    return {3}
+  end
+end
 
 -- watched caches, by KEYS position, whether a kind index is written: one
 -- SISMEMBER per distinct kind of the batch.
