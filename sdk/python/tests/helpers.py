@@ -155,14 +155,22 @@ class CountingProxy:
     def claiming_completions(self) -> list[Call]:
         return [c for c in self.of("complete") if isinstance(c.body, dict) and "claim" in c.body]
 
-    def claims_between_jobs(self) -> int:
+    def claims_between_jobs(self, after_empty_completions: bool = True) -> int:
         """The worker's claim calls that arrived after the call that brought
-        its first job and before its last completion."""
+        its first job and before its last completion; without
+        after_empty_completions, only those that did not follow a completion
+        that brought no job."""
         with self._lock:
             calls = list(self.calls)
         first = min((i for i, c in enumerate(calls) if c.jobs()), default=len(calls))
         last = max((i for i, c in enumerate(calls) if c.action == "complete"), default=0)
-        return sum(1 for c in calls[first + 1 : last] if c.action == "claim")
+        n, prev = 0, calls[first] if first < len(calls) else None
+        for c in calls[first + 1 : last]:
+            if c.action == "complete":
+                prev = c
+            elif c.action == "claim" and (after_empty_completions or prev is None or prev.jobs()):
+                n += 1
+        return n
 
     def _record(self, call: Call) -> None:
         job_id = call.path.rsplit("/", 2)[-2] if call.action in ("complete", "fail") else None
