@@ -70,6 +70,13 @@ func (ws *waiters) reserve(queue string) *waiter {
 	return nil
 }
 
+// handsOver reports whether a start or an emit can hand its job to a
+// waiting claim: whether the store can enqueue a job claimed.
+func (e *Engine) handsOver() bool {
+	_, ok := e.st.(leasedEnqueuer)
+	return ok
+}
+
 // Waiting is how many claims long-poll on this instance.
 func (e *Engine) Waiting() int {
 	e.waiting.mu.Lock()
@@ -83,7 +90,7 @@ func (e *Engine) Waiting() int {
 // commit's error; it delivers the job or releases the claim, and says
 // whether it delivered.
 func (e *Engine) handOff(u *store.RunUpdate, now int64) func(err error) bool {
-	if _, ok := e.st.(leasedEnqueuer); !ok || len(u.Enqueue) != 1 || u.Enqueue[0].ReadyAt > now {
+	if !e.handsOver() || len(u.Enqueue) != 1 || u.Enqueue[0].ReadyAt > now {
 		return nil
 	}
 	j := &u.Enqueue[0]

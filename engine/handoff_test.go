@@ -251,3 +251,21 @@ func TestEmitHandsJobToWaitingClaim(t *testing.T) {
 		}
 	})
 }
+
+// On a store that cannot take a job claimed nothing is ever handed over,
+// so a handed claim answers at once instead of waiting.
+func TestHandedClaimWithoutHandOversDoesNotWait(t *testing.T) {
+	st := &countingStore{Store: testkit.Bolt(t, boltstore.Options{})}
+	e := engine.New(st, engine.Options{Lease: 10 * time.Second, PollInterval: time.Hour, Logger: testkit.Logger(t)})
+	got := make(chan claimResult, 1)
+	go func() {
+		jobs, err := e.ClaimHanded(t.Context(), []string{"default"}, 1, time.Minute)
+		got <- claimResult{jobs, err}
+	}()
+	if res := answer(t, got); res.err != nil || len(res.jobs) != 0 {
+		t.Fatalf("claim = %+v, %v; want nothing", res.jobs, res.err)
+	}
+	if n := st.claims.Load(); n != 1 {
+		t.Errorf("the claim looked %d times; want once", n)
+	}
+}

@@ -29,9 +29,12 @@ func (e *Engine) Claim(ctx context.Context, queues []string, max int, wait time.
 // ClaimHanded claims as Claim does, except that while it waits it looks at
 // the store no more: it answers the job a start or an emit on this instance
 // hands it (handOff), or nothing once wait has passed or a hand-over's write
-// failed. Many such claims can wait at
-// once, as completions claiming their worker's next job do, without all
-// looking again whenever a job is enqueued that none of them was handed.
+// failed. Many such claims can wait at once, as completions claiming their
+// worker's next job do, without all looking again whenever a job is
+// enqueued that none of them was handed. A start whose hand-over looked for
+// a waiting claim in the instant between this claim's look and its wait is
+// not handed to it; the worker's own claim takes that job. On a store that
+// cannot take a job claimed nothing is handed over, and it does not wait.
 func (e *Engine) ClaimHanded(ctx context.Context, queues []string, max int, wait time.Duration) ([]store.Job, error) {
 	return e.claim(ctx, queues, max, wait, false)
 }
@@ -71,7 +74,7 @@ func (e *Engine) claim(ctx context.Context, queues []string, max int, wait time.
 				out = append(out, j)
 			}
 		}
-		if len(out) > 0 || !e.opts.Now().Before(deadline) {
+		if len(out) > 0 || !e.opts.Now().Before(deadline) || (!looksAgain && !e.handsOver()) {
 			return out, nil
 		}
 		// A start or an emit on this instance may hand its job over while
