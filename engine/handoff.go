@@ -33,14 +33,19 @@ type waiter struct {
 type waiters struct {
 	mu   sync.Mutex
 	list []*waiter
+	// missing counts the starts and emits that found no claim waiting for
+	// their job and have not finished their commit: a claim that begins to
+	// wait meanwhile may have looked at the queues before that commit.
+	missing int
 }
 
-func (ws *waiters) add(queues []string) *waiter {
+// add puts a claim in the list and says how many commits are missing it.
+func (ws *waiters) add(queues []string) (*waiter, int) {
 	w := &waiter{queues: queues, got: make(chan []store.Job, 1)}
 	ws.mu.Lock()
+	defer ws.mu.Unlock()
 	ws.list = append(ws.list, w)
-	ws.mu.Unlock()
-	return w
+	return w, ws.missing
 }
 
 // remove takes w out of the list; false says a start reserved it first, and
@@ -57,7 +62,8 @@ func (ws *waiters) remove(w *waiter) bool {
 }
 
 // reserve takes out the oldest waiter that claims from queue; the caller
-// must send it the outcome.
+// must send it the outcome. When there is none it counts the caller's
+// commit as missing until the caller calls committed.
 func (ws *waiters) reserve(queue string) *waiter {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
@@ -67,7 +73,15 @@ func (ws *waiters) reserve(queue string) *waiter {
 			return w
 		}
 	}
+	ws.missing++
 	return nil
+}
+
+// committed ends a commit that reserve found no waiter for.
+func (ws *waiters) committed() {
+	ws.mu.Lock()
+	ws.missing--
+	ws.mu.Unlock()
 }
 
 // handsOver reports whether a start or an emit can hand its job to a
@@ -88,7 +102,7 @@ func (e *Engine) Waiting() int {
 // if the store can take it claimed, and marks that job claimed under a new
 // lease. The caller commits u and then calls the returned function with the
 // commit's error; it delivers the job or releases the claim, and says
-// whether it delivered.
+// whether it delivered (never when no claim waited).
 func (e *Engine) handOff(u *store.RunUpdate, now int64) func(err error) bool {
 	if !e.handsOver() || len(u.Enqueue) != 1 || u.Enqueue[0].ReadyAt > now {
 		return nil
@@ -96,7 +110,12 @@ func (e *Engine) handOff(u *store.RunUpdate, now int64) func(err error) bool {
 	j := &u.Enqueue[0]
 	w := e.waiting.reserve(j.Queue)
 	if w == nil {
-		return nil
+		// A claim that begins to wait before this commit is done listens
+		// for its job being enqueued (see claim); it delivers nothing.
+		return func(error) bool {
+			e.waiting.committed()
+			return false
+		}
 	}
 	j.Lease, j.LeaseUntil = newLease(), now+e.opts.Lease.Milliseconds()
 	claimed := *j

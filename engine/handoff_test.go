@@ -1,6 +1,9 @@
 package engine_test
 
 import (
+	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -268,4 +271,102 @@ func TestHandedClaimWithoutHandOversDoesNotWait(t *testing.T) {
 	if n := st.claims.Load(); n != 1 {
 		t.Errorf("the claim looked %d times; want once", n)
 	}
+}
+
+// racingStore runs next once, right after a claim's look at the store and
+// before the engine sees its answer, so next falls between the claim's look
+// and its wait; and it holds each run update until release is closed, once
+// hold is set.
+type racingStore struct {
+	*leasingStore
+	once     sync.Once
+	next     func()
+	hold     atomic.Bool
+	updating chan struct{} // told when a held update arrives
+	release  chan struct{}
+}
+
+func newRacingStore(inner engine.Store) *racingStore {
+	return &racingStore{
+		leasingStore: &leasingStore{&countingStore{Store: inner}},
+		next:         func() {},
+		updating:     make(chan struct{}, 1),
+		release:      make(chan struct{}),
+	}
+}
+
+func (s *racingStore) Claim(ctx context.Context, queues []string, now, leaseUntil int64, lease string, max int) ([]store.Job, error) {
+	jobs, err := s.leasingStore.Claim(ctx, queues, now, leaseUntil, lease, max)
+	s.once.Do(s.next)
+	return jobs, err
+}
+
+func (s *racingStore) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendResult, error) {
+	if s.hold.Load() {
+		s.updating <- struct{}{}
+		<-s.release
+	}
+	return s.leasingStore.UpdateRun(ctx, u)
+}
+
+// handedClaim starts a claim that takes only hand-overs, waiting up to a
+// minute.
+func handedClaim(t *testing.T, e *engine.Engine) <-chan claimResult {
+	got := make(chan claimResult, 1)
+	go func() {
+		jobs, err := e.ClaimHanded(t.Context(), []string{"default"}, 1, time.Minute)
+		got <- claimResult{jobs, err}
+	}()
+	return got
+}
+
+// A run started while a claim that takes only hand-overs had looked at the
+// store but not begun to wait is not handed to it, yet the claim gets its
+// job by looking again, rather than waiting out its time: whether the
+// start's write was done before the claim began to wait or after.
+func TestHandedClaimSeesStartBeforeItWaits(t *testing.T) {
+	eachLeasingBackend(t, func(t *testing.T, inner engine.Store) {
+		ctx := t.Context()
+		newEngine := func(st engine.Store) *engine.Engine {
+			return engine.New(st, engine.Options{Lease: 10 * time.Second, PollInterval: time.Hour, Logger: testkit.Logger(t)})
+		}
+
+		// Done between the claim's look and its wait.
+		st := newRacingStore(inner)
+		e := newEngine(st)
+		mustDefine(t, e, "diamond", "diamond")
+		var started engine.Started
+		st.next = func() {
+			var err error
+			if started, err = e.Start(ctx, "diamond", nil, ""); err != nil {
+				t.Error(err)
+			}
+		}
+		res := answer(t, handedClaim(t, e))
+		if res.err != nil || len(res.jobs) != 1 || res.jobs[0].ID != started.ID {
+			t.Fatalf("claim = %+v, %v; want the job of the run started meanwhile", res.jobs, res.err)
+		}
+
+		// Looked for a waiting claim before the claim's look, written
+		// once the claim waits.
+		st = newRacingStore(inner)
+		e = newEngine(st)
+		st.hold.Store(true)
+		starts := make(chan error, 1)
+		go func() {
+			var err error
+			started, err = e.Start(ctx, "diamond", nil, "")
+			starts <- err
+		}()
+		<-st.updating
+		got := handedClaim(t, e)
+		wait.For(t, 5*time.Second, time.Millisecond, "the claim to wait", func() bool { return e.Waiting() > 0 })
+		close(st.release)
+		if err := <-starts; err != nil {
+			t.Fatal(err)
+		}
+		if res := answer(t, got); res.err != nil || len(res.jobs) != 1 || res.jobs[0].ID != started.ID {
+			t.Fatalf("claim = %+v, %v; want the job of the run started meanwhile", res.jobs, res.err)
+		}
+	})
 }

@@ -31,10 +31,11 @@ func (e *Engine) Claim(ctx context.Context, queues []string, max int, wait time.
 // hands it (handOff), or nothing once wait has passed or a hand-over's write
 // failed. Many such claims can wait at once, as completions claiming their
 // worker's next job do, without all looking again whenever a job is
-// enqueued that none of them was handed. A start whose hand-over looked for
-// a waiting claim in the instant between this claim's look and its wait is
-// not handed to it; the worker's own claim takes that job. On a store that
-// cannot take a job claimed nothing is handed over, and it does not wait.
+// enqueued that none of them was handed. Only a start or an emit that
+// looked for a waiting claim in the instant between this claim's look and
+// its wait, and so enqueued its job unclaimed, makes it look again. On a
+// store that cannot take a job claimed nothing is handed over, and it does
+// not wait.
 func (e *Engine) ClaimHanded(ctx context.Context, queues []string, max int, wait time.Duration) ([]store.Job, error) {
 	return e.claim(ctx, queues, max, wait, false)
 }
@@ -79,19 +80,23 @@ func (e *Engine) claim(ctx context.Context, queues []string, max int, wait time.
 		}
 		// A start or an emit on this instance may hand its job over while
 		// this claim waits (handOff).
-		w := e.waiting.add(queues)
+		w, missing := e.waiting.add(queues)
 		d := time.Until(deadline)
 		if looksAgain {
 			d = min(next.Sub(e.opts.Now()), d)
-		} else {
+		} else if missing == 0 && !closed(woken) {
+			// Every start or emit that looked for a waiting claim before
+			// this one is done, and nothing was enqueued unclaimed since
+			// this claim looked: only a hand-over can bring it a job now.
 			woken = nil
 		}
 		t := time.NewTimer(d)
 		var handed []store.Job
-		answered := false
+		answered, woke := false, false
 		select {
 		case <-ctx.Done():
 		case <-woken:
+			woke = true
 		case <-t.C:
 		case handed = <-w.got:
 			answered = true
@@ -107,9 +112,19 @@ func (e *Engine) claim(ctx context.Context, queues []string, max int, wait time.
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if !looksAgain {
+		if !looksAgain && !woke {
 			return out, nil
 		}
+	}
+}
+
+// closed reports whether ch is closed.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -445,7 +460,7 @@ func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event, held *st
 			deliver = e.handOff(&u, now)
 		}
 		res, err := e.commit(ctx, u)
-		if deliver != nil && !deliver(err) {
+		if deliver != nil && !deliver(err) && err != nil {
 			handsOff = false
 		}
 		if errors.Is(err, errRace) && body != nil {
