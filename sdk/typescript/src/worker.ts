@@ -277,12 +277,16 @@ class WorkerImpl implements Worker {
     this.stopClaims.abort()
     this.slotFreed?.()
     const deadline = Date.now() + graceMs
+    // Ended with the wait: a grace timer left behind would keep the process
+    // up for the rest of graceMs after its steps were done.
+    const graceWait = new AbortController()
     while (this.running.size > 0 && Date.now() < deadline) {
       await Promise.race([
         Promise.allSettled([...this.running].map(r => r.done)),
-        sleep(deadline - Date.now()),
+        sleep(deadline - Date.now(), graceWait.signal),
       ])
     }
+    graceWait.abort()
     this.pastGrace = true
     await Promise.allSettled([...this.running].map(r => r.abandon()))
     await this.loop?.catch(() => undefined)

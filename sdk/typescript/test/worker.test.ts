@@ -2,6 +2,7 @@
 // run (scripts/build-nqd.mjs).
 
 import assert from 'node:assert/strict'
+import { spawn } from 'node:child_process'
 import http from 'node:http'
 import { after, before, describe, it } from 'node:test'
 import { AuthError, createWorker, NqdError, PermanentError, type Handler, type StepContext, type Worker } from '../src/index.js'
@@ -230,6 +231,38 @@ describe('scenarios', () => {
       await wk.stop()
     }
   })
+  it('a process whose worker stopped exits once its steps are done, not when the grace period would end', { timeout: 60_000 }, async () => {
+    await nqd.putFlow({ name: 'exit', entry: 'step', steps: { step: { queue: 'q-exit' } } })
+    // The step runs until the test writes a line; SIGTERM stops the worker
+    // with a grace period longer than the test's deadline.
+    const child = spawn(process.execPath, ['--input-type=module', '-e', `
+      const { createWorker } = await import(${JSON.stringify(new URL('../src/index.js', import.meta.url).href)})
+      const w = createWorker({ url: ${JSON.stringify(nqd.url)}, queues: ['q-exit'], claimWaitMs: 1000, handlers: {
+        step: async () => {
+          process.stdout.write('running\\n')
+          await new Promise(r => process.stdin.once('data', r))
+          process.stdin.pause()
+        },
+      } })
+      process.on('SIGTERM', () => { void w.stop(120000) })
+      await w.start()
+    `], { stdio: ['pipe', 'pipe', 'inherit'] })
+    let out = ''
+    child.stdout.on('data', (b: Buffer) => { out += b.toString() })
+    try {
+      const runId = await nqd.start('exit')
+      await waitFor('the step to run', () => out.includes('running'))
+      child.kill('SIGTERM')
+      child.stdin.end('go\n')
+      await waitFor('the process to exit', () => child.exitCode !== null)
+      assert.equal(child.exitCode, 0)
+      const run = await nqd.finished(runId)
+      assert.equal(run.state.status, 'completed')
+    } finally {
+      child.kill('SIGKILL')
+    }
+  })
+
   it('aborts ctx.signal when the run is cancelled, and reports nothing more', async () => {
     await nqd.putFlow({ name: 'cancel', entry: 'wait', steps: { wait: { queue: 'q-cancel' } } })
     let started!: () => void
