@@ -163,16 +163,16 @@ class WorkerImpl implements Worker {
   private readonly claiming = new Set<Promise<void>>()
   private failures = 0
   /**
-   * Slots held by jobs whose handler returned and whose completion claims
-   * the slot's next job: the slot is free again only once that answer came.
+   * Jobs whose handler returned and whose completion claims the slot's next
+   * job: each keeps its slot until that answer came.
    */
-  private completing = 0
+  private readonly completing = new Set<JobRun>()
   /** Set once nqd refused a completion's claim as an unknown field: completions claim no more. */
   private oldServer = false
-  /** Set once stop()'s grace period is over: a job brought then is failed as retriable at once. */
+  /** Set once stop()'s grace period is over: a job brought then is handed back at once. */
   private pastGrace = false
-  /** Set once stop() is done: a job brought then is left to its lease. */
-  private stopped = false
+  /** The reports of jobs handed back as they came, which stop() waits for. */
+  private readonly handingBack = new Set<Promise<void>>()
   /** Set when nqd refused the worker's claims for good: start() rejects with it. */
   private fatal: NqdError | undefined
   private runningHandlers = 0
@@ -207,10 +207,10 @@ class WorkerImpl implements Worker {
    * job, and the slot stays taken until passSlot; otherwise the slot takes
    * another job at once.
    */
-  handlerDone(keepSlot: boolean): void {
+  handlerDone(run: JobRun, keepSlot: boolean): void {
     this.runningHandlers--
     if (keepSlot) {
-      this.completing++
+      this.completing.add(run)
       return
     }
     this.slotFreed?.()
@@ -243,11 +243,10 @@ class WorkerImpl implements Worker {
    * else is free again. A job that comes while the worker stops is run all
    * the same, as the Go SDK does: within the grace period it runs; once
    * that is over it is failed as retriable at once, as the running ones
-   * are, so that nqd hands it out again; once stop() resolved the worker
-   * sends nothing more, and the job is left to its lease.
+   * are, so that nqd hands it out again. stop() waits for both.
    */
-  passSlot(jobs: Job[]): void {
-    this.completing--
+  passSlot(run: JobRun, jobs: Job[]): void {
+    this.completing.delete(run)
     if (jobs.length > 1) {
       // nqd never answers more than asked for; a job beyond the slot is
       // left to its lease rather than run without one.
@@ -255,13 +254,11 @@ class WorkerImpl implements Worker {
     }
     const job = jobs[0]
     if (job !== undefined) {
-      if (this.stopped) {
-        this.log.warn('a job came after the worker stopped; it is left to its lease', { runId: job.runId, step: job.step })
-      } else {
-        const run = this.runJob(job)
-        if (this.pastGrace) {
-          void run.abandon()
-        }
+      const next = this.runJob(job)
+      if (this.pastGrace) {
+        const p = next.abandon()
+        this.handingBack.add(p)
+        void p.finally(() => this.handingBack.delete(p))
       }
     }
     this.slotFreed?.()
@@ -289,8 +286,12 @@ class WorkerImpl implements Worker {
     graceWait.abort()
     this.pastGrace = true
     await Promise.allSettled([...this.running].map(r => r.abandon()))
+    // Completions that claim keep their slots until answered; wait for them,
+    // as the Go SDK's Run waits for its jobs, so that a job one brings is
+    // handed back rather than left to its lease. No completion claims now.
+    await Promise.allSettled([...this.completing].map(r => r.done))
+    await Promise.allSettled([...this.handingBack])
     await this.loop?.catch(() => undefined)
-    this.stopped = true
     this.http.close()
   }
 
@@ -302,7 +303,7 @@ class WorkerImpl implements Worker {
   private async claimLoop(): Promise<void> {
     const maxClaims = Math.min(4, this.concurrency)
     while (!this.isStopping()) {
-      const free = Math.min(this.concurrency - this.runningHandlers - this.completing, 2 * this.concurrency - this.running.size) - this.reserved
+      const free = Math.min(this.concurrency - this.runningHandlers - this.completing.size, 2 * this.concurrency - this.running.size) - this.reserved
       if (free <= 0 || this.claims >= maxClaims) {
         await new Promise<void>((resolve) => { this.slotFreed = resolve })
         this.slotFreed = undefined
@@ -396,6 +397,8 @@ class JobRun implements ContextHost {
   private readonly abort = new AbortController()
   /** Set once the outcome was reported or given up: nothing more is sent. */
   private settled = false
+  /** The outcome's report once on its way, which abandon() waits for. */
+  private outcome: Promise<unknown> | undefined
   private lost = false
   private buf: ReportEvent[] = []
   private waiters: { resolve: () => void, reject: (e: unknown) => void }[] = []
@@ -451,7 +454,7 @@ class JobRun implements ContextHost {
         failure = err
       } finally {
         keepSlot = !failed && this.w.claimsNext()
-        this.w.handlerDone(keepSlot)
+        this.w.handlerDone(this, keepSlot)
         clearTimeout(this.startTimer)
         this.startTimer = undefined
       }
@@ -502,7 +505,7 @@ class JobRun implements ContextHost {
     } finally {
       clearInterval(this.beat)
       if (keepSlot) {
-        this.w.passSlot(next)
+        this.w.passSlot(this, next)
       }
     }
   }
@@ -514,11 +517,17 @@ class JobRun implements ContextHost {
    * unknown field is dropped and the completion sent again without it: the
    * claim never costs the completion.
    */
-  private async finish(call: 'complete' | 'fail', body: Record<string, unknown>): Promise<{ err: unknown, jobs: Job[] }> {
+  private finish(call: 'complete' | 'fail', body: Record<string, unknown>): Promise<{ err: unknown, jobs: Job[] }> {
     if (this.settled) {
-      return { err: undefined, jobs: [] }
+      return Promise.resolve({ err: undefined, jobs: [] })
     }
     this.settled = true
+    const p = this.sendOutcome(call, body)
+    this.outcome = p
+    return p
+  }
+
+  private async sendOutcome(call: 'complete' | 'fail', body: Record<string, unknown>): Promise<{ err: unknown, jobs: Job[] }> {
     const events = this.buf.slice(0, 1000)
     const waiters = this.waiters
     this.buf = []
@@ -581,15 +590,18 @@ class JobRun implements ContextHost {
    * a retriable failure so that nqd hands it out again.
    */
   async abandon(): Promise<void> {
-    if (this.settled || this.lost) {
-      return
+    if (!this.settled && !this.lost) {
+      this.abort.abort(new Error('the worker is stopping'))
+      clearTimeout(this.startTimer)
+      this.startTimer = undefined
+      await this.settleReports().catch(() => undefined)
+      // Nothing, if the step returned meanwhile and run() reports it.
+      await this.finish('fail', { lease: this.job.lease, error: 'the worker stopped before the step finished', retriable: true })
+      clearInterval(this.beat)
     }
-    this.abort.abort(new Error('the worker is stopping'))
-    clearTimeout(this.startTimer)
-    this.startTimer = undefined
-    await this.settleReports().catch(() => undefined)
-    await this.finish('fail', { lease: this.job.lease, error: 'the worker stopped before the step finished', retriable: true })
-    clearInterval(this.beat)
+    // The outcome on its way, this one's or run()'s, is waited for:
+    // stop() closes the connections next.
+    await this.outcome
   }
 
   /** Whether nothing more may be reported: read through a method, as heartbeats change it while run() awaits. */

@@ -224,4 +224,44 @@ describe('a completion claims the slot\'s next job', () => {
       await proxy.close()
     }
   })
+  it('a job a completion brings once the grace period is over is not left to its lease: stop() waits for its outcome', async () => {
+    await nqd.putFlow({ name: 'late', entry: 'work', steps: { work: { queue: 'q-late', retryPolicy: { attempts: 2, backoff: { type: 'fixed', delayMs: 50 } } } } })
+    let release!: () => void
+    const released = new Promise<void>((r) => { release = r })
+    let completions = 0
+    // The first completion is held until the worker is past its grace period.
+    const proxy = await startProxy(nqd.url, async (path): Promise<Verdict> => {
+      if (completePath.test(path) && ++completions === 1) {
+        await released
+      }
+      return 'pass'
+    })
+    const wk = serve(proxy.url, 'q-late', { work: () => 'done' }, 1)
+    const ids = [await nqd.start('late'), await nqd.start('late')]
+    let again: ReturnType<typeof serve> | undefined
+    try {
+      await waitFor('the first completion', () => completions === 1)
+      // A grace period of 0 is over as stop() begins.
+      const stopping = wk.stop(0)
+      release()
+      await stopping
+      // Each job's outcome was stored before stop() resolved: none is left
+      // to its lease.
+      for (const id of ids) {
+        const run = await nqd.run(id)
+        const outcome = run.events.find(e => e.kind === 'step.completed' || e.kind === 'step.failed')
+        assert.ok(outcome !== undefined, `run ${id}: ${run.events.map(e => e.kind).join(' ')}\n${wk.lines.join('\n')}\n${proxy.seen.join('\n')}`)
+        if (outcome.kind === 'step.failed') {
+          assert.equal(outcome.data?.willRetry, true)
+        }
+      }
+      again = serve(nqd.url, 'q-late', { work: () => 'done' }, 1)
+      for (const id of ids) {
+        assert.equal((await nqd.finished(id)).state.status, 'completed')
+      }
+    } finally {
+      await again?.stop()
+      await proxy.close()
+    }
+  })
 })
