@@ -33,14 +33,10 @@ def completed_once(nqd: Nqd, run: str) -> bool:
     return kinds.count("step.completed") == 1 and "step.failed" not in kinds
 
 
-def test_runs_waiting_reach_the_slot_in_completions(nqd: Nqd, proxy: CountingProxy) -> None:
-    """Runs queued before the worker starts, one slot: the worker claims the
-    first job, and each completion brings the next, asked for with the SDK's
-    own wait."""
-    q = "py-next-backlog"
-    one_step_flow(nqd, q)
-    runs = [nqd.start_run(q, {"i": i}) for i in range(5)]
-    w = Worker(proxy.url, queues=[q], concurrency=1, claim_wait=1.0)
+def run_all(nqd: Nqd, url: str, q: str, runs: list[str]) -> Worker:
+    """Runs a one-slot worker through url until every run of runs completed,
+    each step once, and returns it."""
+    w = Worker(url, queues=[q], concurrency=1, claim_wait=1.0)
 
     @w.step("work", queue=q)
     async def work(input: Any, ctx: Context) -> int:
@@ -49,8 +45,18 @@ def test_runs_waiting_reach_the_slot_in_completions(nqd: Nqd, proxy: CountingPro
     with Running(w):
         for run in runs:
             assert nqd.wait_status(run) == "completed"
-
     assert all(completed_once(nqd, run) for run in runs)
+    return w
+
+
+def test_runs_waiting_reach_the_slot_in_completions(nqd: Nqd, proxy: CountingProxy) -> None:
+    """Runs queued before the worker starts, one slot: the worker claims the
+    first job, and each completion brings the next, asked for with the SDK's
+    own wait."""
+    q = "py-next-backlog"
+    one_step_flow(nqd, q)
+    runs = [nqd.start_run(q, {"i": i}) for i in range(5)]
+    w = run_all(nqd, proxy.url, q, runs)
     completions = proxy.claiming_completions()
     assert [c.body["claim"] for c in completions] == [{"queues": [q], "max": 1, "waitMs": 50}] * len(runs)
     assert [len(c.jobs()) for c in completions[:-1]] == [1] * (len(runs) - 1)
@@ -105,17 +111,7 @@ def test_an_nqd_that_refuses_the_claim_gets_plain_completions(nqd: Nqd, refusal:
     one_step_flow(nqd, q)
     runs = [nqd.start_run(q, {"i": i}) for i in range(4)]
     with CountingProxy(nqd.url, refuse_claim=refusal) as proxy:
-        w = Worker(proxy.url, queues=[q], concurrency=1, claim_wait=1.0)
-
-        @w.step("work", queue=q)
-        async def work(input: Any, ctx: Context) -> int:
-            return int(input["i"])
-
-        with Running(w):
-            for run in runs:
-                assert nqd.wait_status(run) == "completed"
-
-    assert all(completed_once(nqd, run) for run in runs)
+        w = run_all(nqd, proxy.url, q, runs)
     # One completion asked for a claim, was refused, and went again without
     # it; no other did.
     completions = proxy.of("complete")
