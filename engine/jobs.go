@@ -60,20 +60,9 @@ func (e *Engine) claim(ctx context.Context, queues []string, max int, wait time.
 			}
 			next = at.Add(e.opts.PollInterval)
 		}
-		out := jobs[:0]
-		for _, j := range jobs {
-			if j.Expired {
-				e.opts.Observer.LeaseExpired(j)
-			}
-			ok, err := e.checkAttempts(ctx, j)
-			if err != nil {
-				return nil, err
-			}
-			if ok {
-				e.opts.Observer.Claimed(j)
-				e.recent.claimed(j)
-				out = append(out, j)
-			}
+		out, err := e.handOut(ctx, jobs)
+		if err != nil {
+			return nil, err
 		}
 		if len(out) > 0 || !e.opts.Now().Before(deadline) || (!looksAgain && !e.handsOver()) {
 			return out, nil
@@ -116,6 +105,27 @@ func (e *Engine) claim(ctx context.Context, queues []string, max int, wait time.
 			return out, nil
 		}
 	}
+}
+
+// handOut takes the jobs a store claim answered: a job past its step's
+// attempts fails the step instead of being handed out.
+func (e *Engine) handOut(ctx context.Context, jobs []store.Job) ([]store.Job, error) {
+	out := jobs[:0]
+	for _, j := range jobs {
+		if j.Expired {
+			e.opts.Observer.LeaseExpired(j)
+		}
+		ok, err := e.checkAttempts(ctx, j)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			e.opts.Observer.Claimed(j)
+			e.recent.claimed(j)
+			out = append(out, j)
+		}
+	}
+	return out, nil
 }
 
 // closed reports whether ch is closed.
@@ -484,20 +494,53 @@ func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event, held *st
 // a repeat with the same lease succeeds again and writes nothing. Errors:
 // ErrLeaseLost, ErrRunEnded, ErrStateInvalid, a *ReportError.
 func (e *Engine) Complete(ctx context.Context, ack store.JobAck, result json.RawMessage, evs ...event.Event) error {
+	_, err := e.completeNext(ctx, ack, result, nil, evs)
+	return err
+}
+
+// Next is what a completion claims for its worker (CompleteClaiming): up
+// to Max (at least 1) ready jobs of Queues.
+type Next struct {
+	Queues []string
+	Max    int
+}
+
+// CompleteClaiming completes as Complete does and, on a store that claims
+// in its run updates (store.RunUpdate.Claim), claims up to next.Max ready
+// jobs of next.Queues in the completion's own write, as Claim would without
+// waiting: a worker that takes its next job with each completion then costs
+// the store one write per job. claimed is false when the store cannot, or
+// the call repeated a completion: then nothing was claimed, and the caller
+// claims on its own (ClaimHanded). Errors: as Complete's.
+func (e *Engine) CompleteClaiming(ctx context.Context, ack store.JobAck, result json.RawMessage, next Next, evs ...event.Event) (jobs []store.Job, claimed bool, err error) {
+	if c, ok := e.st.(interface{ ClaimsInUpdate() bool }); !ok || !c.ClaimsInUpdate() {
+		return nil, false, e.Complete(ctx, ack, result, evs...)
+	}
+	next.Max = max(next.Max, 1)
+	jobs, err = e.completeNext(ctx, ack, result, &next, evs)
+	return jobs, jobs != nil, err
+}
+
+// completeNext is Complete, claiming next in the completion's write when set;
+// the jobs it claimed are not nil (possibly empty) when it did.
+func (e *Engine) completeNext(ctx context.Context, ack store.JobAck, result json.RawMessage, next *Next, evs []event.Event) ([]store.Job, error) {
 	j, cached, err := e.heldForAck(ctx, ack)
 	if errors.Is(err, ErrLeaseLost) {
-		return e.repeated(ctx, ack, stepCompleted)
+		return nil, e.repeated(ctx, ack, stepCompleted)
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
-	err = e.complete(ctx, j, ack, result, evs)
+	jobs, err := e.complete(ctx, j, ack, result, evs, next)
 	if cached && (errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrRunEnded)) {
 		// The job may have been gone before this call: answer as for a
 		// job read from the store.
-		return e.repeatedOr(ctx, ack, stepCompleted, err)
+		return nil, e.repeatedOr(ctx, ack, stepCompleted, err)
 	}
-	return err
+	if err != nil || jobs == nil {
+		return nil, err
+	}
+	return e.handOut(ctx, jobs)
 }
 
 // repeatedOr answers a call about a job that turned out gone as repeated
@@ -509,11 +552,14 @@ func (e *Engine) repeatedOr(ctx context.Context, ack store.JobAck, outcome strin
 	return err
 }
 
-func (e *Engine) complete(ctx context.Context, j store.Job, ack store.JobAck, result json.RawMessage, evs []event.Event) error {
+// complete writes j's completion; with next it claims in the same write, and
+// answers the jobs the store claimed (not nil).
+func (e *Engine) complete(ctx context.Context, j store.Job, ack store.JobAck, result json.RawMessage, evs []event.Event, next *Next) ([]store.Job, error) {
 	if err := e.stamp(ctx, j, evs, false); err != nil {
-		return err
+		return nil, err
 	}
-	return e.retry(ctx, func() error {
+	var claimed []store.Job
+	err := e.retry(ctx, func() error {
 		r, err := e.readRunForUpdate(ctx, j.Flow, j.Run)
 		if err != nil {
 			return err
@@ -546,8 +592,22 @@ func (e *Engine) complete(ctx context.Context, j store.Job, ack store.JobAck, re
 			return err
 		}
 		u.Events, u.Ack = evs, &ack
-		return e.ackCommit(ctx, u)
+		if next != nil {
+			u.Claim = &store.ClaimRequest{
+				Queues: next.Queues, Max: next.Max, Lease: newLease(),
+				Now: now, LeaseUntil: now + e.opts.Lease.Milliseconds(),
+			}
+		}
+		res, err := e.ackCommit(ctx, u)
+		if err == nil && next != nil {
+			claimed = res.Claimed
+			if claimed == nil {
+				claimed = []store.Job{}
+			}
+		}
+		return err
 	})
+	return claimed, err
 }
 
 func (r *run) anyActive() bool {
@@ -561,15 +621,15 @@ func (r *run) anyActive() bool {
 
 // ackCommit commits an update that acknowledges a job; when refused it tells
 // a lost lease from a lost race.
-func (e *Engine) ackCommit(ctx context.Context, u store.RunUpdate) error {
-	_, err := e.commit(ctx, u)
+func (e *Engine) ackCommit(ctx context.Context, u store.RunUpdate) (store.AppendResult, error) {
+	res, err := e.commit(ctx, u)
 	if !errors.Is(err, errRace) {
-		return err
+		return res, err
 	}
 	if _, err := e.held(ctx, *u.Ack); err != nil {
-		return err
+		return res, err
 	}
-	return errRace
+	return res, errRace
 }
 
 // Fail reports that the job held by ack failed with msg. When the step's
@@ -654,7 +714,7 @@ func (e *Engine) failHeld(ctx context.Context, j store.Job, ack store.JobAck, ms
 		// end lists the failing job among those to withdraw; the ack
 		// deletes it already.
 		u.Remove = removeRef(u.Remove, j.ID)
-		if err := e.ackCommit(ctx, u); err != nil {
+		if _, err := e.ackCommit(ctx, u); err != nil {
 			return err
 		}
 		e.closeTriggers(ctx, r, "run failed")

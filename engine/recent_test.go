@@ -13,6 +13,7 @@ import (
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
+	"github.com/nqd-dev/nqd/store/boltstore"
 )
 
 // countingStore counts the reads a decision can spare.
@@ -263,4 +264,74 @@ func claimOf(t *testing.T, e *engine.Engine, run string) store.Job {
 	}
 	t.Fatalf("claim = %v, %v; want a job of run %s", jobs, err, run)
 	return store.Job{}
+}
+
+// updateClaimingStore counts the calls of a store that claims in its run
+// updates, and says so as the store itself does.
+type updateClaimingStore struct{ *countingStore }
+
+func (updateClaimingStore) ClaimsInUpdate() bool { return true }
+
+// A completion that takes its worker's next job does so in its own write,
+// without a claim of its own in the store, as long as jobs are ready; then
+// it answers none. On a store that cannot, the completion stands and the
+// caller is told to claim.
+func TestCompleteClaimingTakesTheNextJobInItsWrite(t *testing.T) {
+	ctx := t.Context()
+	inner := testkit.Bolt(t, boltstore.Options{})
+	st := updateClaimingStore{&countingStore{Store: inner}}
+	e := engine.New(st, engine.Options{Lease: 10 * time.Second, Logger: testkit.Logger(t)})
+	mustDefine(t, e, "diamond", "diamond")
+	runs := map[string]bool{}
+	for range 3 {
+		s, err := e.Start(ctx, "diamond", nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs[s.FlowID] = true
+	}
+	first, err := e.Claim(ctx, []string{"default"}, 1, 0)
+	if err != nil || len(first) != 1 {
+		t.Fatalf("claim = %+v, %v", first, err)
+	}
+	claims := st.claims.Load()
+	next := engine.Next{Queues: []string{"default"}, Max: 1}
+	j := first[0]
+	for i := range 3 {
+		jobs, claimed, err := e.CompleteClaiming(ctx, store.JobAck{Queue: j.Queue, ID: j.ID, Lease: j.Lease}, nil, next)
+		if err != nil || !claimed {
+			t.Fatalf("completion %d = %+v, %v, %v", i, jobs, claimed, err)
+		}
+		delete(runs, j.Run)
+		if i == 2 {
+			if len(jobs) != 0 {
+				t.Fatalf("the last completion claimed %+v; want none", jobs)
+			}
+			break
+		}
+		if len(jobs) != 1 || !runs[jobs[0].Run] || jobs[0].Lease == "" {
+			t.Fatalf("completion %d claimed %+v; want the entry job of another run", i, jobs)
+		}
+		j = jobs[0]
+	}
+	if n := st.claims.Load() - claims; n != 0 {
+		t.Errorf("the completions claimed %d times on their own; want none", n)
+	}
+	if len(runs) != 0 {
+		t.Errorf("runs never completed: %v", runs)
+	}
+
+	plain := engine.New(&countingStore{Store: inner}, engine.Options{Lease: 10 * time.Second, Logger: testkit.Logger(t)})
+	s, err := plain.Start(ctx, "diamond", nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := claimOf(t, plain, s.FlowID)
+	jobs, claimed, err := plain.CompleteClaiming(ctx, store.JobAck{Queue: held.Queue, ID: held.ID, Lease: held.Lease}, nil, next)
+	if err != nil || claimed || jobs != nil {
+		t.Fatalf("completion on a store that cannot claim in it = %+v, %v, %v; want no claim", jobs, claimed, err)
+	}
+	if k := kinds(t, inner, s.FlowID); count(k, "step.completed start") != 1 {
+		t.Errorf("events = %v", k)
+	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/auth"
+	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/store"
 )
@@ -257,17 +258,33 @@ func (a *API) completeJob(w http.ResponseWriter, r *http.Request) error {
 	if err == nil && int64(len(req.Result)) > a.limits.MaxEventBytes {
 		err = eventTooLarge("The result", a.limits.MaxEventBytes)
 	}
-	if err == nil {
+	if err != nil {
+		return err
+	}
+	if req.Claim == nil {
+		if err := a.engine.Complete(r.Context(), ack, req.Result, evs...); err != nil {
+			return err
+		}
+		writeJSON(w, r, http.StatusOK, statusBody{Status: "ok"})
+		return nil
+	}
+	var jobs []store.Job
+	claimed := false
+	if a.closing.Err() == nil {
+		// A job ready now is claimed in the completion's own write where
+		// the store can.
+		next := engine.Next{Queues: req.Claim.Queues, Max: req.Claim.Max}
+		jobs, claimed, err = a.engine.CompleteClaiming(r.Context(), ack, req.Result, next, evs...)
+	} else {
 		err = a.engine.Complete(r.Context(), ack, req.Result, evs...)
 	}
 	if err != nil {
 		return err
 	}
-	if req.Claim == nil {
-		writeJSON(w, r, http.StatusOK, statusBody{Status: "ok"})
-		return nil
+	if !claimed || len(jobs) == 0 {
+		jobs = a.claimNext(r, *req.Claim)
 	}
-	writeJSON(w, r, http.StatusOK, completeBody{Status: "ok", Jobs: a.claimNext(r, *req.Claim)})
+	writeJSON(w, r, http.StatusOK, completeBody{Status: "ok", Jobs: jobs})
 	return nil
 }
 

@@ -138,11 +138,26 @@ type RunUpdate struct {
 	// update is refused with ErrConflict if one already is, so of many
 	// waiters one takes an event.
 	Consume []KindRef
+	// Claim, when set, claims jobs as RunStore.Claim would, in the same
+	// atomic step once the rest of the update is written, on a backend
+	// whose ClaimsInUpdate method reports true (others ignore it): a
+	// completion that takes its worker's next job. The jobs are in the
+	// result's Claimed.
+	Claim *ClaimRequest
 	// Definition, when set, is the body of the flow's definition the update
 	// was decided on, taken from a cache. A backend whose
 	// ChecksDefinitions method reports true refuses the update with
 	// ErrConflict unless it is the stored definition; others ignore it.
 	Definition []byte
+}
+
+// ClaimRequest is a claim made with a run update (RunUpdate.Claim): the
+// arguments of RunStore.Claim.
+type ClaimRequest struct {
+	Queues          []string
+	Now, LeaseUntil int64
+	Lease           string
+	Max             int
 }
 
 // RunPage is one page of a flow's runs, newest first.

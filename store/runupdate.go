@@ -48,6 +48,16 @@ func CheckRunUpdate(u RunUpdate) error {
 			return bad("queue %q", a.Queue)
 		}
 	}
+	if c := u.Claim; c != nil {
+		if c.Max <= 0 || c.Lease == "" {
+			return bad("claim of %d jobs under lease %q", c.Max, c.Lease)
+		}
+		for _, q := range c.Queues {
+			if !event.ValidName(q) {
+				return bad("queue %q", q)
+			}
+		}
+	}
 	for _, ts := range [][]Timer{u.SetTimers, u.ClearTimers} {
 		for _, t := range ts {
 			if !t.Valid() {

@@ -119,6 +119,8 @@ type AppendResult struct {
 	// Replayed is true when the idempotency key had been seen: Events are the
 	// first append's and nothing new was written.
 	Replayed bool
+	// Claimed are the jobs a run update's Claim took (RunUpdate.Claim).
+	Claimed []Job
 }
 
 // RangeQuery selects events of one stream. Zero values mean unbounded.

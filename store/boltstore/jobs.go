@@ -145,46 +145,53 @@ func (s *Store) Claim(ctx context.Context, queues []string, now, leaseUntil int6
 		return nil, nil
 	}
 	err := s.update(ctx, func(tx *bolt.Tx) error {
-		out = out[:0]
-		for _, q := range queues {
-			if queuePaused(tx, q) {
-				continue
-			}
-			_, ready, err := queueBuckets(tx, q)
-			if err != nil {
-				return err
-			}
-			var ids []string
-			cur := ready.Cursor()
-			for k, _ := cur.First(); k != nil && len(out)+len(ids) < max; k, _ = cur.Next() {
-				if int64(binary.BigEndian.Uint64(k)^(1<<63)) > now {
-					break
-				}
-				ids = append(ids, string(k[8:]))
-			}
-			for _, id := range ids {
-				j, ok, err := getJob(tx, q, id)
-				if err != nil {
-					return err
-				}
-				if !ok {
-					continue
-				}
-				if j.Lease != "" {
-					j.Attempt++ // the last holder's lease ran out: a new try
-					j.Expired = true
-				}
-				j.Lease, j.LeaseUntil, j.Score = lease, leaseUntil, leaseUntil
-				if err := writeJob(tx, j); err != nil {
-					return err
-				}
-				out = append(out, j.Job)
-			}
-		}
-		return nil
+		var err error
+		out, err = claimIn(tx, store.ClaimRequest{Queues: queues, Now: now, LeaseUntil: leaseUntil, Lease: lease, Max: max})
+		return err
 	})
 	if err != nil {
 		return nil, err
+	}
+	return out, nil
+}
+
+// claimIn claims in tx as Claim does.
+func claimIn(tx *bolt.Tx, c store.ClaimRequest) ([]store.Job, error) {
+	var out []store.Job
+	for _, q := range c.Queues {
+		if queuePaused(tx, q) {
+			continue
+		}
+		_, ready, err := queueBuckets(tx, q)
+		if err != nil {
+			return nil, err
+		}
+		var ids []string
+		cur := ready.Cursor()
+		for k, _ := cur.First(); k != nil && len(out)+len(ids) < c.Max; k, _ = cur.Next() {
+			if int64(binary.BigEndian.Uint64(k)^(1<<63)) > c.Now {
+				break
+			}
+			ids = append(ids, string(k[8:]))
+		}
+		for _, id := range ids {
+			j, ok, err := getJob(tx, q, id)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				continue
+			}
+			if j.Lease != "" {
+				j.Attempt++ // the last holder's lease ran out: a new try
+				j.Expired = true
+			}
+			j.Lease, j.LeaseUntil, j.Score = c.Lease, c.LeaseUntil, c.LeaseUntil
+			if err := writeJob(tx, j); err != nil {
+				return nil, err
+			}
+			out = append(out, j.Job)
+		}
 	}
 	return out, nil
 }

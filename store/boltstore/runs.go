@@ -26,22 +26,43 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 	if err := store.CheckRunUpdate(u); err != nil {
 		return store.AppendResult{}, err
 	}
+	var claimed []store.Job
 	hook := func(tx *bolt.Tx) error {
+		claimed = nil
 		if err := applyRunUpdate(tx, u); err != nil {
 			return err
 		}
-		return setExpiry(tx, u.Meta.Flow, u.Meta.Run, s.opts.Retention.ExpiresAt(u.Meta))
+		if err := setExpiry(tx, u.Meta.Flow, u.Meta.Run, s.opts.Retention.ExpiresAt(u.Meta)); err != nil {
+			return err
+		}
+		if u.Claim != nil {
+			var err error
+			claimed, err = claimIn(tx, *u.Claim)
+			return err
+		}
+		return nil
 	}
 	if len(u.Events) == 0 {
-		return store.AppendResult{}, s.update(ctx, hook)
+		if err := s.update(ctx, hook); err != nil {
+			return store.AppendResult{}, err
+		}
+		return store.AppendResult{Claimed: claimed}, nil
 	}
 	r, err := newAppendReq(store.Context{Type: "flow", ID: u.Meta.Run}, u.Events, store.AppendOptions{})
 	if err != nil {
 		return store.AppendResult{}, err
 	}
 	r.hook = hook
-	return s.submit(ctx, r)
+	res, err := s.submit(ctx, r)
+	if err == nil {
+		res.Claimed = claimed
+	}
+	return res, err
 }
+
+// ClaimsInUpdate reports that UpdateRun takes a RunUpdate's Claim in the
+// update's own commit.
+func (s *Store) ClaimsInUpdate() bool { return true }
 
 var errConflict = fmt.Errorf("boltstore: %w", store.ErrConflict)
 

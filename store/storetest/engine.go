@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,6 +33,7 @@ var engineScenarios = []struct {
 	{"AckNeedsLease", testAckNeedsLease},
 	{"HeldNeedsLeaseKeepsJob", testHeldNeedsLease},
 	{"AppendHeldNeedsLease", testAppendHeld},
+	{"UpdateRunClaims", testUpdateRunClaims},
 	{"Timers", testTimers},
 	{"DeleteRuns", testDeleteRuns},
 }
@@ -393,6 +395,54 @@ func testAppendHeld(t *testing.T, s EngineStore) {
 	}
 	if j, err := s.Job(ctx, store.JobRef{Queue: "qa", ID: "p1:a"}); err != nil || j.Lease != "L2" {
 		t.Errorf("job after the appends = %+v, %v; want it held by L2", j, err)
+	}
+}
+
+// A store that claims in its run updates takes ready jobs in the update's
+// own write, after the rest of it: not the job the update acks, nor one of
+// a paused queue, and nothing when the update is refused. Other stores say
+// they do not.
+func testUpdateRunClaims(t *testing.T, s EngineStore) {
+	c, ok := s.(interface{ ClaimsInUpdate() bool })
+	if !ok || !c.ClaimsInUpdate() {
+		t.Skip("the store does not claim in its run updates")
+	}
+	ctx := t.Context()
+	enqueue(t, s, "c1", job("c1", "a", "qa", 0))
+	enqueue(t, s, "c2", job("c2", "a", "qa", 5), job("c2", "b", "qb", 5))
+	held, err := s.Claim(ctx, []string{"qa"}, 1, 1000, "L1", 1)
+	must(t, err)
+	if len(held) != 1 || held[0].ID != "c1:a" {
+		t.Fatalf("Claim = %+v", held)
+	}
+	pauser, ok := s.(interface {
+		SetQueuePaused(ctx context.Context, queue string, paused bool) error
+	})
+	if !ok {
+		t.Fatalf("%T claims in its run updates but cannot pause a queue", s)
+	}
+	must(t, pauser.SetQueuePaused(ctx, "qb", true))
+	m, err := s.RunMeta(ctx, "fl", "c1")
+	must(t, err)
+	claim := &store.ClaimRequest{Queues: []string{"qa", "qb"}, Now: 10, LeaseUntil: 2000, Lease: "L2", Max: 5}
+	stale := m
+	stale.Version++
+	if res, err := s.UpdateRun(ctx, store.RunUpdate{Meta: stale, PrevStatus: m.Status, Claim: claim}); !errors.Is(err, store.ErrConflict) || len(res.Claimed) != 0 {
+		t.Fatalf("refused update = %+v, %v; want ErrConflict and no jobs", res, err)
+	}
+	res, err := s.UpdateRun(ctx, store.RunUpdate{Meta: m, PrevStatus: m.Status, Ack: &store.JobAck{Queue: "qa", ID: "c1:a", Lease: "L1"}, Claim: claim})
+	must(t, err)
+	if len(res.Claimed) != 1 || res.Claimed[0].ID != "c2:a" || res.Claimed[0].Lease != "L2" || res.Claimed[0].LeaseUntil != 2000 {
+		t.Fatalf("claimed %+v; want c2:a under L2 until 2000", res.Claimed)
+	}
+	if j, err := s.Job(ctx, store.JobRef{Queue: "qa", ID: "c2:a"}); err != nil || j.Lease != "L2" {
+		t.Errorf("stored job = %+v, %v; want it held by L2", j, err)
+	}
+	if _, err := s.Job(ctx, store.JobRef{Queue: "qa", ID: "c1:a"}); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("acked job: %v; want it gone", err)
+	}
+	if j, err := s.Job(ctx, store.JobRef{Queue: "qb", ID: "c2:b"}); err != nil || j.Lease != "" {
+		t.Errorf("job of the paused queue = %+v, %v; want it unclaimed", j, err)
 	}
 }
 
