@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -130,4 +132,76 @@ func TestCompletionClaimWaitsWithoutBacklog(t *testing.T) {
 	if w := calls.waitingDones.Load(); w != 4 {
 		t.Errorf("%d of 4 completions' claims waited; want all", w)
 	}
+}
+
+// Once nqd refuses the worker's claims for good, the completions of the
+// jobs still running ask for no next job either.
+func TestCompletionsStopClaimingWithTheWorker(t *testing.T) {
+	n := startNQD(t)
+	n.putFlow("chain", "entry: work\nsteps:\n  work: {queue: q1}\n")
+	run := n.start("chain", nil)
+	target, err := url.Parse(n.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	var claims atomic.Int32
+	var claimingDones atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/api/_workers/claim") && claims.Add(1) > 1:
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = io.WriteString(w, `{"error":{"code":"forbidden","message":"The token may not claim."}}`)
+			return
+		case strings.HasSuffix(r.URL.Path, "/complete"):
+			b, _ := io.ReadAll(r.Body)
+			if bytes.Contains(b, []byte(`"claim"`)) {
+				claimingDones.Add(1)
+			}
+			r.Body = io.NopCloser(bytes.NewReader(b))
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	// The handler returns once the worker has said it stops claiming.
+	stopped := make(chan struct{})
+	logs := &noticeHandler{msg: "nqd refused the worker's claim; stopping", seen: stopped}
+	result := make(chan error, 1)
+	go func() {
+		result <- worker.Run(context.Background(), worker.Config{
+			BaseURL: srv.URL, Queues: []string{"q1"}, Concurrency: 2, Logger: slog.New(logs),
+		}, map[string]worker.Handler{"work": func(context.Context, *worker.StepContext) (any, error) {
+			<-stopped
+			return "ok", nil
+		}})
+	}()
+	evs := n.mustComplete(run, runWithin)
+	if count(evs, "step.completed") != 1 {
+		t.Errorf("run %s: %s", run, keys(evs))
+	}
+	if err := <-result; err == nil {
+		t.Error("Run returned nil; want the refused claim")
+	}
+	if d := claimingDones.Load(); d != 0 {
+		t.Errorf("%d completions asked for a next job after the claims were refused; want none", d)
+	}
+}
+
+// noticeHandler closes seen the first time msg is logged.
+type noticeHandler struct {
+	msg  string
+	seen chan struct{}
+	once sync.Once
+}
+
+func (h *noticeHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *noticeHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *noticeHandler) WithGroup(string) slog.Handler            { return h }
+
+func (h *noticeHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.once.Do(func() { close(h.seen) })
+	}
+	return nil
 }

@@ -135,7 +135,15 @@ func Run(ctx context.Context, cfg Config, handlers map[string]Handler) error {
 	// claims; stop cancels them once the grace period is over.
 	jobs, stop := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stop(nil)
-	err = w.claimLoop(ctx, jobs)
+	// Completions ask for the slot's next job only while claiming lasts,
+	// however it ends: ctx done, or nqd refusing the claims for good.
+	claiming, stopClaiming := context.WithCancel(ctx)
+	defer stopClaiming()
+	err = w.claimLoop(claiming, jobs)
+	stopClaiming()
+	if err != nil {
+		w.log.Error("nqd refused the worker's claim; stopping", "err", err)
+	}
 	done := make(chan struct{})
 	go func() { w.wg.Wait(); close(done) }()
 	select {
@@ -197,7 +205,6 @@ func (w *worker) claimLoop(ctx, jobs context.Context) error {
 				return nil
 			}
 			if !retriable(err) {
-				w.log.Error("nqd refused the worker's claim; stopping", "err", err)
 				return fmt.Errorf("worker: claim: %w", err)
 			}
 			d := wait.NextBackOff()
