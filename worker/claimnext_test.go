@@ -74,9 +74,19 @@ func TestCompletionClaimsNext(t *testing.T) {
 	}
 }
 
-// An nqd from before completions claimed refuses the field; the worker
-// completes the job without it and claims on its own from then on.
+// An nqd from before completions claimed refuses the field, naming it or
+// not; the worker completes the job without it and claims on its own from
+// then on.
 func TestCompletionClaimOnOldServer(t *testing.T) {
+	for name, refusal := range map[string]string{
+		"naming the field": `{"error":{"code":"validation_failed","message":"The request has invalid fields.","fields":{"claim":"unknown field"}}}`,
+		"naming nothing":   `{"error":{"code":"bad_request","message":"unknown field"}}`,
+	} {
+		t.Run(name, func(t *testing.T) { testCompletionClaimOnOldServer(t, refusal) })
+	}
+}
+
+func testCompletionClaimOnOldServer(t *testing.T, refusal string) {
 	n := startNQD(t)
 	n.putFlow("chain", "entry: work\nsteps:\n  work: {queue: q1}\n")
 	target, err := url.Parse(n.base)
@@ -92,7 +102,7 @@ func TestCompletionClaimOnOldServer(t *testing.T) {
 				refused.Add(1)
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(http.StatusBadRequest)
-				_, _ = io.WriteString(w, `{"error":{"code":"validation_failed","message":"The request has invalid fields.","fields":{"claim":"unknown field"}}}`)
+				_, _ = io.WriteString(w, refusal)
 				return
 			}
 			r.Body = io.NopCloser(bytes.NewReader(b))

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -98,10 +97,15 @@ func (w *worker) runJob(claiming, jobs context.Context, j Job) (next *Job) {
 	if o.err == nil {
 		claim := claiming.Err() == nil && !w.oldServer.Load()
 		next, err := h.complete(final, o.result, w.cfg.Queues, claim)
-		if claim && refusedClaim(err) {
-			// An nqd from before completions claimed: complete plainly.
-			w.oldServer.Store(true)
+		if claim && hasStatus(err, 400) {
+			// An nqd from before completions claimed refuses the field,
+			// whether or not it names it: complete plainly. Should that go
+			// through, the field was the cause, and completions claim no
+			// more; should it be refused too, the result was.
 			next, err = h.complete(final, o.result, nil, false)
+			if err == nil {
+				w.oldServer.Store(true)
+			}
 		}
 		if err == nil || !hasStatus(err, 400, 413, 422) {
 			h.logOutcome("complete", err)
@@ -122,22 +126,6 @@ func (w *worker) runJob(claiming, jobs context.Context, j Job) (next *Job) {
 	var perm *PermanentError
 	h.logOutcome("fail", h.fail(final, o.err.Error(), !errors.As(o.err, &perm)))
 	return nil
-}
-
-// refusedClaim says whether nqd refused a completion for its claim field,
-// which nqd before completions claimed, or before their claims waited,
-// does not know.
-func refusedClaim(err error) bool {
-	var se *StatusError
-	if !errors.As(err, &se) || se.Status != 400 {
-		return false
-	}
-	for f := range se.Fields {
-		if f == "claim" || strings.HasPrefix(f, "claim.") {
-			return true
-		}
-	}
-	return false
 }
 
 func (h *held) logOutcome(call string, err error) {
