@@ -114,13 +114,11 @@ interface FinishAnswer {
 }
 
 /**
- * Whether nqd refused a completion for its claim field, which nqd from
- * before completions claimed does not know (400, the field named in
- * error.fields).
+ * Whether nqd refused a request as bad (400): an nqd from before completions
+ * claimed refuses their claim field so, whether or not it names the field.
  */
-function refusedClaim(err: unknown): boolean {
-  return err instanceof NqdError && err.status === 400 && err.fields !== undefined &&
-    Object.keys(err.fields).some(f => f === 'claim' || f.startsWith('claim.'))
+function refusedAsBad(err: unknown): boolean {
+  return err instanceof NqdError && err.status === 400
 }
 
 interface BeatAnswer {
@@ -540,12 +538,15 @@ class JobRun implements ContextHost {
       try {
         ans = await this.deliver<FinishAnswer>(call, body)
       } catch (err) {
-        if (body.claim === undefined || !refusedClaim(err)) {
+        if (body.claim === undefined || !refusedAsBad(err)) {
           throw err
         }
-        this.w.claimRefused()
+        // Sent again without the field: if that goes through, the field
+        // was the cause and completions claim no more; if it is refused
+        // too, the result was.
         delete body.claim
         ans = await this.deliver<FinishAnswer>(call, body)
+        this.w.claimRefused()
       }
       for (const w of waiters) {
         w.resolve()
