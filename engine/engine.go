@@ -125,6 +125,9 @@ type Engine struct {
 	// checksDefs: the store checks definitions on update (definitionChecker),
 	// so starts may be decided on defs.
 	checksDefs bool
+	// claimsInUpdate: the store claims in its run updates (updateClaimer),
+	// so completions may claim in their own write.
+	claimsInUpdate bool
 
 	wakeMu sync.Mutex
 	wake   chan struct{}
@@ -175,8 +178,9 @@ func New(st Store, opts Options) *Engine {
 		opts.Observer = nopObserver{}
 	}
 	dc, ok := st.(definitionChecker)
+	uc, claims := st.(updateClaimer)
 	return &Engine{st: st, opts: opts, log: opts.Logger, defs: map[string]cachedDef{}, checksDefs: ok && dc.ChecksDefinitions(),
-		wake: make(chan struct{}), recent: newRecent()}
+		claimsInUpdate: claims && uc.ClaimsInUpdate(), wake: make(chan struct{}), recent: newRecent()}
 }
 
 func (e *Engine) nowMS() int64 { return e.opts.Now().UnixMilli() }

@@ -469,17 +469,12 @@ func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event, held *st
 		if handsOff {
 			deliver = e.handOff(&u, now)
 		}
-		res, err := e.commit(ctx, u)
+		res, err := e.leaseCommit(ctx, u)
 		if deliver != nil && !deliver(err) && err != nil {
 			handsOff = false
 		}
 		if errors.Is(err, errRace) && body != nil {
 			body, d = nil, nil
-		}
-		if errors.Is(err, errRace) && held != nil {
-			if _, herr := e.held(ctx, *held); herr != nil {
-				return herr
-			}
 		}
 		out = res.Events
 		return err
@@ -494,7 +489,7 @@ func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event, held *st
 // a repeat with the same lease succeeds again and writes nothing. Errors:
 // ErrLeaseLost, ErrRunEnded, ErrStateInvalid, a *ReportError.
 func (e *Engine) Complete(ctx context.Context, ack store.JobAck, result json.RawMessage, evs ...event.Event) error {
-	_, err := e.completeNext(ctx, ack, result, nil, evs)
+	_, _, err := e.completeNext(ctx, ack, result, nil, evs)
 	return err
 }
 
@@ -513,34 +508,40 @@ type Next struct {
 // the call repeated a completion: then nothing was claimed, and the caller
 // claims on its own (ClaimHanded). Errors: as Complete's.
 func (e *Engine) CompleteClaiming(ctx context.Context, ack store.JobAck, result json.RawMessage, next Next, evs ...event.Event) (jobs []store.Job, claimed bool, err error) {
-	if c, ok := e.st.(interface{ ClaimsInUpdate() bool }); !ok || !c.ClaimsInUpdate() {
+	if !e.claimsInUpdate {
 		return nil, false, e.Complete(ctx, ack, result, evs...)
 	}
 	next.Max = max(next.Max, 1)
-	jobs, err = e.completeNext(ctx, ack, result, &next, evs)
-	return jobs, jobs != nil, err
+	return e.completeNext(ctx, ack, result, &next, evs)
+}
+
+// updateClaimer is a store whose UpdateRun claims a RunUpdate's Claim in the
+// update's own write.
+type updateClaimer interface {
+	ClaimsInUpdate() bool
 }
 
 // completeNext is Complete, claiming next in the completion's write when set;
-// the jobs it claimed are not nil (possibly empty) when it did.
-func (e *Engine) completeNext(ctx context.Context, ack store.JobAck, result json.RawMessage, next *Next, evs []event.Event) ([]store.Job, error) {
+// claimed says whether it did (not when the call repeated a completion).
+func (e *Engine) completeNext(ctx context.Context, ack store.JobAck, result json.RawMessage, next *Next, evs []event.Event) (jobs []store.Job, claimed bool, err error) {
 	j, cached, err := e.heldForAck(ctx, ack)
 	if errors.Is(err, ErrLeaseLost) {
-		return nil, e.repeated(ctx, ack, stepCompleted)
+		return nil, false, e.repeated(ctx, ack, stepCompleted)
 	}
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	jobs, err := e.complete(ctx, j, ack, result, evs, next)
+	jobs, err = e.complete(ctx, j, ack, result, evs, next)
 	if cached && (errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrRunEnded)) {
 		// The job may have been gone before this call: answer as for a
 		// job read from the store.
-		return nil, e.repeatedOr(ctx, ack, stepCompleted, err)
+		return nil, false, e.repeatedOr(ctx, ack, stepCompleted, err)
 	}
-	if err != nil || jobs == nil {
-		return nil, err
+	if err != nil || next == nil {
+		return nil, false, err
 	}
-	return e.handOut(ctx, jobs)
+	jobs, err = e.handOut(ctx, jobs)
+	return jobs, err == nil, err
 }
 
 // repeatedOr answers a call about a job that turned out gone as repeated
@@ -553,7 +554,7 @@ func (e *Engine) repeatedOr(ctx context.Context, ack store.JobAck, outcome strin
 }
 
 // complete writes j's completion; with next it claims in the same write, and
-// answers the jobs the store claimed (not nil).
+// answers the jobs the store claimed.
 func (e *Engine) complete(ctx context.Context, j store.Job, ack store.JobAck, result json.RawMessage, evs []event.Event, next *Next) ([]store.Job, error) {
 	if err := e.stamp(ctx, j, evs, false); err != nil {
 		return nil, err
@@ -598,13 +599,8 @@ func (e *Engine) complete(ctx context.Context, j store.Job, ack store.JobAck, re
 				Now: now, LeaseUntil: now + e.opts.Lease.Milliseconds(),
 			}
 		}
-		res, err := e.ackCommit(ctx, u)
-		if err == nil && next != nil {
-			claimed = res.Claimed
-			if claimed == nil {
-				claimed = []store.Job{}
-			}
-		}
+		res, err := e.leaseCommit(ctx, u)
+		claimed = res.Claimed
 		return err
 	})
 	return claimed, err
@@ -619,14 +615,18 @@ func (r *run) anyActive() bool {
 	return false
 }
 
-// ackCommit commits an update that acknowledges a job; when refused it tells
-// a lost lease from a lost race.
-func (e *Engine) ackCommit(ctx context.Context, u store.RunUpdate) (store.AppendResult, error) {
+// leaseCommit commits an update that names a held job (Ack or Held); when
+// refused it tells a lost lease from a lost race.
+func (e *Engine) leaseCommit(ctx context.Context, u store.RunUpdate) (store.AppendResult, error) {
 	res, err := e.commit(ctx, u)
-	if !errors.Is(err, errRace) {
+	ref := u.Ack
+	if ref == nil {
+		ref = u.Held
+	}
+	if !errors.Is(err, errRace) || ref == nil {
 		return res, err
 	}
-	if _, err := e.held(ctx, *u.Ack); err != nil {
+	if _, err := e.held(ctx, *ref); err != nil {
 		return res, err
 	}
 	return res, errRace
@@ -714,7 +714,7 @@ func (e *Engine) failHeld(ctx context.Context, j store.Job, ack store.JobAck, ms
 		// end lists the failing job among those to withdraw; the ack
 		// deletes it already.
 		u.Remove = removeRef(u.Remove, j.ID)
-		if _, err := e.ackCommit(ctx, u); err != nil {
+		if _, err := e.leaseCommit(ctx, u); err != nil {
 			return err
 		}
 		e.closeTriggers(ctx, r, "run failed")

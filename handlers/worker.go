@@ -231,8 +231,9 @@ type completeRequest struct {
 // claim call of its own between jobs. WaitMs (at most a second, well
 // within the API timeout the completion runs under) lets the answer wait
 // for a job started, or made ready by an emit, meanwhile on this instance,
-// handed to the completion (engine/handoff.go); it does not look at the store again while it waits
-// (engine.ClaimHanded), so that many completions can wait at once.
+// handed to the completion (engine/handoff.go); while it waits it does not
+// look at the store again (engine.ClaimHanded), so that many completions
+// can wait at once.
 type nextClaim struct {
 	Queues []string `json:"queues" validate:"required,min=1,max=32,dive,key_name"`
 	Max    int      `json:"max" validate:"gte=0,lte=100"`

@@ -54,11 +54,8 @@ local fingerprint = ARGV[10 + 3 * n]
 local sameRequest = ARGV[11 + 3 * n] == '1'
 local heldJobs = tonumber(ARGV[12 + 3 * n])
 
-if heldJobs > 0 then
-  local v = redis.call('HGET', KEYS[heldJobs], ARGV[13 + 3 * n])
-  if not v or string.match(v, '^%S+ %S+ %S+ ([^\n]*)\n') ~= ARGV[14 + 3 * n] then
-    return {3}
-  end
+if heldJobs > 0 and not held_by(KEYS[heldJobs], ARGV[13 + 3 * n], ARGV[14 + 3 * n]) then
+  return {3}
 end
 
 -- watched caches, by KEYS position, whether a kind index is written: one

@@ -1,6 +1,7 @@
 -- lib.lua: what the scripts that append events share, prepended to each of
 -- them when it is loaded (see scripts.go), so that an append and a run
--- update store, publish and index events the same way.
+-- update store, publish and index events the same way, and check a job's
+-- lease the same way.
 
 -- iso_ms formats epoch milliseconds exactly like Go's
 -- "2006-01-02T15:04:05.000Z07:00" in UTC, so the published record is
@@ -66,6 +67,13 @@ local function append_events(stream, channel, member, maxlen, typeIndex, bodies,
     if each then each(i, id, ms, body) end
   end
   return ids
+end
+
+-- held_by says whether the job id of the jobs hash is claimed under lease.
+-- A job's value is "<attempt> <score> <leaseUntil> <lease>\n<job JSON>".
+local function held_by(jobs, id, lease)
+  local v = redis.call('HGET', jobs, id)
+  return v and string.match(v, '^%S+ %S+ %S+ ([^\n]*)\n') == lease
 end
 
 -- (end of lib.lua)

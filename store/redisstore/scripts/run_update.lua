@@ -99,8 +99,7 @@ for i = 1, n do joins[i] = tonumber(arg()) end
 
 local ackReady, ackJobs, ackID, ackLease = tonumber(arg()), tonumber(arg()), arg(), arg()
 if ackJobs > 0 then
-  local v = redis.call('HGET', KEYS[ackJobs], ackID)
-  if not v or string.match(v, '^%S+ %S+ %S+ ([^\n]*)\n') ~= ackLease then
+  if not held_by(KEYS[ackJobs], ackID, ackLease) then
     return {1, 'job ' .. ackID .. ' is not held by lease ' .. ackLease}
   end
   if ackReady > 0 then
