@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -27,12 +28,19 @@ var errNotSent = errors.New("not sent to Redis")
 
 // A pipeliner sends the script calls of concurrent requests to Redis
 // together, as the embedded store commits concurrent appends in one
-// transaction: one goroutine takes every call waiting, writes them as one
-// pipeline (one write and one read of the replies instead of one of each per
-// call) and hands each caller its own reply. Calls wait only while the
-// previous pipeline is on its way, so a lone call goes at once and a busy
-// server sends many per round trip. Appends, run updates, claims and
-// heartbeats, the scripts a busy server runs most, go this way.
+// transaction: calls that arrive while pipelinesInFlight pipelines are out
+// wait, and the next pipeline carries all of them (one write and one read of
+// the replies instead of one of each per call), each caller getting its own
+// reply. A lone call goes at once.
+//
+// The pipelines are sent by the callers themselves, with no goroutine of
+// the pipeliner's own: a call that finds a pipeline slot free sends itself,
+// and a caller whose pipeline is answered hands its slot to the first call
+// waiting, whose goroutine then sends every call waiting. A call handed to
+// a goroutine of its own would cost two more goroutine wake-ups (there and
+// back), and on a lightly loaded server those wake-ups, each waking a
+// thread, cost more than the call's own work. Appends, run updates, claims
+// and heartbeats, the scripts a busy server runs most, go this way.
 //
 // Each call stays its own script run, so each is atomic and fails on its
 // own, and no caller learns anything before Redis answered its call. A
@@ -43,31 +51,33 @@ var errNotSent = errors.New("not sent to Redis")
 // have run.
 type pipeliner struct {
 	client redis.UniversalClient
-	// calls is unbuffered: a call is either taken by the loop, which then
-	// answers it, or never sent.
-	calls chan *scriptCall
-	done  chan struct{}
-	wg    sync.WaitGroup
-	once  sync.Once
+
+	mu sync.Mutex
+	// free is how many pipelines may still go out now. Calls wait only
+	// when it is 0, so while calls wait it stays 0: a sender whose
+	// pipeline is answered hands its slot on rather than freeing it.
+	free    int
+	waiting []*scriptCall
+	closed  bool
+	// sending counts the slots in use, so that close can wait for the
+	// pipelines on their way.
+	sending sync.WaitGroup
 }
 
-// scriptCall is one call of a script and, once ready is closed, its reply.
+// scriptCall is one call of a script and, once woken is signalled, its
+// reply, or (batch set) the calls its goroutine is to send, itself first.
 type scriptCall struct {
 	script *redis.Script
 	keys   []string
 	args   []any
 	reply  []any
 	err    error
-	ready  chan struct{}
+	batch  []*scriptCall
+	woken  chan struct{}
 }
 
 func newPipeliner(client redis.UniversalClient) *pipeliner {
-	p := &pipeliner{client: client, calls: make(chan *scriptCall), done: make(chan struct{})}
-	for range pipelinesInFlight {
-		p.wg.Add(1)
-		go p.loop()
-	}
-	return p
+	return &pipeliner{client: client, free: pipelinesInFlight}
 }
 
 // run calls script in the next pipeline and returns its reply as
@@ -79,54 +89,93 @@ func (p *pipeliner) run(ctx context.Context, script *redis.Script, keys []string
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(errNotSent, err)
 	}
-	c := &scriptCall{script: script, keys: keys, args: args, ready: make(chan struct{})}
-	select {
-	case p.calls <- c:
-	case <-p.done:
+	c := &scriptCall{script: script, keys: keys, args: args}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
 		return nil, errors.Join(errNotSent, store.ErrClosed)
-	case <-ctx.Done():
-		return nil, errors.Join(errNotSent, ctx.Err())
 	}
-	// Once taken the call is written, and its reply is awaited even if ctx
-	// ends meanwhile, as go-redis awaits the reply of a direct call: the
-	// caller learns what happened rather than that it might have. The
-	// client's read and write timeouts bound the wait.
-	<-c.ready
+	if p.free > 0 {
+		p.free--
+		p.sending.Add(1)
+		p.mu.Unlock()
+		p.lead([]*scriptCall{c})
+		return c.reply, c.err
+	}
+	c.woken = make(chan struct{}, 1)
+	p.waiting = append(p.waiting, c)
+	p.mu.Unlock()
+	select {
+	case <-c.woken:
+	case <-ctx.Done():
+		if p.withdraw(c) {
+			return nil, errors.Join(errNotSent, ctx.Err())
+		}
+		// Taken into a pipeline already: once taken a call is written, and
+		// its reply is awaited even though ctx ended, as go-redis awaits the
+		// reply of a direct call: the caller learns what happened rather
+		// than that it might have. The client's read and write timeouts
+		// bound the wait.
+		<-c.woken
+	}
+	if c.batch != nil {
+		p.lead(c.batch)
+	}
 	return c.reply, c.err
 }
 
-// close stops the loop once the pipeline on its way is answered; calls that
-// did not get in fail with errNotSent.
-func (p *pipeliner) close() {
-	p.once.Do(func() { close(p.done) })
-	p.wg.Wait()
-}
-
-func (p *pipeliner) loop() {
-	defer p.wg.Done()
-	batch := make([]*scriptCall, 0, maxPipeline)
-	for {
-		select {
-		case <-p.done:
-			return
-		case c := <-p.calls:
-			batch = append(batch[:0], c)
-		}
-	fill:
-		for len(batch) < maxPipeline {
-			select {
-			case c := <-p.calls:
-				batch = append(batch, c)
-			default:
-				break fill
-			}
-		}
-		p.send(batch)
-		clear(batch)
+// lead sends batch, whose first call is the caller's own, with a pipeline
+// slot the caller holds; then hands the slot to the first call waiting, with
+// every call waiting (up to maxPipeline), or frees it; and wakes the other
+// callers of batch with their replies.
+func (p *pipeliner) lead(batch []*scriptCall) {
+	p.send(batch)
+	p.mu.Lock()
+	n := min(len(p.waiting), maxPipeline)
+	next := slices.Clone(p.waiting[:n])
+	p.waiting = slices.Delete(p.waiting, 0, n)
+	if n == 0 {
+		p.free++
+		p.sending.Done()
+	}
+	p.mu.Unlock()
+	if n > 0 {
+		next[0].batch = next
+		next[0].woken <- struct{}{}
+	}
+	for _, c := range batch[1:] {
+		c.woken <- struct{}{}
 	}
 }
 
-// send writes batch as one pipeline and answers each call. It runs on a
+// withdraw takes c out of the calls waiting, unless a sender took it.
+func (p *pipeliner) withdraw(c *scriptCall) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i := slices.Index(p.waiting, c)
+	if i < 0 {
+		return false
+	}
+	p.waiting = slices.Delete(p.waiting, i, i+1)
+	return true
+}
+
+// close fails the calls waiting with errNotSent, refuses new ones, and
+// returns once the pipelines on their way are answered.
+func (p *pipeliner) close() {
+	p.mu.Lock()
+	p.closed = true
+	waiting := p.waiting
+	p.waiting = nil
+	p.mu.Unlock()
+	for _, c := range waiting {
+		c.err = errors.Join(errNotSent, store.ErrClosed)
+		c.woken <- struct{}{}
+	}
+	p.sending.Wait()
+}
+
+// send writes batch as one pipeline and sets each call's reply. It runs on a
 // context of its own, since the calls of many callers travel together; the
 // client's read and write timeouts bound the round trip.
 func (p *pipeliner) send(batch []*scriptCall) {
@@ -156,6 +205,5 @@ func (p *pipeliner) send(batch []*scriptCall) {
 	}
 	for i, c := range batch {
 		c.reply, c.err = cmds[i].Slice()
-		close(c.ready)
 	}
 }
