@@ -13,6 +13,7 @@
 package engine
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -20,6 +21,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"sync"
 	"time"
@@ -141,6 +143,7 @@ type Engine struct {
 	recent  *recent
 	waiting waiters
 	empty   emptyLooks
+	random  randomBytes
 }
 
 type cachedDef struct {
@@ -180,7 +183,8 @@ func New(st Store, opts Options) *Engine {
 	dc, ok := st.(definitionChecker)
 	uc, claims := st.(updateClaimer)
 	return &Engine{st: st, opts: opts, log: opts.Logger, defs: map[string]cachedDef{}, checksDefs: ok && dc.ChecksDefinitions(),
-		claimsInUpdate: claims && uc.ClaimsInUpdate(), wake: make(chan struct{}), recent: newRecent()}
+		claimsInUpdate: claims && uc.ClaimsInUpdate(), wake: make(chan struct{}), recent: newRecent(),
+		random: randomBytes{r: bufio.NewReaderSize(rand.Reader, randomBuffer)}}
 }
 
 func (e *Engine) nowMS() int64 { return e.opts.Now().UnixMilli() }
@@ -443,8 +447,8 @@ func (e *Engine) waiter() <-chan struct{} {
 // are neighbours in every store's indexes and a commit rewrites fewer pages.
 // NewV7 fails only if the system's random source does, which Go treats as
 // fatal anyway.
-func newRunID() string {
-	return uuid.Must(uuid.NewV7()).String()
+func (e *Engine) newRunID() string {
+	return uuid.Must(uuid.NewV7FromReader(&e.random)).String()
 }
 
 // idempotentRunID derives the run id from the key, so a repeated start
@@ -454,10 +458,27 @@ func idempotentRunID(flow, key string) string {
 	return "idem-" + hex.EncodeToString(sum[:16])
 }
 
-func newLease() string {
+func (e *Engine) newLease() string {
 	var b [12]byte
-	_, _ = rand.Read(b[:])
+	_, _ = e.random.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// randomBuffer is how many bytes of crypto/rand randomBytes reads at once,
+// so that a run id or a lease costs a copy rather than a call into the
+// system's random source (which also grew the caller's stack each time).
+const randomBuffer = 4 << 10
+
+// randomBytes is crypto/rand read ahead, safe for concurrent use.
+type randomBytes struct {
+	mu sync.Mutex
+	r  *bufio.Reader
+}
+
+func (b *randomBytes) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return io.ReadFull(b.r, p)
 }
 
 func mustJSON(v any) json.RawMessage {

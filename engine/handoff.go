@@ -117,7 +117,7 @@ func (e *Engine) handOff(u *store.RunUpdate, now int64) func(err error) bool {
 			return false
 		}
 	}
-	j.Lease, j.LeaseUntil = newLease(), now+e.opts.Lease.Milliseconds()
+	j.Lease, j.LeaseUntil = e.newLease(), now+e.opts.Lease.Milliseconds()
 	claimed := *j
 	return func(err error) bool {
 		if err != nil {

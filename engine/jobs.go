@@ -51,7 +51,7 @@ func (e *Engine) claim(ctx context.Context, queues []string, max int, wait time.
 		if !skip {
 			now := at.UnixMilli()
 			var err error
-			jobs, err = e.st.Claim(ctx, queues, now, now+e.opts.Lease.Milliseconds(), newLease(), max)
+			jobs, err = e.st.Claim(ctx, queues, now, now+e.opts.Lease.Milliseconds(), e.newLease(), max)
 			if err != nil {
 				return nil, err
 			}
@@ -595,7 +595,7 @@ func (e *Engine) complete(ctx context.Context, j store.Job, ack store.JobAck, re
 		u.Events, u.Ack = evs, &ack
 		if next != nil {
 			u.Claim = &store.ClaimRequest{
-				Queues: next.Queues, Max: next.Max, Lease: newLease(),
+				Queues: next.Queues, Max: next.Max, Lease: e.newLease(),
 				Now: now, LeaseUntil: now + e.opts.Lease.Milliseconds(),
 			}
 		}

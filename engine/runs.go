@@ -54,7 +54,7 @@ var errStaleDefinition = errors.New("engine: start decided on a cached definitio
 // start writes a run of d; body, when set, is d as cached, which the store
 // checks is still the stored definition (see checkedDefinition).
 func (e *Engine) start(ctx context.Context, flow string, d *flows.Definition, body []byte, input json.RawMessage, idempotencyKey string) (Started, error) {
-	id := newRunID()
+	id := e.newRunID()
 	if idempotencyKey != "" {
 		id = idempotentRunID(flow, idempotencyKey)
 	}
