@@ -72,7 +72,7 @@ const (
 var (
 	bStreams = []byte("streams")
 	bLengths = []byte("lengths")
-	bIndexes = []byte("indexes")
+	bIndex   = []byte("index")
 	bIdem    = []byte("idem")
 	bIdemExp = []byte("idemexp")
 )
@@ -122,13 +122,16 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bStreams, bLengths, bIndexes, bIdem, bIdemExp} {
+		for _, name := range [][]byte{bStreams, bLengths, bIndex, bIdem, bIdemExp} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
+	if err == nil {
+		err = migrateIndexes(db)
+	}
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("boltstore: init %s: %w", path, err), db.Close())
 	}

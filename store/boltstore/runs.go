@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
 
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/store"
@@ -148,28 +147,6 @@ func applyRunUpdate(tx *bolt.Tx, u store.RunUpdate) error {
 	return nil
 }
 
-func indexRemove(tx *bolt.Tx, ix store.Index, id string) error {
-	b := tx.Bucket(bIndexes).Bucket(indexKey(ix))
-	if b == nil {
-		return nil
-	}
-	members := b.Bucket(kMembers)
-	if members == nil {
-		return nil
-	}
-	v := members.Get([]byte(id))
-	if v == nil {
-		return nil
-	}
-	if err := b.Bucket(kOrder).Delete(orderKey(int64(getUint64(v)), id)); err != nil {
-		return err
-	}
-	if err := members.Delete([]byte(id)); err != nil {
-		return err
-	}
-	return b.Put(kCount, putUint64(getUint64(b.Get(kCount))-1))
-}
-
 // RunMeta returns a run's record. Errors: ErrNotFound, ErrInvalid, ErrClosed,
 // ErrUnavailable.
 func (s *Store) RunMeta(ctx context.Context, flow, run string) (store.RunMeta, error) {
@@ -216,34 +193,24 @@ func (s *Store) ListRuns(ctx context.Context, flow, status string, offset, limit
 	// clients, so this reads it through the same view directly.
 	page := store.RunPage{Runs: []store.RunMeta{}}
 	err := s.db.View(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bIndexes).Bucket(indexKey(ix))
-		if b == nil {
-			return nil
-		}
-		page.Total = int64(getUint64(b.Get(kCount)))
-		order := b.Bucket(kOrder)
-		if order == nil {
-			return nil
-		}
 		runs := tx.Bucket(bRuns)
-		cur := order.Cursor()
-		k, _ := cur.First()
-		for i := 0; i < offset && k != nil; i++ {
-			k, _ = cur.Next()
-		}
-		for ; k != nil && len(page.Runs) < limit; k, _ = cur.Next() {
-			e := parseOrderKey(k)
+		var err error
+		page.Total, err = indexPage(tx, ix, offset, func(e store.IndexEntry) (bool, error) {
+			if len(page.Runs) >= limit {
+				return false, nil
+			}
 			m := store.RunMeta{Flow: flow, Run: e.ID, StartedAt: e.Score}
 			if runs != nil {
 				if v := runs.Get(runKey(flow, e.ID)); v != nil {
 					if err := json.Unmarshal(v, &m); err != nil {
-						return err
+						return false, err
 					}
 				}
 			}
 			page.Runs = append(page.Runs, m)
-		}
-		return nil
+			return len(page.Runs) < limit, nil
+		})
+		return err
 	})
 	if err != nil {
 		return store.RunPage{}, dbErr(err)
@@ -259,15 +226,9 @@ func (s *Store) DeleteRuns(ctx context.Context, flow string) (int, error) {
 	}
 	n := 0
 	err := s.db.Update(func(tx *bolt.Tx) error {
-		ix := tx.Bucket(bIndexes).Bucket(indexKey(store.Index{Type: "flow", Name: flow}))
+		ix := store.Index{Type: "flow", Name: flow}
 		var ids []string
-		if ix != nil && ix.Bucket(kMembers) != nil {
-			_ = ix.Bucket(kMembers).ForEach(func(k, _ []byte) error {
-				ids = append(ids, string(k))
-				return nil
-			})
-		}
-		sort.Strings(ids)
+		indexMembers(tx, ix, func(id string) { ids = append(ids, id) })
 		runs := tx.Bucket(bRuns)
 		for _, id := range ids {
 			c := contextKey(store.Context{Type: "flow", ID: id})
@@ -300,10 +261,7 @@ func (s *Store) DeleteRuns(ctx context.Context, flow string) (int, error) {
 			}
 			n++
 		}
-		if ix != nil {
-			return tx.Bucket(bIndexes).DeleteBucket(indexKey(store.Index{Type: "flow", Name: flow}))
-		}
-		return nil
+		return indexDrop(tx, ix)
 	})
 	if err != nil {
 		return 0, dbErr(err)
