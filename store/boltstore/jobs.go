@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/jsonscan"
 	"github.com/nqd-dev/nqd/store"
 	bolt "go.etcd.io/bbolt"
 )
@@ -37,17 +38,22 @@ func readyKey(score int64, id string) []byte {
 	return append(binary.BigEndian.AppendUint64(nil, sortableScore(score)), id...)
 }
 
-func getJob(tx *bolt.Tx, queue, id string) (storedJob, bool, error) {
-	var j storedJob
+// jobValue is the stored job id of queue, or nil.
+func jobValue(tx *bolt.Tx, queue, id string) []byte {
 	qs := tx.Bucket(bQueues)
 	if qs == nil {
-		return j, false, nil
+		return nil
 	}
 	q := qs.Bucket([]byte(queue))
 	if q == nil || q.Bucket(kJobs) == nil {
-		return j, false, nil
+		return nil
 	}
-	v := q.Bucket(kJobs).Get([]byte(id))
+	return q.Bucket(kJobs).Get([]byte(id))
+}
+
+func getJob(tx *bolt.Tx, queue, id string) (storedJob, bool, error) {
+	var j storedJob
+	v := jobValue(tx, queue, id)
 	if v == nil {
 		return j, false, nil
 	}
@@ -58,16 +64,58 @@ func getJob(tx *bolt.Tx, queue, id string) (storedJob, bool, error) {
 	return j, true, nil
 }
 
+// jobHead is what a lease check and a deletion read of a stored job.
+type jobHead struct {
+	lease string
+	score int64
+}
+
+// headOf scans a stored job for its head, without decoding its input and
+// the rest as getJob does, on the path of every completion.
+func headOf(id string, v []byte) (jobHead, error) {
+	var h jobHead
+	ok := jsonscan.Object(v, func(key, val []byte) bool {
+		if !jsonscan.Plain(key) {
+			return false
+		}
+		ok := true
+		switch string(key) {
+		case "lease":
+			h.lease, ok = jsonscan.String(val)
+		case "score":
+			var n int
+			n, ok = jsonscan.Int(val)
+			h.score = int64(n)
+		default:
+			// encoding/json would take a key that differs in case
+			ok = !jsonscan.Folds(key, []string{"lease", "score"})
+		}
+		return ok
+	})
+	if ok {
+		return h, nil
+	}
+	var j storedJob // whatever the scan does not take, encoding/json reads
+	if err := json.Unmarshal(v, &j); err != nil {
+		return h, fmt.Errorf("job %s: %w", id, err)
+	}
+	return jobHead{lease: j.Lease, score: j.Score}, nil
+}
+
 func deleteJob(tx *bolt.Tx, queue, id string) error {
-	j, ok, err := getJob(tx, queue, id)
-	if err != nil || !ok {
+	v := jobValue(tx, queue, id)
+	if v == nil {
+		return nil
+	}
+	h, err := headOf(id, v)
+	if err != nil {
 		return err
 	}
 	jobs, ready, err := queueBuckets(tx, queue)
 	if err != nil {
 		return err
 	}
-	if err := ready.Delete(readyKey(j.Score, id)); err != nil {
+	if err := ready.Delete(readyKey(h.score, id)); err != nil {
 		return err
 	}
 	return jobs.Delete([]byte(id))
@@ -275,11 +323,15 @@ func (s *Store) Job(ctx context.Context, ref store.JobRef) (store.Job, error) {
 // checkHeld fails with a conflict unless the job a names is held by
 // a.Lease.
 func checkHeld(tx *bolt.Tx, a store.JobAck) error {
-	j, ok, err := getJob(tx, a.Queue, a.ID)
-	if err != nil {
-		return err
+	held := false
+	if v := jobValue(tx, a.Queue, a.ID); v != nil {
+		h, err := headOf(a.ID, v)
+		if err != nil {
+			return err
+		}
+		held = h.lease == a.Lease
 	}
-	if !ok || j.Lease != a.Lease {
+	if !held {
 		return fmt.Errorf("%w: job %s is not held by lease %q", errConflict, a.ID, a.Lease)
 	}
 	return nil

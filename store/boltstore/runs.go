@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/jsonscan"
 	"github.com/nqd-dev/nqd/store"
 	bolt "go.etcd.io/bbolt"
 )
@@ -25,10 +26,18 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 	if err := store.CheckRunUpdate(u); err != nil {
 		return store.AppendResult{}, err
 	}
+	// The record is encoded before the transaction: the version it gets
+	// is the one the update read, plus one, or the update is refused.
+	next := u.Meta
+	next.Version++
+	body, err := json.Marshal(next)
+	if err != nil {
+		return store.AppendResult{}, err
+	}
 	var claimed []store.Job
 	hook := func(tx *bolt.Tx) error {
 		claimed = nil
-		if err := applyRunUpdate(tx, u); err != nil {
+		if err := applyRunUpdate(tx, u, body); err != nil {
 			return err
 		}
 		if err := setExpiry(tx, u.Meta.Flow, u.Meta.Run, s.opts.Retention.ExpiresAt(u.Meta)); err != nil {
@@ -67,17 +76,15 @@ var errConflict = fmt.Errorf("boltstore: %w", store.ErrConflict)
 
 // applyRunUpdate checks everything before writing anything, so a conflict
 // leaves the transaction untouched.
-func applyRunUpdate(tx *bolt.Tx, u store.RunUpdate) error {
+func applyRunUpdate(tx *bolt.Tx, u store.RunUpdate, body []byte) error {
 	runs, err := tx.CreateBucketIfNotExists(bRuns)
 	if err != nil {
 		return err
 	}
 	rk := runKey(u.Meta.Flow, u.Meta.Run)
-	var cur store.RunMeta
-	if v := runs.Get(rk); v != nil {
-		if err := json.Unmarshal(v, &cur); err != nil {
-			return fmt.Errorf("run %s: %w", rk, err)
-		}
+	cur, err := runHeadOf(rk, runs.Get(rk))
+	if err != nil {
+		return err
 	}
 	if cur.Version != u.Meta.Version {
 		return fmt.Errorf("%w: run %s is at version %d, not %d", errConflict, rk, cur.Version, u.Meta.Version)
@@ -106,11 +113,6 @@ func applyRunUpdate(tx *bolt.Tx, u store.RunUpdate) error {
 		return err
 	}
 	m := u.Meta
-	m.Version = cur.Version + 1
-	body, err := json.Marshal(m)
-	if err != nil {
-		return err
-	}
 	if err := runs.Put(rk, body); err != nil {
 		return err
 	}
@@ -145,6 +147,48 @@ func applyRunUpdate(tx *bolt.Tx, u store.RunUpdate) error {
 		}
 	}
 	return nil
+}
+
+// runHead is what an update reads of a run's stored record.
+// runHead is what an update reads of a run's stored record.
+type runHead struct {
+	Version int64  `json:"version"`
+	Status  string `json:"status"`
+}
+
+// runHeadOf scans a stored run record (nil: none yet) for its head, without
+// decoding the engine's state and the rest, on the path of every update.
+func runHeadOf(rk, v []byte) (runHead, error) {
+	var h runHead
+	if v == nil {
+		return h, nil
+	}
+	ok := jsonscan.Object(v, func(key, val []byte) bool {
+		if !jsonscan.Plain(key) {
+			return false
+		}
+		ok := true
+		switch string(key) {
+		case "version":
+			var n int
+			n, ok = jsonscan.Int(val)
+			h.Version = int64(n)
+		case "status":
+			h.Status, ok = jsonscan.String(val)
+		default:
+			// encoding/json would take a key that differs in case
+			ok = !jsonscan.Folds(key, []string{"version", "status"})
+		}
+		return ok
+	})
+	if ok {
+		return h, nil
+	}
+	h = runHead{} // whatever the scan does not take, encoding/json reads
+	if err := json.Unmarshal(v, &h); err != nil {
+		return h, fmt.Errorf("run %s: %w", rk, err)
+	}
+	return h, nil
 }
 
 // RunMeta returns a run's record. Errors: ErrNotFound, ErrInvalid, ErrClosed,
