@@ -346,12 +346,36 @@ func (e *Engine) readRun(ctx context.Context, flow, id string) (*run, error) {
 
 // readRunForUpdate is readRun for a decision that ends in a run update: it
 // takes the record this instance wrote last when it has one, which the
-// update's version check proves current or refuses (see recent).
-func (e *Engine) readRunForUpdate(ctx context.Context, flow, id string) (*run, error) {
-	if m, ok := e.recent.takeRun(flow, id); ok {
-		return decodeRun(m, id)
+// update's version check proves current or refuses (see recent), waiting
+// its turn while another decision about the run holds it. The decision
+// calls release when it is done, whether or not it wrote.
+func (e *Engine) readRunForUpdate(ctx context.Context, flow, id string) (r *run, release func(), err error) {
+	wait := time.NewTimer(heldWait)
+	defer wait.Stop()
+	for {
+		m, ok, held, release := e.recent.takeRun(flow, id)
+		if ok {
+			r, err := decodeRun(m, id)
+			if err != nil {
+				release()
+				return nil, nil, err
+			}
+			return r, release, nil
+		}
+		if held == nil {
+			break
+		}
+		select {
+		case <-held:
+			continue
+		case <-wait.C:
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+		break // the holder is slow: read the store
 	}
-	return e.readRun(ctx, flow, id)
+	r, err = e.readRun(ctx, flow, id)
+	return r, func() {}, err
 }
 
 func decodeRun(m store.RunMeta, id string) (*run, error) {
@@ -409,7 +433,7 @@ var errRace = errors.New("engine: concurrent update")
 func (e *Engine) commit(ctx context.Context, u store.RunUpdate) (store.AppendResult, error) {
 	res, err := e.st.UpdateRun(ctx, u)
 	if err != nil {
-		e.recent.forgetRun(u.Meta.Flow, u.Meta.Run)
+		e.recent.refused(u.Meta.Flow, u.Meta.Run, u.Meta.Version)
 	}
 	if errors.Is(err, store.ErrConflict) {
 		return res, errRace

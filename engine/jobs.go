@@ -430,10 +430,11 @@ func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event, held *st
 				return err
 			}
 		}
-		r, err := e.readRunForUpdate(ctx, j.Flow, j.Run)
+		r, release, err := e.readRunForUpdate(ctx, j.Flow, j.Run)
 		if err != nil {
 			return err
 		}
+		defer release()
 		if r.ended() {
 			return ErrRunEnded
 		}
@@ -561,10 +562,11 @@ func (e *Engine) complete(ctx context.Context, j store.Job, ack store.JobAck, re
 	}
 	var claimed []store.Job
 	err := e.retry(ctx, func() error {
-		r, err := e.readRunForUpdate(ctx, j.Flow, j.Run)
+		r, release, err := e.readRunForUpdate(ctx, j.Flow, j.Run)
 		if err != nil {
 			return err
 		}
+		defer release()
 		if r.ended() {
 			return ErrRunEnded
 		}
@@ -669,10 +671,11 @@ func (e *Engine) failHeld(ctx context.Context, j store.Job, ack store.JobAck, ms
 	policy := d.Steps[j.Step].RetryPolicy
 	willRetry := retriable && j.Attempt < policy.MaxAttempts() && policy.Retriable(msg)
 	return e.retry(ctx, func() error {
-		r, err := e.readRunForUpdate(ctx, j.Flow, j.Run)
+		r, release, err := e.readRunForUpdate(ctx, j.Flow, j.Run)
 		if err != nil {
 			return err
 		}
+		defer release()
 		if r.ended() {
 			return ErrRunEnded
 		}

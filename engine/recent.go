@@ -30,6 +30,9 @@ type jobKey struct{ lease, queue, id string }
 type recentRun struct {
 	meta store.RunMeta
 	at   time.Time
+	// held is set while a decision holds the record (see takeRun), and
+	// closed when the record comes back.
+	held chan struct{}
 }
 
 const (
@@ -39,6 +42,10 @@ const (
 	// recentTTL bounds how long a run record is trusted: past it, a read
 	// from the store is as likely to be needed as not.
 	recentTTL = 5 * time.Second
+	// heldWait bounds how long a decision waits for a run record another
+	// decision holds before it reads the store: a decision holds it for
+	// one commit, a few milliseconds unless the store is slow.
+	heldWait = 100 * time.Millisecond
 )
 
 func newRecent() *recent {
@@ -48,8 +55,9 @@ func newRecent() *recent {
 func runKey(flow, run string) string { return flow + "\x00" + run }
 
 // wrote remembers the record a commit of u wrote: u.Meta at the version
-// after the one it named. An older record than the one remembered is
-// ignored, so that commits finishing out of order cannot step it back.
+// after the one it named, and gives back the record the decision held. An
+// older record than the one remembered is ignored, so that commits
+// finishing out of order cannot step it back.
 func (c *recent) wrote(u store.RunUpdate) {
 	m := u.Meta
 	m.Version++
@@ -58,11 +66,15 @@ func (c *recent) wrote(u store.RunUpdate) {
 	k := runKey(m.Flow, m.Run)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if old, ok := c.runs[k]; ok && old.meta.Version >= m.Version {
+	old, ok := c.runs[k]
+	if ok && old.meta.Version >= m.Version {
 		return
 	}
-	if len(c.runs) >= recentMax {
-		for k := range c.runs {
+	if ok {
+		old.giveBack()
+	} else if len(c.runs) >= recentMax {
+		for k, e := range c.runs {
+			e.giveBack()
 			delete(c.runs, k)
 			break
 		}
@@ -70,30 +82,71 @@ func (c *recent) wrote(u store.RunUpdate) {
 	c.runs[k] = recentRun{meta: m, at: time.Now()}
 }
 
-// takeRun hands out the remembered record of a run once.
-func (c *recent) takeRun(flow, run string) (store.RunMeta, bool) {
+func (e recentRun) giveBack() {
+	if e.held != nil {
+		close(e.held)
+	}
+}
+
+// takeRun hands out the remembered record of a run to one decision at a
+// time: the one that ends in a run update. While one holds it, the others
+// get held to wait on; once it comes back (the holder's commit wrote the
+// next record, or release gave it back unchanged), the next takes it. So
+// decisions about one run that overlap on this instance take turns, each
+// from the record the one before wrote, instead of reading the store or
+// having their updates refused. release gives the record back unchanged
+// unless the holder's commit already did; it may be called any number of
+// times.
+func (c *recent) takeRun(flow, run string) (m store.RunMeta, ok bool, held <-chan struct{}, release func()) {
 	k := runKey(flow, run)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.runs[k]
-	if !ok {
-		return store.RunMeta{}, false
+	e, found := c.runs[k]
+	switch {
+	case !found:
+		return store.RunMeta{}, false, nil, func() {}
+	case e.held != nil:
+		return store.RunMeta{}, false, e.held, func() {}
+	case time.Since(e.at) >= recentTTL:
+		delete(c.runs, k)
+		return store.RunMeta{}, false, nil, func() {}
 	}
-	delete(c.runs, k)
-	return e.meta, time.Since(e.at) < recentTTL
+	mine := make(chan struct{})
+	e.held = mine
+	c.runs[k] = e
+	m = e.meta
+	// The decision changes its run's map; the record must not change.
+	m.EmittedEvents = maps.Clone(m.EmittedEvents)
+	return m, true, nil, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if e, ok := c.runs[k]; ok && e.held == mine {
+			close(mine)
+			e.held = nil
+			c.runs[k] = e
+		}
+	}
 }
 
-// forgetRun drops a run's record, after the store refused a write based on
-// it or the run was deleted.
-func (c *recent) forgetRun(flow, run string) {
+// refused drops a run's record after the store refused (or may not have
+// taken) an update that named version, unless the record is newer: one
+// written meanwhile by another decision.
+func (c *recent) refused(flow, run string, version int64) {
+	k := runKey(flow, run)
 	c.mu.Lock()
-	delete(c.runs, runKey(flow, run))
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	if e, ok := c.runs[k]; ok && e.meta.Version <= version {
+		e.giveBack()
+		delete(c.runs, k)
+	}
 }
 
 // forgetRuns drops every remembered run record.
 func (c *recent) forgetRuns() {
 	c.mu.Lock()
+	for _, e := range c.runs {
+		e.giveBack()
+	}
 	clear(c.runs)
 	c.mu.Unlock()
 }

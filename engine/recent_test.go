@@ -335,3 +335,88 @@ func TestCompleteClaimingTakesTheNextJobInItsWrite(t *testing.T) {
 		t.Errorf("events = %v", k)
 	}
 }
+
+// overlapStore, once armed, holds the first run update until told, and
+// says when it arrived.
+type overlapStore struct {
+	countingStore
+	armed           atomic.Bool
+	updates         atomic.Int64
+	arrived, decide chan struct{}
+}
+
+func (s *overlapStore) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendResult, error) {
+	if s.armed.Load() && s.updates.Add(1) == 1 {
+		close(s.arrived)
+		<-s.decide
+	}
+	return s.countingStore.UpdateRun(ctx, u)
+}
+
+// Two decisions about one run that overlap on one instance, the second
+// made while the first is at the store, take turns with the record the
+// instance wrote last: neither reads the run record from the store, and
+// the store refuses neither, since the second starts from the record the
+// first wrote. The fan-in they feed still queues its step once.
+func TestOverlappingDecisionsTakeTurns(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, inner engine.Store) {
+		ctx := t.Context()
+		st := &overlapStore{countingStore: countingStore{Store: inner}, arrived: make(chan struct{}), decide: make(chan struct{})}
+		c := testkit.NewClock(time.UnixMilli(1_700_000_000_000))
+		e := newEngine(t, inner, c)
+		mustDefine(t, e, "diamond", "diamond")
+		started, err := e.Start(ctx, "diamond", nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		emit := func(e *engine.Engine, j store.Job, name string) error {
+			ack := store.JobAck{Queue: j.Queue, ID: j.ID, Lease: j.Lease}
+			_, err := e.Report(ctx, ack, []event.Event{{Kind: "emit", Data: json.RawMessage(`{"event":"` + name + `"}`)}}, "")
+			return err
+		}
+		entry, err := e.Claim(ctx, []string{"default"}, 1, 0)
+		if err != nil || len(entry) != 1 {
+			t.Fatalf("claim = %v, %v", entry, err)
+		}
+		for _, n := range []string{"step.a.trigger", "step.b.trigger"} {
+			if err := emit(e, entry[0], n); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The engine under test remembers the run from its own completion
+		// of the entry step, and hands out both branches in one claim.
+		e = newEngine(t, st, c)
+		if err := e.Complete(ctx, store.JobAck{Queue: "default", ID: entry[0].ID, Lease: entry[0].Lease}, nil); err != nil {
+			t.Fatal(err)
+		}
+		branches, err := e.Claim(ctx, []string{"default"}, 2, 0)
+		if err != nil || len(branches) != 2 {
+			t.Fatalf("claim = %v, %v", branches, err)
+		}
+		st.runMeta.Store(0)
+		st.armed.Store(true)
+		done := make(chan error, 2)
+		send := func(b store.Job) {
+			go func() { done <- emit(e, b, "step."+stepLetter(store.JobAck{ID: b.ID})+".done") }()
+		}
+		send(branches[0])
+		<-st.arrived
+		send(branches[1])
+		close(st.decide)
+		for range branches {
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := st.updates.Load(); n != 2 {
+			t.Errorf("%d run updates; want 2, none refused", n)
+		}
+		if n := st.runMeta.Load(); n != 0 {
+			t.Errorf("the overlapping decisions read the run record %d times; want 0", n)
+		}
+		final, err := e.Claim(ctx, []string{"default"}, 2, 0)
+		if err != nil || len(final) != 1 || final[0].ID != started.FlowID+":final" {
+			t.Fatalf("claim = %v, %v; want the final step once", final, err)
+		}
+	})
+}
