@@ -16,24 +16,6 @@ import (
 	"github.com/nqd-dev/nqd/store/redisstore"
 )
 
-// pipelineCounter counts the pipelines a client sends and their commands.
-type pipelineCounter struct {
-	mu              sync.Mutex
-	pipelines, cmds int
-}
-
-func (*pipelineCounter) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (*pipelineCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (c *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.mu.Lock()
-		c.pipelines++
-		c.cmds += len(cmds)
-		c.mu.Unlock()
-		return next(ctx, cmds)
-	}
-}
-
 // TestConcurrentAppendsPipelined runs many appends at once, with and without
 // idempotency keys, over contexts they share, on a Redis of its own whose
 // scripts are flushed halfway: every append is answered with the ids it
@@ -43,7 +25,7 @@ func TestConcurrentAppendsPipelined(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = client.Close() })
-	counter := &pipelineCounter{}
+	counter := &redisstore.ScriptPipelines{}
 	client.AddHook(counter)
 	s, err := redisstore.New(client, redisstore.Options{Prefix: "p", Logger: testkit.Logger(t)})
 	if err != nil {
@@ -139,12 +121,11 @@ func TestConcurrentAppendsPipelined(t *testing.T) {
 			t.Errorf("repeat of %s = %+v, %v; want the replay of %v", a.key, res, err, a.ids)
 		}
 	}
-	counter.mu.Lock()
-	defer counter.mu.Unlock()
-	if counter.cmds < writers*each {
-		t.Errorf("%d commands in pipelines, want every append's script call (%d) there", counter.cmds, writers*each)
+	pipelines, cmds := counter.Counts()
+	if cmds < writers*each {
+		t.Errorf("%d commands in pipelines, want every append's script call (%d) there", cmds, writers*each)
 	}
-	t.Logf("%d script calls in %d pipelines", counter.cmds, counter.pipelines)
+	t.Logf("%d script calls in %d pipelines", cmds, pipelines)
 }
 
 // TestAppendNotSent: an append whose context ended before it was sent, or

@@ -13,19 +13,19 @@ import (
 	"github.com/nqd-dev/nqd/internal/redistest"
 )
 
-// sentPipelines counts the script pipelines a client sends and their
-// commands.
-type sentPipelines struct {
+// ScriptPipelines counts the pipelines of script calls a client sends and
+// their commands; a new connection's own setup, also a pipeline, does not
+// count. Exported for the package's external tests too.
+type ScriptPipelines struct {
 	mu              sync.Mutex
 	pipelines, cmds int
 }
 
-func (*sentPipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (*sentPipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (s *sentPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (*ScriptPipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (*ScriptPipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (s *ScriptPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		// A new connection's own setup goes as a pipeline too.
-		if cmds[0].Name() == "evalsha" {
+		if name := cmds[0].Name(); name == "evalsha" || name == "eval" {
 			s.mu.Lock()
 			s.pipelines++
 			s.cmds += len(cmds)
@@ -33,6 +33,13 @@ func (s *sentPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 		}
 		return next(ctx, cmds)
 	}
+}
+
+// Counts returns the pipelines and their commands so far.
+func (s *ScriptPipelines) Counts() (pipelines, cmds int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pipelines, s.cmds
 }
 
 // TestPipelinerHandsItsSlotToTheCallsWaiting holds every pipeline slot, so
@@ -46,7 +53,7 @@ func TestPipelinerHandsItsSlotToTheCallsWaiting(t *testing.T) {
 	if err := echo.Load(t.Context(), client).Err(); err != nil {
 		t.Fatal(err)
 	}
-	sent := &sentPipelines{}
+	sent := &ScriptPipelines{}
 	client.AddHook(sent)
 	p := newPipeliner(client)
 
@@ -104,11 +111,9 @@ func TestPipelinerHandsItsSlotToTheCallsWaiting(t *testing.T) {
 			t.Errorf("call %d = %v, %v; want %q", i, replies[i], errs[i], want)
 		}
 	}
-	sent.mu.Lock()
-	if sent.pipelines != 2 || sent.cmds != 1+calls {
-		t.Errorf("%d pipelines of %d commands, want the sender's own and one of the %d calls waiting", sent.pipelines, sent.cmds, calls)
+	if pipelines, cmds := sent.Counts(); pipelines != 2 || cmds != 1+calls {
+		t.Errorf("%d pipelines of %d commands, want the sender's own and one of the %d calls waiting", pipelines, cmds, calls)
 	}
-	sent.mu.Unlock()
 	p.mu.Lock()
 	if p.free != 1 || len(p.waiting) != 0 {
 		t.Errorf("free = %d, %d waiting; want the slot back once nothing waits", p.free, len(p.waiting))
