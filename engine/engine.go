@@ -349,7 +349,7 @@ func (e *Engine) readRun(ctx context.Context, flow, id string) (*run, error) {
 // update's version check proves current or refuses (see recent), waiting
 // its turn while another decision about the run holds it. The decision
 // calls release when it is done, whether or not it wrote.
-func (e *Engine) readRunForUpdate(ctx context.Context, flow, id string) (r *run, release func(), err error) {
+func (e *Engine) readRunForUpdate(ctx context.Context, flow, id string) (*run, func(), error) {
 	wait := time.NewTimer(heldWait)
 	defer wait.Stop()
 	for {
@@ -374,7 +374,7 @@ func (e *Engine) readRunForUpdate(ctx context.Context, flow, id string) (r *run,
 		}
 		break // the holder is slow: read the store
 	}
-	r, err = e.readRun(ctx, flow, id)
+	r, err := e.readRun(ctx, flow, id)
 	return r, func() {}, err
 }
 

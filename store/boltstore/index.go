@@ -15,16 +15,16 @@ import (
 //
 //	<index> 0 'm' <member>             the member's score
 //	<index> 0 'n'                      how many members
-//	<index> 0 'o' <orderKey(score, member)>   (empty): the listing order
+//	<index> 0 'o' <orderKey(score, member)>  (empty) the listing order
 //
 // A new run's member sorts last among the 'm' keys (run ids grow with
 // time) and its order key first among the 'o' keys (the highest score
 // first), so both land next to the count, in the same leaf: adding a run to
 // an index rewrites one page and the branch pages above it, which the
-// other indexes in the commit share. A bucket per index with a bucket each
-// for members and order, as before, rewrote three leaves, their branch
-// pages and the buckets' headers, and a commit's fsync cost grows with the
-// pages it writes.
+// other indexes in the commit share. The earlier layout (migrate.go), a
+// bucket per index with a bucket each for members and order, rewrote three
+// leaves, their branch pages and the buckets' headers, and a commit's
+// fsync cost grows with the pages it writes.
 const (
 	tagMember = 'm'
 	tagCount  = 'n'
