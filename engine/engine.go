@@ -350,8 +350,7 @@ func (e *Engine) readRun(ctx context.Context, flow, id string) (*run, error) {
 // its turn while another decision about the run holds it. The decision
 // calls release when it is done, whether or not it wrote.
 func (e *Engine) readRunForUpdate(ctx context.Context, flow, id string) (*run, func(), error) {
-	wait := time.NewTimer(heldWait)
-	defer wait.Stop()
+	var wait *time.Timer // made only once a decision has to wait
 	for {
 		m, ok, held, release := e.recent.takeRun(flow, id)
 		if ok {
@@ -364,6 +363,10 @@ func (e *Engine) readRunForUpdate(ctx context.Context, flow, id string) (*run, f
 		}
 		if held == nil {
 			break
+		}
+		if wait == nil {
+			wait = time.NewTimer(heldWait)
+			defer wait.Stop()
 		}
 		select {
 		case <-held:

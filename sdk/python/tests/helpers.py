@@ -10,9 +10,12 @@ import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from nqd_worker import Worker
+from nqd_worker import Context, Worker
+
+if TYPE_CHECKING:
+    from conftest import Nqd
 
 
 class Running:
@@ -234,3 +237,17 @@ class CountingProxy:
                 self.wfile.write(data)
 
         return Handler
+
+
+def retried_by_another_worker(nqd: Nqd, queue: str, step: str, run: str) -> None:
+    """A fresh worker takes the step a stopped one gave back, as its second
+    attempt, and the run completes with that attempt's result."""
+    w = Worker(nqd.url, queues=[queue], claim_wait=1.0)
+
+    @w.step(step, queue=queue)
+    async def again(input: Any, ctx: Context) -> int:
+        return ctx.attempt
+
+    with Running(w):
+        assert nqd.wait_status(run) == "completed"
+    assert nqd.run_state(run)["steps"][step]["result"] == 2

@@ -9,7 +9,7 @@ from typing import Any, Iterator
 
 import pytest
 from conftest import Nqd
-from helpers import UNKNOWN_CLAIM, CountingProxy, Running, wait_for
+from helpers import UNKNOWN_CLAIM, CountingProxy, Running, retried_by_another_worker, wait_for
 
 import nqd_worker.worker
 from nqd_worker import Context, Worker
@@ -211,12 +211,4 @@ def test_a_job_a_completion_brings_past_the_grace_period_is_handed_back(nqd: Nqd
     (failed,) = [e for e in evs if e["kind"] == "step.failed"]
     assert failed["data"]["willRetry"] is True and "worker stopped" in failed["data"]["error"]
 
-    w2 = Worker(nqd.url, queues=[q], claim_wait=1.0)
-
-    @w2.step("work", queue=q)
-    async def again(input: Any, ctx: Context) -> int:
-        return ctx.attempt
-
-    with Running(w2):
-        assert nqd.wait_status(second) == "completed"
-    assert nqd.run_state(second)["steps"]["work"]["result"] == 2
+    retried_by_another_worker(nqd, q, "work", second)

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import pytest
 from conftest import Nqd
-from helpers import Running, wait_for
+from helpers import Running, retried_by_another_worker, wait_for
 
 from nqd_worker import AuthError, Context, NqdError, PermanentError, SyncContext, Worker
 
@@ -521,15 +521,7 @@ def test_stop_fails_steps_past_the_grace_period_as_retriable(nqd: Nqd) -> None:
     assert failed["data"]["willRetry"] is True
     assert "worker stopped" in failed["data"]["error"]
 
-    w2 = Worker(nqd.url, queues=[q], claim_wait=1.0)
-
-    @w2.step("s", queue=q)
-    async def quick(input: Any, ctx: Context) -> int:
-        return ctx.attempt
-
-    with Running(w2):
-        assert nqd.wait_status(run) == "completed"
-    assert nqd.run_state(run)["steps"]["s"]["result"] == 2
+    retried_by_another_worker(nqd, q, "s", run)
 
 
 def test_stop_before_run_returns_at_once() -> None:
