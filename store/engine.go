@@ -144,6 +144,14 @@ type RunUpdate struct {
 	// completion that takes its worker's next job. The jobs are in the
 	// result's Claimed.
 	Claim *ClaimRequest
+	// IdempotencyKey, when set (at most MaxIdempotencyKey bytes, and only
+	// with Events), is remembered for the run's context as an Append of
+	// Events with AppendOptions.IdempotencyKey would remember it: a later
+	// Append with the key within the idempotency window replays Events and
+	// appends nothing. The update itself never replays; its checks alone
+	// decide whether it is written. A worker's report folded into the run
+	// update it causes so keeps its retries from storing its events twice.
+	IdempotencyKey string
 	// Definition, when set, is the body of the flow's definition the update
 	// was decided on, taken from a cache. A backend whose
 	// ChecksDefinitions method reports true refuses the update with

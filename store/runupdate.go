@@ -40,6 +40,9 @@ func CheckRunUpdate(u RunUpdate) error {
 			return bad("queue %q", r.Queue)
 		}
 	}
+	if len(u.IdempotencyKey) > MaxIdempotencyKey || (u.IdempotencyKey != "" && len(u.Events) == 0) {
+		return bad("idempotency key of %d bytes for %d events", len(u.IdempotencyKey), len(u.Events))
+	}
 	if u.Ack != nil && u.Held != nil {
 		return bad("both an ack and a held job")
 	}

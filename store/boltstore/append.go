@@ -30,6 +30,9 @@ type appendReq struct {
 	// kinds records the events in the kind index (Append's events, not a
 	// run update's).
 	kinds bool
+	// remember keeps key for the events without looking it up first: a run
+	// update's key (store.RunUpdate.IdempotencyKey), which never replays.
+	remember bool
 
 	res  store.AppendResult
 	err  error
@@ -190,7 +193,7 @@ func (s *Store) apply(tx *bolt.Tx, r *appendReq, nowMS uint64) error {
 	if len(r.evs) == 0 {
 		return nil // a write of update's: the hook was all of it
 	}
-	if r.key != "" {
+	if r.key != "" && !r.remember {
 		replay, fp, ok, err := lookupIdempotent(tx, r.ck, r.key, nowMS)
 		if err != nil {
 			return err

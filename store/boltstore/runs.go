@@ -56,11 +56,11 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 		}
 		return store.AppendResult{Claimed: claimed}, nil
 	}
-	r, err := newAppendReq(store.Context{Type: "flow", ID: u.Meta.Run}, u.Events, store.AppendOptions{})
+	r, err := newAppendReq(store.Context{Type: "flow", ID: u.Meta.Run}, u.Events, store.AppendOptions{IdempotencyKey: u.IdempotencyKey})
 	if err != nil {
 		return store.AppendResult{}, err
 	}
-	r.hook = hook
+	r.hook, r.remember = hook, true
 	res, err := s.submit(ctx, r)
 	if err == nil {
 		res.Claimed = claimed

@@ -43,6 +43,10 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 			res, err = scanAppend(rows, b)
 			return err
 		})
+		if k := u.IdempotencyKey; k != "" {
+			fp := store.Fingerprint(b.bodies)
+			wb.Queue(sqlIdempotencyRemember, b.ck, k, len(b.bodies), s.opts.IdempotencyWindow.Milliseconds(), fp[:])
+		}
 	}
 	queueJobsAndTimers(wb, u)
 	conn, err := s.pool.Acquire(ctx)

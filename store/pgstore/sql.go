@@ -33,6 +33,8 @@ var (
 	sqlCheckpointTrim string
 	//go:embed sql/checkpoint_get.sql
 	sqlCheckpointGet string
+	//go:embed sql/idempotency_remember.sql
+	sqlIdempotencyRemember string
 )
 
 var (

@@ -67,8 +67,7 @@ func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, 
 	if key == "" {
 		key, window, same, token = newToken(), tokenWindow, true, true
 	}
-	sum := sha256.Sum256([]byte(key))
-	idem := keyAt(stream + ":idem:" + hex.EncodeToString(sum[:]))
+	idem := keyAt(s.idemKey(c, key))
 
 	raw, err := store.EncodeEvents(evs)
 	if err != nil {
@@ -133,6 +132,13 @@ const tokenWindow = time.Minute
 // maxResolve bounds how long a lost reply is resolved when ctx has no
 // deadline of its own.
 const maxResolve = 10 * time.Second
+
+// idemKey is where an idempotency key of c keeps the ids it stored: a
+// digest, so that no client string reaches a key name.
+func (s *Store) idemKey(c store.Context, key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return s.streamKey(c) + ":idem:" + hex.EncodeToString(sum[:])
+}
 
 // newToken is the idempotency key of an append whose caller gave none. It
 // starts with a byte no client key may hold, so the two never meet.

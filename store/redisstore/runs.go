@@ -186,6 +186,12 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 		args = append(args, t.Name(), t.Due)
 	}
 	args = append(args, keyAt(s.expiringKey()), m.Flow+":"+m.Run, s.opts.Retention.ExpiresAt(m))
+	if k := u.IdempotencyKey; k != "" {
+		fp := store.Fingerprint(bodies)
+		args = append(args, keyAt(s.idemKey(c, k)), s.opts.IdempotencyWindow.Milliseconds(), hex.EncodeToString(fp[:]))
+	} else {
+		args = append(args, 0, 0, "")
+	}
 
 	reply, err := s.pipe.run(ctx, runUpdateScript, keys, args)
 	if err != nil {

@@ -33,6 +33,7 @@ var engineScenarios = []struct {
 	{"AckNeedsLease", testAckNeedsLease},
 	{"HeldNeedsLeaseKeepsJob", testHeldNeedsLease},
 	{"AppendHeldNeedsLease", testAppendHeld},
+	{"UpdateRunRemembersKey", testUpdateRunKey},
 	{"UpdateRunClaims", testUpdateRunClaims},
 	{"Timers", testTimers},
 	{"DeleteRuns", testDeleteRuns},
@@ -395,6 +396,55 @@ func testAppendHeld(t *testing.T, s EngineStore) {
 	}
 	if j, err := s.Job(ctx, store.JobRef{Queue: "qa", ID: "p1:a"}); err != nil || j.Lease != "L2" {
 		t.Errorf("job after the appends = %+v, %v; want it held by L2", j, err)
+	}
+}
+
+// A run update's idempotency key makes a later append with that key replay
+// the update's events, whatever the append carries; a refused update
+// remembers nothing, and the update itself never replays.
+func testUpdateRunKey(t *testing.T, s EngineStore) {
+	ctx := t.Context()
+	c := store.Context{Type: "flow", ID: "k1"}
+	m := newRun("fl", "k1", 1000)
+	start := event.Event{Kind: "flow.started", Subject: "k1", RunID: "k1", FlowName: "fl"}
+	_, err := s.UpdateRun(ctx, store.RunUpdate{Meta: m, Events: []event.Event{start}})
+	must(t, err)
+	m.Version = 1
+	report := []event.Event{
+		{Kind: "step.started", Subject: "k1", RunID: "k1", FlowName: "fl", Step: "a"},
+		{Kind: "emit", Subject: "k1", RunID: "k1", FlowName: "fl", Step: "a", Data: json.RawMessage(`{"event":"a.done"}`)},
+	}
+	if _, err := s.UpdateRun(ctx, store.RunUpdate{Meta: newRun("fl", "k1", 1000), Events: report, IdempotencyKey: "refused"}); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("update at a stale version: got %v, want ErrConflict", err)
+	}
+	res, err := s.UpdateRun(ctx, store.RunUpdate{Meta: m, Events: report, IdempotencyKey: "r1"})
+	must(t, err)
+	if len(res.Events) != 2 || res.Replayed {
+		t.Fatalf("keyed update = %+v", res)
+	}
+	again, err := s.Append(ctx, c, report[:1], store.AppendOptions{IdempotencyKey: "r1"})
+	must(t, err)
+	if !again.Replayed || len(again.Events) != 2 || again.Events[0].ID != res.Events[0].ID ||
+		again.Events[1].ID != res.Events[1].ID || again.Events[1].Kind != "emit" {
+		t.Errorf("append with the update's key = %+v; want the update's two events replayed", again)
+	}
+	fresh, err := s.Append(ctx, c, report[:1], store.AppendOptions{IdempotencyKey: "refused"})
+	must(t, err)
+	if fresh.Replayed {
+		t.Errorf("append with the refused update's key replayed %+v; want it appended", fresh.Events)
+	}
+	// Keys name no run version: a later update may carry one again.
+	m.Version = 2
+	if _, err := s.UpdateRun(ctx, store.RunUpdate{Meta: m, Events: report[:1], IdempotencyKey: "r1"}); err != nil {
+		t.Errorf("second update with the key: %v", err)
+	}
+	evs, err := s.Range(ctx, c, store.RangeQuery{})
+	must(t, err)
+	if len(evs) != 5 {
+		t.Errorf("stream has %d events, want 5: the start, the keyed update's two, the append's one and the last update's one", len(evs))
+	}
+	if _, err := s.UpdateRun(ctx, store.RunUpdate{Meta: m, IdempotencyKey: "r2"}); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("key without events: got %v, want ErrInvalid", err)
 	}
 }
 

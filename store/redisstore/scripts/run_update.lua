@@ -38,7 +38,10 @@
 --   c, then c timer names to clear;
 --   s, then s timer name/due pairs to set;
 --   the retention set's position, the run's member there (<flow>:<run>) and
---   its due time ("0": not due, the member leaves the set).
+--   its due time ("0": not due, the member leaves the set);
+--   the position in KEYS of the idempotency result key the events are
+--   remembered under ("0": none), its window in ms and the events'
+--   fingerprint (hex), written as append.lua writes it.
 --
 -- A job's value is "<attempt> <score> <leaseUntil> <lease>\n<job JSON>"; a
 -- job enqueued claimed is scored, as claim.lua scores it, by its lease's end.
@@ -130,7 +133,6 @@ for _, k in ipairs(consumed) do
 end
 
 local out = append_events(KEYS[2], channel, member, maxlen, KEYS[3], bodies, joins)
-table.insert(out, 1, 0)
 
 for _ = 1, tonumber(arg()) do
   local ready, jobs, id = tonumber(arg()), tonumber(arg()), arg()
@@ -155,4 +157,9 @@ if expAt > 0 then
 else
   redis.call('ZREM', KEYS[expiring], expMember)
 end
+local idem, window, fingerprint = tonumber(arg()), arg(), arg()
+if idem > 0 and #out > 0 then
+  redis.call('SET', KEYS[idem], 'f' .. fingerprint .. ' ' .. table.concat(out, ' '), 'PX', window)
+end
+table.insert(out, 1, 0)
 return out
