@@ -301,19 +301,21 @@ func (e *Engine) Report(ctx context.Context, ack store.JobAck, evs []event.Event
 	var out []event.Event
 	var plain []event.Event
 	segment := 0
+	// Emits split a report into several writes; each gets a key of its
+	// own, scoped to the job and lease so that keys of different workers
+	// never meet.
+	segmentKey := func() string {
+		if key == "" {
+			return ""
+		}
+		segment++
+		return fmt.Sprintf("report:%s:%s:%d:%s", j.ID, leaseDigest(ack.Lease), segment-1, key)
+	}
 	flush := func() error {
 		if len(plain) == 0 {
 			return nil
 		}
-		opts := store.AppendOptions{Held: held}
-		if key != "" {
-			// Emits split a report into several appends; each gets a key
-			// of its own, scoped to the job and lease so that keys of
-			// different workers never meet.
-			opts.IdempotencyKey = fmt.Sprintf("report:%s:%s:%d:%s", j.ID, leaseDigest(ack.Lease), segment, key)
-			segment++
-		}
-		res, err := e.st.Append(ctx, store.Context{Type: "flow", ID: j.Run}, plain, opts)
+		res, err := e.st.Append(ctx, store.Context{Type: "flow", ID: j.Run}, plain, store.AppendOptions{IdempotencyKey: segmentKey(), Held: held})
 		if held != nil && errors.Is(err, store.ErrConflict) {
 			err = ErrLeaseLost
 		}
@@ -326,10 +328,14 @@ func (e *Engine) Report(ctx context.Context, ack store.JobAck, evs []event.Event
 			plain = append(plain, ev)
 			continue
 		}
-		if err := flush(); err != nil {
-			return out, err
+		// The events before an emit (a step.started the worker had not sent
+		// yet, logs) are written in the emit's own run update.
+		before := report{events: plain}
+		if len(plain) > 0 {
+			before.key = segmentKey()
 		}
-		stored, err := e.emit(ctx, j, ev, held)
+		plain = nil
+		stored, err := e.emit(ctx, j, ev, held, before)
 		if held != nil && errors.Is(err, ErrRunEnded) {
 			// The job may have been gone before this call: answer as for
 			// a job read from the store.
@@ -343,6 +349,13 @@ func (e *Engine) Report(ctx context.Context, ack store.JobAck, evs []event.Event
 		out = append(out, stored...)
 	}
 	return out, flush()
+}
+
+// report is what a worker's report carries ahead of an emit, and the
+// idempotency key it is written under.
+type report struct {
+	events []event.Event
+	key    string
 }
 
 // stamp checks a worker's events about job j and gives each the run, flow,
@@ -409,7 +422,7 @@ func emitName(data json.RawMessage) (string, json.RawMessage) {
 // held, when set, is the lease j is taken to be held by, not yet checked:
 // the update names it, and a refused update tells a lost lease from a lost
 // race.
-func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event, held *store.JobAck) ([]event.Event, error) {
+func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event, held *store.JobAck, before report) ([]event.Event, error) {
 	name, payload := emitName(ev.Data)
 	// As for a start, a store that checks the definition in the update
 	// lets the emit be decided on the cached one (see checkedDefinition);
@@ -439,8 +452,20 @@ func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event, held *st
 			return ErrRunEnded
 		}
 		if _, seen := r.state.Emits[name]; seen {
-			// A redelivered emit: fan-in already counted it. Nothing is
-			// written, so the lease is checked here.
+			// A redelivered emit: fan-in already counted it. The events
+			// before it are appended under their key, which replays them
+			// if this is a repeat of the report that wrote them with the
+			// emit; the append checks the lease, or, with nothing to
+			// append, it is checked here.
+			if len(before.events) > 0 {
+				res, err := e.st.Append(ctx, store.Context{Type: "flow", ID: j.Run}, before.events,
+					store.AppendOptions{IdempotencyKey: before.key, Held: held})
+				if held != nil && errors.Is(err, store.ErrConflict) {
+					err = ErrLeaseLost
+				}
+				out = res.Events
+				return err
+			}
 			if held != nil {
 				_, err := e.held(ctx, *held)
 				return err
@@ -452,7 +477,7 @@ func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event, held *st
 			r.meta.EmittedEvents = map[string]int64{}
 		}
 		r.meta.EmittedEvents[name] = now
-		fx := effects{events: []event.Event{ev}}
+		fx := effects{events: append(slices.Clip(before.events), ev)}
 		for _, step := range ready(d, r, name) {
 			e.plan(r, d, step, stepInput(d, r, step), now, &fx)
 		}
@@ -465,7 +490,7 @@ func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event, held *st
 		if err := e.register(ctx, &fx); err != nil {
 			return err
 		}
-		u.Definition, u.Held = body, held
+		u.Definition, u.Held, u.IdempotencyKey = body, held, before.key
 		var deliver func(error) bool
 		if handsOff {
 			deliver = e.handOff(&u, now)

@@ -19,7 +19,17 @@ import (
 // countingStore counts the reads a decision can spare.
 type countingStore struct {
 	engine.Store
-	runMeta, job, claims atomic.Int64
+	runMeta, job, claims, appends, updates atomic.Int64
+}
+
+func (s *countingStore) Append(ctx context.Context, c store.Context, evs []event.Event, opts store.AppendOptions) (store.AppendResult, error) {
+	s.appends.Add(1)
+	return s.Store.Append(ctx, c, evs, opts)
+}
+
+func (s *countingStore) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendResult, error) {
+	s.updates.Add(1)
+	return s.Store.UpdateRun(ctx, u)
 }
 
 func (s *countingStore) Claim(ctx context.Context, queues []string, now, leaseUntil int64, lease string, max int) ([]store.Job, error) {

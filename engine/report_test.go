@@ -51,8 +51,15 @@ func TestRepeatedReports(t *testing.T) {
 		if err != nil {
 			t.Fatalf("repeated report: %v", err)
 		}
-		if len(again) != 3 || again[0].ID != first[0].ID || again[2].ID != first[3].ID {
-			t.Errorf("repeated report answered %+v, want the first one's events but the emit", again)
+		// The events before the emit were written with it, so the repeat
+		// answers with the emit too.
+		if len(again) != len(first) {
+			t.Fatalf("repeated report answered %+v, want the first one's events", again)
+		}
+		for i := range first {
+			if again[i].ID != first[i].ID || again[i].Kind != first[i].Kind {
+				t.Errorf("repeated report's event %d = %s %s, want %s %s", i, again[i].ID, again[i].Kind, first[i].ID, first[i].Kind)
+			}
 		}
 		// Another key is another report: its log is stored, its emit is
 		// not (an event counts once per run).
@@ -91,6 +98,58 @@ func TestRepeatedReports(t *testing.T) {
 		for k, n := range want {
 			if count(got, k) != n {
 				t.Errorf("%d × %q, want %d; events %v", count(got, k), k, n, got)
+			}
+		}
+	})
+}
+
+// TestReportWritesOnceWithItsEmit: the events a report carries ahead of an
+// emit are written in the emit's run update, one write; a repeat of the
+// report stores none of them again and answers as the first did.
+func TestReportWritesOnceWithItsEmit(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, inner engine.Store) {
+		ctx := t.Context()
+		st := &countingStore{Store: inner}
+		e := newEngine(t, st, testkit.NewClock(time.UnixMilli(1_700_000_000_000)))
+		mustDefine(t, e, "diamond", "diamond")
+		run, err := e.Start(ctx, "diamond", nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs, err := e.Claim(ctx, []string{"default"}, 1, 0)
+		if err != nil || len(jobs) != 1 {
+			t.Fatalf("claim = %+v, %v", jobs, err)
+		}
+		ack := store.JobAck{Queue: jobs[0].Queue, ID: jobs[0].ID, Lease: jobs[0].Lease}
+		report := func() []event.Event {
+			return []event.Event{
+				{Kind: "step.started"},
+				{Kind: "log", Data: json.RawMessage(`{"level":"info","msg":"go"}`)},
+				{Kind: "emit", Data: json.RawMessage(`{"event":"step.a.trigger"}`)},
+			}
+		}
+		st.appends.Store(0)
+		st.updates.Store(0)
+		first, err := e.Report(ctx, ack, report(), "k1")
+		if err != nil || len(first) != 3 {
+			t.Fatalf("report = %+v, %v", first, err)
+		}
+		if a, u := st.appends.Load(), st.updates.Load(); a != 0 || u != 1 {
+			t.Errorf("the report made %d appends and %d run updates; want one run update", a, u)
+		}
+		again, err := e.Report(ctx, ack, report(), "k1")
+		if err != nil || len(again) != len(first) {
+			t.Fatalf("repeated report = %+v, %v; want %d events", again, err, len(first))
+		}
+		for i := range first {
+			if again[i].ID != first[i].ID {
+				t.Errorf("repeated report's event %d is %s, want %s", i, again[i].ID, first[i].ID)
+			}
+		}
+		got := kinds(t, inner, run.FlowID)
+		for _, k := range []string{"step.started start", "log start", "emit start"} {
+			if count(got, k) != 1 {
+				t.Errorf("%d × %q, want 1; events %v", count(got, k), k, got)
 			}
 		}
 	})
