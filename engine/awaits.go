@@ -300,7 +300,7 @@ func (e *Engine) fireAwaitTimer(ctx context.Context, t store.Timer) error {
 			return err
 		}
 		u.ClearTimers = append(u.ClearTimers, t)
-		_, err = e.commit(ctx, u)
+		_, err = e.commit(ctx, r, u)
 		return err
 	})
 	if err != nil {
@@ -437,7 +437,7 @@ func (e *Engine) FireTrigger(ctx context.Context, id string, payload json.RawMes
 		out = TriggerOutcome{TriggerID: id, Status: "fired", FlowName: r.meta.Flow, RunID: r.meta.Run, Step: aw.Step, FiredAt: isoMS(now.UnixMilli())}
 		aw.Outcome = mustJSON(out)
 		u := e.resume(r, id, "Trigger fired", map[string]any{"triggerId": id, "payload": payload}, now.UnixMilli())
-		if _, err := e.commit(ctx, u); err != nil {
+		if _, err := e.commit(ctx, r, u); err != nil {
 			return err
 		}
 		fired = true

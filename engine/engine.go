@@ -14,6 +14,7 @@ package engine
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -22,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -334,6 +336,10 @@ type run struct {
 	// cancelled lists the triggers end withdrew, whose streams get
 	// trigger.cancelled once the end is committed.
 	cancelled []string
+	// encoded is the state the last update encoded, and encodedState a
+	// copy of the state it encoded (see committed).
+	encoded      json.RawMessage
+	encodedState *runState
 }
 
 func (e *Engine) readRun(ctx context.Context, flow, id string) (*run, error) {
@@ -352,7 +358,10 @@ func (e *Engine) readRun(ctx context.Context, flow, id string) (*run, error) {
 func (e *Engine) readRunForUpdate(ctx context.Context, flow, id string) (*run, func(), error) {
 	var wait *time.Timer // made only once a decision has to wait
 	for {
-		m, ok, held, release := e.recent.takeRun(flow, id)
+		m, st, ok, held, release := e.recent.takeRun(flow, id)
+		if ok && st != nil {
+			return &run{meta: m, state: *st, readStatus: m.Status}, release, nil
+		}
 		if ok {
 			r, err := decodeRun(m, id)
 			if err != nil {
@@ -411,9 +420,72 @@ func (r *run) update() (store.RunUpdate, error) {
 	if err != nil {
 		return store.RunUpdate{}, err
 	}
+	r.encoded, r.encodedState = st, r.state.clone().compacted()
 	m := r.meta
 	m.State = st
 	return store.RunUpdate{Meta: m, PrevStatus: r.readStatus}, nil
+}
+
+// compacted makes s's JSON values compact, as encoding and decoding it
+// would (json.Marshal compacts a json.RawMessage), replacing any value that
+// is not by a compact copy.
+func (s *runState) compacted() *runState {
+	s.Input = compactJSON(s.Input)
+	for k, v := range s.Emits {
+		s.Emits[k] = compactJSON(v)
+	}
+	for _, aw := range s.Awaits {
+		aw.Input, aw.Outcome = compactJSON(aw.Input), compactJSON(aw.Outcome)
+	}
+	if len(s.Awaits) == 0 {
+		s.Awaits = nil // an empty map is left out of the record
+	}
+	return s
+}
+
+// compactJSON returns b compacted; b itself when it has no byte that
+// compaction could remove.
+func compactJSON(b json.RawMessage) json.RawMessage {
+	if !bytes.ContainsAny(b, " \t\r\n") {
+		return b
+	}
+	var out bytes.Buffer
+	if err := json.Compact(&out, b); err != nil {
+		return b
+	}
+	return out.Bytes()
+}
+
+// committed is the state u writes, decoded, when r's last update encoded
+// it (nil otherwise): a decision that takes the record next starts from a
+// copy of it instead of decoding the record again.
+func (r *run) committed(u store.RunUpdate) *runState {
+	if r == nil || len(u.Meta.State) == 0 || len(r.encoded) == 0 || &u.Meta.State[0] != &r.encoded[0] {
+		return nil
+	}
+	return r.encodedState
+}
+
+// clone copies s deep enough that a decision changing its copy changes
+// nothing of s: the maps and the step and await records; the JSON values
+// are never written in place and are shared.
+func (s *runState) clone() *runState {
+	c := &runState{Input: s.Input, Steps: make(map[string]*stepState, len(s.Steps)), Emits: maps.Clone(s.Emits)}
+	for k, v := range s.Steps {
+		st := *v
+		c.Steps[k] = &st
+	}
+	if c.Emits == nil {
+		c.Emits = map[string]json.RawMessage{}
+	}
+	if s.Awaits != nil {
+		c.Awaits = make(map[string]*awaitState, len(s.Awaits))
+		for k, v := range s.Awaits {
+			aw := *v
+			c.Awaits[k] = &aw
+		}
+	}
+	return c
 }
 
 // retry runs decide until its update is not refused by a concurrent one.
@@ -433,7 +505,8 @@ func (e *Engine) retry(ctx context.Context, decide func() error) error {
 // errRace marks a refused update that is worth deciding again.
 var errRace = errors.New("engine: concurrent update")
 
-func (e *Engine) commit(ctx context.Context, u store.RunUpdate) (store.AppendResult, error) {
+// commit writes u, decided about r (nil when none was read).
+func (e *Engine) commit(ctx context.Context, r *run, u store.RunUpdate) (store.AppendResult, error) {
 	res, err := e.st.UpdateRun(ctx, u)
 	if err != nil {
 		e.recent.refused(u.Meta.Flow, u.Meta.Run, u.Meta.Version)
@@ -442,7 +515,7 @@ func (e *Engine) commit(ctx context.Context, u store.RunUpdate) (store.AppendRes
 		return res, errRace
 	}
 	if err == nil {
-		e.recent.wrote(u)
+		e.recent.wrote(u, r.committed(u))
 		e.opts.Observer.Committed(u)
 	}
 	if err == nil && slices.ContainsFunc(u.Enqueue, claimable) {

@@ -85,7 +85,7 @@ func (e *Engine) fireEventTimer(ctx context.Context, t store.Timer) error {
 				return err
 			}
 			u.ClearTimers = []store.Timer{t}
-			_, err = e.commit(ctx, u)
+			_, err = e.commit(ctx, r, u)
 			e.cursors.Delete(id)
 			return err
 		}
@@ -111,7 +111,7 @@ func (e *Engine) fireEventTimer(ctx context.Context, t store.Timer) error {
 			t.Due = now + e.opts.EventPoll.Milliseconds()
 			u.SetTimers = []store.Timer{t}
 		}
-		_, err = e.commit(ctx, u)
+		_, err = e.commit(ctx, r, u)
 		return err
 	})
 	if resumed != "" {

@@ -495,7 +495,7 @@ func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event, held *st
 		if handsOff {
 			deliver = e.handOff(&u, now)
 		}
-		res, err := e.leaseCommit(ctx, u)
+		res, err := e.leaseCommit(ctx, r, u)
 		if deliver != nil && !deliver(err) && err != nil {
 			handsOff = false
 		}
@@ -626,7 +626,7 @@ func (e *Engine) complete(ctx context.Context, j store.Job, ack store.JobAck, re
 				Now: now, LeaseUntil: now + e.opts.Lease.Milliseconds(),
 			}
 		}
-		res, err := e.leaseCommit(ctx, u)
+		res, err := e.leaseCommit(ctx, r, u)
 		claimed = res.Claimed
 		return err
 	})
@@ -644,8 +644,8 @@ func (r *run) anyActive() bool {
 
 // leaseCommit commits an update that names a held job (Ack or Held); when
 // refused it tells a lost lease from a lost race.
-func (e *Engine) leaseCommit(ctx context.Context, u store.RunUpdate) (store.AppendResult, error) {
-	res, err := e.commit(ctx, u)
+func (e *Engine) leaseCommit(ctx context.Context, r *run, u store.RunUpdate) (store.AppendResult, error) {
+	res, err := e.commit(ctx, r, u)
 	ref := u.Ack
 	if ref == nil {
 		ref = u.Held
@@ -742,7 +742,7 @@ func (e *Engine) failHeld(ctx context.Context, j store.Job, ack store.JobAck, ms
 		// end lists the failing job among those to withdraw; the ack
 		// deletes it already.
 		u.Remove = removeRef(u.Remove, j.ID)
-		if _, err := e.leaseCommit(ctx, u); err != nil {
+		if _, err := e.leaseCommit(ctx, r, u); err != nil {
 			return err
 		}
 		e.closeTriggers(ctx, r, "run failed")
@@ -814,7 +814,7 @@ func (e *Engine) fire(ctx context.Context, t store.Timer) error {
 				return err
 			}
 		}
-		_, err = e.commit(ctx, u)
+		_, err = e.commit(ctx, r, u)
 		return err
 	})
 }

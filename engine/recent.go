@@ -29,7 +29,10 @@ type jobKey struct{ lease, queue, id string }
 
 type recentRun struct {
 	meta store.RunMeta
-	at   time.Time
+	// state is meta.State decoded, when the commit had it; nil: decode.
+	// Each decision that takes the record gets a copy of its own.
+	state *runState
+	at    time.Time
 	// held is set while a decision holds the record (see takeRun), and
 	// closed when the record comes back.
 	held chan struct{}
@@ -58,7 +61,7 @@ func runKey(flow, run string) string { return flow + "\x00" + run }
 // after the one it named, and gives back the record the decision held. An
 // older record than the one remembered is ignored, so that commits
 // finishing out of order cannot step it back.
-func (c *recent) wrote(u store.RunUpdate) {
+func (c *recent) wrote(u store.RunUpdate, st *runState) {
 	m := u.Meta
 	m.Version++
 	// The caller's run may still change its map; the record must not.
@@ -79,7 +82,7 @@ func (c *recent) wrote(u store.RunUpdate) {
 			break
 		}
 	}
-	c.runs[k] = recentRun{meta: m, at: time.Now()}
+	c.runs[k] = recentRun{meta: m, state: st, at: time.Now()}
 }
 
 func (e recentRun) giveBack() {
@@ -97,19 +100,19 @@ func (e recentRun) giveBack() {
 // having their updates refused. release gives the record back unchanged
 // unless the holder's commit already did; it may be called any number of
 // times.
-func (c *recent) takeRun(flow, run string) (m store.RunMeta, ok bool, held <-chan struct{}, release func()) {
+func (c *recent) takeRun(flow, run string) (m store.RunMeta, st *runState, ok bool, held <-chan struct{}, release func()) {
 	k := runKey(flow, run)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, found := c.runs[k]
 	switch {
 	case !found:
-		return store.RunMeta{}, false, nil, func() {}
+		return store.RunMeta{}, nil, false, nil, func() {}
 	case e.held != nil:
-		return store.RunMeta{}, false, e.held, func() {}
+		return store.RunMeta{}, nil, false, e.held, func() {}
 	case time.Since(e.at) >= recentTTL:
 		delete(c.runs, k)
-		return store.RunMeta{}, false, nil, func() {}
+		return store.RunMeta{}, nil, false, nil, func() {}
 	}
 	mine := make(chan struct{})
 	e.held = mine
@@ -117,7 +120,10 @@ func (c *recent) takeRun(flow, run string) (m store.RunMeta, ok bool, held <-cha
 	m = e.meta
 	// The decision changes its run's map; the record must not change.
 	m.EmittedEvents = maps.Clone(m.EmittedEvents)
-	return m, true, nil, func() {
+	if e.state != nil {
+		st = e.state.clone()
+	}
+	return m, st, true, nil, func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if e, ok := c.runs[k]; ok && e.held == mine {

@@ -20,43 +20,43 @@ func TestRecentRunTakesTurns(t *testing.T) {
 	}
 	c := newRecent()
 	u := store.RunUpdate{Meta: store.RunMeta{Flow: "f", Run: "r", Version: 1, Status: store.RunRunning}}
-	c.wrote(u) // remembers version 2
+	c.wrote(u, nil) // remembers version 2
 
-	m, ok, _, release := c.takeRun("f", "r")
+	m, _, ok, _, release := c.takeRun("f", "r")
 	if !ok || m.Version != 2 {
 		t.Fatalf("takeRun = %+v, %v; want version 2", m, ok)
 	}
-	_, ok, held, _ := c.takeRun("f", "r")
+	_, _, ok, held, _ := c.takeRun("f", "r")
 	if ok || held == nil || closed(held) {
 		t.Fatalf("a second takeRun while held: ok %v, held %v; want a channel to wait on", ok, held)
 	}
 	u.Meta = m
-	c.wrote(u) // the holder committed version 3
+	c.wrote(u, nil) // the holder committed version 3
 	if !closed(held) {
 		t.Fatal("the waiter was not woken by the holder's commit")
 	}
 	release() // after the commit: changes nothing
-	m, ok, _, release = c.takeRun("f", "r")
+	m, _, ok, _, release = c.takeRun("f", "r")
 	if !ok || m.Version != 3 {
 		t.Fatalf("takeRun after the commit = %+v, %v; want version 3", m, ok)
 	}
 
-	_, _, held, _ = c.takeRun("f", "r")
+	_, _, _, held, _ = c.takeRun("f", "r")
 	release() // given back unchanged
 	if !closed(held) {
 		t.Fatal("the waiter was not woken by the record given back")
 	}
-	m, ok, _, _ = c.takeRun("f", "r")
+	m, _, ok, _, _ = c.takeRun("f", "r")
 	if !ok || m.Version != 3 {
 		t.Fatalf("takeRun after it was given back = %+v, %v; want version 3", m, ok)
 	}
 
-	_, _, held, _ = c.takeRun("f", "r")
+	_, _, _, held, _ = c.takeRun("f", "r")
 	c.refused("f", "r", 3) // the holder's update was refused: stale
 	if !closed(held) {
 		t.Fatal("the waiter was not woken by the refusal")
 	}
-	if _, ok, held, _ := c.takeRun("f", "r"); ok || held != nil {
+	if _, _, ok, held, _ := c.takeRun("f", "r"); ok || held != nil {
 		t.Fatal("a refused record is still handed out")
 	}
 }

@@ -78,7 +78,7 @@ func (e *Engine) start(ctx context.Context, flow string, d *flows.Definition, bo
 		return Started{}, err
 	}
 	if deliver := e.handOff(&u, now); deliver != nil {
-		_, err = e.commit(ctx, u)
+		_, err = e.commit(ctx, r, u)
 		if deliver(err) || !errors.Is(err, errRace) {
 			return out, err
 		}
@@ -86,7 +86,7 @@ func (e *Engine) start(ctx context.Context, flow string, d *flows.Definition, bo
 		// meanwhile. Decide as without a waiting claim.
 		u.Enqueue[0].Lease, u.Enqueue[0].LeaseUntil = "", 0
 	}
-	_, err = e.commit(ctx, u)
+	_, err = e.commit(ctx, r, u)
 	if errors.Is(err, errRace) && body != nil {
 		return Started{}, errStaleDefinition
 	}
@@ -143,7 +143,7 @@ func (e *Engine) Cancel(ctx context.Context, flow, runID, reason string) (previo
 			return err
 		}
 		u.Events = []event.Event{flowEvent(r, "flow.cancelled", "", data)}
-		if _, err = e.commit(ctx, u); err != nil {
+		if _, err = e.commit(ctx, r, u); err != nil {
 			return err
 		}
 		e.closeTriggers(ctx, r, reason)

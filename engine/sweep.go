@@ -140,7 +140,7 @@ func (e *Engine) repairIndex(ctx context.Context, r *run, end event.Event) error
 	u.Events = []event.Event{flowEvent(r, "flow.index.repaired", "", map[string]any{
 		"from": from, "to": to, "cause": end.ID.String(),
 	})}
-	if _, err := e.commit(ctx, u); err != nil {
+	if _, err := e.commit(ctx, r, u); err != nil {
 		return err
 	}
 	e.closeTriggers(ctx, r, "run "+to)
@@ -247,6 +247,6 @@ func (e *Engine) stall(ctx context.Context, r *run, d *flows.Definition, jobs ma
 		"stalledAt":      isoMS(now),
 		"steps":          steps,
 	})}
-	_, err = e.commit(ctx, u)
+	_, err = e.commit(ctx, r, u)
 	return err
 }
