@@ -25,6 +25,8 @@ export class Http {
   private readonly token: string | undefined
   private readonly client: typeof http | typeof https
   private readonly agent: http.Agent
+  /** The parts of the base URL every request shares, parsed once. */
+  private readonly target: { protocol: string, hostname: string, port: string, auth: string | undefined, path: string }
 
   constructor(opts: HttpOptions) {
     if (!/^https?:\/\//.test(opts.url)) {
@@ -35,6 +37,15 @@ export class Http {
     const tls = this.base.startsWith('https:')
     this.client = tls ? https : http
     this.agent = tls ? new https.Agent({ keepAlive: true }) : new http.Agent({ keepAlive: true })
+    const u = new URL(this.base)
+    this.target = {
+      protocol: u.protocol,
+      // node:http wants an IPv6 host without its brackets.
+      hostname: u.hostname.startsWith('[') ? u.hostname.slice(1, -1) : u.hostname,
+      port: u.port,
+      auth: u.username === '' && u.password === '' ? undefined : `${decodeURIComponent(u.username)}:${decodeURIComponent(u.password)}`,
+      path: u.pathname.replace(/\/+$/, ''),
+    }
   }
 
   /** Closes idle kept-alive connections. */
@@ -92,7 +103,8 @@ export class Http {
         reject(abortError(signal))
         return
       }
-      const req = this.client.request(this.base + path, { method, headers, agent: this.agent })
+      const t = this.target
+      const req = this.client.request({ protocol: t.protocol, hostname: t.hostname, port: t.port, auth: t.auth, path: t.path + path, method, headers, agent: this.agent })
       let timer: NodeJS.Timeout | undefined
       const onAbort = (): void => {
         req.destroy(signal === undefined ? new Error('aborted') : abortError(signal))

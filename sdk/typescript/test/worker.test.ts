@@ -309,7 +309,8 @@ describe('leases', () => {
     let w: Worker | undefined
     const spy = (...args: unknown[]): http.ClientRequest => {
       const req = (realRequest as (...a: unknown[]) => http.ClientRequest)(...args)
-      const path = String(args[0])
+      const target = args[0]
+      const path = typeof target === 'string' || target instanceof URL ? String(target) : ((target as http.RequestOptions).path ?? '')
       if (path.endsWith('/api/_workers/claim') || path.endsWith('/complete')) {
         const end = req.end.bind(req) as (chunk: Buffer) => http.ClientRequest
         req.end = ((chunk: Buffer) => {
