@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -380,7 +381,7 @@ func (e *Engine) stamp(ctx context.Context, j store.Job, evs []event.Event, with
 		if ev.Attempt == 0 {
 			ev.Attempt = j.Attempt
 			if len(ev.Meta) == 0 {
-				ev.Meta = mustJSON(map[string]any{"attempt": j.Attempt, "jobId": j.ID})
+				ev.Meta = jobMeta(j.Attempt, j.ID)
 			}
 		}
 	}
@@ -392,6 +393,19 @@ func (e *Engine) stamp(ctx context.Context, j store.Job, evs []event.Event, with
 		return err
 	}
 	return checkState(d, evs)
+}
+
+// jobMeta is the meta of an event about attempt of job id,
+// {"attempt":…,"jobId":…}, as json.Marshal writes the map of the two,
+// without the map: every report and completion makes one or more.
+func jobMeta(attempt int, id string) json.RawMessage {
+	b := strconv.AppendInt(append(make([]byte, 0, 32+len(id)), `{"attempt":`...), int64(attempt), 10)
+	b = append(b, `,"jobId":`...)
+	q, err := json.Marshal(id)
+	if err != nil {
+		panic(err) // a string always encodes
+	}
+	return append(append(b, q...), '}')
 }
 
 // emitName reads an emit's event name and payload in either shape the
@@ -607,7 +621,9 @@ func (e *Engine) complete(ctx context.Context, j store.Job, ack store.JobAck, re
 		if len(result) > 0 {
 			data["result"] = result
 		}
-		evs := append(slices.Clip(evs), withAttempt(flowEvent(r, "step.completed", j.Step, data), j.Attempt, map[string]any{"jobId": j.ID}))
+		done := flowEvent(r, "step.completed", j.Step, data)
+		done.Attempt, done.Meta = j.Attempt, jobMeta(j.Attempt, j.ID)
+		evs := append(slices.Clip(evs), done)
 		var u store.RunUpdate
 		if !r.anyActive() {
 			u, err = e.end(r, store.RunCompleted, now)
