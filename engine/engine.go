@@ -426,9 +426,9 @@ func (r *run) update() (store.RunUpdate, error) {
 	return store.RunUpdate{Meta: m, PrevStatus: r.readStatus}, nil
 }
 
-// compacted makes s's JSON values compact, as encoding and decoding it
-// would (json.Marshal compacts a json.RawMessage), replacing any value that
-// is not by a compact copy.
+// compacted makes s's JSON values what encoding and decoding s would make
+// them (json.Marshal compacts a json.RawMessage and escapes <, >, & and
+// U+2028/U+2029 in it), replacing any value that is not by such a copy.
 func (s *runState) compacted() *runState {
 	s.Input = compactJSON(s.Input)
 	for k, v := range s.Emits {
@@ -443,16 +443,19 @@ func (s *runState) compacted() *runState {
 	return s
 }
 
-// compactJSON returns b compacted; b itself when it has no byte that
-// compaction could remove.
+// compactJSON returns b as json.Marshal writes a json.RawMessage: compact,
+// with <, >, & and U+2028/U+2029 escaped; b itself when it has nothing that
+// would change.
 func compactJSON(b json.RawMessage) json.RawMessage {
-	if !bytes.ContainsAny(b, " \t\r\n") {
+	if !bytes.ContainsAny(b, " \t\r\n<>&\u2028\u2029") {
+		return b
+	}
+	var c bytes.Buffer
+	if err := json.Compact(&c, b); err != nil {
 		return b
 	}
 	var out bytes.Buffer
-	if err := json.Compact(&out, b); err != nil {
-		return b
-	}
+	json.HTMLEscape(&out, c.Bytes())
 	return out.Bytes()
 }
 

@@ -70,7 +70,7 @@ func TestRememberedStateIsTheRecords(t *testing.T) {
 			j := jobs[0]
 			ack := store.JobAck{Queue: j.Queue, ID: j.ID, Lease: j.Lease}
 			for _, name := range emitsOf[flow+"/"+j.Step] {
-				ev := event.Event{Kind: "emit", Data: json.RawMessage(`{"event": "` + name + `", "payload": { "value" : 2 }}`)}
+				ev := event.Event{Kind: "emit", Data: json.RawMessage(`{"event": "` + name + `", "payload": { "value" : 2, "html": "<b>&amp;</b>` + "\u2028" + `" }}`)}
 				if _, err := e.Report(ctx, ack, []event.Event{{Kind: "step.started"}, ev}, ""); err != nil {
 					t.Fatal(err)
 				}
