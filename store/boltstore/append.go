@@ -234,9 +234,8 @@ func (s *Store) apply(tx *bolt.Tx, r *appendReq, nowMS uint64) error {
 		id = id.Next()
 	}
 
-	lengths := tx.Bucket(bLengths)
-	n := getUint64(lengths.Get(r.ck))
-	if err := lengths.Put(r.ck, putUint64(n+uint64(len(out)))); err != nil {
+	n := streamLength(tx, r.ck)
+	if err := setStreamLength(tx, r.ck, n+uint64(len(out))); err != nil {
 		return err
 	}
 	if err := indexEvents(tx, r.c, out, n == 0); err != nil {

@@ -6,10 +6,10 @@
 // Layout of the file (all keys big-endian so byte order is numeric order):
 //
 //	streams/<type>:<id>/<ms><seq>        event.MarshalBody()
-//	lengths/<type>:<id>                  uint64 event count
-//	indexes/<type>[:<name>]/m/<member>   int64 score
-//	indexes/<type>[:<name>]/o/<^score><member>
-//	indexes/<type>[:<name>]/n            uint64 member count
+//	streams/<type>:<id>\x00              uint64 event count (see lengths.go)
+//	index/<index>\x00m<member>           int64 score (see index.go)
+//	index/<index>\x00n                   uint64 member count
+//	index/<index>\x00o<^score><member>   (empty) the listing order
 //	idem/<type>:<id>/<key>               expiry ms, then the 16-byte ids
 //	idemexp/<expiry ms><type>:<id>\x00<key>
 //	watched/<kind>                       empty: a kind the kind index records

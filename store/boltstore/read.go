@@ -97,7 +97,7 @@ func (s *Store) Info(ctx context.Context, c store.Context) (store.StreamInfo, er
 		if k, _ := cur.Last(); k != nil {
 			info.LastID = parseIDKey(k)
 		}
-		info.Length = int64(getUint64(tx.Bucket(bLengths).Get(ck)))
+		info.Length = int64(streamLength(tx, ck))
 		return nil
 	})
 	if err != nil {

@@ -31,7 +31,7 @@ func (s *Store) Restore(ctx context.Context, c store.Context, evs []event.Event,
 				return fmt.Errorf("%w: %s has events", errConflict, c)
 			}
 		}
-		if getUint64(tx.Bucket(bLengths).Get(ck)) != 0 {
+		if streamLength(tx, ck) != 0 {
 			return fmt.Errorf("%w: %s has events", errConflict, c)
 		}
 		var runs *bolt.Bucket
@@ -56,7 +56,7 @@ func (s *Store) Restore(ctx context.Context, c store.Context, evs []event.Event,
 				return err
 			}
 		}
-		if err := tx.Bucket(bLengths).Put(ck, putUint64(uint64(len(evs)))); err != nil {
+		if err := setStreamLength(tx, ck, uint64(len(evs))); err != nil {
 			return err
 		}
 		if err := indexEvents(tx, c, evs, true); err != nil {

@@ -130,7 +130,7 @@ func deleteRun(tx *bolt.Tx, flow, run string) error {
 			return err
 		}
 	}
-	if err := tx.Bucket(bLengths).Delete(c); err != nil {
+	if err := dropStreamLength(tx, c); err != nil {
 		return err
 	}
 	if cp := tx.Bucket(bCheckpoints); cp != nil && cp.Bucket(c) != nil {

@@ -281,7 +281,7 @@ func (s *Store) DeleteRuns(ctx context.Context, flow string) (int, error) {
 					return err
 				}
 			}
-			if err := tx.Bucket(bLengths).Delete(c); err != nil {
+			if err := dropStreamLength(tx, c); err != nil {
 				return err
 			}
 			if err := indexRemove(tx, store.Index{Type: "flow"}, id); err != nil {

@@ -55,9 +55,7 @@ func (s *Store) Trim(ctx context.Context, c store.Context, before event.ID) (int
 		if n == 0 {
 			return nil
 		}
-		lengths := tx.Bucket(bLengths)
-		left := getUint64(lengths.Get(ck)) - uint64(n)
-		return lengths.Put(ck, putUint64(left))
+		return setStreamLength(tx, ck, streamLength(tx, ck)-uint64(n))
 	})
 	if err != nil {
 		return 0, dbErr(err)
