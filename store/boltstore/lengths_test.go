@@ -102,13 +102,7 @@ func TestLengthsOfEarlierFilesMove(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-
-	db, err = bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = db.Close() }()
-	err = db.View(func(tx *bolt.Tx) error {
+	viewFile(t, path, func(tx *bolt.Tx) error {
 		for c, want := range map[store.Context]uint64{a: 5, b: 1} {
 			if v := tx.Bucket([]byte("lengths")).Get([]byte(c.String())); v != nil {
 				t.Errorf("%s keeps a length in the earlier bucket", c)
@@ -119,7 +113,4 @@ func TestLengthsOfEarlierFilesMove(t *testing.T) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }

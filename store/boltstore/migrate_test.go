@@ -99,17 +99,23 @@ func TestOpenMovesIndexesOfEarlierFiles(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	db, err = bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = db.Close() }()
-	if err := db.View(func(tx *bolt.Tx) error {
+	viewFile(t, path, func(tx *bolt.Tx) error {
 		if tx.Bucket([]byte("indexes")) != nil {
 			return fmt.Errorf("the old index buckets are still there")
 		}
 		return nil
-	}); err != nil {
+	})
+}
+
+// viewFile reads the file of a closed store with bbolt itself.
+func viewFile(t *testing.T, path string, fn func(tx *bolt.Tx) error) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = db.Close() }()
+	if err := db.View(fn); err != nil {
 		t.Fatal(err)
 	}
 }
