@@ -105,6 +105,25 @@ func Plain(key []byte) bool {
 	return true
 }
 
+// Fields scans the object b for the members names lists, calling fn with
+// the index in names of each one found and its value. It reports false,
+// as soon as it knows, where encoding/json decoding into a struct of those
+// fields might read b otherwise: b is not an object, a key is not Plain, a
+// key matches a name only ignoring case, or fn says false.
+func Fields(b []byte, names []string, fn func(i int, val []byte) bool) bool {
+	return Object(b, func(key, val []byte) bool {
+		if !Plain(key) {
+			return false
+		}
+		for i, n := range names {
+			if string(key) == n {
+				return fn(i, val)
+			}
+		}
+		return !Folds(key, names)
+	})
+}
+
 // Folds reports whether key, as Plain accepts it, matches one of names
 // ignoring ASCII case, as encoding/json matches a member that names no field
 // exactly to a field.

@@ -3,6 +3,7 @@ package jsonscan
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -67,4 +68,31 @@ func FuzzObject(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestFields(t *testing.T) {
+	names := []string{"lease", "score"}
+	for _, tc := range []struct {
+		in   string
+		ok   bool
+		seen string // the names fn was called for, in order
+	}{
+		{`{"score":3,"input":{"lease":"inner"},"lease":"L"}`, true, "score,lease"},
+		{`{"other":1}`, true, ""},
+		{`{"Lease":"L"}`, false, ""},              // encoding/json would take it
+		{`{"le\u0061se":"L"}`, false, ""},         // an escaped key
+		{`{"score":1,"SCORE":2}`, false, "score"}, // stops at the folded one
+		{`[1]`, false, ""},
+		{`{"score":"x"}`, false, "score"}, // fn refused the value
+	} {
+		var seen []string
+		ok := Fields([]byte(tc.in), names, func(i int, val []byte) bool {
+			seen = append(seen, names[i])
+			_, isInt := Int(val)
+			return names[i] != "score" || isInt
+		})
+		if ok != tc.ok || strings.Join(seen, ",") != tc.seen {
+			t.Errorf("Fields(%s) = %v after %q, want %v after %q", tc.in, ok, seen, tc.ok, tc.seen)
+		}
+	}
 }

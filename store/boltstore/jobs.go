@@ -74,22 +74,14 @@ type jobHead struct {
 // the rest as getJob does, on the path of every completion.
 func headOf(id string, v []byte) (jobHead, error) {
 	var h jobHead
-	ok := jsonscan.Object(v, func(key, val []byte) bool {
-		if !jsonscan.Plain(key) {
-			return false
-		}
-		ok := true
-		switch string(key) {
-		case "lease":
+	ok := jsonscan.Fields(v, []string{"lease", "score"}, func(i int, val []byte) (ok bool) {
+		if i == 0 {
 			h.lease, ok = jsonscan.String(val)
-		case "score":
-			var n int
-			n, ok = jsonscan.Int(val)
-			h.score = int64(n)
-		default:
-			// encoding/json would take a key that differs in case
-			ok = !jsonscan.Folds(key, []string{"lease", "score"})
+			return ok
 		}
+		var n int
+		n, ok = jsonscan.Int(val)
+		h.score = int64(n)
 		return ok
 	})
 	if ok {

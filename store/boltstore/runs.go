@@ -150,7 +150,6 @@ func applyRunUpdate(tx *bolt.Tx, u store.RunUpdate, body []byte) error {
 }
 
 // runHead is what an update reads of a run's stored record.
-// runHead is what an update reads of a run's stored record.
 type runHead struct {
 	Version int64  `json:"version"`
 	Status  string `json:"status"`
@@ -163,22 +162,14 @@ func runHeadOf(rk, v []byte) (runHead, error) {
 	if v == nil {
 		return h, nil
 	}
-	ok := jsonscan.Object(v, func(key, val []byte) bool {
-		if !jsonscan.Plain(key) {
-			return false
-		}
-		ok := true
-		switch string(key) {
-		case "version":
+	ok := jsonscan.Fields(v, []string{"version", "status"}, func(i int, val []byte) (ok bool) {
+		if i == 0 {
 			var n int
 			n, ok = jsonscan.Int(val)
 			h.Version = int64(n)
-		case "status":
-			h.Status, ok = jsonscan.String(val)
-		default:
-			// encoding/json would take a key that differs in case
-			ok = !jsonscan.Folds(key, []string{"version", "status"})
+			return ok
 		}
+		h.Status, ok = jsonscan.String(val)
 		return ok
 	})
 	if ok {
