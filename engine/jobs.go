@@ -367,7 +367,7 @@ func (e *Engine) stamp(ctx context.Context, j store.Job, evs []event.Event, with
 		if !progressKind(evs[i].Kind) || (!withEmits && evs[i].Kind == "emit") {
 			reason := fmt.Sprintf("%q is not a progress event: complete or fail the job instead", evs[i].Kind)
 			if evs[i].Kind == "emit" {
-				reason = "emit through the events call, before completing"
+				reason = "emit through the events call or with the completion"
 			}
 			return &ReportError{Field: fmt.Sprintf("events[%d].kind", i), Reason: reason}
 		}
@@ -465,7 +465,7 @@ func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event, held *st
 		if r.ended() {
 			return ErrRunEnded
 		}
-		if _, seen := r.state.Emits[name]; seen {
+		if r.emitted(name) {
 			// A redelivered emit: fan-in already counted it. The events
 			// before it are appended under their key, which replays them
 			// if this is a repeat of the report that wrote them with the
@@ -486,15 +486,8 @@ func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event, held *st
 			}
 			return nil
 		}
-		r.state.Emits[name] = payload
-		if r.meta.EmittedEvents == nil {
-			r.meta.EmittedEvents = map[string]int64{}
-		}
-		r.meta.EmittedEvents[name] = now
-		fx := effects{events: append(slices.Clip(before.events), ev)}
-		for _, step := range ready(d, r, name) {
-			e.plan(r, d, step, stepInput(d, r, step), now, &fx)
-		}
+		fx := effects{events: slices.Clip(before.events)}
+		e.decideEmit(r, d, ev, name, payload, now, &fx)
 		r.settle()
 		u, err := r.update()
 		if err != nil {
@@ -524,8 +517,9 @@ func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event, held *st
 
 // Complete finishes the job held by ack with result: step.completed, and
 // flow.completed when no step of the run is left to run. evs, progress
-// events other than emits (a step.started not sent yet, last logs), are
-// stored before step.completed in the same atomic step. Once it succeeded,
+// events (a step.started not sent yet, last logs, emits), are stored before
+// step.completed in the same atomic step, and the steps their emits make
+// ready are queued in it, so the run goes on. Once it succeeded,
 // a repeat with the same lease succeeds again and writes nothing. Errors:
 // ErrLeaseLost, ErrRunEnded, ErrStateInvalid, a *ReportError.
 func (e *Engine) Complete(ctx context.Context, ack store.JobAck, result json.RawMessage, evs ...event.Event) error {
@@ -594,13 +588,33 @@ func (e *Engine) repeatedOr(ctx context.Context, ack store.JobAck, outcome strin
 }
 
 // complete writes j's completion; with next it claims in the same write, and
-// answers the jobs the store claimed.
+// answers the jobs the store claimed. Emits among evs are decided in that
+// write too, as the events call decides them: the steps they make ready are
+// queued (and may be handed to a waiting claim, or taken by next), and an
+// event name counted before stores nothing.
 func (e *Engine) complete(ctx context.Context, j store.Job, ack store.JobAck, result json.RawMessage, evs []event.Event, next *Next) ([]store.Job, error) {
-	if err := e.stamp(ctx, j, evs, false); err != nil {
+	if err := e.stamp(ctx, j, evs, true); err != nil {
 		return nil, err
 	}
+	emits := slices.ContainsFunc(evs, func(ev event.Event) bool { return ev.Kind == "emit" })
+	// As for an emit of the events call, a store that checks the
+	// definition in the update lets it be decided on the cached one.
+	var body []byte
+	var d *flows.Definition
+	if emits {
+		body, d = e.checkedDefinition(j.Flow)
+	}
+	handsOff := emits
+	// One clock reading for every retry, as for an emit.
+	now := e.nowMS()
 	var claimed []store.Job
 	err := e.retry(ctx, func() error {
+		if emits && d == nil {
+			var err error
+			if d, err = e.Definition(ctx, j.Flow); err != nil {
+				return err
+			}
+		}
 		r, release, err := e.readRunForUpdate(ctx, j.Flow, j.Run)
 		if err != nil {
 			return err
@@ -609,7 +623,16 @@ func (e *Engine) complete(ctx context.Context, j store.Job, ack store.JobAck, re
 		if r.ended() {
 			return ErrRunEnded
 		}
-		now := e.nowMS()
+		var fx effects
+		for _, ev := range evs {
+			if ev.Kind != "emit" {
+				fx.events = append(fx.events, ev)
+				continue
+			}
+			if name, payload := emitName(ev.Data); !r.emitted(name) {
+				e.decideEmit(r, d, ev, name, payload, now, &fx)
+			}
+		}
 		s := r.state.Steps[j.Step]
 		if s == nil {
 			s = &stepState{Queue: j.Queue}
@@ -623,11 +646,11 @@ func (e *Engine) complete(ctx context.Context, j store.Job, ack store.JobAck, re
 		}
 		done := flowEvent(r, "step.completed", j.Step, data)
 		done.Attempt, done.Meta = j.Attempt, jobMeta(j.Attempt, j.ID)
-		evs := append(slices.Clip(evs), done)
+		fx.events = append(fx.events, done)
 		var u store.RunUpdate
 		if !r.anyActive() {
 			u, err = e.end(r, store.RunCompleted, now)
-			evs = append(evs, flowEvent(r, "flow.completed", "", map[string]any{"duration": now - r.meta.StartedAt}))
+			fx.events = append(fx.events, flowEvent(r, "flow.completed", "", map[string]any{"duration": now - r.meta.StartedAt}))
 		} else {
 			r.settle()
 			u, err = r.update()
@@ -635,18 +658,53 @@ func (e *Engine) complete(ctx context.Context, j store.Job, ack store.JobAck, re
 		if err != nil {
 			return err
 		}
-		u.Events, u.Ack = evs, &ack
+		fx.into(&u)
+		if err := e.register(ctx, &fx); err != nil {
+			return err
+		}
+		u.Ack, u.Definition = &ack, body
 		if next != nil {
 			u.Claim = &store.ClaimRequest{
 				Queues: next.Queues, Max: next.Max, Lease: e.newLease(),
 				Now: now, LeaseUntil: now + e.opts.Lease.Milliseconds(),
 			}
 		}
+		var deliver func(error) bool
+		if handsOff {
+			deliver = e.handOff(&u, now)
+		}
 		res, err := e.leaseCommit(ctx, r, u)
+		if deliver != nil && !deliver(err) && err != nil {
+			handsOff = false
+		}
+		if errors.Is(err, errRace) && body != nil {
+			body, d = nil, nil
+		}
 		claimed = res.Claimed
 		return err
 	})
 	return claimed, err
+}
+
+// emitted reports whether the run counted an emit of name already: fan-in
+// counts a name once, so a later emit of it stores nothing.
+func (r *run) emitted(name string) bool {
+	_, seen := r.state.Emits[name]
+	return seen
+}
+
+// decideEmit counts ev, an emit of name with payload not counted yet, in r,
+// and plans the steps it makes ready into fx, after the emit itself.
+func (e *Engine) decideEmit(r *run, d *flows.Definition, ev event.Event, name string, payload json.RawMessage, now int64, fx *effects) {
+	r.state.Emits[name] = payload
+	if r.meta.EmittedEvents == nil {
+		r.meta.EmittedEvents = map[string]int64{}
+	}
+	r.meta.EmittedEvents[name] = now
+	fx.events = append(fx.events, ev)
+	for _, step := range ready(d, r, name) {
+		e.plan(r, d, step, stepInput(d, r, step), now, fx)
+	}
 }
 
 func (r *run) anyActive() bool {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/pgtest"
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
 )
@@ -186,8 +187,8 @@ func TestBadReportNamesTheField(t *testing.T) {
 	})
 }
 
-// TestOutcomeCarriesEvents: complete and fail store the job's last progress
-// events before the outcome, in one step; an emit is refused there.
+// TestOutcomeCarriesEvents: fail stores the job's last progress events
+// before the outcome, in one step; an emit is refused there.
 func TestOutcomeCarriesEvents(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, st engine.Store) {
 		ctx := t.Context()
@@ -205,8 +206,8 @@ func TestOutcomeCarriesEvents(t *testing.T) {
 		ack := store.JobAck{Queue: jobs[0].Queue, ID: jobs[0].ID, Lease: jobs[0].Lease}
 		emit := event.Event{Kind: "emit", Data: json.RawMessage(`{"event":"fetch_data.completed"}`)}
 		var re *engine.ReportError
-		if err := e.Complete(ctx, ack, nil, emit); !errors.As(err, &re) || re.Field != "events[0].kind" {
-			t.Errorf("complete with an emit: %v, want a ReportError on events[0].kind", err)
+		if err := e.Fail(ctx, ack, "bad input", nil, emit); !errors.As(err, &re) || re.Field != "events[0].kind" {
+			t.Errorf("fail with an emit: %v, want a ReportError on events[0].kind", err)
 		}
 		retriable := false
 		if err := e.Fail(ctx, ack, "bad input", &retriable, event.Event{Kind: "step.started"}, event.Event{Kind: "log", Data: json.RawMessage(`{"msg":"last words"}`)}); err != nil {
@@ -217,4 +218,83 @@ func TestOutcomeCarriesEvents(t *testing.T) {
 			t.Errorf("events %s, want %s", got, want)
 		}
 	})
+}
+
+// TestCompleteDecidesItsEmits: emits sent with a completion are decided in
+// the completion's one write: the steps they make ready are queued (with
+// their awaits registered) and can be claimed by that completion, the run
+// goes on, and a name counted before stores nothing.
+func TestCompleteDecidesItsEmits(t *testing.T) {
+	forEachBackend(t, completeDecidesItsEmits)
+	// PostgreSQL checks the definition in the update and claims apart.
+	t.Run("postgres", func(t *testing.T) { completeDecidesItsEmits(t, newPGStoreAt(t, pgtest.URL(t))) })
+}
+
+func completeDecidesItsEmits(t *testing.T, inner engine.Store) {
+	{
+		ctx := t.Context()
+		st := &countingStore{Store: inner}
+		e := newEngine(t, st, testkit.NewClock(time.UnixMilli(1_700_000_000_000)))
+		mustDefine(t, e, "example-flow", "example-flow")
+		run, err := e.Start(ctx, "example-flow", nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs, err := e.Claim(ctx, []string{"default"}, 1, 0)
+		if err != nil || len(jobs) != 1 || jobs[0].Step != "fetch_data" {
+			t.Fatalf("claim = %+v, %v", jobs, err)
+		}
+		emit := func(name, payload string) event.Event {
+			return event.Event{Kind: "emit", Data: json.RawMessage(`{"event":"` + name + `","payload":` + payload + `}`)}
+		}
+		st.appends.Store(0)
+		st.updates.Store(0)
+		fetch := store.JobAck{Queue: jobs[0].Queue, ID: jobs[0].ID, Lease: jobs[0].Lease}
+		next, claimed, err := e.CompleteClaiming(ctx, fetch, json.RawMessage(`{"rows":2}`), engine.Next{Queues: []string{"default"}},
+			event.Event{Kind: "step.started"}, emit("fetch_data.completed", `{"rows":2}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a, u := st.appends.Load(), st.updates.Load(); a != 0 || u != 1 {
+			t.Errorf("the completion made %d appends and %d run updates; want one run update", a, u)
+		}
+		if !claimed {
+			// A store that cannot claim in a run update (PostgreSQL) leaves
+			// the step the emit made ready to a claim of its own.
+			next, err = e.Claim(ctx, []string{"default"}, 1, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(next) != 1 || next[0].Step != "process_data" || !strings.Contains(string(next[0].Input), `"rows":2`) {
+			t.Fatalf("next job %+v; want process_data with the emit's payload", next)
+		}
+
+		// process_data's emit makes await_approval wait for its trigger; an
+		// emit of a name counted before stores nothing.
+		proc := store.JobAck{Queue: next[0].Queue, ID: next[0].ID, Lease: next[0].Lease}
+		if err := e.Complete(ctx, proc, nil, event.Event{Kind: "step.started"},
+			emit("fetch_data.completed", `{"rows":3}`), emit("process_data.completed", `null`)); err != nil {
+			t.Fatal(err)
+		}
+		got := kinds(t, st, run.FlowID)
+		want := "flow.started, step.started fetch_data, emit fetch_data, step.completed fetch_data, " +
+			"step.started process_data, emit process_data, step.await.trigger await_approval, step.completed process_data"
+		if strings.Join(got, ", ") != want {
+			t.Errorf("events %s, want %s", strings.Join(got, ", "), want)
+		}
+		waits, err := e.Waits(ctx, engine.WaitQuery{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(waits) != 1 || waits[0].Step != "await_approval" || waits[0].TriggerID == "" {
+			t.Errorf("waits %+v; want await_approval's trigger", waits)
+		}
+		if err := e.Complete(ctx, proc, nil, emit("process_data.completed", `null`)); err != nil {
+			t.Errorf("repeated completion: %v, want success", err)
+		}
+		if again := kinds(t, st, run.FlowID); len(again) != len(got) {
+			t.Errorf("a repeated completion stored %v", again[len(got):])
+		}
+	}
 }
