@@ -393,7 +393,8 @@ func TestRestartMidStep(t *testing.T) {
 	}
 }
 
-// refusals counts the reports that got no answer.
+// refusals counts the reports that got no answer: events calls and
+// completions (which carry an emit made in the step's first moment).
 type refusals struct {
 	next    http.RoundTripper
 	reports atomic.Int32
@@ -401,7 +402,7 @@ type refusals struct {
 
 func (r *refusals) RoundTrip(req *http.Request) (*http.Response, error) {
 	res, err := r.next.RoundTrip(req)
-	if err != nil && strings.HasSuffix(req.URL.Path, "/events") {
+	if err != nil && (strings.HasSuffix(req.URL.Path, "/events") || strings.HasSuffix(req.URL.Path, "/complete")) {
 		r.reports.Add(1)
 	}
 	return res, err

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,21 +23,28 @@ type held struct {
 	leaseEnd atomic.Int64 // epoch ms
 
 	// mu orders the job's reports; started is set once step.started is
-	// stored, which goes with the first report (see startDelay).
-	mu      sync.Mutex
-	started bool
+	// stored, which goes with the first report (see startDelay). queued
+	// are the emits made while step.started waits: they wait with it, and
+	// go with the first report or the outcome. holdEmits says whether they
+	// may (not for an nqd that refuses emits in a completion).
+	mu        sync.Mutex
+	started   bool
+	queued    []event
+	holdEmits bool
 }
 
 // startDelay is how long step.started waits to go with the step's first
 // report (a log, an emit, the complete) before it is sent alone: a quick
-// step then costs one call after its claim instead of two.
+// step then costs one call after its claim instead of two. Emits made
+// meanwhile wait with it, so a step that emits and returns at once costs
+// one call too: nqd decides the emits in the completion's own write.
 const startDelay = 100 * time.Millisecond
 
 // runJob runs j under jobs: heartbeats from the claim until the final
 // report is acknowledged, the handler, then complete or fail. While claiming
 // lasts, the completion claims the slot's next job, which runJob returns.
 func (w *worker) runJob(claiming, jobs context.Context, j Job) (next *Job) {
-	h := &held{job: j, c: w.c, log: w.log.With("run", j.Run, "step", j.Step, "attempt", j.Attempt)}
+	h := &held{job: j, c: w.c, log: w.log.With("run", j.Run, "step", j.Step, "attempt", j.Attempt), holdEmits: !w.emitsApart.Load()}
 	h.leaseEnd.Store(j.LeaseEnd)
 	jobCtx, cancel := context.WithCancelCause(jobs)
 	defer cancel(nil)
@@ -97,6 +106,16 @@ func (w *worker) runJob(claiming, jobs context.Context, j Job) (next *Job) {
 	if o.err == nil {
 		claim := claiming.Err() == nil && !w.oldServer.Load()
 		next, err := h.complete(final, o.result, w.cfg.Queues, claim)
+		if h.emitsRefused(err) {
+			// An nqd from before completions took emits names them in its
+			// refusal: they go through the events call, then the
+			// completion again, and this worker's emits go at once from
+			// now on.
+			w.emitsApart.Store(true)
+			if err = h.report(final); err == nil {
+				next, err = h.complete(final, o.result, w.cfg.Queues, claim)
+			}
+		}
 		if claim && hasStatus(err, 400) {
 			// An nqd from before completions claimed refuses the field,
 			// whether or not it names it: complete plainly. Should that go
@@ -185,36 +204,87 @@ type event struct {
 	Data any    `json:"data,omitempty"`
 }
 
-// report sends progress events, preceded by step.started when it is not
-// stored yet, under one Idempotency-Key for all its retries.
+// report sends progress events, preceded by step.started and the queued
+// emits when they are not stored yet, under one Idempotency-Key for all its
+// retries.
 func (h *held) report(ctx context.Context, evs ...event) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.started {
-		evs = append([]event{{Kind: "step.started"}}, evs...)
-	}
+	evs = append(h.unsent(), evs...)
 	if len(evs) == 0 {
 		return nil
 	}
 	err := h.send(ctx, "/events", map[string]any{"lease": h.job.Lease, "events": evs}, newKey(), nil)
 	if err == nil {
-		h.started = true
+		h.started, h.queued = true, nil
 	}
 	return err
 }
 
-// finish sends the job's outcome, complete or fail, with step.started
-// when it is not stored yet, and decodes the answer into out.
+// unsent is what goes first in the job's next report: step.started and the
+// emits queued with it, when they are not stored yet. Callers hold mu.
+func (h *held) unsent() []event {
+	if h.started {
+		return nil
+	}
+	return append([]event{{Kind: "step.started"}}, h.queued...)
+}
+
+// emit queues ev, an emit, to go with step.started while that waits (see
+// startDelay), and sends it at once otherwise.
+func (h *held) emit(ctx context.Context, ev event) error {
+	h.mu.Lock()
+	if !h.started && h.holdEmits {
+		h.queued = append(h.queued, ev)
+		h.mu.Unlock()
+		return nil
+	}
+	h.mu.Unlock()
+	return h.report(ctx, ev)
+}
+
+// emitsRefused reports whether err is nqd refusing the emits a completion
+// carried, naming them in its fields, as an nqd from before completions
+// took emits does.
+func (h *held) emitsRefused(err error) bool {
+	var se *StatusError
+	if !errors.As(err, &se) || se.Status != http.StatusBadRequest {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.started || len(h.queued) == 0 {
+		return false
+	}
+	for f := range se.Fields {
+		if strings.HasPrefix(f, "events[") {
+			return true
+		}
+	}
+	return false
+}
+
+// finish sends the job's outcome, complete or fail, with step.started and
+// the queued emits when they are not stored yet, and decodes the answer
+// into out. A failure takes no emits: they are reported first.
 func (h *held) finish(ctx context.Context, call string, body map[string]any, out any) error {
+	h.mu.Lock()
+	emits := !h.started && len(h.queued) > 0
+	h.mu.Unlock()
+	if call == "/fail" && emits {
+		if err := h.report(ctx); err != nil {
+			h.log.Warn("emits before the failure not reported", "err", err)
+		}
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	body["lease"] = h.job.Lease
-	if !h.started {
-		body["events"] = []event{{Kind: "step.started"}}
+	if evs := h.unsent(); len(evs) > 0 {
+		body["events"] = evs
 	}
 	err := h.send(ctx, call, body, "", out)
 	if err == nil {
-		h.started = true
+		h.started, h.queued = true, nil
 	}
 	return err
 }

@@ -26,9 +26,14 @@ func (sc *StepContext) Input(v any) error { return json.Unmarshal(sc.Job.Input, 
 func (sc *StepContext) Attempt() int { return sc.Job.Attempt }
 
 // Emit emits event with payload; steps subscribed to it run once all their
-// subscriptions were emitted. An event counts once per run.
+// subscriptions were emitted. An event counts once per run. An emit made
+// while step.started still waits for company (the step's first 100 ms,
+// before it reported anything) waits with it: Emit then returns at once,
+// and the emit goes with the step's first report or its outcome, which nqd
+// refuses as a whole should it refuse the emit. Otherwise Emit returns once
+// nqd stored the emit.
 func (sc *StepContext) Emit(event string, payload any) error {
-	return sc.h.report(sc.ctx, emitEvent(event, payload))
+	return sc.h.emit(sc.ctx, emitEvent(event, payload))
 }
 
 func emitEvent(name string, payload any) event {

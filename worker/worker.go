@@ -165,6 +165,10 @@ type worker struct {
 	// oldServer is set once nqd refused a completion's claim as an
 	// unknown field: completions claim no more.
 	oldServer atomic.Bool
+	// emitsApart is set once nqd refused emits in a completion (an nqd
+	// from before completions took them): emits are sent at once from then
+	// on.
+	emitsApart atomic.Bool
 }
 
 // claimLoop claims jobs while ctx lasts, for as many slots as are free, and

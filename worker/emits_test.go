@@ -1,0 +1,179 @@
+package worker_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nqd-dev/nqd/internal/wait"
+	"github.com/nqd-dev/nqd/worker"
+)
+
+const chainFlow = "entry: first\nsteps:\n  first: {queue: q1, emits: [first.done]}\n  second: {queue: q1, subscribes: [first.done]}\n"
+
+// emitCounter counts the worker's calls that carry an emit: events calls
+// and completions.
+type emitCounter struct {
+	next              http.RoundTripper
+	events, completes atomic.Int32
+}
+
+func (c *emitCounter) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Body != nil && (strings.HasSuffix(req.URL.Path, "/events") || strings.HasSuffix(req.URL.Path, "/complete")) {
+		b, err := io.ReadAll(req.Body)
+		if err != nil {
+			return nil, err
+		}
+		req.Body = io.NopCloser(bytes.NewReader(b))
+		if bytes.Contains(b, []byte(`"kind":"emit"`)) {
+			if strings.HasSuffix(req.URL.Path, "/events") {
+				c.events.Add(1)
+			} else {
+				c.completes.Add(1)
+			}
+		}
+	}
+	return c.next.RoundTrip(req)
+}
+
+// A step that emits and returns at once reports everything with its
+// completion, and the step the emit made ready runs with the emit's
+// payload. (A step held up past the wait of step.started sends its emit at
+// once instead: each emit goes one way, and a machine that stalls every
+// step is unlikely.)
+func TestQuickEmitGoesWithTheCompletion(t *testing.T) {
+	n := startNQD(t)
+	n.putFlow("chain", chainFlow)
+	calls := &emitCounter{next: http.DefaultTransport}
+	inputs := make(chan string, 3)
+	runWorker(t, n.base, worker.Config{Queues: []string{"q1"}, Client: &http.Client{Transport: calls}}, map[string]worker.Handler{
+		"first": func(_ context.Context, sc *worker.StepContext) (any, error) {
+			return "first", sc.Emit("first.done", map[string]any{"rows": 2})
+		},
+		"second": func(_ context.Context, sc *worker.StepContext) (any, error) {
+			inputs <- string(sc.Job.Input)
+			return "second", nil
+		},
+	})
+	const runs = 3
+	for range runs {
+		evs := n.mustComplete(n.start("chain", nil), runWithin)
+		want := "flow.started, step.started first, emit first, step.completed first, step.started second, step.completed second, flow.completed"
+		if got := keys(evs); got != want {
+			t.Errorf("events %s, want %s", got, want)
+		}
+		if in := <-inputs; !strings.Contains(in, `"rows":2`) {
+			t.Errorf("second step's input %s; want the emit's payload", in)
+		}
+	}
+	e, c := calls.events.Load(), calls.completes.Load()
+	if c < 1 || e+c != runs {
+		t.Errorf("emits sent in %d events calls and %d completions; want %d in all, most with the completion", e, c, runs)
+	}
+}
+
+// Once the step reported something, an emit is sent at once: the handler
+// that waits for it to be stored sees it before returning.
+func TestEmitAfterAReportGoesAtOnce(t *testing.T) {
+	n := startNQD(t)
+	n.putFlow("chain", chainFlow)
+	run := make(chan string, 1)
+	runWorker(t, n.base, worker.Config{Queues: []string{"q1"}}, map[string]worker.Handler{
+		"first": func(ctx context.Context, sc *worker.StepContext) (any, error) {
+			if err := sc.Log("info", "going"); err != nil {
+				return nil, err
+			}
+			if err := sc.Emit("first.done", nil); err != nil {
+				return nil, err
+			}
+			id := <-run
+			wait.For(t, runWithin, 10*time.Millisecond, "the emit to be stored before the step returns", func() bool {
+				return count(n.events(id), "emit first") == 1
+			})
+			return "first", nil
+		},
+		"second": func(context.Context, *worker.StepContext) (any, error) { return "second", nil },
+	})
+	id := n.start("chain", nil)
+	run <- id
+	evs := n.mustComplete(id, runWithin)
+	if count(evs, "emit first") != 1 || count(evs, "step.completed second") != 1 {
+		t.Errorf("events %s", keys(evs))
+	}
+}
+
+// A step that emits and then fails has its emit stored before the failure,
+// through the events call (a failure takes no emits).
+func TestQuickEmitBeforeAFailure(t *testing.T) {
+	n := startNQD(t)
+	n.putFlow("chain", chainFlow)
+	runWorker(t, n.base, worker.Config{Queues: []string{"q1"}}, map[string]worker.Handler{
+		"first": func(_ context.Context, sc *worker.StepContext) (any, error) {
+			if err := sc.Emit("first.done", nil); err != nil {
+				return nil, err
+			}
+			return nil, worker.Permanent(errors.New("bad input"))
+		},
+		"second": func(context.Context, *worker.StepContext) (any, error) { return "second", nil },
+	})
+	run := n.start("chain", nil)
+	n.waitEnd(run, runWithin)
+	got := keys(n.events(run))
+	if !strings.HasPrefix(got, "flow.started, step.started first, emit first, ") || count(n.events(run), "step.failed first") != 1 {
+		t.Errorf("events %s; want the emit stored, then the failure", got)
+	}
+}
+
+// An nqd from before completions took emits refuses them, naming the
+// event; the worker sends the emit through the events call and completes
+// again, and sends its emits at once from then on.
+func TestQuickEmitOnOldServer(t *testing.T) {
+	n := startNQD(t)
+	n.putFlow("chain", chainFlow)
+	target, err := url.Parse(n.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	var refused atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/complete") {
+			b, _ := io.ReadAll(r.Body)
+			if bytes.Contains(b, []byte(`"kind":"emit"`)) {
+				refused.Add(1)
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusBadRequest)
+				_, _ = io.WriteString(w, `{"error":{"code":"validation_failed","message":"The request has invalid fields.","fields":{"events[1].kind":"emit through the events call, before completing"}}}`)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(b))
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	runWorker(t, srv.URL, worker.Config{Queues: []string{"q1"}, Concurrency: 1}, map[string]worker.Handler{
+		"first": func(_ context.Context, sc *worker.StepContext) (any, error) {
+			return "first", sc.Emit("first.done", nil)
+		},
+		"second": func(context.Context, *worker.StepContext) (any, error) { return "second", nil },
+	})
+	for range 3 {
+		run := n.start("chain", nil)
+		evs := n.mustComplete(run, runWithin)
+		if count(evs, "emit first") != 1 || count(evs, "step.completed second") != 1 || count(evs, "step.failed") != 0 {
+			t.Errorf("run %s: %s", run, keys(evs))
+		}
+	}
+	if r := refused.Load(); r != 1 {
+		t.Errorf("the worker sent %d completions with emits to an nqd that refused the first; want 1", r)
+	}
+}
