@@ -88,6 +88,11 @@ export interface ContextHost {
   report(events: ReportEvent[]): Promise<void>
   /** Appends events without waiting; a failure is logged, not thrown. */
   reportLater(events: ReportEvent[]): void
+  /**
+   * Emits: while step.started waits for company, the emits wait with it
+   * (and resolve at once); otherwise as report.
+   */
+  reportEmits(events: ReportEvent[]): Promise<void>
 }
 
 export interface ReportEvent {
@@ -118,7 +123,7 @@ export function buildContext(
     return (ans.state?.state ?? {}) as T
   }
   const emit = (event: string, payload?: unknown): Promise<void> =>
-    host.report([{ kind: 'emit', data: { event, payload: payload ?? null } }])
+    host.reportEmits([{ kind: 'emit', data: { event, payload: payload ?? null } }])
   const state: StepState = {
     async get<T>(key: string): Promise<T | null> {
       const all = await getAll()

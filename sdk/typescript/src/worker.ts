@@ -121,6 +121,11 @@ function refusedAsBad(err: unknown): boolean {
   return err instanceof NqdError && err.status === 400
 }
 
+/** Whether err is nqd refusing the events a call carried, naming them in its fields. */
+function refusedEvents(err: unknown): boolean {
+  return refusedAsBad(err) && Object.keys((err as NqdError).fields ?? {}).some(f => f.startsWith('events['))
+}
+
 interface BeatAnswer {
   leaseUntil?: string
   canceled?: boolean
@@ -167,6 +172,8 @@ class WorkerImpl implements Worker {
   private readonly completing = new Set<JobRun>()
   /** Set once nqd refused a completion's claim as an unknown field: completions claim no more. */
   private oldServer = false
+  /** Set once nqd refused emits in a completion: emits are sent at once from then on. */
+  emitsApart = false
   /** Set once stop()'s grace period is over: a job brought then is handed back at once. */
   private pastGrace = false
   /** The reports of jobs handed back as they came, which stop() waits for. */
@@ -225,6 +232,14 @@ class WorkerImpl implements Worker {
   /** The claim a completion carries. */
   nextClaim(): { queues: string[], max: number, waitMs: number } {
     return { queues: this.queues, max: 1, waitMs: nextJobWaitMs }
+  }
+
+  /** nqd refused the emits a completion carried: it is an nqd from before completions took them. */
+  emitsRefused(): void {
+    if (!this.emitsApart) {
+      this.emitsApart = true
+      this.log.info('nqd does not take emits with a completion; the worker sends them at once')
+    }
   }
 
   /** nqd refused a completion's claim as an unknown field: it is an nqd from before the field. */
@@ -466,7 +481,7 @@ class JobRun implements ContextHost {
       // Events the step appended go before its outcome: those on their way
       // are awaited, the rest travel with it.
       try {
-        await this.settleReports()
+        await this.settleReports(failed)
       } catch (err) {
         if (!failed) {
           failed = true
@@ -536,17 +551,19 @@ class JobRun implements ContextHost {
     try {
       let ans: FinishAnswer | undefined
       try {
-        ans = await this.deliver<FinishAnswer>(call, body)
+        ans = await this.deliverOutcome(call, body)
       } catch (err) {
-        if (body.claim === undefined || !refusedAsBad(err)) {
+        if (!events.some(e => e.kind === 'emit') || !refusedEvents(err)) {
           throw err
         }
-        // Sent again without the field: if that goes through, the field
-        // was the cause and completions claim no more; if it is refused
-        // too, the result was.
-        delete body.claim
-        ans = await this.deliver<FinishAnswer>(call, body)
-        this.w.claimRefused()
+        // An nqd from before completions took emits names them in its
+        // refusal: the events go through the events call, then the
+        // outcome again without them.
+        this.w.emitsRefused()
+        const key = `${this.job.lease}-${String(this.seq++)}-${randomUUID().slice(0, 8)}`
+        await this.deliver('events', { lease: this.job.lease, events }, { 'idempotency-key': key })
+        delete body.events
+        ans = await this.deliverOutcome(call, body)
       }
       for (const w of waiters) {
         w.resolve()
@@ -566,15 +583,40 @@ class JobRun implements ContextHost {
   }
 
   /**
-   * Waits for the reports on their way; what is left in the buffer then
-   * travels with the outcome, unless it holds an emit (which complete and
-   * fail do not take) or more than they take.
+   * Sends an outcome; a claim nqd refuses as an unknown field is dropped
+   * and the completion sent again without it: the claim never costs the
+   * completion.
    */
-  private async settleReports(): Promise<void> {
+  private async deliverOutcome(call: 'complete' | 'fail', body: Record<string, unknown>): Promise<FinishAnswer | undefined> {
+    try {
+      return await this.deliver<FinishAnswer>(call, body)
+    } catch (err) {
+      // A refusal that names the events is not about the claim.
+      if (body.claim === undefined || !refusedAsBad(err) || refusedEvents(err)) {
+        throw err
+      }
+      // Sent again without the field: if that goes through, the field
+      // was the cause and completions claim no more; if it is refused
+      // too, the result was.
+      delete body.claim
+      const ans = await this.deliver<FinishAnswer>(call, body)
+      this.w.claimRefused()
+      return ans
+    }
+  }
+
+  /**
+   * Waits for the reports on their way; what is left in the buffer then
+   * travels with the outcome, unless it holds more than an outcome takes,
+   * or emits that it does not take: a failure takes none, nor does a
+   * completion on an nqd from before completions took them.
+   */
+  private async settleReports(failed: boolean): Promise<void> {
     if (this.flushing !== undefined) {
       await this.flush()
     }
-    if (this.buf.length > 1000 || this.buf.some(e => e.kind === 'emit')) {
+    const emits = this.buf.some(e => e.kind === 'emit')
+    if (this.buf.length > 1000 || (emits && (failed || this.w.emitsApart))) {
       await this.flush()
     }
   }
@@ -595,7 +637,7 @@ class JobRun implements ContextHost {
       this.abort.abort(new Error('the worker is stopping'))
       clearTimeout(this.startTimer)
       this.startTimer = undefined
-      await this.settleReports().catch(() => undefined)
+      await this.settleReports(true).catch(() => undefined)
       // Nothing, if the step returned meanwhile and run() reports it.
       await this.finish('fail', { lease: this.job.lease, error: 'the worker stopped before the step finished', retriable: true })
       clearInterval(this.beat)
@@ -656,6 +698,17 @@ class JobRun implements ContextHost {
       this.waiters.push({ resolve, reject })
       this.flushing ??= this.flushLoop()
     })
+  }
+
+  reportEmits(events: ReportEvent[]): Promise<void> {
+    if (this.startTimer === undefined || this.w.emitsApart) {
+      return this.report(events)
+    }
+    // step.started still waits for company: the emits wait with it, and go
+    // with the step's first report or its outcome, which nqd refuses as a
+    // whole should it refuse them.
+    this.reportLater(events)
+    return Promise.resolve()
   }
 
   reportLater(events: ReportEvent[]): void {

@@ -505,7 +505,7 @@ describe('answers lost or refused on the way', () => {
   let nqd: Nqd
   before(async () => {
     nqd = await startNqd()
-    for (const name of ['lossy', 'busy-nqd']) {
+    for (const name of ['lossy', 'busy-nqd', 'quick-emit', 'old-emits']) {
       await nqd.putFlow({
         name,
         entry: 'work',
@@ -543,6 +543,78 @@ describe('answers lost or refused on the way', () => {
     assert.equal(proxy.seen.filter(p => p.endsWith('/complete')).length, 4, proxy.seen.join('\n'))
   })
 
+  it('an emit made as the step begins goes with its completion', async () => {
+    let apart = 0
+    let withCompletion = 0
+    const proxy = await startProxy(nqd.url, (path, _nth, body) => {
+      if (body.includes('"kind":"emit"')) {
+        if (path.endsWith('/events')) {
+          apart++
+        } else if (path.endsWith('/complete')) {
+          withCompletion++
+        }
+      }
+      return 'pass'
+    })
+    const inputs: unknown[] = []
+    const wk = serve({ ...nqd, url: proxy.url }, ['q-quick-emit'], {
+      work: async (_i, ctx) => {
+        await ctx.flow.emit('worked', { n: 2 })
+        return 'w'
+      },
+      next: (input) => { inputs.push(input) },
+    })
+    const runs = 3
+    try {
+      for (let i = 0; i < runs; i++) {
+        const run = await nqd.finished(await nqd.start('quick-emit'))
+        assert.equal(run.state.status, 'completed')
+        assert.deepEqual(kinds(run.events), ['flow.started', 'step.started', 'emit', 'step.completed', 'step.started', 'step.completed', 'flow.completed'])
+      }
+    } finally {
+      await wk.stop()
+      await proxy.close()
+    }
+    assert.ok(inputs.every(i => JSON.stringify(i).includes('"n":2')), JSON.stringify(inputs))
+    // A step held up past step.started's wait sends its emit at once: each
+    // emit goes one way, and a machine that stalls every step is unlikely.
+    assert.equal(apart + withCompletion, runs)
+    assert.ok(withCompletion >= 1, `${String(apart)} emits sent apart, ${String(withCompletion)} with completions`)
+  })
+
+  it('an nqd that refuses emits with a completion gets them through the events call', async () => {
+    let refused = 0
+    const proxy = await startProxy(nqd.url, (path, _nth, body) => {
+      if (path.endsWith('/complete') && body.includes('"kind":"emit"')) {
+        refused++
+        return {
+          status: 400,
+          body: { error: { code: 'validation_failed', message: 'The request has invalid fields.', fields: { 'events[1].kind': 'emit through the events call, before completing' } } },
+        }
+      }
+      return 'pass'
+    })
+    const wk = serve({ ...nqd, url: proxy.url }, ['q-old-emits'], {
+      work: async (_i, ctx) => {
+        await ctx.flow.emit('worked', {})
+        return 'w'
+      },
+      next: () => 'n',
+    }, { concurrency: 1 })
+    try {
+      for (let i = 0; i < 3; i++) {
+        const run = await nqd.finished(await nqd.start('old-emits'))
+        assert.equal(run.state.status, 'completed')
+        assert.equal(run.events.filter(e => e.kind === 'emit').length, 1, kinds(run.events).join(' '))
+        assert.ok(!kinds(run.events).includes('step.failed'))
+      }
+    } finally {
+      await wk.stop()
+      await proxy.close()
+    }
+    assert.equal(refused, 1, 'completions with emits sent to an nqd that refused the first')
+  })
+
   it('a 429 with Retry-After and a 503 are waited out, storing nothing twice', async () => {
     const proxy = await startProxy(nqd.url, (path, nth) => {
       if (nth === 1 && path.endsWith('/events')) {
@@ -556,6 +628,8 @@ describe('answers lost or refused on the way', () => {
     const wk = serve({ ...nqd, url: proxy.url }, ['q-busy-nqd'], {
       work: async (_i, ctx) => {
         ctx.logger.info('once')
+        // A report that waits for nqd goes at once, through the events call.
+        await ctx.progress(50)
         await ctx.flow.emit('worked', {})
       },
       next: () => undefined,
