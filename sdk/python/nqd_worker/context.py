@@ -94,8 +94,12 @@ class Flow:
 
     def emit(self, event: str, payload: Any = None) -> asyncio.Future[None]:
         """Emits event: steps subscribed to it run once all their
-        subscriptions were emitted. Sent at once; await it to know nqd took it."""
-        return self._job.reporter.add({"kind": "emit", "data": {"event": event, "payload": payload}})
+        subscriptions were emitted. Await it to know nqd took it. An emit
+        made while step.started still waits for company (the step's first
+        0.1 s, before it reported anything) waits with it and is done at
+        once: it goes with the step's first report or its outcome, which nqd
+        refuses as a whole should it refuse the emit."""
+        return self._job.reporter.emit({"kind": "emit", "data": {"event": event, "payload": payload}})
 
     # Nuxt Queue's era A name for the same.
     handle_trigger = emit

@@ -85,19 +85,32 @@ class _Reporter:
         self._task: asyncio.Task[None] | None = None
 
     def add(self, ev: dict[str, Any], *, quiet: bool = False) -> asyncio.Future[None]:
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if quiet:
-            fut.add_done_callback(_log_failure)
+        fut = _future(quiet)
+        batch = [(ev, fut)]
         if not self._job.started_sent:
-            # step.started goes first, with the attempt's first report.
+            # step.started goes first, with the attempt's first report, and
+            # the emits that waited with it right after.
             self._job.started_sent = True
-            if ev.get("kind") != "step.started":
-                started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-                started.add_done_callback(_log_failure)
-                self._pending.append(({"kind": "step.started"}, started))
-        self._pending.append((ev, fut))
+            queued = [(q, _future(True)) for q in self._job.queued]
+            self._job.queued = []
+            if ev.get("kind") == "step.started":
+                batch += queued
+            else:
+                batch = [({"kind": "step.started"}, _future(True)), *queued, *batch]
+        self._pending.extend(batch)
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._drain())
+        return fut
+
+    def emit(self, ev: dict[str, Any]) -> asyncio.Future[None]:
+        """Queues ev, an emit, to go with step.started while that waits for
+        the step's first report (the emit's future is then done at once),
+        and sends it like add otherwise."""
+        if self._job.started_sent or self._job.worker.emits_apart:
+            return self.add(ev)
+        self._job.queued.append(ev)
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        fut.set_result(None)
         return fut
 
     async def flush(self) -> None:
@@ -131,6 +144,19 @@ class _Reporter:
                         fut.set_result(None)
 
 
+def _names_events(err: NqdError) -> bool:
+    """Whether nqd's refusal names the events a call carried."""
+    return err.status == 400 and any(f.startswith("events[") for f in err.fields)
+
+
+def _future(quiet: bool) -> asyncio.Future[None]:
+    """A report's future; a quiet one, which nobody awaits, logs its failure."""
+    fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    if quiet:
+        fut.add_done_callback(_log_failure)
+    return fut
+
+
 def _log_failure(fut: asyncio.Future[None]) -> None:
     if not fut.cancelled() and fut.exception() is not None:
         log.warning("event not stored: %s", fut.exception())
@@ -157,6 +183,8 @@ class _Job:
         self.handler_task: asyncio.Future[Any] | None = None
         # Whether step.started was handed to the reporter or to the outcome.
         self.started_sent = False
+        # Emits made while step.started waited: they go with it.
+        self.queued: list[dict[str, Any]] = []
         self.stopped = False  # the worker stopped it after the grace period
 
     def _mark_gone(self) -> None:
@@ -322,6 +350,9 @@ class Worker:
         self.failed = 0
         # Reports sent again after nqd did not take them (unreachable, 5xx, 429).
         self.report_retries = 0
+        # Set once nqd refused emits in a completion (an nqd from before
+        # completions took them): emits are sent at once from then on.
+        self.emits_apart = False
         self._http: HTTPClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -603,6 +634,20 @@ class Worker:
         """Completes job with result and returns nqd's answer. While the
         worker claims, the completion also claims the slot's next job, which
         the answer lists (docs/worker-protocol.md, Complete)."""
+        try:
+            return await self._complete_claiming(job, result)
+        except NqdError as e:
+            if not job.queued or not _names_events(e):
+                raise
+            # An nqd from before completions took emits names them in its
+            # refusal: they go through the events call, with step.started,
+            # then the completion again.
+            log.info("nqd refused emits with a completion (%s); the worker sends them at once from now on", e)
+            self.emits_apart = True
+            await job.reporter.add({"kind": "step.started"})
+            return await self._complete_claiming(job, result)
+
+    async def _complete_claiming(self, job: _Job, result: Any) -> Any:
         body: dict[str, Any] = {"lease": job.lease}
         if result is not None:
             body["result"] = result
@@ -612,7 +657,7 @@ class Worker:
         try:
             return await self._finish(job, "complete", {**body, "claim": claim})
         except NqdError as e:
-            if e.status != 400:
+            if e.status != 400 or _names_events(e):
                 raise
             # An nqd from before completions claimed refuses the field with
             # a 400 (naming it in its fields). Completing again without it
@@ -640,12 +685,20 @@ class Worker:
             job.reporter.add({"kind": "step.started"}, quiet=True)
 
     async def _finish(self, job: _Job, action: str, body: dict[str, Any]) -> Any:
-        """Reports complete or fail, with the attempt's step.started when it
-        was not sent yet (nqd stores it just before the outcome), and returns
-        nqd's answer."""
+        """Reports complete or fail, with the attempt's step.started and the
+        emits that waited with it when they were not sent yet (nqd stores
+        them just before the outcome), and returns nqd's answer. A failure
+        takes no emits: they are reported first."""
+        if action == "fail" and not job.started_sent and job.queued:
+            try:
+                await job.reporter.add({"kind": "step.started"})
+            except Exception as e:  # noqa: BLE001 - the failure is reported all the same
+                log.warning("job %s: emits before the failure not reported: %s", job.id, e)
         if not job.started_sent:
-            answer = await job.report(action, {**body, "events": [{"kind": "step.started"}]})
+            events = [{"kind": "step.started"}, *(job.queued if action == "complete" else [])]
+            answer = await job.report(action, {**body, "events": events})
             job.started_sent = True
+            job.queued = []
             return answer
         return await job.report(action, body)
 

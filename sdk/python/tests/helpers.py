@@ -109,6 +109,23 @@ UNKNOWN_CLAIM = {
 }
 
 
+# What an nqd from before completions took emits answers a completion that
+# carries one.
+EMIT_REFUSED = {
+    "error": {
+        "code": "validation_failed",
+        "message": "The request has invalid fields.",
+        "fields": {"events[1].kind": "emit through the events call, before completing"},
+    }
+}
+
+
+def emits(call: Call) -> bool:
+    """Whether the call carried an emit."""
+    evs = call.body.get("events") if isinstance(call.body, dict) else None
+    return isinstance(evs, list) and any(isinstance(e, dict) and e.get("kind") == "emit" for e in evs)
+
+
 class CountingProxy:
     """An HTTP proxy between a worker and nqd that records every call in the
     order they arrived, with their answers, and counts the jobs the worker
@@ -116,7 +133,8 @@ class CountingProxy:
     answer to its complete or fail.
 
     refuse_claim, when set, is the 400 answer to a completion that carries
-    `claim`, which is then not passed on. hold_claims, when set, holds
+    `claim`, which is then not passed on; refuse_emits likewise to a
+    completion that carries an emit. hold_claims, when set, holds
     completions that carry `claim` until release is set (held is set once
     one is held)."""
 
@@ -125,9 +143,11 @@ class CountingProxy:
         upstream: str,
         refuse_claim: dict[str, Any] | None = None,
         hold_claims: bool = False,
+        refuse_emits: dict[str, Any] | None = None,
     ) -> None:
         self.upstream = upstream.removeprefix("http://")
         self.refuse_claim = refuse_claim
+        self.refuse_emits = refuse_emits
         self.hold_claims = hold_claims
         self.held = threading.Event()
         self.release = threading.Event()
@@ -209,6 +229,9 @@ class CountingProxy:
                 claiming = call.action == "complete" and isinstance(body, dict) and "claim" in body
                 if claiming and proxy.refuse_claim is not None:
                     self._answer(call, 400, json.dumps(proxy.refuse_claim).encode(), "application/json")
+                    return
+                if call.action == "complete" and emits(call) and proxy.refuse_emits is not None:
+                    self._answer(call, 400, json.dumps(proxy.refuse_emits).encode(), "application/json")
                     return
                 if claiming and proxy.hold_claims:
                     proxy.held.set()

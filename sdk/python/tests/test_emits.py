@@ -1,0 +1,105 @@
+"""Emits made as a step begins wait with its step.started and go with the
+step's completion (docs/worker-protocol.md, Complete), against a real nqd
+through a proxy that records the worker's calls."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conftest import Nqd
+from helpers import EMIT_REFUSED, CountingProxy, Running, emits
+
+from nqd_worker import Context, PermanentError, Worker
+
+
+def chain_flow(nqd: Nqd, q: str) -> None:
+    nqd.put_flow(
+        q,
+        {
+            "entry": "first",
+            "steps": {
+                "first": {"queue": q, "emits": ["first.done"]},
+                "second": {"queue": q, "subscribes": ["first.done"]},
+            },
+        },
+    )
+
+
+def chain_worker(url: str, q: str, inputs: list[Any]) -> Worker:
+    w = Worker(url, queues=[q], concurrency=1, claim_wait=1.0)
+
+    @w.step("first", queue=q)
+    async def first(input: Any, ctx: Context) -> str:
+        await ctx.flow.emit("first.done", {"rows": 2})
+        return "first"
+
+    @w.step("second", queue=q)
+    async def second(input: Any, ctx: Context) -> str:
+        inputs.append(input)
+        return "second"
+
+    return w
+
+
+def kinds(nqd: Nqd, run: str) -> list[str]:
+    return [e["kind"] + (" " + e["step"] if e.get("step") else "") for e in nqd.events(run)]
+
+
+def test_a_quick_emit_goes_with_the_completion(nqd: Nqd) -> None:
+    q = "py-emit-quick"
+    chain_flow(nqd, q)
+    inputs: list[Any] = []
+    runs = 3
+    with CountingProxy(nqd.url) as proxy, Running(chain_worker(proxy.url, q, inputs)):
+        for _ in range(runs):
+            run = nqd.start_run(q)
+            assert nqd.wait_status(run) == "completed"
+            assert kinds(nqd, run) == [
+                "flow.started",
+                "step.started first",
+                "emit first",
+                "step.completed first",
+                "step.started second",
+                "step.completed second",
+                "flow.completed",
+            ]
+    assert all(i == {"first.done": {"rows": 2}} for i in inputs), inputs
+    # A step held up past step.started's wait sends its emit at once: each
+    # emit goes one way, and a machine that stalls every step is unlikely.
+    apart = [c for c in proxy.of("events") if emits(c)]
+    with_completion = [c for c in proxy.of("complete") if emits(c)]
+    assert len(apart) + len(with_completion) == runs
+    assert with_completion
+
+
+def test_a_quick_emit_before_a_failure_is_stored_first(nqd: Nqd) -> None:
+    q = "py-emit-fail"
+    chain_flow(nqd, q)
+    w = Worker(nqd.url, queues=[q], concurrency=1, claim_wait=1.0)
+
+    @w.step("first", queue=q)
+    async def first(input: Any, ctx: Context) -> str:
+        await ctx.flow.emit("first.done", None)
+        raise PermanentError("bad input")
+
+    with Running(w):
+        run = nqd.start_run(q)
+        assert nqd.wait_status(run) == "failed"
+    got = kinds(nqd, run)
+    assert got[:3] == ["flow.started", "step.started first", "emit first"], got
+    assert "step.failed first" in got
+
+
+def test_an_nqd_that_refuses_emits_with_a_completion_gets_them_apart(nqd: Nqd) -> None:
+    q = "py-emit-old"
+    chain_flow(nqd, q)
+    inputs: list[Any] = []
+    with CountingProxy(nqd.url, refuse_emits=EMIT_REFUSED) as proxy, Running(chain_worker(proxy.url, q, inputs)) as r:
+        for _ in range(3):
+            run = nqd.start_run(q)
+            assert nqd.wait_status(run) == "completed"
+            got = kinds(nqd, run)
+            assert got.count("emit first") == 1 and not any(k.startswith("step.failed") for k in got), got
+    refused = [c for c in proxy.of("complete") if c.status == 400]
+    assert len(refused) == 1
+    assert r.worker.failed == 0
