@@ -89,28 +89,8 @@ func TestCompletionClaimOnOldServer(t *testing.T) {
 func testCompletionClaimOnOldServer(t *testing.T, refusal string) {
 	n := startNQD(t)
 	n.putFlow("chain", "entry: work\nsteps:\n  work: {queue: q1}\n")
-	target, err := url.Parse(n.base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	var refused atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, "/complete") {
-			b, _ := io.ReadAll(r.Body)
-			if bytes.Contains(b, []byte(`"claim"`)) {
-				refused.Add(1)
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(http.StatusBadRequest)
-				_, _ = io.WriteString(w, refusal)
-				return
-			}
-			r.Body = io.NopCloser(bytes.NewReader(b))
-		}
-		proxy.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	runWorker(t, srv.URL, worker.Config{Queues: []string{"q1"}, Concurrency: 1},
+	base, refused := refusingProxy(t, n.base, `"claim"`, refusal)
+	runWorker(t, base, worker.Config{Queues: []string{"q1"}, Concurrency: 1},
 		map[string]worker.Handler{"work": func(context.Context, *worker.StepContext) (any, error) { return "ok", nil }})
 	for range 3 {
 		run := n.start("chain", nil)
@@ -214,4 +194,33 @@ func (h *noticeHandler) Handle(_ context.Context, r slog.Record) error {
 		h.once.Do(func() { close(h.seen) })
 	}
 	return nil
+}
+
+// refusingProxy passes the worker's calls on to nqd at target, but answers
+// a completion whose body holds marker itself, with a 400 and refusal, as
+// an older nqd would. It returns its URL and how many it refused.
+func refusingProxy(t *testing.T, target, marker, refusal string) (string, *atomic.Int32) {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	refused := new(atomic.Int32)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/complete") {
+			b, _ := io.ReadAll(r.Body)
+			if bytes.Contains(b, []byte(marker)) {
+				refused.Add(1)
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusBadRequest)
+				_, _ = io.WriteString(w, refusal)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(b))
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, refused
 }

@@ -6,9 +6,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -139,28 +136,9 @@ func TestQuickEmitBeforeAFailure(t *testing.T) {
 func TestQuickEmitOnOldServer(t *testing.T) {
 	n := startNQD(t)
 	n.putFlow("chain", chainFlow)
-	target, err := url.Parse(n.base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	var refused atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, "/complete") {
-			b, _ := io.ReadAll(r.Body)
-			if bytes.Contains(b, []byte(`"kind":"emit"`)) {
-				refused.Add(1)
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(http.StatusBadRequest)
-				_, _ = io.WriteString(w, `{"error":{"code":"validation_failed","message":"The request has invalid fields.","fields":{"events[1].kind":"emit through the events call, before completing"}}}`)
-				return
-			}
-			r.Body = io.NopCloser(bytes.NewReader(b))
-		}
-		proxy.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	runWorker(t, srv.URL, worker.Config{Queues: []string{"q1"}, Concurrency: 1}, map[string]worker.Handler{
+	base, refused := refusingProxy(t, n.base, `"kind":"emit"`,
+		`{"error":{"code":"validation_failed","message":"The request has invalid fields.","fields":{"events[1].kind":"emit through the events call, before completing"}}}`)
+	runWorker(t, base, worker.Config{Queues: []string{"q1"}, Concurrency: 1}, map[string]worker.Handler{
 		"first": func(_ context.Context, sc *worker.StepContext) (any, error) {
 			return "first", sc.Emit("first.done", nil)
 		},
