@@ -542,7 +542,7 @@ type Next struct {
 // the call repeated a completion: then nothing was claimed, and the caller
 // claims on its own (ClaimHanded). Errors: as Complete's.
 func (e *Engine) CompleteClaiming(ctx context.Context, ack store.JobAck, result json.RawMessage, next Next, evs ...event.Event) (jobs []store.Job, claimed bool, err error) {
-	if !e.claimsInUpdate {
+	if !e.claimsInUpdate && !e.handsOver() {
 		return nil, false, e.Complete(ctx, ack, result, evs...)
 	}
 	next.Max = max(next.Max, 1)
@@ -604,7 +604,9 @@ func (e *Engine) complete(ctx context.Context, j store.Job, ack store.JobAck, re
 	if emits {
 		body, d = e.checkedDefinition(j.Flow)
 	}
-	handsOff := emits
+	// The steps the emits make ready go to this completion's claim first,
+	// written claimed in its own write, then to a claim waiting here.
+	handsOff, takes := emits, emits && next != nil && e.handsOver()
 	// One clock reading for every retry, as for an emit.
 	now := e.nowMS()
 	var claimed []store.Job
@@ -663,27 +665,55 @@ func (e *Engine) complete(ctx context.Context, j store.Job, ack store.JobAck, re
 			return err
 		}
 		u.Ack, u.Definition = &ack, body
-		if next != nil {
+		var own []store.Job
+		if takes {
+			own = e.takeEnqueued(&u, *next, now)
+		}
+		if next != nil && e.claimsInUpdate && len(own) < next.Max {
 			u.Claim = &store.ClaimRequest{
-				Queues: next.Queues, Max: next.Max, Lease: e.newLease(),
+				Queues: next.Queues, Max: next.Max - len(own), Lease: e.newLease(),
 				Now: now, LeaseUntil: now + e.opts.Lease.Milliseconds(),
 			}
 		}
 		var deliver func(error) bool
-		if handsOff {
+		if handsOff && len(own) == 0 {
 			deliver = e.handOff(&u, now)
 		}
 		res, err := e.leaseCommit(ctx, r, u)
 		if deliver != nil && !deliver(err) && err != nil {
 			handsOff = false
 		}
+		if err != nil {
+			// The store may have refused the jobs written claimed (their
+			// queue was paused): the next try enqueues them as usual.
+			takes = false
+		}
 		if errors.Is(err, errRace) && body != nil {
 			body, d = nil, nil
 		}
-		claimed = res.Claimed
+		if err == nil {
+			claimed = append(own, res.Claimed...)
+		}
 		return err
 	})
 	return claimed, err
+}
+
+// takeEnqueued marks up to next.Max of the jobs u enqueues, ready at now on
+// next's queues, claimed under leases of their own, and returns them: a
+// completion that claims takes the steps its emits made ready in its own
+// write, on a store that can enqueue a job claimed.
+func (e *Engine) takeEnqueued(u *store.RunUpdate, next Next, now int64) []store.Job {
+	var own []store.Job
+	for i := range u.Enqueue {
+		j := &u.Enqueue[i]
+		if len(own) == next.Max || j.ReadyAt > now || !slices.Contains(next.Queues, j.Queue) {
+			continue
+		}
+		j.Lease, j.LeaseUntil = e.newLease(), now+e.opts.Lease.Milliseconds()
+		own = append(own, *j)
+	}
+	return own
 }
 
 // emitted reports whether the run counted an emit of name already: fan-in

@@ -230,10 +230,26 @@ func TestCompleteDecidesItsEmits(t *testing.T) {
 	t.Run("postgres", func(t *testing.T) { completeDecidesItsEmits(t, newPGStoreAt(t, pgtest.URL(t))) })
 }
 
+// leasingCountingStore is a countingStore that keeps its store's ability to
+// write a job claimed, and to claim in a run update.
+type leasingCountingStore struct{ *countingStore }
+
+func (s leasingCountingStore) EnqueuesLeased() {}
+
+func (s leasingCountingStore) ClaimsInUpdate() bool {
+	c, ok := s.Store.(interface{ ClaimsInUpdate() bool })
+	return ok && c.ClaimsInUpdate()
+}
+
 func completeDecidesItsEmits(t *testing.T, inner engine.Store) {
 	{
 		ctx := t.Context()
-		st := &countingStore{Store: inner}
+		counting := &countingStore{Store: inner}
+		var st engine.Store = counting
+		_, leased := inner.(interface{ EnqueuesLeased() })
+		if leased {
+			st = leasingCountingStore{counting}
+		}
 		e := newEngine(t, st, testkit.NewClock(time.UnixMilli(1_700_000_000_000)))
 		mustDefine(t, e, "example-flow", "example-flow")
 		run, err := e.Start(ctx, "example-flow", nil, "")
@@ -247,20 +263,25 @@ func completeDecidesItsEmits(t *testing.T, inner engine.Store) {
 		emit := func(name, payload string) event.Event {
 			return event.Event{Kind: "emit", Data: json.RawMessage(`{"event":"` + name + `","payload":` + payload + `}`)}
 		}
-		st.appends.Store(0)
-		st.updates.Store(0)
+		counting.appends.Store(0)
+		counting.updates.Store(0)
+		counting.claims.Store(0)
 		fetch := store.JobAck{Queue: jobs[0].Queue, ID: jobs[0].ID, Lease: jobs[0].Lease}
 		next, claimed, err := e.CompleteClaiming(ctx, fetch, json.RawMessage(`{"rows":2}`), engine.Next{Queues: []string{"default"}},
 			event.Event{Kind: "step.started"}, emit("fetch_data.completed", `{"rows":2}`))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if a, u := st.appends.Load(), st.updates.Load(); a != 0 || u != 1 {
+		if a, u := counting.appends.Load(), counting.updates.Load(); a != 0 || u != 1 {
 			t.Errorf("the completion made %d appends and %d run updates; want one run update", a, u)
 		}
+		// A store that writes a job claimed (embedded, Redis) gives the
+		// completion the step its emit made ready, in that update;
+		// PostgreSQL leaves it to a claim of its own.
+		if c := counting.claims.Load(); leased && (!claimed || len(next) != 1 || c != 0) {
+			t.Errorf("the completion claimed %+v (%v, %d claims); want the step its emit made ready", next, claimed, c)
+		}
 		if !claimed {
-			// A store that cannot claim in a run update (PostgreSQL) leaves
-			// the step the emit made ready to a claim of its own.
 			next, err = e.Claim(ctx, []string{"default"}, 1, 0)
 			if err != nil {
 				t.Fatal(err)
