@@ -155,3 +155,35 @@ func TestQuickEmitOnOldServer(t *testing.T) {
 		t.Errorf("the worker sent %d completions with emits to an nqd that refused the first; want 1", r)
 	}
 }
+
+// An emit nqd refuses for itself (no name) fails the step whose completion
+// carried it, and is no sign of an older nqd: the next step's emit still
+// goes with its completion.
+func TestQuickEmitRefusedFailsTheStep(t *testing.T) {
+	n := startNQD(t)
+	n.putFlow("chain", chainFlow)
+	calls := &emitCounter{next: http.DefaultTransport}
+	runWorker(t, n.base, worker.Config{Queues: []string{"q1"}, Concurrency: 1, Client: &http.Client{Transport: calls}}, map[string]worker.Handler{
+		"first": func(_ context.Context, sc *worker.StepContext) (any, error) {
+			var in struct{ Name string }
+			if err := sc.Input(&in); err != nil {
+				return nil, err
+			}
+			return "first", sc.Emit(in.Name, nil)
+		},
+		"second": func(context.Context, *worker.StepContext) (any, error) { return "second", nil },
+	})
+	bad := n.start("chain", map[string]any{"name": ""})
+	if end := n.waitEnd(bad, runWithin); end != "flow.failed" || count(n.events(bad), "emit") != 0 {
+		t.Errorf("run with an emit without a name ended %s: %s", end, keys(n.events(bad)))
+	}
+	calls.completes.Store(0)
+	calls.events.Store(0)
+	const runs = 3
+	for range runs {
+		n.mustComplete(n.start("chain", map[string]any{"name": "first.done"}), runWithin)
+	}
+	if e, c := calls.events.Load(), calls.completes.Load(); c < 1 || e+c != runs {
+		t.Errorf("the next emits went in %d events calls and %d completions; want %d, most with the completion", e, c, runs)
+	}
+}

@@ -257,11 +257,18 @@ func (h *held) emitsRefused(err error) bool {
 		return false
 	}
 	for f := range se.Fields {
-		if strings.HasPrefix(f, "events[") {
+		if isKindField(f) {
 			return true
 		}
 	}
 	return false
+}
+
+// isKindField reports whether a refusal's field names an event's kind,
+// events[i].kind, as an nqd refusing a kind in that call names it (an emit
+// without a name is events[i].data.event instead).
+func isKindField(f string) bool {
+	return strings.HasPrefix(f, "events[") && strings.HasSuffix(f, "].kind")
 }
 
 // finish sends the job's outcome, complete or fail, with step.started and
@@ -280,6 +287,9 @@ func (h *held) finish(ctx context.Context, call string, body map[string]any, out
 	defer h.mu.Unlock()
 	body["lease"] = h.job.Lease
 	if evs := h.unsent(); len(evs) > 0 {
+		if call == "/fail" {
+			evs = evs[:1] // the emits could not be reported: step.started alone
+		}
 		body["events"] = evs
 	}
 	err := h.send(ctx, call, body, "", out)

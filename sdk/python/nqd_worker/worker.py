@@ -145,8 +145,9 @@ class _Reporter:
 
 
 def _names_events(err: NqdError) -> bool:
-    """Whether nqd's refusal names the events a call carried."""
-    return err.status == 400 and any(f.startswith("events[") for f in err.fields)
+    """Whether nqd's refusal names an event's kind in the call,
+    events[i].kind (an emit without a name is events[i].data.event)."""
+    return err.status == 400 and any(f.startswith("events[") and f.endswith("].kind") for f in err.fields)
 
 
 def _future(quiet: bool) -> asyncio.Future[None]:

@@ -121,9 +121,12 @@ function refusedAsBad(err: unknown): boolean {
   return err instanceof NqdError && err.status === 400
 }
 
-/** Whether err is nqd refusing the events a call carried, naming them in its fields. */
+/**
+ * Whether err is nqd refusing an event's kind in the call, naming
+ * `events[i].kind` (an emit without a name is `events[i].data.event`).
+ */
 function refusedEvents(err: unknown): boolean {
-  return refusedAsBad(err) && Object.keys((err as NqdError).fields ?? {}).some(f => f.startsWith('events['))
+  return refusedAsBad(err) && Object.keys((err as NqdError).fields ?? {}).some(f => f.startsWith('events[') && f.endsWith('].kind'))
 }
 
 interface BeatAnswer {
