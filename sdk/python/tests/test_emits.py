@@ -103,3 +103,29 @@ def test_an_nqd_that_refuses_emits_with_a_completion_gets_them_apart(nqd: Nqd) -
     refused = [c for c in proxy.of("complete") if c.status == 400]
     assert len(refused) == 1
     assert r.worker.failed == 0
+
+
+def test_an_emit_nqd_refuses_for_itself_fails_its_step(nqd: Nqd) -> None:
+    """An emit without a name fails the step whose completion carried it,
+    and is no sign of an older nqd: later emits still go with completions."""
+    q = "py-emit-bad"
+    chain_flow(nqd, q)
+    with CountingProxy(nqd.url) as proxy:
+        w = Worker(proxy.url, queues=[q], concurrency=1, claim_wait=1.0)
+
+        @w.step("first", queue=q)
+        async def first(input: Any, ctx: Context) -> str:
+            await ctx.flow.emit(input["name"], None)
+            return "first"
+
+        @w.step("second", queue=q)
+        async def second(input: Any, ctx: Context) -> str:
+            return "second"
+
+        with Running(w):
+            bad = nqd.start_run(q, {"name": ""})
+            assert nqd.wait_status(bad) == "failed"
+            for run in [nqd.start_run(q, {"name": "first.done"}) for _ in range(3)]:
+                assert nqd.wait_status(run) == "completed"
+    assert not w.emits_apart
+    assert [c for c in proxy.of("complete") if emits(c) and c.status == 200]

@@ -505,7 +505,7 @@ describe('answers lost or refused on the way', () => {
   let nqd: Nqd
   before(async () => {
     nqd = await startNqd()
-    for (const name of ['lossy', 'busy-nqd', 'quick-emit', 'old-emits']) {
+    for (const name of ['lossy', 'busy-nqd', 'quick-emit', 'old-emits', 'bad-emit']) {
       await nqd.putFlow({
         name,
         entry: 'work',
@@ -613,6 +613,36 @@ describe('answers lost or refused on the way', () => {
       await proxy.close()
     }
     assert.equal(refused, 1, 'completions with emits sent to an nqd that refused the first')
+  })
+
+  it('an emit nqd refuses for itself fails its step, and is no sign of an older nqd', async () => {
+    let withCompletion = 0
+    const proxy = await startProxy(nqd.url, (path, _nth, body) => {
+      if (path.endsWith('/complete') && body.includes('"kind":"emit"')) {
+        withCompletion++
+      }
+      return 'pass'
+    })
+    const wk = serve({ ...nqd, url: proxy.url }, ['q-bad-emit'], {
+      work: async (input, ctx) => {
+        await ctx.flow.emit((input as { name: string }).name, null)
+        return 'w'
+      },
+      next: () => 'n',
+    }, { concurrency: 1 })
+    try {
+      const bad = await nqd.finished(await nqd.start('bad-emit', { name: '' }))
+      assert.equal(bad.state.status, 'failed', kinds(bad.events).join(' '))
+      withCompletion = 0
+      for (let i = 0; i < 3; i++) {
+        const run = await nqd.finished(await nqd.start('bad-emit', { name: 'worked' }))
+        assert.equal(run.state.status, 'completed')
+      }
+    } finally {
+      await wk.stop()
+      await proxy.close()
+    }
+    assert.ok(withCompletion >= 1, 'later emits went with their completions')
   })
 
   it('a 429 with Retry-After and a 503 are waited out, storing nothing twice', async () => {
