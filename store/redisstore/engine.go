@@ -27,7 +27,7 @@ var (
 	dueTimersLua string
 
 	runUpdateScript = withLib(runUpdateLua)
-	claimScript     = redis.NewScript(claimLua)
+	claimScript     = withLib(claimLua)
 	heartbeatScript = redis.NewScript(heartbeatLua)
 	dueTimersScript = redis.NewScript(dueTimersLua)
 )

@@ -95,6 +95,12 @@ func (s *Store) Claim(ctx context.Context, queues []string, now, leaseUntil int6
 	if err != nil {
 		return nil, mapErr(ctx, "claim", err)
 	}
+	return decodeClaimed(vals)
+}
+
+// decodeClaimed reads what claim_jobs (scripts/lib.lua) answers: a pair per
+// job, its value and whether it was taken over from an expired lease.
+func decodeClaimed(vals []any) ([]store.Job, error) {
 	out := make([]store.Job, 0, len(vals)/2)
 	for i := 0; i+1 < len(vals); i += 2 {
 		v, _ := vals[i].(string)

@@ -192,6 +192,17 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 	} else {
 		args = append(args, 0, 0, "")
 	}
+	if cl := u.Claim; cl != nil {
+		if !validLease(cl.Lease) {
+			return store.AppendResult{}, invalid("update run", "claim under lease %q", cl.Lease)
+		}
+		args = append(args, cl.Max, cl.Now, cl.LeaseUntil, cl.Lease, keyAt(s.pausedKey()), len(cl.Queues))
+		for _, q := range cl.Queues {
+			args = append(args, keyAt(s.readyKey(q)), keyAt(s.jobsKey(q)), q)
+		}
+	} else {
+		args = append(args, 0)
+	}
 
 	reply, err := s.pipe.run(ctx, runUpdateScript, keys, args)
 	if err != nil {
@@ -201,11 +212,25 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 		reason, _ := reply[1].(string)
 		return store.AppendResult{}, fmt.Errorf("redisstore: run %s of %s: %w: %s", m.Run, m.Flow, store.ErrConflict, reason)
 	}
-	if len(u.Events) == 0 {
-		return store.AppendResult{}, nil
+	var claimed []store.Job
+	if u.Claim != nil {
+		vals, _ := reply[len(reply)-1].([]any)
+		reply = reply[:len(reply)-1]
+		if claimed, err = decodeClaimed(vals); err != nil {
+			return store.AppendResult{}, err
+		}
 	}
-	return s.appendResult(c, u.Events, reply)
+	if len(u.Events) == 0 {
+		return store.AppendResult{Claimed: claimed}, nil
+	}
+	res, err := s.appendResult(c, u.Events, reply)
+	res.Claimed = claimed
+	return res, err
 }
+
+// ClaimsInUpdate reports that UpdateRun takes a RunUpdate's Claim in the
+// update's own script call.
+func (s *Store) ClaimsInUpdate() bool { return true }
 
 // ChecksDefinitions reports that UpdateRun refuses an update whose
 // Definition is not the flow's stored definition (engine.Start then decides

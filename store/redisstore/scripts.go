@@ -6,9 +6,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// luaLib is what the scripts that append events share (scripts/lib.lua):
-// iso_ms, which formats an entry's time as Go does, and append_events,
-// which stores, publishes and indexes events.
+// luaLib is what the scripts share (scripts/lib.lua): iso_ms, which formats
+// an entry's time as Go does, append_events, which stores, publishes and
+// indexes events, held_by, and claim_jobs, which claims ready jobs.
 //
 //go:embed scripts/lib.lua
 var luaLib string

@@ -76,4 +76,41 @@ local function held_by(jobs, id, lease)
   return v and string.match(v, '^%S+ %S+ %S+ ([^\n]*)\n') == lease
 end
 
+-- claim_jobs hands out up to max jobs that are ready, or whose lease ran
+-- out, under a new lease, from queues ({ready key, jobs key, name} each, in
+-- the order asked), skipping those in the paused set. A claimed job's score
+-- becomes its lease end, so an expired lease makes the job claimable again
+-- with no sweeper; taking it over counts a new attempt. A job's value is
+-- "<attempt> <score> <leaseUntil> <lease>\n<job JSON>". Returns a pair per
+-- claimed job: its new value, and 1 when it was taken over from an expired
+-- lease, else 0.
+local function claim_jobs(paused, queues, now, until_, lease, max)
+  local out = {}
+  for _, q in ipairs(queues) do
+    if #out / 2 >= max then break end
+    local ready, jobs = q[1], q[2]
+    local ids = {}
+    if redis.call('SISMEMBER', paused, q[3]) == 0 then
+      ids = redis.call('ZRANGEBYSCORE', ready, '-inf', now, 'LIMIT', 0, max - #out / 2)
+    end
+    for _, id in ipairs(ids) do
+      local v = redis.call('HGET', jobs, id)
+      if not v then
+        -- A ready entry without its job can only be debris; drop it.
+        redis.call('ZREM', ready, id)
+      else
+        local attempt, held, body = string.match(v, '^(%d+) %S+ %S+ ([^\n]*)\n(.*)$')
+        attempt = tonumber(attempt)
+        if held ~= '' then attempt = attempt + 1 end
+        v = string.format('%d %s %s %s\n', attempt, until_, until_, lease) .. body
+        redis.call('HSET', jobs, id, v)
+        redis.call('ZADD', ready, until_, id)
+        out[#out + 1] = v
+        out[#out + 1] = held ~= '' and 1 or 0
+      end
+    end
+  end
+  return out
+end
+
 -- (end of lib.lua)

@@ -41,12 +41,17 @@
 --   its due time ("0": not due, the member leaves the set);
 --   the position in KEYS of the idempotency result key the events are
 --   remembered under ("0": none), its window in ms and the events'
---   fingerprint (hex), written as append.lua writes it.
+--   fingerprint (hex), written as append.lua writes it;
+--   the most jobs to claim after the rest ("0": no claim), then now, the
+--   lease's end, the lease, the position of the paused queues, k, and k
+--   queues to claim from: ready position, jobs position, name.
 --
 -- A job's value is "<attempt> <score> <leaseUntil> <lease>\n<job JSON>"; a
 -- job enqueued claimed is scored, as claim.lua scores it, by its lease's end.
 --
--- Returns {0, id...}, or {1, reason} when the update is refused.
+-- Returns {0, id...}, or {1, reason} when the update is refused; with a
+-- claim, the jobs claim_jobs hands out (from lib.lua) follow the ids as one
+-- nested array.
 
 local a = 0
 local function arg()
@@ -161,5 +166,16 @@ local idem, window, fingerprint = tonumber(arg()), arg(), arg()
 if idem > 0 and #out > 0 then
   redis.call('SET', KEYS[idem], 'f' .. fingerprint .. ' ' .. table.concat(out, ' '), 'PX', window)
 end
+local claimMax = tonumber(arg())
+local claimed
+if claimMax > 0 then
+  local now, until_, lease, pausedAt = arg(), arg(), arg(), tonumber(arg())
+  local queues = {}
+  for i = 1, tonumber(arg()) do
+    queues[i] = {KEYS[tonumber(arg())], KEYS[tonumber(arg())], arg()}
+  end
+  claimed = claim_jobs(KEYS[pausedAt], queues, now, until_, lease, claimMax)
+end
 table.insert(out, 1, 0)
+if claimed then out[#out + 1] = claimed end
 return out
