@@ -187,3 +187,24 @@ func TestQuickEmitRefusedFailsTheStep(t *testing.T) {
 		t.Errorf("the next emits went in %d events calls and %d completions; want %d, most with the completion", e, c, runs)
 	}
 }
+
+// A completion nqd refuses for its result (too large) fails the step, and
+// what the completion carried is stored before the failure.
+func TestRefusedCompletionKeepsItsEmits(t *testing.T) {
+	n := startNQD(t)
+	n.putFlow("chain", chainFlow)
+	runWorker(t, n.base, worker.Config{Queues: []string{"q1"}}, map[string]worker.Handler{
+		"first": func(_ context.Context, sc *worker.StepContext) (any, error) {
+			return strings.Repeat("x", 300_000), sc.Emit("first.done", nil)
+		},
+		"second": func(context.Context, *worker.StepContext) (any, error) { return "second", nil },
+	})
+	run := n.start("chain", nil)
+	if end := n.waitEnd(run, runWithin); end != "flow.failed" {
+		t.Fatalf("run ended %s: %s", end, keys(n.events(run)))
+	}
+	got := keys(n.events(run))
+	if !strings.HasPrefix(got, "flow.started, step.started first, emit first, ") || !strings.Contains(got, "step.failed first") {
+		t.Errorf("events %s; want step.started and the emit stored, then the failure", got)
+	}
+}

@@ -129,3 +129,23 @@ def test_an_emit_nqd_refuses_for_itself_fails_its_step(nqd: Nqd) -> None:
                 assert nqd.wait_status(run) == "completed"
     assert not w.emits_apart
     assert [c for c in proxy.of("complete") if emits(c) and c.status == 200]
+
+
+def test_a_refused_completion_keeps_its_emits(nqd: Nqd) -> None:
+    """A completion nqd refuses for its result (too large) fails the step,
+    and the emit it carried is stored before the failure."""
+    q = "py-emit-big"
+    chain_flow(nqd, q)
+    w = Worker(nqd.url, queues=[q], concurrency=1, claim_wait=1.0)
+
+    @w.step("first", queue=q)
+    async def first(input: Any, ctx: Context) -> str:
+        await ctx.flow.emit("first.done", None)
+        return "x" * 300_000
+
+    with Running(w):
+        run = nqd.start_run(q)
+        assert nqd.wait_status(run) == "failed"
+    got = kinds(nqd, run)
+    assert got[:3] == ["flow.started", "step.started first", "emit first"], got
+    assert "step.failed first" in got

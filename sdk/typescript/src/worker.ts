@@ -121,6 +121,11 @@ function refusedAsBad(err: unknown): boolean {
   return err instanceof NqdError && err.status === 400
 }
 
+/** Whether err is nqd refusing an outcome for what it carries: the step then fails with the reason. */
+function refusedOutcome(err: unknown): err is NqdError {
+  return err instanceof NqdError && [400, 413, 422].includes(err.status)
+}
+
 /**
  * Whether err is nqd refusing an event's kind in the call, naming
  * `events[i].kind` (an emit without a name is `events[i].data.event`).
@@ -506,7 +511,7 @@ class JobRun implements ContextHost {
         }
         const { err, jobs } = await this.finish('complete', body)
         next = jobs
-        if (!(err instanceof NqdError && [400, 413, 422].includes(err.status))) {
+        if (!refusedOutcome(err)) {
           return
         }
         // nqd refused the result (too large, say): the step fails with the
@@ -517,6 +522,9 @@ class JobRun implements ContextHost {
       }
       const retriable = !isPermanent(failure)
       this.w.log.warn(`step failed${retriable ? '' : ' (permanent)'}: ${errorText(failure)}`, this.meta())
+      // The events of a refused completion are back in the buffer: its
+      // emits go first, as a failure takes none.
+      await this.settleReports(true).catch(() => undefined)
       await this.finish('fail', { lease: this.job.lease, error: errorText(failure).slice(0, 4000) || 'error', retriable })
     } finally {
       clearInterval(this.beat)
@@ -573,8 +581,15 @@ class JobRun implements ContextHost {
       }
       return { err: undefined, jobs: ans?.jobs ?? [] }
     } catch (err) {
-      for (const w of waiters) {
-        w.reject(err)
+      if (call === 'complete' && refusedOutcome(err)) {
+        // nqd refused the completion itself (its result, say): the step
+        // fails next, and the events the completion carried go first.
+        this.buf = [...events, ...this.buf]
+        this.waiters = [...waiters, ...this.waiters]
+      } else {
+        for (const w of waiters) {
+          w.reject(err)
+        }
       }
       if (err instanceof NqdError && err.status === 409) {
         this.w.log.info(`${call} refused: the job is no longer this worker's`, this.meta())

@@ -505,7 +505,7 @@ describe('answers lost or refused on the way', () => {
   let nqd: Nqd
   before(async () => {
     nqd = await startNqd()
-    for (const name of ['lossy', 'busy-nqd', 'quick-emit', 'old-emits', 'bad-emit']) {
+    for (const name of ['lossy', 'busy-nqd', 'quick-emit', 'old-emits', 'bad-emit', 'big-result']) {
       await nqd.putFlow({
         name,
         entry: 'work',
@@ -643,6 +643,28 @@ describe('answers lost or refused on the way', () => {
       await proxy.close()
     }
     assert.ok(withCompletion >= 1, 'later emits went with their completions')
+  })
+
+  it('a completion nqd refuses (its result too large) fails the step, storing what it carried first', async () => {
+    const wk = serve(nqd, ['q-big-result'], {
+      work: async (_i, ctx) => {
+        ctx.logger.info('last words')
+        await ctx.flow.emit('worked', {})
+        return 'x'.repeat(300_000)
+      },
+      next: () => 'n',
+    })
+    try {
+      const run = await nqd.finished(await nqd.start('big-result'))
+      assert.equal(run.state.status, 'failed')
+      const got = kinds(run.events)
+      for (const kind of ['step.started', 'log', 'emit', 'step.failed']) {
+        assert.equal(got.filter(k => k === kind).length, 1, `${kind}: ${got.join(' ')}`)
+      }
+      assert.ok(got.indexOf('emit') < got.indexOf('step.failed'), got.join(' '))
+    } finally {
+      await wk.stop()
+    }
   })
 
   it('a 429 with Retry-After and a 503 are waited out, storing nothing twice', async () => {
