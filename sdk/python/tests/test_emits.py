@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from conftest import Nqd
 from helpers import EMIT_REFUSED, CountingProxy, Running, emits
 
@@ -72,15 +73,20 @@ def test_a_quick_emit_goes_with_the_completion(nqd: Nqd) -> None:
     assert with_completion
 
 
-def test_a_quick_emit_before_a_failure_is_stored_first(nqd: Nqd) -> None:
-    q = "py-emit-fail"
+@pytest.mark.parametrize("ending", ["raises", "too-large-result"])
+def test_a_quick_emit_before_a_failure_is_stored_first(nqd: Nqd, ending: str) -> None:
+    """A step that emits and then fails, raising or with a result nqd
+    refuses (too large), has its emit stored before the failure."""
+    q = "py-emit-fail-" + ending
     chain_flow(nqd, q)
     w = Worker(nqd.url, queues=[q], concurrency=1, claim_wait=1.0)
 
     @w.step("first", queue=q)
     async def first(input: Any, ctx: Context) -> str:
         await ctx.flow.emit("first.done", None)
-        raise PermanentError("bad input")
+        if ending == "raises":
+            raise PermanentError("bad input")
+        return "x" * 300_000
 
     with Running(w):
         run = nqd.start_run(q)
@@ -130,22 +136,3 @@ def test_an_emit_nqd_refuses_for_itself_fails_its_step(nqd: Nqd) -> None:
     assert not w.emits_apart
     assert [c for c in proxy.of("complete") if emits(c) and c.status == 200]
 
-
-def test_a_refused_completion_keeps_its_emits(nqd: Nqd) -> None:
-    """A completion nqd refuses for its result (too large) fails the step,
-    and the emit it carried is stored before the failure."""
-    q = "py-emit-big"
-    chain_flow(nqd, q)
-    w = Worker(nqd.url, queues=[q], concurrency=1, claim_wait=1.0)
-
-    @w.step("first", queue=q)
-    async def first(input: Any, ctx: Context) -> str:
-        await ctx.flow.emit("first.done", None)
-        return "x" * 300_000
-
-    with Running(w):
-        run = nqd.start_run(q)
-        assert nqd.wait_status(run) == "failed"
-    got = kinds(nqd, run)
-    assert got[:3] == ["flow.started", "step.started first", "emit first"], got
-    assert "step.failed first" in got
