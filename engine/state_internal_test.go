@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/nqd-dev/nqd/event"
-	"github.com/nqd-dev/nqd/flows"
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
@@ -22,15 +21,7 @@ func TestRememberedStateIsTheRecords(t *testing.T) {
 	st := testkit.Bolt(t, boltstore.Options{})
 	c := testkit.NewClock(time.UnixMilli(1_700_000_000_000))
 	e := New(st, Options{Now: c.Now, Lease: 10 * time.Second, Logger: testkit.Logger(t)})
-	defs, err := flows.LoadDir("../flows/testdata")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range defs {
-		if err := e.PutDefinition(ctx, d); err != nil {
-			t.Fatal(err)
-		}
-	}
+	defs := testkit.DefineFlows(t, e, "../flows/testdata")
 	checked := 0
 	check := func(when string) {
 		t.Helper()

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/nqd-dev/nqd/engine"
-	"github.com/nqd-dev/nqd/flows"
 	"github.com/nqd-dev/nqd/handlers"
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
@@ -32,15 +31,7 @@ func TestRunExampleAndDiamond(t *testing.T) {
 	log := testkit.Logger(t)
 	e := engine.New(st, engine.Options{Logger: log, Interval: 20 * time.Millisecond})
 	go func() { _ = e.Run(ctx) }()
-	defs, err := flows.LoadDir("../flows/testdata")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range defs {
-		if err := e.PutDefinition(ctx, d); err != nil {
-			t.Fatal(err)
-		}
-	}
+	testkit.DefineFlows(t, e, "../flows/testdata")
 	srv := httptest.NewServer(handlers.New(handlers.Deps{Store: st, Engine: e, Log: log}).Routes())
 	defer srv.Close()
 

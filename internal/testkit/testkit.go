@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/flows"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
 )
@@ -84,4 +85,24 @@ func RangeKinds(ctx context.Context, st Ranger, c store.Context, kinds ...string
 		return nil, err
 	}
 	return slices.DeleteFunc(evs, func(e event.Event) bool { return !slices.Contains(kinds, e.Kind) }), nil
+}
+
+// Definer stores flow definitions, as the engine does.
+type Definer interface {
+	PutDefinition(ctx context.Context, d *flows.Definition) error
+}
+
+// DefineFlows stores every flow definition of dir with e, and returns them.
+func DefineFlows(t testing.TB, e Definer, dir string) []*flows.Definition {
+	t.Helper()
+	defs, err := flows.LoadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range defs {
+		if err := e.PutDefinition(t.Context(), d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return defs
 }

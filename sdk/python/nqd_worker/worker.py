@@ -109,7 +109,7 @@ class _Reporter:
         if self._job.started_sent or self._job.worker.emits_apart:
             return self.add(ev)
         self._job.queued.append(ev)
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        fut = _future(False)
         fut.set_result(None)
         return fut
 

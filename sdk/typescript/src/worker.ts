@@ -519,12 +519,12 @@ class JobRun implements ContextHost {
         this.settled = false
         failed = true
         failure = Object.assign(new Error(`complete refused: ${err.message}`), { permanent: true })
+        // The completion's events are back in the buffer: its emits go
+        // first, as a failure takes none.
+        await this.settleReports(true).catch(() => undefined)
       }
       const retriable = !isPermanent(failure)
       this.w.log.warn(`step failed${retriable ? '' : ' (permanent)'}: ${errorText(failure)}`, this.meta())
-      // The events of a refused completion are back in the buffer: its
-      // emits go first, as a failure takes none.
-      await this.settleReports(true).catch(() => undefined)
       await this.finish('fail', { lease: this.job.lease, error: errorText(failure).slice(0, 4000) || 'error', retriable })
     } finally {
       clearInterval(this.beat)
@@ -571,8 +571,7 @@ class JobRun implements ContextHost {
         // refusal: the events go through the events call, then the
         // outcome again without them.
         this.w.emitsRefused()
-        const key = `${this.job.lease}-${String(this.seq++)}-${randomUUID().slice(0, 8)}`
-        await this.deliver('events', { lease: this.job.lease, events }, { 'idempotency-key': key })
+        await this.deliver('events', { lease: this.job.lease, events }, { 'idempotency-key': this.nextKey() })
         delete body.events
         ans = await this.deliverOutcome(call, body)
       }
@@ -739,6 +738,11 @@ class JobRun implements ContextHost {
     })
   }
 
+  /** The Idempotency-Key of the job's next events call, kept for all its retries. */
+  private nextKey(): string {
+    return `${this.job.lease}-${String(this.seq++)}-${randomUUID().slice(0, 8)}`
+  }
+
   /** Resolves once every event reported so far was sent; rejects if some were not. */
   private flush(): Promise<void> {
     if (this.buf.length === 0 && this.flushing === undefined) {
@@ -763,8 +767,7 @@ class JobRun implements ContextHost {
         }
         for (let i = 0; i < events.length; i += 500) {
           const chunk = events.slice(i, i + 500)
-          const key = `${this.job.lease}-${String(this.seq++)}-${randomUUID().slice(0, 8)}`
-          await this.deliver('events', { lease: this.job.lease, events: chunk }, { 'idempotency-key': key })
+          await this.deliver('events', { lease: this.job.lease, events: chunk }, { 'idempotency-key': this.nextKey() })
         }
         for (const w of waiters) {
           w.resolve()
