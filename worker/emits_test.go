@@ -174,8 +174,8 @@ func TestQuickEmitRefusedFailsTheStep(t *testing.T) {
 		"second": func(context.Context, *worker.StepContext) (any, error) { return "second", nil },
 	})
 	bad := n.start("chain", map[string]any{"name": ""})
-	if end := n.waitEnd(bad, runWithin); end != "flow.failed" || count(n.events(bad), "emit") != 0 {
-		t.Errorf("run with an emit without a name ended %s: %s", end, keys(n.events(bad)))
+	if end := n.waitEnd(bad, runWithin); end != "flow.failed" || count(n.events(bad), "emit") != 0 || count(n.events(bad), "step.started") != 1 {
+		t.Errorf("run with an emit without a name ended %s: %s; want step.started kept, no emit", end, keys(n.events(bad)))
 	}
 	calls.completes.Store(0)
 	calls.events.Store(0)

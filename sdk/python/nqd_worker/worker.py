@@ -135,6 +135,11 @@ class _Reporter:
                 self._pending = []
                 raise
             except Exception as e:  # noqa: BLE001 - handed to whoever awaits the report
+                if isinstance(e, NqdError) and any(ev.get("kind") == "step.started" for ev, _ in batch):
+                    # nqd refused the call for an event beside step.started
+                    # and stored none of it: step.started goes with the
+                    # next report or the outcome.
+                    self._job.started_sent = False
                 for _, fut in batch:
                     if not fut.done():
                         fut.set_exception(e)

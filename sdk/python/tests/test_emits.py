@@ -131,6 +131,10 @@ def test_an_emit_nqd_refuses_for_itself_fails_its_step(nqd: Nqd) -> None:
         with Running(w):
             bad = nqd.start_run(q, {"name": ""})
             assert nqd.wait_status(bad) == "failed"
+            # The call nqd refused carried step.started too: it is stored all the same.
+            seen = kinds(nqd, bad)
+            assert "step.started first" in seen, seen
+            assert seen.index("step.started first") < seen.index("step.failed first"), seen
             for run in [nqd.start_run(q, {"name": "first.done"}) for _ in range(3)]:
                 assert nqd.wait_status(run) == "completed"
     assert not w.emits_apart

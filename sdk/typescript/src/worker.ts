@@ -424,6 +424,12 @@ class JobRun implements ContextHost {
   private buf: ReportEvent[] = []
   private waiters: { resolve: () => void, reject: (e: unknown) => void }[] = []
   private flushing: Promise<void> | undefined
+  /**
+   * Set when nqd refused the events call that carried step.started (for an
+   * event beside it): nothing of it was stored, so step.started goes with the
+   * outcome.
+   */
+  private startedRefused = false
   private seq = 0
   private beat: NodeJS.Timeout | undefined
   /**
@@ -552,6 +558,7 @@ class JobRun implements ContextHost {
   }
 
   private async sendOutcome(call: 'complete' | 'fail', body: Record<string, unknown>): Promise<{ err: unknown, jobs: Job[] }> {
+    this.restoreStarted()
     const events = this.buf.slice(0, 1000)
     const waiters = this.waiters
     this.buf = []
@@ -575,6 +582,7 @@ class JobRun implements ContextHost {
         delete body.events
         ans = await this.deliverOutcome(call, body)
       }
+      this.startedRefused = false
       for (const w of waiters) {
         w.resolve()
       }
@@ -632,6 +640,7 @@ class JobRun implements ContextHost {
     if (this.flushing !== undefined) {
       await this.flush()
     }
+    this.restoreStarted()
     const emits = this.buf.some(e => e.kind === 'emit')
     if (this.buf.length > 1000 || (emits && (failed || this.w.emitsApart))) {
       await this.flush()
@@ -743,6 +752,13 @@ class JobRun implements ContextHost {
     return `${this.job.lease}-${String(this.seq++)}-${randomUUID().slice(0, 8)}`
   }
 
+  /** Puts step.started back at the head of the buffer when nqd refused the call that carried it. */
+  private restoreStarted(): void {
+    if (this.startedRefused && !this.buf.some(e => e.kind === 'step.started')) {
+      this.buf.unshift({ kind: 'step.started' })
+    }
+  }
+
   /** Resolves once every event reported so far was sent; rejects if some were not. */
   private flush(): Promise<void> {
     if (this.buf.length === 0 && this.flushing === undefined) {
@@ -757,22 +773,29 @@ class JobRun implements ContextHost {
     // loop can end and clear it.
     await Promise.resolve()
     while (this.buf.length > 0 || this.waiters.length > 0) {
+      this.restoreStarted()
       const events = this.buf
       const waiters = this.waiters
       this.buf = []
       this.waiters = []
+      let chunk: ReportEvent[] = []
       try {
         if (this.lost) {
           throw new Error('the job is no longer held by this worker')
         }
         for (let i = 0; i < events.length; i += 500) {
-          const chunk = events.slice(i, i + 500)
+          chunk = events.slice(i, i + 500)
           await this.deliver('events', { lease: this.job.lease, events: chunk }, { 'idempotency-key': this.nextKey() })
+          this.startedRefused &&= !chunk.some(e => e.kind === 'step.started')
         }
         for (const w of waiters) {
           w.resolve()
         }
       } catch (err) {
+        // A refused call stored nothing: its step.started is not lost.
+        if (refusedOutcome(err) && chunk.some(e => e.kind === 'step.started')) {
+          this.startedRefused = true
+        }
         for (const w of waiters) {
           w.reject(err)
         }

@@ -633,6 +633,9 @@ describe('answers lost or refused on the way', () => {
     try {
       const bad = await nqd.finished(await nqd.start('bad-emit', { name: '' }))
       assert.equal(bad.state.status, 'failed', kinds(bad.events).join(' '))
+      // The call nqd refused carried step.started too: it is stored all the same.
+      const started = kinds(bad.events).indexOf('step.started')
+      assert.ok(started >= 0 && started < kinds(bad.events).indexOf('step.failed'), kinds(bad.events).join(' '))
       withCompletion = 0
       for (let i = 0; i < 3; i++) {
         const run = await nqd.finished(await nqd.start('bad-emit', { name: 'worked' }))
