@@ -230,92 +230,88 @@ func TestCompleteDecidesItsEmits(t *testing.T) {
 	t.Run("postgres", func(t *testing.T) { completeDecidesItsEmits(t, newPGStoreAt(t, pgtest.URL(t))) })
 }
 
-// leasingCountingStore is a countingStore that keeps its store's ability to
-// write a job claimed, and to claim in a run update.
-type leasingCountingStore struct{ *countingStore }
+// leasingClaimingStore is a leasingStore that also keeps its store's
+// ability to claim in a run update.
+type leasingClaimingStore struct{ leasingStore }
 
-func (s leasingCountingStore) EnqueuesLeased() {}
-
-func (s leasingCountingStore) ClaimsInUpdate() bool {
+func (s leasingClaimingStore) ClaimsInUpdate() bool {
 	c, ok := s.Store.(interface{ ClaimsInUpdate() bool })
 	return ok && c.ClaimsInUpdate()
 }
 
 func completeDecidesItsEmits(t *testing.T, inner engine.Store) {
-	{
-		ctx := t.Context()
-		counting := &countingStore{Store: inner}
-		var st engine.Store = counting
-		_, leased := inner.(interface{ EnqueuesLeased() })
-		if leased {
-			st = leasingCountingStore{counting}
-		}
-		e := newEngine(t, st, testkit.NewClock(time.UnixMilli(1_700_000_000_000)))
-		mustDefine(t, e, "example-flow", "example-flow")
-		run, err := e.Start(ctx, "example-flow", nil, "")
+	ctx := t.Context()
+	counting := &countingStore{Store: inner}
+	var st engine.Store = counting
+	_, leased := inner.(interface{ EnqueuesLeased() })
+	if leased {
+		st = leasingClaimingStore{leasingStore{counting}}
+	}
+	e := newEngine(t, st, testkit.NewClock(time.UnixMilli(1_700_000_000_000)))
+	mustDefine(t, e, "example-flow", "example-flow")
+	run, err := e.Start(ctx, "example-flow", nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := e.Claim(ctx, []string{"default"}, 1, 0)
+	if err != nil || len(jobs) != 1 || jobs[0].Step != "fetch_data" {
+		t.Fatalf("claim = %+v, %v", jobs, err)
+	}
+	emit := func(name, payload string) event.Event {
+		return event.Event{Kind: "emit", Data: json.RawMessage(`{"event":"` + name + `","payload":` + payload + `}`)}
+	}
+	counting.appends.Store(0)
+	counting.updates.Store(0)
+	counting.claims.Store(0)
+	fetch := store.JobAck{Queue: jobs[0].Queue, ID: jobs[0].ID, Lease: jobs[0].Lease}
+	next, claimed, err := e.CompleteClaiming(ctx, fetch, json.RawMessage(`{"rows":2}`), engine.Next{Queues: []string{"default"}},
+		event.Event{Kind: "step.started"}, emit("fetch_data.completed", `{"rows":2}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, u := counting.appends.Load(), counting.updates.Load(); a != 0 || u != 1 {
+		t.Errorf("the completion made %d appends and %d run updates; want one run update", a, u)
+	}
+	// A store that writes a job claimed (embedded, Redis) gives the
+	// completion the step its emit made ready, in that update;
+	// PostgreSQL leaves it to a claim of its own.
+	if c := counting.claims.Load(); leased && (!claimed || len(next) != 1 || c != 0) {
+		t.Errorf("the completion claimed %+v (%v, %d claims); want the step its emit made ready", next, claimed, c)
+	}
+	if !claimed {
+		next, err = e.Claim(ctx, []string{"default"}, 1, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		jobs, err := e.Claim(ctx, []string{"default"}, 1, 0)
-		if err != nil || len(jobs) != 1 || jobs[0].Step != "fetch_data" {
-			t.Fatalf("claim = %+v, %v", jobs, err)
-		}
-		emit := func(name, payload string) event.Event {
-			return event.Event{Kind: "emit", Data: json.RawMessage(`{"event":"` + name + `","payload":` + payload + `}`)}
-		}
-		counting.appends.Store(0)
-		counting.updates.Store(0)
-		counting.claims.Store(0)
-		fetch := store.JobAck{Queue: jobs[0].Queue, ID: jobs[0].ID, Lease: jobs[0].Lease}
-		next, claimed, err := e.CompleteClaiming(ctx, fetch, json.RawMessage(`{"rows":2}`), engine.Next{Queues: []string{"default"}},
-			event.Event{Kind: "step.started"}, emit("fetch_data.completed", `{"rows":2}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if a, u := counting.appends.Load(), counting.updates.Load(); a != 0 || u != 1 {
-			t.Errorf("the completion made %d appends and %d run updates; want one run update", a, u)
-		}
-		// A store that writes a job claimed (embedded, Redis) gives the
-		// completion the step its emit made ready, in that update;
-		// PostgreSQL leaves it to a claim of its own.
-		if c := counting.claims.Load(); leased && (!claimed || len(next) != 1 || c != 0) {
-			t.Errorf("the completion claimed %+v (%v, %d claims); want the step its emit made ready", next, claimed, c)
-		}
-		if !claimed {
-			next, err = e.Claim(ctx, []string{"default"}, 1, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-		if len(next) != 1 || next[0].Step != "process_data" || !strings.Contains(string(next[0].Input), `"rows":2`) {
-			t.Fatalf("next job %+v; want process_data with the emit's payload", next)
-		}
+	}
+	if len(next) != 1 || next[0].Step != "process_data" || !strings.Contains(string(next[0].Input), `"rows":2`) {
+		t.Fatalf("next job %+v; want process_data with the emit's payload", next)
+	}
 
-		// process_data's emit makes await_approval wait for its trigger; an
-		// emit of a name counted before stores nothing.
-		proc := store.JobAck{Queue: next[0].Queue, ID: next[0].ID, Lease: next[0].Lease}
-		if err := e.Complete(ctx, proc, nil, event.Event{Kind: "step.started"},
-			emit("fetch_data.completed", `{"rows":3}`), emit("process_data.completed", `null`)); err != nil {
-			t.Fatal(err)
-		}
-		got := kinds(t, st, run.FlowID)
-		want := "flow.started, step.started fetch_data, emit fetch_data, step.completed fetch_data, " +
-			"step.started process_data, emit process_data, step.await.trigger await_approval, step.completed process_data"
-		if strings.Join(got, ", ") != want {
-			t.Errorf("events %s, want %s", strings.Join(got, ", "), want)
-		}
-		waits, err := e.Waits(ctx, engine.WaitQuery{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(waits) != 1 || waits[0].Step != "await_approval" || waits[0].TriggerID == "" {
-			t.Errorf("waits %+v; want await_approval's trigger", waits)
-		}
-		if err := e.Complete(ctx, proc, nil, emit("process_data.completed", `null`)); err != nil {
-			t.Errorf("repeated completion: %v, want success", err)
-		}
-		if again := kinds(t, st, run.FlowID); len(again) != len(got) {
-			t.Errorf("a repeated completion stored %v", again[len(got):])
-		}
+	// process_data's emit makes await_approval wait for its trigger; an
+	// emit of a name counted before stores nothing.
+	proc := store.JobAck{Queue: next[0].Queue, ID: next[0].ID, Lease: next[0].Lease}
+	if err := e.Complete(ctx, proc, nil, event.Event{Kind: "step.started"},
+		emit("fetch_data.completed", `{"rows":3}`), emit("process_data.completed", `null`)); err != nil {
+		t.Fatal(err)
+	}
+	got := kinds(t, st, run.FlowID)
+	want := "flow.started, step.started fetch_data, emit fetch_data, step.completed fetch_data, " +
+		"step.started process_data, emit process_data, step.await.trigger await_approval, step.completed process_data"
+	if strings.Join(got, ", ") != want {
+		t.Errorf("events %s, want %s", strings.Join(got, ", "), want)
+	}
+	waits, err := e.Waits(ctx, engine.WaitQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(waits) != 1 || waits[0].Step != "await_approval" || waits[0].TriggerID == "" {
+		t.Errorf("waits %+v; want await_approval's trigger", waits)
+	}
+	if err := e.Complete(ctx, proc, nil, emit("process_data.completed", `null`)); err != nil {
+		t.Errorf("repeated completion: %v, want success", err)
+	}
+	if again := kinds(t, st, run.FlowID); len(again) != len(got) {
+		t.Errorf("a repeated completion stored %v", again[len(got):])
 	}
 }
