@@ -10,6 +10,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	// Schedules name IANA time zones; the zone data goes in the binary so a
+	// scratch container has it.
+	_ "time/tzdata"
 
 	"github.com/nqd-dev/nqd/config"
 	"github.com/nqd-dev/nqd/internal/gcfloor"
