@@ -20,7 +20,7 @@ type State struct {
 
 // Skip reasons.
 const (
-	ReasonMisfire       = "misfire"        // missed by more than the grace (misfire policy skip or fire_once)
+	ReasonMisfire       = "misfire"         // missed by more than the grace (misfire policy skip or fire_once)
 	ReasonCatchUpWindow = "catch_up_window" // missed by more than the catch-up window
 	ReasonCatchUpMax    = "catch_up_max"    // beyond the catch-up cap
 	ReasonOverlap       = "overlap"         // a run of an earlier fire was still going
