@@ -1,22 +1,40 @@
 #!/usr/bin/env node
-// nqd-worker <dir> --url <nqd> [--token <t>] [--concurrency <n>]: runs a
-// folder of Nuxt Queue step files against nqd.
+// nqd-worker <path>... [options]: runs Nuxt Queue step files against nqd.
 
 import { parseArgs } from 'node:util'
 import { AuthError } from './errors.js'
 import { loadFolder } from './folder.js'
+import type { Logger } from './worker.js'
 
-const usage = `usage: nqd-worker <dir> [--url <nqd>] [--token <token>] [--concurrency <n>]
+const usage = `usage: nqd-worker <path>... [--url <nqd>] [--token <token>] [--queue <name>]...
+                  [--concurrency <n>] [--grace <seconds>] [--store-flows] [--log-level <level>]
 
-Loads the Nuxt Queue step files under <dir> (TypeScript or JavaScript, nested
-folders too), stores the flows their defineQueueConfig describe in nqd, and runs
-their handlers until SIGINT or SIGTERM.
+Loads the Nuxt Queue step files under each <path> (a folder, searched with its
+nested folders, or one file; TypeScript or JavaScript, both generations of
+step files) and runs their handlers against nqd until SIGINT or SIGTERM.
 
-  --url          nqd's address (default $NQD_URL, else http://127.0.0.1:8080)
-  --token        an API token of scope admin, or write if the flows are stored already
-                 (default $NQD_TOKEN)
-  --concurrency  jobs run at once per queue (default $NQD_CONCURRENCY, else 4)
-  --grace        milliseconds running steps get to finish on a signal (default 10000)`
+  --url, -u          nqd's address (default $NQD_URL, else http://127.0.0.1:8080)
+  --token, -t        an API token: scope write serves steps; --store-flows needs admin
+                     (default $NQD_TOKEN)
+  --queue, -q        serve only this queue (repeatable; default every queue the files name)
+  --concurrency, -c  jobs held and run at once per queue (default $NQD_CONCURRENCY, else 4)
+  --grace            seconds stop takes at most on a signal: running steps finish
+                     within it, the rest are reported as retriable (default 10)
+  --store-flows      store the flow definitions the files describe (PUT /api/_flows/<name>,
+                     scope admin) before serving
+  --log-level        debug, info, warn or error (default $NQD_LOG_LEVEL, else info)`
+
+const levels = ['debug', 'info', 'warn', 'error'] as const
+type Level = typeof levels[number]
+
+function stderrLogger(min: Level): Logger {
+  const at = (level: Level) => (msg: string, meta?: Record<string, unknown>): void => {
+    if (levels.indexOf(level) >= levels.indexOf(min)) {
+      console.error(`nqd-worker${level === 'info' ? '' : ' ' + level}: ${msg}${meta === undefined ? '' : ' ' + JSON.stringify(meta)}`)
+    }
+  }
+  return { debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') }
+}
 
 async function main(): Promise<number> {
   let args
@@ -24,10 +42,13 @@ async function main(): Promise<number> {
     args = parseArgs({
       allowPositionals: true,
       options: {
-        url: { type: 'string' },
-        token: { type: 'string' },
-        concurrency: { type: 'string' },
+        url: { type: 'string', short: 'u' },
+        token: { type: 'string', short: 't' },
+        queue: { type: 'string', short: 'q', multiple: true },
+        concurrency: { type: 'string', short: 'c' },
         grace: { type: 'string' },
+        'store-flows': { type: 'boolean' },
+        'log-level': { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
     })
@@ -40,33 +61,41 @@ async function main(): Promise<number> {
     console.log(usage)
     return 0
   }
-  const dir = positionals[0]
-  if (dir === undefined || positionals.length > 1) {
+  if (positionals.length === 0) {
     console.error(usage)
     return 2
   }
   const url = values.url ?? process.env.NQD_URL ?? 'http://127.0.0.1:8080'
   const token = values.token ?? process.env.NQD_TOKEN
   const concurrency = Number(values.concurrency ?? process.env.NQD_CONCURRENCY ?? '4')
-  const grace = Number(values.grace ?? '10000')
+  const grace = Number(values.grace ?? '10')
+  const level = (values['log-level'] ?? process.env.NQD_LOG_LEVEL ?? 'info').toLowerCase()
   if (!Number.isInteger(concurrency) || concurrency < 1 || !Number.isFinite(grace) || grace < 0) {
-    console.error('nqd-worker: --concurrency must be a whole number of at least 1, --grace a number of milliseconds')
+    console.error('nqd-worker: --concurrency must be a whole number of at least 1, --grace a number of seconds')
     return 2
   }
-  const folder = await loadFolder({ dir, url, token, concurrency })
+  if (!(levels as readonly string[]).includes(level)) {
+    console.error(`nqd-worker: --log-level must be one of ${levels.join(', ')}`)
+    return 2
+  }
+  const logger = stderrLogger(level as Level)
+  const folder = await loadFolder({
+    paths: positionals, url, token, concurrency, logger,
+    queues: values.queue, storeFlows: values['store-flows'] === true,
+  })
   if (folder.queues.length === 0) {
-    console.error(`nqd-worker: no step files with a flow config under ${dir}`)
+    console.error(`nqd-worker: no step files with a flow config to serve under ${positionals.join(', ')}`)
     return 1
   }
-  console.error(`nqd-worker: serving queues ${folder.queues.join(', ')} from ${url}`)
+  logger.info(`serving queues ${folder.queues.join(', ')} from ${url}`)
   let stopping = false
   const onSignal = (): void => {
     if (stopping) {
       process.exit(130)
     }
     stopping = true
-    console.error('nqd-worker: stopping; running steps get up to ' + String(grace) + ' ms (a second signal exits at once)')
-    void folder.stop(grace)
+    logger.info(`stopping within ${String(grace)} s (a second signal exits at once)`)
+    void folder.stop(grace * 1000)
   }
   process.on('SIGINT', onSignal)
   process.on('SIGTERM', onSignal)

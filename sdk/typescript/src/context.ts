@@ -1,22 +1,30 @@
 // The step context a handler gets: the Nuxt Queue ctx, backed by the run's
 // events in nqd.
 
+import { EncodingError, encodeJSON } from './errors.js'
 import type { Http } from './http.js'
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error'
 
-/** A step's logger: every line is a `log` event in the run's stream. */
+/**
+ * A step's logger: every line is a `log` event in the run's stream,
+ * `{level, msg, ...meta}`; metadata that is not an object is kept as
+ * `{value: meta}`. Metadata that cannot be encoded as JSON throws an
+ * EncodingError here, and fails the step.
+ */
 export interface StepLogger {
-  log(level: LogLevel, msg: string, meta?: Record<string, unknown>): void
-  debug(msg: string, meta?: Record<string, unknown>): void
-  info(msg: string, meta?: Record<string, unknown>): void
-  warn(msg: string, meta?: Record<string, unknown>): void
-  error(msg: string, meta?: Record<string, unknown>): void
+  log(level: LogLevel, msg: string, meta?: unknown): void
+  debug(msg: string, meta?: unknown): void
+  info(msg: string, meta?: unknown): void
+  warn(msg: string, meta?: unknown): void
+  error(msg: string, meta?: unknown): void
 }
 
 /**
  * The run's key-value state, kept as `state.*` events in the run's stream. A
- * write resolves once nqd stored it, so a read after it sees it.
+ * write resolves once nqd stored it, so a read after it sees it. A value
+ * that cannot be encoded as JSON throws an EncodingError at the call (not
+ * through the promise), and fails the step.
  */
 export interface StepState {
   get<T = unknown>(key: string): Promise<T | null>
@@ -71,6 +79,11 @@ export interface StepContext {
   signal: AbortSignal
   /** The resolution of the step's await, when it declared one. */
   resume: Resume | undefined
+  /**
+   * What resolved the step's await, as v0.5 handed it: a webhook's or a
+   * trigger's body, an event await's event data; undefined without an await.
+   */
+  trigger: unknown
   logger: StepLogger
   state: StepState
   flow: StepFlow
@@ -93,6 +106,8 @@ export interface ContextHost {
    * (and resolve at once); otherwise as report.
    */
   reportEmits(events: ReportEvent[]): Promise<void>
+  /** A value the step gave cannot be encoded: the step fails with err, whatever it does with the throw. */
+  encodingFailed(err: EncodingError): void
 }
 
 export interface ReportEvent {
@@ -115,31 +130,58 @@ export function buildContext(
   job: { id: string, queue: string, runId: string, flowName: string, step: string, attempt: number, input?: unknown },
   signal: AbortSignal,
 ): StepContext {
-  const log = (level: LogLevel, msg: string, meta?: Record<string, unknown>): void => {
-    host.reportLater([{ kind: 'log', data: { ...meta, level, message: msg } }])
+  // Every value is encoded where the step hands it over, so that one that
+  // cannot be fails the step there, rather than a report later on.
+  const check = (field: string, value: unknown): void => {
+    try {
+      encodeJSON(field, value)
+    } catch (err) {
+      host.encodingFailed(err as EncodingError)
+      throw err
+    }
+  }
+  const log = (level: LogLevel, msg: string, meta?: unknown): void => {
+    const fields = meta === undefined || meta === null
+      ? {}
+      : typeof meta === 'object' && !Array.isArray(meta) ? meta : { value: meta }
+    // A step file in plain JavaScript may log a message that is no string.
+    const given: unknown = msg
+    const text = String(given)
+    const data = { ...fields, level, msg: text }
+    check(`ctx.logger.log(${JSON.stringify(level)}, ${JSON.stringify(text.slice(0, 40))}) meta`, data)
+    host.reportLater([{ kind: 'log', data }])
   }
   const getAll = async <T extends Record<string, unknown>>(): Promise<T> => {
     const ans = await host.http.get<StateAnswer>(`/api/_events/flow/${encodeURIComponent(host.runId)}/state`, { signal, timeoutMs: 15000 })
     return (ans.state?.state ?? {}) as T
   }
-  const emit = (event: string, payload?: unknown): Promise<void> =>
-    host.reportEmits([{ kind: 'emit', data: { event, payload: payload ?? null } }])
+  const emit = (event: string, payload?: unknown): Promise<void> => {
+    check(`ctx.flow.emit(${JSON.stringify(event)}) payload`, payload)
+    return host.reportEmits([{ kind: 'emit', data: { event, payload: payload ?? null } }])
+  }
   const state: StepState = {
     async get<T>(key: string): Promise<T | null> {
       const all = await getAll()
       return key in all ? (all[key] as T) : null
     },
-    set: (key, value) => host.report([{ kind: 'state.set', data: { key, value } }]),
+    set: (key, value) => {
+      check(`ctx.state.set(${JSON.stringify(key)})`, value)
+      return host.report([{ kind: 'state.set', data: { key, value } }])
+    },
     delete: key => host.report([{ kind: 'state.delete', data: { key } }]),
     async has(key) {
       return key in await getAll()
     },
     getAll,
-    setBatch: values => host.report([{
-      kind: 'state.batch',
-      data: { operations: Object.entries(values).map(([key, value]) => ({ type: 'set', key, value })) },
-    }]),
+    setBatch: (values) => {
+      const operations = Object.entries(values).map(([key, value]) => {
+        check(`ctx.state.setBatch: ${JSON.stringify(key)}`, value)
+        return { type: 'set', key, value }
+      })
+      return host.report([{ kind: 'state.batch', data: { operations } }])
+    },
   }
+  const resume = readResume(job.input)
   return {
     jobId: job.id,
     queue: job.queue,
@@ -149,7 +191,8 @@ export function buildContext(
     stepId: `${job.runId}__${job.step}__attempt-${job.attempt}`,
     attempt: job.attempt,
     signal,
-    resume: readResume(job.input),
+    resume,
+    trigger: triggerOf(resume),
     logger: {
       log,
       debug: (msg, meta) => { log('debug', msg, meta) },
@@ -176,11 +219,15 @@ export function buildContext(
         return Promise.reject(new TypeError('ctx.emit: the event needs a kind'))
       }
       if (isProgressKind(kind)) {
+        check(`ctx.emit(${JSON.stringify(kind)}) data`, evt.data)
         return host.report([{ kind, data: evt.data }])
       }
       return emit(kind, evt.data)
     },
-    progress: value => host.report([{ kind: 'step.progress', data: { progress: value } }]),
+    progress: (value) => {
+      check('ctx.progress', value)
+      return host.report([{ kind: 'step.progress', data: { progress: value } }])
+    },
   }
 }
 
@@ -190,4 +237,16 @@ function readResume(input: unknown): Resume | undefined {
   }
   const r = input._resume
   return typeof r === 'object' && r !== null ? r as Resume : undefined
+}
+
+/** What resolved an await, in the shape v0.5 gave it to a step as ctx.trigger. */
+function triggerOf(r: Resume | undefined): unknown {
+  if (r === undefined) {
+    return undefined
+  }
+  if (r.awaitType === 'event') {
+    const e = r.event
+    return typeof e === 'object' && e !== null && 'data' in e ? e.data : e
+  }
+  return r.payload ?? r
 }

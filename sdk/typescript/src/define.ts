@@ -1,5 +1,6 @@
-// The Nuxt Queue shapes of a step file: `export const config =
-// defineQueueConfig({...})` and `export default defineQueueWorker(fn)`.
+// The Nuxt Queue shapes of a step file, in both generations: October 2025's
+// `export const config = defineQueueConfig({...})` and `export default
+// defineQueueWorker(fn)`, and v0.5's defineFunctionConfig and defineFunction.
 
 import type { StepContext } from './context.js'
 
@@ -24,6 +25,29 @@ export function defineQueueWorker<I = any, R = unknown>(fn: Handler<I, R>): Queu
   const wrapped = ((input: I, ctx: StepContext) => fn(input, ctx)) as QueueWorker<I, R>
   Object.defineProperty(wrapped, 'nqdQueueWorker', { value: true })
   return wrapped
+}
+
+/**
+ * A function defineFunction made (v0.5). The CLI hands it a subscribed
+ * step's input as nqd keeps it, keyed by event, as v0.5 did.
+ */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export type NuxtFunction<I = any, R = unknown> = Handler<I, R> & { readonly nqdFunction: true }
+
+/** Wraps a step handler, as the v0.5 auto-imported defineFunction does. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export function defineFunction<I = any, R = unknown>(fn: Handler<I, R>): NuxtFunction<I, R> {
+  if (typeof fn !== 'function') {
+    throw new TypeError('defineFunction takes the step handler, a function (input, ctx) => result')
+  }
+  const wrapped = ((input: I, ctx: StepContext) => fn(input, ctx)) as NuxtFunction<I, R>
+  Object.defineProperty(wrapped, 'nqdFunction', { value: true })
+  return wrapped
+}
+
+/** Reports whether h was made by v0.5's defineFunction. */
+export function isNuxtFunction(h: unknown): boolean {
+  return typeof h === 'function' && (h as { nqdFunction?: unknown }).nqdFunction === true
 }
 
 /** Reports whether v is a handler made by defineQueueWorker (or any function). */
@@ -63,6 +87,52 @@ export interface FlowConfig {
   await?: AwaitConfig
   /** nqd: a JSON Schema the run's state must satisfy (on the entry step's file). */
   stateSchema?: Record<string, unknown>
+  /** v0.5: wait before the step runs; the resolution reaches the step as ctx.trigger. */
+  awaitBefore?: NuxtAwaitConfig
+  /** v0.5: wait after the step, before the steps its emits make due run. */
+  awaitAfter?: NuxtAwaitConfig
+  /** v0.5: triggers that start the flow (on the entry step's file). */
+  triggers?: FlowTriggers
+  /** v0.5: time limit of one attempt in milliseconds; wins over the queue's timeout. */
+  stepTimeout?: number
+}
+
+/** A v0.5 await: a webhook call, an event, the next time of a cron schedule, or a delay. */
+export interface NuxtAwaitConfig {
+  type: 'webhook' | 'event' | 'schedule' | 'time'
+  path?: string
+  method?: 'GET' | 'POST' | 'PUT' | 'DELETE'
+  /** An event await's event name. */
+  event?: string
+  /** An event await's key matched between the event's data and the step's input. */
+  filterKey?: string
+  cron?: string
+  timezone?: string
+  /** A time await's wait in milliseconds. */
+  delay?: number
+  /** Longest wait in milliseconds. */
+  timeout?: number
+  timeoutAction?: 'fail' | 'continue' | 'retry'
+}
+
+/** A trigger a v0.5 entry step defines in code. */
+export interface TriggerDefinition {
+  name: string
+  type: 'event' | 'webhook' | 'schedule' | 'manual'
+  scope?: 'flow' | 'await'
+  displayName?: string
+  description?: string
+  expectedSubscribers?: string[]
+  webhook?: { path: string, method?: 'GET' | 'POST' | 'PUT' | 'DELETE', auth?: unknown }
+  schedule?: { cron: string, timezone?: string, enabled?: boolean }
+  config?: Record<string, unknown>
+}
+
+/** The triggers that start a v0.5 flow. */
+export interface FlowTriggers {
+  define?: TriggerDefinition
+  subscribe: string[]
+  mode?: 'auto' | 'manual'
 }
 
 export interface QueueJobDefaults {
@@ -81,7 +151,8 @@ export interface QueueJobDefaults {
 }
 
 export interface QueueConfig {
-  name: string
+  /** Without it the queue is named after the file. */
+  name?: string
   defaultJobOptions?: QueueJobDefaults
   prefix?: string
 }
@@ -106,5 +177,15 @@ export interface QueueWorkerConfig {
 
 /** Returns cfg as it is, typed: Nuxt Queue's auto-imported defineQueueConfig. */
 export function defineQueueConfig<T extends QueueWorkerConfig>(cfg: T): T {
+  return cfg
+}
+
+/** Returns cfg as it is, typed: v0.5's auto-imported defineFunctionConfig. */
+export function defineFunctionConfig<T extends QueueWorkerConfig>(cfg: T): T {
+  return cfg
+}
+
+/** Returns cfg as it is, typed: v0.5's auto-imported defineTriggerConfig. */
+export function defineTriggerConfig<T extends TriggerDefinition>(cfg: T): T {
   return cfg
 }

@@ -53,3 +53,30 @@ export class AuthError extends NqdError {
     this.name = 'AuthError'
   }
 }
+
+/**
+ * A value a step handed the SDK (a state value, a log's metadata, an emit's
+ * payload, its result) that cannot be encoded as JSON: a cycle, a BigInt,
+ * a toJSON that throws. It is thrown where the value was given, never sent
+ * and never retried by the SDK; the step fails with its message, and is
+ * retried only as its retry policy says.
+ */
+export class EncodingError extends Error {
+  /** What was given, e.g. `ctx.state.set("order")` or `result`. */
+  readonly field: string
+
+  constructor(field: string, cause: unknown) {
+    super(`${field}: the value cannot be encoded as JSON: ${cause instanceof Error ? cause.message : String(cause)}`, { cause })
+    this.name = 'EncodingError'
+    this.field = field
+  }
+}
+
+/** Returns value's JSON text, or throws an EncodingError naming field. */
+export function encodeJSON(field: string, value: unknown): string | undefined {
+  try {
+    return JSON.stringify(value)
+  } catch (err) {
+    throw new EncodingError(field, err)
+  }
+}

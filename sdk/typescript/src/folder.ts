@@ -1,24 +1,33 @@
 // Runs a folder of Nuxt Queue step files against nqd: builds and stores the
 // flow definitions their configs describe, then serves every step's queue.
 
-import type { Handler } from './define.js'
+import { isNuxtFunction, type Handler } from './define.js'
 import { buildFlows, queueOf, type FlowDefinition } from './flows.js'
+import { AuthError } from './errors.js'
 import { Http } from './http.js'
 import { loadStepFiles } from './loader.js'
 import { createWorker, type Logger, type Worker } from './worker.js'
 
 export interface FolderOptions {
-  dir: string
+  /** Folders (searched with their nested folders) or single step files. */
+  paths: string[]
   url: string
   token?: string | undefined
   /** Jobs run at once per queue, unless a file's config.worker.concurrency says more. Default 4. */
   concurrency?: number | undefined
   logger?: Logger | undefined
-  heartbeatMs?: number | undefined
+  /** Serve only these queues; default every queue the files name. */
+  queues?: string[] | undefined
+  /**
+   * Store the flow definitions the files describe before serving
+   * (`PUT /api/_flows/<name>`, scope admin). Off by default, so that a
+   * write token serves steps.
+   */
+  storeFlows?: boolean | undefined
 }
 
 export interface FolderWorker {
-  /** The definitions nqd accepted. */
+  /** The definitions the files describe; with storeFlows, those nqd accepted. */
   flows: FlowDefinition[]
   /** Flows nqd refused, with its reason. */
   refused: { name: string, reason: string }[]
@@ -29,7 +38,7 @@ export interface FolderWorker {
   stop(graceMs?: number): Promise<void>
 }
 
-/** Loads dir, stores its flows in nqd and prepares one worker per queue. */
+/** Loads the step files, stores their flows in nqd when asked, and prepares one worker per queue. */
 export async function loadFolder(opts: FolderOptions): Promise<FolderWorker> {
   const line = (prefix: string, m: string, meta?: Record<string, unknown>): void => {
     console.error(`${prefix}${m}${meta === undefined ? '' : ' ' + JSON.stringify(meta)}`)
@@ -40,7 +49,7 @@ export async function loadFolder(opts: FolderOptions): Promise<FolderWorker> {
     warn: (m, meta) => { line('nqd-worker warn: ', m, meta) },
     error: (m, meta) => { line('nqd-worker error: ', m, meta) },
   }
-  const { files, skipped } = await loadStepFiles(opts.dir)
+  const { files, skipped } = await loadStepFiles(opts.paths)
   for (const s of skipped) {
     log.warn(s)
   }
@@ -48,26 +57,15 @@ export async function loadFolder(opts: FolderOptions): Promise<FolderWorker> {
   for (const w of built.warnings) {
     log.warn(w)
   }
-  const http = new Http({ url: opts.url, token: opts.token })
-  const stored: FlowDefinition[] = []
   const refused: { name: string, reason: string }[] = []
-  for (const def of built.flows) {
+  let flows = built.flows.filter((def) => {
     if (def.entry === '') {
       refused.push({ name: def.name, reason: 'no entry step' })
-      continue
     }
-    try {
-      await http.put(`/api/_flows/${encodeURIComponent(def.name)}`, def, { timeoutMs: 15_000 })
-      stored.push(def)
-      log.info(`stored flow ${def.name}: ${Object.keys(def.steps).join(', ')}`)
-    } catch (err) {
-      if ((err as { name?: string }).name === 'AuthError') {
-        throw err
-      }
-      const reason = err instanceof Error ? err.message : String(err)
-      refused.push({ name: def.name, reason })
-      log.error(`flow ${def.name} not stored: ${reason}`)
-    }
+    return def.entry !== ''
+  })
+  if (opts.storeFlows === true) {
+    flows = await storeFlows(new Http({ url: opts.url, token: opts.token }), flows, refused, log)
   }
   // One worker per queue, with the handlers of the steps on it.
   const byQueue = new Map<string, { handlers: Record<string, Handler>, concurrency: number }>()
@@ -76,6 +74,9 @@ export async function loadFolder(opts: FolderOptions): Promise<FolderWorker> {
       continue
     }
     const queue = queueOf(f)
+    if (opts.queues !== undefined && opts.queues.length > 0 && !opts.queues.includes(queue)) {
+      continue
+    }
     let q = byQueue.get(queue)
     if (q === undefined) {
       q = { handlers: {}, concurrency: opts.concurrency ?? 4 }
@@ -86,9 +87,10 @@ export async function loadFolder(opts: FolderOptions): Promise<FolderWorker> {
     const names = [f.config.flow.name].flat()
     for (const step of steps) {
       for (const name of names) {
-        const subs = stored.find(d => d.name === name)?.steps[step]?.subscribes ?? []
+        const subs = flows.find(d => d.name === name)?.steps[step]?.subscribes ?? []
         const h = f.handler
-        q.handlers[`${name}/${step}`] = subs.length === 1 && subs[0] !== undefined
+        // v0.5 read a subscribed step's input keyed by event, as nqd keeps it.
+        q.handlers[`${name}/${step}`] = subs.length === 1 && subs[0] !== undefined && !isNuxtFunction(h)
           ? withSubscribedInput(h, subs[0])
           : h
       }
@@ -101,10 +103,9 @@ export async function loadFolder(opts: FolderOptions): Promise<FolderWorker> {
     concurrency: q.concurrency,
     handlers: q.handlers,
     logger: log,
-    heartbeatMs: opts.heartbeatMs,
   }))
   return {
-    flows: stored,
+    flows,
     refused,
     queues: [...byQueue.keys()],
     async start() {
@@ -114,6 +115,33 @@ export async function loadFolder(opts: FolderOptions): Promise<FolderWorker> {
       await Promise.all(workers.map(w => w.stop(graceMs)))
     },
   }
+}
+
+/**
+ * Stores each definition; returns those nqd accepted and adds the others to
+ * refused with nqd's reason. A refused token (401, 403) stops the command.
+ */
+async function storeFlows(http: Http, defs: FlowDefinition[], refused: { name: string, reason: string }[], log: Logger): Promise<FlowDefinition[]> {
+  const stored: FlowDefinition[] = []
+  try {
+    for (const def of defs) {
+      try {
+        await http.put(`/api/_flows/${encodeURIComponent(def.name)}`, def, { timeoutMs: 15_000 })
+        stored.push(def)
+        log.info(`stored flow ${def.name}: ${Object.keys(def.steps).join(', ')}`)
+      } catch (err) {
+        if (err instanceof AuthError) {
+          throw err
+        }
+        const reason = err instanceof Error ? err.message : String(err)
+        refused.push({ name: def.name, reason })
+        log.error(`flow ${def.name} not stored: ${reason}`)
+      }
+    }
+  } finally {
+    http.close()
+  }
+  return stored
 }
 
 /**

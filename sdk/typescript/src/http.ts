@@ -1,6 +1,6 @@
 import http from 'node:http'
 import https from 'node:https'
-import { AuthError, NqdError } from './errors.js'
+import { AuthError, EncodingError, encodeJSON, NqdError } from './errors.js'
 
 /** How the SDK reaches nqd. */
 export interface HttpOptions {
@@ -73,7 +73,7 @@ export class Http {
     let payload: Buffer | undefined
     if (body !== undefined) {
       headers['content-type'] = opts.contentType ?? 'application/json'
-      payload = Buffer.from(typeof body === 'string' && opts.contentType !== undefined ? body : JSON.stringify(body))
+      payload = Buffer.from(typeof body === 'string' && opts.contentType !== undefined ? body : encodeJSON(`${method} ${path}`, body) ?? 'null')
       headers['content-length'] = String(payload.length)
     }
     const { status, text, retryAfter } = await this.send(method, path, headers, payload, opts)
@@ -176,11 +176,12 @@ function answerError(status: number, method: string, path: string, text: string)
 
 /**
  * Reports whether a failed call may succeed if sent again: a network error,
- * a time-out, a 5xx, a 408 or a 429. Any other answer is final.
+ * a time-out, a 5xx, a 408 or a 429. Any other answer is final, and so is a
+ * body that cannot be encoded.
  */
 export function isTransient(err: unknown): boolean {
   if (err instanceof NqdError) {
     return err.status >= 500 || err.status === 408 || err.status === 429
   }
-  return true
+  return !(err instanceof EncodingError)
 }

@@ -1,12 +1,12 @@
 export { createWorker } from './worker.js'
 export type { Job, Logger, Worker, WorkerOptions } from './worker.js'
-export { defineQueueConfig, defineQueueWorker } from './define.js'
+export { defineFunction, defineFunctionConfig, defineQueueConfig, defineQueueWorker, defineTriggerConfig } from './define.js'
 export type {
-  AwaitConfig, FlowConfig, FlowRole, Handler, QueueConfig, QueueJobDefaults, QueueWorker,
-  QueueWorkerConfig, WorkerConfig,
+  AwaitConfig, FlowConfig, FlowRole, FlowTriggers, Handler, NuxtAwaitConfig, NuxtFunction, QueueConfig, QueueJobDefaults,
+  QueueWorker, QueueWorkerConfig, TriggerDefinition, WorkerConfig,
 } from './define.js'
 export type { LogLevel, Resume, StartedRun, StepContext, StepFlow, StepLogger, StepState } from './context.js'
-export { AuthError, NqdError, PermanentError, isPermanent } from './errors.js'
+export { AuthError, EncodingError, NqdError, PermanentError, isPermanent } from './errors.js'
 export { buildFlows } from './flows.js'
 export type { FlowDefinition, StepDefinition } from './flows.js'
 export { loadFolder, subscribedInput } from './folder.js'

@@ -1,12 +1,14 @@
-// Loads a folder of Nuxt Queue step files (TypeScript or JavaScript, nested
-// folders too) the way Nuxt does, with jiti, after providing Nuxt Queue's
-// auto-imports as globals.
+// Loads Nuxt Queue step files (TypeScript or JavaScript, nested folders
+// too) the way Nuxt does, with jiti, after providing the Nuxt auto-imports of
+// both generations (defineQueueConfig/defineQueueWorker of October 2025,
+// defineFunctionConfig/defineFunction of v0.5) as globals and as `#imports`.
 
-import { readdir } from 'node:fs/promises'
-import { join, relative, resolve, sep } from 'node:path'
+import { readdir, stat } from 'node:fs/promises'
+import { basename, join, relative, resolve, sep } from 'node:path'
+import { fileURLToPath } from 'node:url'
 import { createJiti } from 'jiti'
-import { defineQueueConfig, defineQueueWorker, type Handler, type QueueWorkerConfig } from './define.js'
-import { PermanentError } from './errors.js'
+import type { Handler, QueueWorkerConfig } from './define.js'
+import * as autoImports from './imports.js'
 import type { StepSource } from './flows.js'
 
 /** A loaded step file. */
@@ -17,12 +19,9 @@ export interface StepFile extends StepSource {
 
 const stepFile = /\.(?:ts|mts|cts|js|mjs|cjs)$/
 
-/** Provides defineQueueConfig, defineQueueWorker and PermanentError as globals, as Nuxt's auto-imports do. */
+/** Provides the Nuxt auto-imports of step files as globals, as Nuxt does. */
 export function installGlobals(): void {
-  const g = globalThis as Record<string, unknown>
-  g.defineQueueConfig = defineQueueConfig
-  g.defineQueueWorker = defineQueueWorker
-  g.PermanentError = PermanentError
+  Object.assign(globalThis, autoImports)
 }
 
 /**
@@ -49,25 +48,42 @@ export async function findStepFiles(dir: string): Promise<{ files: string[], pyt
   return { files: files.sort(), python: python.sort() }
 }
 
-/** Loads every step file under dir: its `config` export and its default export, the handler. */
-export async function loadStepFiles(dir: string): Promise<{ files: StepFile[], skipped: string[] }> {
-  const root = resolve(dir)
+/**
+ * Loads every step file under paths (folders, searched with their nested
+ * folders, or single files): its `config` export and its default export,
+ * the handler. A file's id is its path from the folder without its
+ * extension (its base name for a single file).
+ */
+export async function loadStepFiles(paths: string | string[]): Promise<{ files: StepFile[], skipped: string[] }> {
   installGlobals()
-  const jiti = createJiti(import.meta.url, { interopDefault: true, moduleCache: false, fsCache: false })
+  const jiti = createJiti(import.meta.url, {
+    interopDefault: true, moduleCache: false, fsCache: false,
+    alias: { '#imports': fileURLToPath(new URL('./imports.js', import.meta.url)) },
+  })
   const files: StepFile[] = []
   const skipped: string[] = []
-  const found = await findStepFiles(root)
-  for (const rel of found.python) {
-    skipped.push(`${rel}: a Python step file; run it with nqd's Python SDK`)
-  }
-  for (const abs of found.files) {
-    const id = relative(root, abs).split(sep).join('/').replace(/\.[^.]+$/, '')
-    const mod = await jiti.import<{ config?: QueueWorkerConfig, default?: unknown }>(abs)
-    const handler = typeof mod.default === 'function' ? mod.default as Handler : undefined
-    if (handler === undefined) {
-      skipped.push(`${id}: no default export (defineQueueWorker(...)); not a step`)
+  for (const path of [paths].flat()) {
+    const root = resolve(path)
+    let found: { files: string[], python: string[] }
+    let base = root
+    if ((await stat(root)).isDirectory()) {
+      found = await findStepFiles(root)
+    } else {
+      base = resolve(root, '..')
+      found = root.endsWith('.py') ? { files: [], python: [basename(root)] } : { files: [root], python: [] }
     }
-    files.push({ id, file: abs, config: mod.config, handler })
+    for (const rel of found.python) {
+      skipped.push(`${rel}: a Python step file; run it with nqd's Python SDK`)
+    }
+    for (const abs of found.files) {
+      const id = relative(base, abs).split(sep).join('/').replace(/\.[^.]+$/, '')
+      const mod = await jiti.import<{ config?: QueueWorkerConfig, default?: unknown }>(abs)
+      const handler = typeof mod.default === 'function' ? mod.default as Handler : undefined
+      if (handler === undefined) {
+        skipped.push(`${id}: no default export (defineFunction(...) or defineQueueWorker(...)); not a step`)
+      }
+      files.push({ id, file: abs, config: mod.config, handler })
+    }
   }
   return { files, skipped }
 }

@@ -6,7 +6,7 @@ import { randomUUID } from 'node:crypto'
 import { backoffDelay, sleep } from './backoff.js'
 import { buildContext, type ContextHost, type ReportEvent } from './context.js'
 import type { Handler } from './define.js'
-import { AuthError, isPermanent, NqdError } from './errors.js'
+import { AuthError, EncodingError, encodeJSON, isPermanent, NqdError } from './errors.js'
 import { Http, isTransient } from './http.js'
 
 /** Where the worker's own messages go; console by default. */
@@ -25,24 +25,28 @@ export interface WorkerOptions {
   /** The queues to take jobs from. */
   queues: string[]
   /**
-   * Handlers run at once; default 4. The worker claims a job only for a free
-   * slot, so a claimed job starts at once and is heartbeaten from the start.
-   * A job whose handler succeeded keeps its slot while its completion claims
-   * the slot's next job (docs/worker-protocol.md, Complete), which then runs
-   * in it; a failed job frees its slot while its outcome is reported, as
-   * does a completed one while the worker stops or when nqd does not take
-   * that claim. At most concurrency jobs are held besides the slots.
+   * Jobs held at once, from their claim until their outcome is
+   * acknowledged; default 4. The worker claims a job only for a free slot,
+   * so a claimed job starts at once and is heartbeaten from the start. A job
+   * whose handler succeeded keeps its slot while its completion claims the
+   * slot's next job (docs/worker-protocol.md, Complete), which then runs in
+   * it.
    */
   concurrency?: number | undefined
   /**
-   * Step handlers keyed by step name, or by `<flowName>/<step>` when two
-   * flows have a step of the same name; the flow-qualified key wins.
+   * Step handlers keyed by `<flowName>/<step>`, or by step name alone for
+   * every flow; the flow-qualified key wins, so one worker serves two
+   * flows with a step of the same name.
    */
   handlers: Record<string, Handler>
   logger?: Logger | undefined
-  /** How often a held job's lease is extended; default 5 s, and at least three times a lease. */
+  /**
+   * The longest wait between two heartbeats of a held job. The interval is
+   * a third of the lease nqd grants (from the claim's leaseUntil), shorter
+   * when this says so; there is no need to set it.
+   */
   heartbeatMs?: number | undefined
-  /** How long one claim waits for work; default 20 s. */
+  /** How long one claim waits for work; default 10 s. */
   claimWaitMs?: number | undefined
 }
 
@@ -93,6 +97,9 @@ const startDelayMs = 100
  */
 const nextJobWaitMs = 50
 
+/** The part of stop()'s grace period kept for reporting the steps still running, at most. */
+const reportReserveMs = 2_000
+
 const consoleLogger: Logger = {
   debug: () => undefined,
   info: (msg, meta) => { console.error(line('info', msg, meta)) },
@@ -113,25 +120,9 @@ interface FinishAnswer {
   jobs?: Job[]
 }
 
-/**
- * Whether nqd refused a request as bad (400): an nqd from before completions
- * claimed refuses their claim field so, whether or not it names the field.
- */
-function refusedAsBad(err: unknown): boolean {
-  return err instanceof NqdError && err.status === 400
-}
-
 /** Whether err is nqd refusing an outcome for what it carries: the step then fails with the reason. */
 function refusedOutcome(err: unknown): err is NqdError {
   return err instanceof NqdError && [400, 413, 422].includes(err.status)
-}
-
-/**
- * Whether err is nqd refusing an event's kind in the call, naming
- * `events[i].kind` (an emit without a name is `events[i].data.event`).
- */
-function refusedEvents(err: unknown): boolean {
-  return refusedAsBad(err) && Object.keys((err as NqdError).fields ?? {}).some(f => f.startsWith('events[') && f.endsWith('].kind'))
 }
 
 interface BeatAnswer {
@@ -165,7 +156,7 @@ class WorkerImpl implements Worker {
   private readonly queues: string[]
   private readonly concurrency: number
   private readonly handlers: Record<string, Handler>
-  readonly heartbeatMs: number
+  readonly heartbeatMs: number | undefined
   private readonly claimWaitMs: number
   private readonly running = new Set<JobRun>()
   /** Claims on their way, the slots they reserved, and their promises. */
@@ -178,11 +169,12 @@ class WorkerImpl implements Worker {
    * job: each keeps its slot until that answer came.
    */
   private readonly completing = new Set<JobRun>()
-  /** Set once nqd refused a completion's claim as an unknown field: completions claim no more. */
-  private oldServer = false
-  /** Set once nqd refused emits in a completion: emits are sent at once from then on. */
-  emitsApart = false
-  /** Set once stop()'s grace period is over: a job brought then is handed back at once. */
+  /**
+   * Aborted when stop()'s grace period is over: reports still on their way
+   * are given up, and their jobs left to their leases.
+   */
+  readonly giveUp = new AbortController()
+  /** Set once the steps' part of stop()'s grace period is over: a job brought then is handed back at once. */
   private pastGrace = false
   /** The reports of jobs handed back as they came, which stop() waits for. */
   private readonly handingBack = new Set<Promise<void>>()
@@ -203,8 +195,8 @@ class WorkerImpl implements Worker {
     this.queues = opts.queues
     this.concurrency = Math.max(1, Math.floor(opts.concurrency ?? 4))
     this.handlers = opts.handlers
-    this.heartbeatMs = opts.heartbeatMs ?? 5_000
-    this.claimWaitMs = Math.min(opts.claimWaitMs ?? 20_000, 30_000)
+    this.heartbeatMs = opts.heartbeatMs
+    this.claimWaitMs = Math.min(opts.claimWaitMs ?? 10_000, 30_000)
   }
 
   get active(): number {
@@ -229,33 +221,14 @@ class WorkerImpl implements Worker {
     this.slotFreed?.()
   }
 
-  /**
-   * Whether a completion may claim the slot's next job now: not while the
-   * worker stops, nor once nqd refused the field.
-   */
+  /** Whether a completion may claim the slot's next job now: not while the worker stops. */
   claimsNext(): boolean {
-    return !this.stopping && !this.oldServer
+    return !this.stopping
   }
 
   /** The claim a completion carries. */
   nextClaim(): { queues: string[], max: number, waitMs: number } {
     return { queues: this.queues, max: 1, waitMs: nextJobWaitMs }
-  }
-
-  /** nqd refused the emits a completion carried: it is an nqd from before completions took them. */
-  emitsRefused(): void {
-    if (!this.emitsApart) {
-      this.emitsApart = true
-      this.log.info('nqd does not take emits with a completion; the worker sends them at once')
-    }
-  }
-
-  /** nqd refused a completion's claim as an unknown field: it is an nqd from before the field. */
-  claimRefused(): void {
-    if (!this.oldServer) {
-      this.oldServer = true
-      this.log.info('nqd does not take a claim with a completion; the worker claims on its own')
-    }
   }
 
   /**
@@ -268,6 +241,8 @@ class WorkerImpl implements Worker {
    */
   passSlot(run: JobRun, jobs: Job[]): void {
     this.completing.delete(run)
+    // The job is no longer held: the one the answer brings takes its place.
+    this.running.delete(run)
     if (jobs.length > 1) {
       // nqd never answers more than asked for; a job beyond the slot is
       // left to its lease rather than run without one.
@@ -290,42 +265,56 @@ class WorkerImpl implements Worker {
     return this.loop
   }
 
+  /**
+   * Resolves within graceMs whatever nqd does: steps get the grace period
+   * but its last part (reportReserveMs at most, half of it at most), which
+   * is kept for reporting those still running as retriable failures; what
+   * is still on its way when it ends is given up, and its job left to its
+   * lease (so nothing is lost, only delayed).
+   */
   async stop(graceMs = 10_000): Promise<void> {
     this.stopping = true
     this.stopClaims.abort()
     this.slotFreed?.()
     const deadline = Date.now() + graceMs
-    // Ended with the wait: a grace timer left behind would keep the process
-    // up for the rest of graceMs after its steps were done.
-    const graceWait = new AbortController()
-    while (this.running.size > 0 && Date.now() < deadline) {
-      await Promise.race([
-        Promise.allSettled([...this.running].map(r => r.done)),
-        sleep(deadline - Date.now(), graceWait.signal),
-      ])
+    const stepsUntil = deadline - Math.min(reportReserveMs, graceMs / 2)
+    // Ended with the wait: a timer left behind would keep the process up
+    // for the rest of graceMs after its steps were done.
+    const timers = new AbortController()
+    const giveUp = setTimeout(() => { this.giveUp.abort(new Error('the worker stopped before it could report')) }, graceMs)
+    try {
+      while (this.running.size > 0 && Date.now() < stepsUntil) {
+        await Promise.race([
+          Promise.allSettled([...this.running].map(r => r.done)),
+          sleep(stepsUntil - Date.now(), timers.signal),
+        ])
+      }
+      this.pastGrace = true
+      if (this.running.size > 0) {
+        this.log.info(`grace period over: reporting ${String(this.running.size)} held jobs`)
+      }
+      await Promise.allSettled([...this.running].map(r => r.abandon()))
+      // Completions that claim keep their slots until answered; wait for
+      // them, so that a job one brings is handed back rather than left to
+      // its lease. No completion claims now.
+      await Promise.allSettled([...this.completing].map(r => r.done))
+      await Promise.allSettled([...this.handingBack])
+      await this.loop?.catch(() => undefined)
+    } finally {
+      timers.abort()
+      clearTimeout(giveUp)
+      this.http.close()
     }
-    graceWait.abort()
-    this.pastGrace = true
-    await Promise.allSettled([...this.running].map(r => r.abandon()))
-    // Completions that claim keep their slots until answered; wait for them,
-    // as the Go SDK's Run waits for its jobs, so that a job one brings is
-    // handed back rather than left to its lease. No completion claims now.
-    await Promise.allSettled([...this.completing].map(r => r.done))
-    await Promise.allSettled([...this.handingBack])
-    await this.loop?.catch(() => undefined)
-    this.http.close()
   }
 
   /**
-   * Claims jobs for free slots until stop(). Up to maxClaims claims are on
-   * their way at once, each for slots no other claim has reserved, so a slot
-   * freed while a claim is answered need not wait for that claim.
+   * Claims jobs for free slots until stop(), one claim on its way at a time;
+   * a slot is free once its job's outcome is acknowledged.
    */
   private async claimLoop(): Promise<void> {
-    const maxClaims = Math.min(4, this.concurrency)
     while (!this.isStopping()) {
-      const free = Math.min(this.concurrency - this.runningHandlers - this.completing.size, 2 * this.concurrency - this.running.size) - this.reserved
-      if (free <= 0 || this.claims >= maxClaims) {
+      const free = this.concurrency - this.running.size - this.reserved
+      if (free <= 0 || this.claims >= 1) {
         await new Promise<void>((resolve) => { this.slotFreed = resolve })
         this.slotFreed = undefined
         continue
@@ -432,6 +421,10 @@ class JobRun implements ContextHost {
   private startedRefused = false
   private seq = 0
   private beat: NodeJS.Timeout | undefined
+  /** Set once the outcome is acknowledged or given up: heartbeats end. */
+  private beatsOver = false
+  /** The first value the step gave that cannot be encoded: the step fails with it. */
+  private unencodable: EncodingError | undefined
   /**
    * Pending while step.started waits (at most startDelayMs) for the step's
    * first report or its outcome to travel with.
@@ -443,16 +436,15 @@ class JobRun implements ContextHost {
     this.http = w.http
     this.job = job
     this.runId = job.runId
-    // The job id keeps its ':' as the claim gave it (nqd before the worker
-    // protocol was written down read the id from the raw path).
-    this.path = `/api/_workers/jobs/${encodeURIComponent(job.queue)}/${encodeURIComponent(job.id).replaceAll('%3A', ':')}`
+    this.path = `/api/_workers/jobs/${encodeURIComponent(job.queue)}/${encodeURIComponent(job.id)}`
     this.leaseUntil = typeof job.leaseUntil === 'number' ? job.leaseUntil : Date.now() + 30_000
     this.done = this.run(handler)
   }
 
   private async run(handler: Handler | undefined): Promise<void> {
+    // A third of the lease nqd granted: two heartbeats may fail before it ends.
     const leaseMs = Math.max(300, this.leaseUntil - Date.now())
-    const every = Math.max(100, Math.min(this.w.heartbeatMs, leaseMs / 3))
+    const every = Math.max(100, Math.min(this.w.heartbeatMs ?? Infinity, leaseMs / 3))
     this.beat = setInterval(() => { void this.heartbeat() }, every)
     this.beat.unref()
     // Set when the handler succeeded while completions claim: the slot is
@@ -476,10 +468,17 @@ class JobRun implements ContextHost {
         }
         const ctx = buildContext(this, this.job, this.abort.signal)
         result = await handler(this.job.input, ctx)
+        encodeJSON('result', result)
       } catch (err) {
         failed = true
         failure = err
       } finally {
+        // A value that could not be encoded fails the step, even when the
+        // handler caught the throw and went on.
+        if (this.unencodable !== undefined) {
+          failed = true
+          failure = this.unencodable
+        }
         keepSlot = !failed && this.w.claimsNext()
         this.w.handlerDone(this, keepSlot)
         clearTimeout(this.startTimer)
@@ -510,8 +509,7 @@ class JobRun implements ContextHost {
         if (result !== undefined) {
           body.result = result
         }
-        // Read again: another job's completion may have found meanwhile
-        // that nqd does not take the field.
+        // Read again: the worker may be stopping by now.
         if (keepSlot && this.w.claimsNext()) {
           body.claim = this.w.nextClaim()
         }
@@ -533,7 +531,7 @@ class JobRun implements ContextHost {
       this.w.log.warn(`step failed${retriable ? '' : ' (permanent)'}: ${errorText(failure)}`, this.meta())
       await this.finish('fail', { lease: this.job.lease, error: errorText(failure).slice(0, 4000) || 'error', retriable })
     } finally {
-      clearInterval(this.beat)
+      this.endBeats()
       if (keepSlot) {
         this.w.passSlot(this, next)
       }
@@ -543,9 +541,7 @@ class JobRun implements ContextHost {
   /**
    * Reports the outcome once, unless another path already did, with the
    * events not sent yet; returns the error that kept it from nqd, if any,
-   * and the jobs a completion's claim brought. A claim nqd refuses as an
-   * unknown field is dropped and the completion sent again without it: the
-   * claim never costs the completion.
+   * and the jobs a completion's claim brought. Heartbeats go on meanwhile.
    */
   private finish(call: 'complete' | 'fail', body: Record<string, unknown>): Promise<{ err: unknown, jobs: Job[] }> {
     if (this.settled) {
@@ -567,21 +563,7 @@ class JobRun implements ContextHost {
       body.events = events
     }
     try {
-      let ans: FinishAnswer | undefined
-      try {
-        ans = await this.deliverOutcome(call, body)
-      } catch (err) {
-        if (!events.some(e => e.kind === 'emit') || !refusedEvents(err)) {
-          throw err
-        }
-        // An nqd from before completions took emits names them in its
-        // refusal: the events go through the events call, then the
-        // outcome again without them.
-        this.w.emitsRefused()
-        await this.deliver('events', { lease: this.job.lease, events }, { 'idempotency-key': this.nextKey() })
-        delete body.events
-        ans = await this.deliverOutcome(call, body)
-      }
+      const ans = await this.deliver<FinishAnswer>(call, body)
       this.startedRefused = false
       for (const w of waiters) {
         w.resolve()
@@ -608,33 +590,9 @@ class JobRun implements ContextHost {
   }
 
   /**
-   * Sends an outcome; a claim nqd refuses as an unknown field is dropped
-   * and the completion sent again without it: the claim never costs the
-   * completion.
-   */
-  private async deliverOutcome(call: 'complete' | 'fail', body: Record<string, unknown>): Promise<FinishAnswer | undefined> {
-    try {
-      return await this.deliver<FinishAnswer>(call, body)
-    } catch (err) {
-      // A refusal that names the events is not about the claim.
-      if (body.claim === undefined || !refusedAsBad(err) || refusedEvents(err)) {
-        throw err
-      }
-      // Sent again without the field: if that goes through, the field
-      // was the cause and completions claim no more; if it is refused
-      // too, the result was.
-      delete body.claim
-      const ans = await this.deliver<FinishAnswer>(call, body)
-      this.w.claimRefused()
-      return ans
-    }
-  }
-
-  /**
    * Waits for the reports on their way; what is left in the buffer then
    * travels with the outcome, unless it holds more than an outcome takes,
-   * or emits that it does not take: a failure takes none, nor does a
-   * completion on an nqd from before completions took them.
+   * or emits that it does not take: a failure takes none.
    */
   private async settleReports(failed: boolean): Promise<void> {
     if (this.flushing !== undefined) {
@@ -642,7 +600,7 @@ class JobRun implements ContextHost {
     }
     this.restoreStarted()
     const emits = this.buf.some(e => e.kind === 'emit')
-    if (this.buf.length > 1000 || (emits && (failed || this.w.emitsApart))) {
+    if (this.buf.length > 1000 || (emits && failed)) {
       await this.flush()
     }
   }
@@ -666,7 +624,7 @@ class JobRun implements ContextHost {
       await this.settleReports(true).catch(() => undefined)
       // Nothing, if the step returned meanwhile and run() reports it.
       await this.finish('fail', { lease: this.job.lease, error: 'the worker stopped before the step finished', retriable: true })
-      clearInterval(this.beat)
+      this.endBeats()
     }
     // The outcome on its way, this one's or run()'s, is waited for:
     // stop() closes the connections next.
@@ -682,12 +640,30 @@ class JobRun implements ContextHost {
     return { runId: this.job.runId, flowName: this.job.flowName, step: this.job.step, attempt: this.job.attempt }
   }
 
+  /** The outcome is acknowledged or given up: the job is no longer held. */
+  private endBeats(): void {
+    this.beatsOver = true
+    clearInterval(this.beat)
+  }
+
+  /** Read through a method: endBeats() sets it while a heartbeat awaits. */
+  private beatsEnded(): boolean {
+    return this.beatsOver
+  }
+
+  /**
+   * Extends the lease, from the claim until the outcome is acknowledged:
+   * an outcome retried through a run of 5xx answers keeps its lease.
+   */
   private async heartbeat(): Promise<void> {
-    if (this.settled || this.lost) {
+    if (this.beatsOver || this.lost) {
       return
     }
     try {
       const beat = await this.http.post<BeatAnswer>(this.path + '/heartbeat', { lease: this.job.lease }, { timeoutMs: 10_000 })
+      if (this.beatsEnded()) {
+        return
+      }
       if (beat.canceled === true) {
         this.loseLease('the run was cancelled or ended')
         return
@@ -699,6 +675,9 @@ class JobRun implements ContextHost {
         }
       }
     } catch (err) {
+      if (this.beatsEnded()) {
+        return
+      }
       if (err instanceof NqdError && err.status === 409) {
         this.loseLease('another worker holds the job now')
         return
@@ -726,8 +705,12 @@ class JobRun implements ContextHost {
     })
   }
 
+  encodingFailed(err: EncodingError): void {
+    this.unencodable ??= err
+  }
+
   reportEmits(events: ReportEvent[]): Promise<void> {
-    if (this.startTimer === undefined || this.w.emitsApart) {
+    if (this.startTimer === undefined) {
       return this.report(events)
     }
     // step.started still waits for company: the emits wait with it, and go
@@ -806,14 +789,18 @@ class JobRun implements ContextHost {
 
   /**
    * Sends one report, again and again with backoff and jitter while it fails
-   * in a way that may pass, until the lease ends. A 409 means the lease is
+   * in a way that may pass, until the lease ends (heartbeats extend it) or
+   * stop()'s grace period does. A 409 means the lease is
    * gone (the run ended or another worker holds the job).
    */
   private async deliver<T = unknown>(call: 'events' | 'complete' | 'fail', body: unknown, headers?: Record<string, string>): Promise<T | undefined> {
     for (let n = 0; ; n++) {
       try {
-        return await this.http.post<T>(`${this.path}/${call}`, body, { timeoutMs: 15_000, headers })
+        return await this.http.post<T>(`${this.path}/${call}`, body, { timeoutMs: 15_000, headers, signal: this.w.giveUp.signal })
       } catch (err) {
+        if (this.w.giveUp.signal.aborted) {
+          throw err
+        }
         if (err instanceof NqdError && err.status === 409) {
           this.loseLease(`nqd refused ${call}: ${err.message}`)
           throw err
@@ -821,13 +808,16 @@ class JobRun implements ContextHost {
         if (!isTransient(err)) {
           throw err
         }
-        const retryAfter = err instanceof NqdError ? err.retryAfterMs ?? 0 : 0
-        const wait = Math.max(backoffDelay(n, 100, 5_000), retryAfter)
-        if (Date.now() + wait >= this.leaseUntil) {
+        // Heartbeats go on meanwhile and keep the lease: the report is
+        // given up only once the lease has ended.
+        const left = this.leaseUntil - Date.now()
+        if (left <= 0) {
           throw new LeaseEndedError(call, err)
         }
+        const retryAfter = err instanceof NqdError ? err.retryAfterMs ?? 0 : 0
+        const wait = Math.min(Math.max(backoffDelay(n, 100, 5_000), retryAfter), Math.max(50, left))
         this.w.log.debug(`${call} failed, trying again in ${Math.round(wait)} ms: ${errorText(err)}`, this.meta())
-        await sleep(wait)
+        await sleep(wait, this.w.giveUp.signal)
       }
     }
   }

@@ -1,40 +1,53 @@
-// The nqd-worker command on the example folder: it stores the flows and
-// their runs complete.
+// The nqd-worker command on the example folder: it stores the flows when
+// asked (admin token), serves them with a write token, and the runs complete.
 
 import assert from 'node:assert/strict'
-import { spawn } from 'node:child_process'
+import { spawn, type ChildProcess } from 'node:child_process'
 import { join } from 'node:path'
 import { after, before, describe, it } from 'node:test'
 import { pkgDir, startNqd, waitFor, type Nqd } from './nqd.js'
 
-describe('nqd-worker <dir>', () => {
+interface Cli {
+  proc: ChildProcess
+  out: () => string
+  exited: Promise<number | null>
+}
+
+/** Starts the command with args and token; its output is kept for assertions. */
+export function runCli(args: string[], token: string | undefined, env: Record<string, string> = {}): Cli {
+  const proc = spawn(process.execPath, [join(pkgDir, 'dist', 'cli.js'), ...args], {
+    env: { ...process.env, NQD_TOKEN: token ?? '', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  let out = ''
+  proc.stdout?.on('data', (b: Buffer) => { out += b.toString() })
+  proc.stderr?.on('data', (b: Buffer) => { out += b.toString() })
+  const exited = new Promise<number | null>(r => proc.once('exit', code => { r(code) }))
+  return { proc, out: () => out, exited }
+}
+
+describe('nqd-worker <path>...', () => {
   let nqd: Nqd
   const admin = 'c'.repeat(40)
+  const writer = 'w'.repeat(40)
   before(async () => {
-    nqd = await startNqd({ env: { NQ_TOKENS: `ops:admin:${admin}` }, adminToken: admin })
+    nqd = await startNqd({ env: { NQ_TOKENS: `ops:admin:${admin},app:write:${writer}` }, adminToken: admin })
   })
   after(async () => { await nqd.close() })
 
-  it('runs the example step files until their runs complete, and stops on SIGTERM', { timeout: 60_000 }, async () => {
-    const cli = spawn(process.execPath, [join(pkgDir, 'dist', 'cli.js'), join(pkgDir, 'examples'), '--url', nqd.url], {
-      env: { ...process.env, NQD_TOKEN: admin },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    })
-    let out = ''
-    cli.stdout.on('data', (b: Buffer) => { out += b.toString() })
-    cli.stderr.on('data', (b: Buffer) => { out += b.toString() })
-    const exited = new Promise<number | null>(r => cli.once('exit', code => { r(code) }))
+  it('with --store-flows and an admin token, stores the example flows, runs them to the end, and stops on SIGTERM', { timeout: 60_000 }, async () => {
+    const cli = runCli([join(pkgDir, 'examples'), '--url', nqd.url, '--store-flows'], admin)
     try {
-      await waitFor('the CLI to serve its queues', () => out.includes('serving queues'), 30_000)
-      assert.match(out, /stored flow ml-training: train/)
-      assert.match(out, /stored flow orders: /)
+      await waitFor('the CLI to serve its queues', () => cli.out().includes('serving queues'), 30_000)
+      assert.match(cli.out(), /stored flow ml-training: train/)
+      assert.match(cli.out(), /stored flow orders: /)
 
       const training = await nqd.start('ml-training', { epochs: 5, targetAccuracy: 0.85 })
       const order = await nqd.start('orders', { orderId: 'o-1', items: [{ sku: 'a', qty: 2 }, { sku: 'b', qty: 1 }], total: 30 })
       const empty = await nqd.start('orders', { orderId: 'o-2', items: [], total: 0 })
 
       const t = await nqd.finished(training)
-      assert.equal(t.state.status, 'completed', out)
+      assert.equal(t.state.status, 'completed', cli.out())
       // 0.6 + 0.1 * epoch reaches 0.85 at epoch 3: the step stops there.
       assert.deepEqual({ ...t.state.state, startTime: undefined }, {
         status: 'complete', epoch: 3, totalEpochs: 5, accuracy: 0.9, loss: 0.25, startTime: undefined,
@@ -51,12 +64,32 @@ describe('nqd-worker <dir>', () => {
       })
       await nqd.call('POST', `/api/_flows/triggers/${wait.triggerId}`, { approved: true, by: 'ops' })
       const o = await nqd.finished(order)
-      assert.equal(o.state.status, 'completed', out)
+      assert.equal(o.state.status, 'completed', cli.out())
       assert.deepEqual(o.state.state, { order: { id: 'o-1', total: 30, status: 'shipped' } })
       assert.deepEqual(Object.keys(o.state.steps).sort(), ['approve', 'charge_payment', 'check_stock', 'receive_order', 'ship'])
     } finally {
-      cli.kill('SIGTERM')
+      cli.proc.kill('SIGTERM')
     }
-    assert.equal(await exited, 0, out)
+    assert.equal(await cli.exited, 0, cli.out())
+  })
+
+  it('with a write token and no --store-flows, serves the stored flows without storing them', { timeout: 60_000 }, async () => {
+    const cli = runCli([join(pkgDir, 'examples', 'ml-training'), '-u', nqd.url, '-q', 'ml', '--grace', '2'], writer)
+    try {
+      await waitFor('the CLI to serve its queues', () => cli.out().includes('serving queues'), 30_000)
+      assert.doesNotMatch(cli.out(), /stored flow|not stored|403/)
+      const run = await nqd.start('ml-training', { epochs: 2, targetAccuracy: 0.99 })
+      const r = await nqd.finished(run)
+      assert.equal(r.state.status, 'completed', cli.out())
+    } finally {
+      cli.proc.kill('SIGTERM')
+    }
+    assert.equal(await cli.exited, 0, cli.out())
+  })
+
+  it('with --store-flows and a write token, stops with an error that names the admin scope', { timeout: 30_000 }, async () => {
+    const cli = runCli([join(pkgDir, 'examples'), '--url', nqd.url, '--store-flows'], writer)
+    assert.equal(await cli.exited, 1, cli.out())
+    assert.match(cli.out(), /403.*admin/s)
   })
 })
