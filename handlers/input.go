@@ -494,6 +494,18 @@ func intParam(q url.Values, name string, def, lo, hi int) (int, error) {
 	return min(n, hi), nil
 }
 
+// onlyParams refuses a query parameter outside known, naming it: on a route
+// that does not page or filter by it, an ignored parameter would answer as
+// if it had been applied.
+func onlyParams(q url.Values, known ...string) error {
+	for name := range q {
+		if !slices.Contains(known, name) {
+			return invalidField(name, "is not a parameter of this route, which takes "+strings.Join(known, ", "))
+		}
+	}
+	return nil
+}
+
 // idParam reads an optional stream entry id; absent it is the zero id, which
 // sorts before every entry.
 func idParam(q url.Values, name string) (event.ID, error) {

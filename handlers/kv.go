@@ -230,6 +230,12 @@ type kvScanBody struct {
 // order.
 func (a *API) scanKV(w http.ResponseWriter, r *http.Request) error {
 	qs := r.URL.Query()
+	// No offset: a capped scan's records are the backend's choice, so
+	// paging by position could skip or repeat records; a narrower prefix
+	// or a larger max reads the rest.
+	if err := onlyParams(qs, "prefix", "field", "op", "value", "max"); err != nil {
+		return err
+	}
 	q := store.ScanQuery{Prefix: qs.Get("prefix")}
 	if !store.ValidKVPrefix(q.Prefix) {
 		return invalidField("prefix", "must be the start of a key: "+event.NameRule)

@@ -203,6 +203,8 @@ func TestKVRejects(t *testing.T) {
 		{"unknown op", get("/api/_kv?field=state&op=ne&value=x"), "op"},
 		{"filter without a field", get("/api/_kv?op=eq&value=x"), "field"},
 		{"max not a number", get("/api/_kv?max=many"), "max"},
+		{"offset, which a scan does not take", get("/api/_kv?offset=abc"), "offset"},
+		{"negative offset", get("/api/_kv?offset=-1"), "offset"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
