@@ -34,6 +34,9 @@ const (
 	CodeTimeout          = "timeout"
 	CodeOutcomeUnknown   = "outcome_unknown"
 	CodeCanceled         = "canceled"
+	// CodeBodyTimeout is a request body that stopped arriving: the
+	// client's pace, not nqd's, so a 408 rather than CodeTimeout's 504.
+	CodeBodyTimeout = "request_timeout"
 
 	// CodeUnprocessable is a validation failure of content that was read
 	// fine but breaks a schema or a stored definition. Clients see it as

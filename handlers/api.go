@@ -208,6 +208,7 @@ func (a *API) Routes() http.Handler {
 		a.access.requestScope(a.log),
 		hlog.AccessHandler(accessLog),
 		recoverer,
+		a.readBodies,
 		a.guard.checkHost,
 	)
 	if len(a.cors) > 0 {

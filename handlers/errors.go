@@ -42,6 +42,7 @@ var statuses = map[string]int{
 	nqd.CodeUnsupportedMedia: http.StatusUnsupportedMediaType,
 	nqd.CodeKeyReused:        http.StatusUnprocessableEntity,
 	nqd.CodeRateLimited:      http.StatusTooManyRequests,
+	nqd.CodeBodyTimeout:      http.StatusRequestTimeout,
 	nqd.CodeCanceled:         statusClientClosed,
 	nqd.CodeInternal:         http.StatusInternalServerError,
 	// A 502: the archive is storage behind nqd, and its copy is bad; the
