@@ -13,7 +13,7 @@ import (
 // rules the encoded state was built with. Raise it whenever a reducer change
 // would fold the same events into a different state: checkpoints of another
 // version are then refused and the state is folded again from the events.
-const CheckpointVersion = 1
+const CheckpointVersion = 2
 
 // ErrCheckpoint: the bytes are not a checkpoint this version can continue
 // from (another version, another reducer, or corrupt).
@@ -242,6 +242,7 @@ type triggerCheckpoint struct {
 	Duration      int64              `json:"duration,omitempty"`
 	Fired         int                `json:"fired,omitempty"`
 	Ignored       int                `json:"ignored,omitempty"`
+	Registry      *Registered        `json:"registry,omitempty"`
 }
 
 func triggerCheckpointOf(s *TriggerState) triggerCheckpoint {
@@ -249,7 +250,7 @@ func triggerCheckpointOf(s *TriggerState) triggerCheckpoint {
 		Pos: positionCheckpointOf(s.position), Status: s.Status, Trigger: s.Trigger, Type: s.Type,
 		Config: s.Config, CorrelationID: s.CorrelationID, RegisteredAt: s.RegisteredAt,
 		EndedAt: s.EndedAt, Payload: s.Payload, Source: s.Source, Reason: s.Reason,
-		Duration: s.Duration, Fired: s.Fired, Ignored: s.Ignored,
+		Duration: s.Duration, Fired: s.Fired, Ignored: s.Ignored, Registry: s.Registry,
 	}
 }
 
@@ -262,6 +263,6 @@ func (c *triggerCheckpoint) state() (*TriggerState, error) {
 		position: pos, Status: c.Status, Trigger: c.Trigger, Type: c.Type, Config: c.Config,
 		CorrelationID: c.CorrelationID, RegisteredAt: c.RegisteredAt, EndedAt: c.EndedAt,
 		Payload: c.Payload, Source: c.Source, Reason: c.Reason, Duration: c.Duration,
-		Fired: c.Fired, Ignored: c.Ignored,
+		Fired: c.Fired, Ignored: c.Ignored, Registry: c.Registry,
 	}, nil
 }

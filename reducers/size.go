@@ -36,6 +36,9 @@ func ApproxSize(s State) int {
 		}
 		return n
 	case *TriggerState:
+		if st.Registry != nil {
+			return st.Registry.approxSize()
+		}
 		return sizeState + len(st.Trigger) + len(st.Type) + len(st.Config) + len(st.CorrelationID) +
 			len(st.Payload) + len(st.Source) + len(st.Reason)
 	}

@@ -39,6 +39,9 @@ type TriggerState struct {
 	Duration      int64 // ms, from trigger.timeout
 	Fired         int   // trigger.fired events seen, repeats included
 	Ignored       int
+	// Registry is set for a trigger of the trigger registry (registry.go),
+	// whose stream folds into it instead.
+	Registry *Registered
 }
 
 type triggerWire struct {
@@ -63,6 +66,13 @@ type triggerWire struct {
 // MarshalJSON writes the state the API returns for a trigger context; firedAt
 // repeats endedAt for fired triggers, under the name clients read for it.
 func (s *TriggerState) MarshalJSON() ([]byte, error) {
+	if s.Registry != nil {
+		w := registryWire{Registered: s.Registry, EventCount: s.count, Ignored: s.Ignored}
+		if s.count > 0 {
+			w.LastEventID = formatID(s.last)
+		}
+		return json.Marshal(w)
+	}
 	w := triggerWire{
 		Status: s.Status, Trigger: s.Trigger, Type: s.Type, Config: s.Config,
 		CorrelationID: s.CorrelationID, RegisteredAt: s.RegisteredAt, EndedAt: s.EndedAt,
@@ -82,6 +92,9 @@ func (s *TriggerState) MarshalJSON() ([]byte, error) {
 func (s *TriggerState) Validate() error {
 	if err := s.position.validate(s.Ignored); err != nil {
 		return err
+	}
+	if s.Registry != nil {
+		return s.Registry.validate()
 	}
 	switch s.Status {
 	case TriggerRegistered:
@@ -119,6 +132,10 @@ func (r Trigger) Fold(s State, evs []event.Event) (State, error) {
 
 func (s *TriggerState) apply(ev event.Event) {
 	s.advance(ev)
+	if _, ok := registrySpec(ev); ok || s.Registry != nil {
+		s.applyRegistry(ev)
+		return
+	}
 	t := Time{ev.Time()}
 	if s.Trigger == "" {
 		s.Trigger = firstText(ev.Trigger, ev.Subject)
