@@ -1,6 +1,7 @@
 package wiring
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -10,66 +11,78 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/rs/zerolog"
-
 	"github.com/nqd-dev/nqd/auth"
 	"github.com/nqd-dev/nqd/config"
 )
 
-// triggerKeyFile holds the embedded store's trigger key, beside its data.
-const triggerKeyFile = "trigger.key"
+// triggerKeyName names the trigger key among a store's secrets; on the
+// embedded store it is the file trigger.key beside the data.
+const triggerKeyName = "trigger"
 
-// TriggerSigner signs the trigger ids the engine hands out with the
-// configured keys. Without keys, the embedded store keeps a key of its own in
-// its data directory, so pending triggers survive restarts; on Redis a key of
-// this process alone would break them on a restart and on other instances,
-// so it says so.
-func TriggerSigner(cfg config.Config, log zerolog.Logger) (*auth.TriggerSigner, error) {
-	keys := cfg.TriggerKeys
-	switch {
-	case len(keys) > 0:
-	case cfg.Backend() == "embedded":
-		k, err := loadOrCreateKey(filepath.Join(cfg.DataDir, triggerKeyFile))
-		if err != nil {
-			return nil, fmt.Errorf("trigger key: %w", err)
-		}
-		keys = []auth.Key{k}
-	default:
-		log.Warn().Msg("NQ_TRIGGER_KEYS is not set: trigger ids are signed with a key of this process, so they stop working after a restart and on other instances")
-		keys = []auth.Key{auth.RandomKey()}
-	}
-	return auth.NewTriggerSigner(keys...)
+// secretKeeper keeps the secrets nqd makes for itself where every instance
+// of one store finds them: Secret returns the one stored under name,
+// storing fresh first when there is none, and never replaces it (a replaced
+// trigger key would void every trigger id handed out with it).
+type secretKeeper interface {
+	Secret(ctx context.Context, name, fresh string) (string, error)
 }
 
-// loadOrCreateKey reads the `id:secret` key at path, writing a new random one
-// (readable by this user only) the first time.
-func loadOrCreateKey(path string) (auth.Key, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		secret := make([]byte, 32)
-		if _, err := rand.Read(secret); err != nil {
-			return auth.Key{}, err
-		}
-		b = []byte("local:" + hex.EncodeToString(secret) + "\n")
-		// O_EXCL: a key once written is never replaced, which would void
-		// every trigger id handed out with it.
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if err != nil {
-			return auth.Key{}, err
-		}
-		if _, err := f.Write(b); err != nil {
-			_ = f.Close()
-			return auth.Key{}, err
-		}
-		if err := f.Close(); err != nil {
-			return auth.Key{}, err
-		}
-	} else if err != nil {
+// TriggerSigner signs the trigger ids the engine hands out with the
+// configured keys. Without keys it uses the key kept in the store, made by
+// the first instance that needed one, so that a pending trigger fires on
+// any instance and after restarts.
+func TriggerSigner(ctx context.Context, cfg config.Config, secrets secretKeeper) (*auth.TriggerSigner, error) {
+	if len(cfg.TriggerKeys) > 0 {
+		return auth.NewTriggerSigner(cfg.TriggerKeys...)
+	}
+	// The id shows in every trigger id (tg1.<id>.…): where its key lives.
+	id := "store"
+	if cfg.Backend() == "embedded" {
+		id = "local"
+	}
+	k, err := keptKey(ctx, secrets, triggerKeyName, id)
+	if err != nil {
+		return nil, fmt.Errorf("trigger key: %w", err)
+	}
+	return auth.NewTriggerSigner(k)
+}
+
+// keptKey is the `id:secret` key secrets keeps under name, a new random one
+// with id the first time.
+func keptKey(ctx context.Context, secrets secretKeeper, name, id string) (auth.Key, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
 		return auth.Key{}, err
 	}
-	keys, err := auth.ParseKeys(strings.TrimSpace(string(b)))
+	text, err := secrets.Secret(ctx, name, id+":"+hex.EncodeToString(b))
+	if err != nil {
+		return auth.Key{}, err
+	}
+	keys, err := auth.ParseKeys(strings.TrimSpace(text))
 	if err != nil || len(keys) != 1 {
-		return auth.Key{}, fmt.Errorf("%s does not hold one id:secret key", path)
+		return auth.Key{}, fmt.Errorf("the stored %s key is not one id:secret key", name)
 	}
 	return keys[0], nil
+}
+
+// dirSecrets keeps the embedded store's secrets beside its data, one file
+// <name>.key each, readable by this user only.
+type dirSecrets string
+
+func (d dirSecrets) Secret(_ context.Context, name, fresh string) (string, error) {
+	path := filepath.Join(string(d), name+".key")
+	b, err := os.ReadFile(path)
+	if !errors.Is(err, fs.ErrNotExist) {
+		return string(b), err
+	}
+	// O_EXCL: a secret once written is never replaced.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", err
+	}
+	if _, err := f.WriteString(fresh + "\n"); err != nil {
+		_ = f.Close()
+		return "", err
+	}
+	return fresh, f.Close()
 }

@@ -36,6 +36,7 @@ type App struct {
 	log     zerolog.Logger
 	cfg     config.Config
 	Store   store.Backend
+	secrets secretKeeper // where the store keeps nqd's own keys
 	Stream  *stream.Handler
 	Metrics *metrics.Metrics
 	Handler http.Handler
@@ -101,7 +102,7 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 		st.LiveHealthy,
 	}
 
-	signer, err := TriggerSigner(cfg, log)
+	signer, err := TriggerSigner(ctx, cfg, a.secrets)
 	if err != nil {
 		return nil, errors.Join(err, a.Close())
 	}
@@ -213,6 +214,7 @@ func (a *App) openStore(ctx context.Context) (store.Backend, error) {
 			return nil, err
 		}
 		a.closers = append(a.closers, st.Close)
+		a.secrets = st
 		a.log.Info().Str("store", "redis").Str("redis", redactURL(a.cfg.RedisURL)).Str("prefix", a.cfg.Prefix).Msg("using the Redis store")
 		return st, nil
 	case "postgres":
@@ -231,6 +233,7 @@ func (a *App) openStore(ctx context.Context) (store.Backend, error) {
 			return nil, fmt.Errorf("postgres at %s: %w", redactURL(a.cfg.PostgresURL), err)
 		}
 		a.closers = append(a.closers, st.Close)
+		a.secrets = st
 		version, _ := st.SchemaVersion(openCtx)
 		a.log.Info().Str("store", "postgres").Str("postgres", redactURL(a.cfg.PostgresURL)).Int("schema_version", version).Msg("using the PostgreSQL store")
 		return st, nil
@@ -249,6 +252,7 @@ func (a *App) openStore(ctx context.Context) (store.Backend, error) {
 			return nil, fmt.Errorf("open the embedded store %s: %w", path, err)
 		}
 		a.closers = append(a.closers, st.Close)
+		a.secrets = dirSecrets(a.cfg.DataDir)
 		a.log.Info().Str("store", "embedded").Str("path", path).Msg("using the embedded store (set NQ_REDIS_URL to use Redis)")
 		return st, nil
 	}

@@ -31,6 +31,8 @@
 //	                                  decided on a cached copy against it (store.RunUpdate.Definition)
 //	<p>:engine:runs:expiring          sorted set: <flow>:<run> of finished runs, score = when retention
 //	                                  ends (ms); written by run_update.lua, emptied by delete_run.lua
+//	<p>:engine:secret:<name>          string: a secret nqd made for itself, such as the trigger key
+//	                                  (Secret), written once by the first instance
 //
 // and for the KV state store (store.KV, see kv.go):
 //
