@@ -120,6 +120,10 @@ type RunUpdate struct {
 	// Events are appended to the run's stream (context flow:<Run>) exactly
 	// as Store.Append would, index rules included. May be empty.
 	Events []event.Event
+	// Stream, when set, is the context Events go to instead of the run's
+	// stream: a record kept beside another stream, such as a schedule's
+	// state beside its trigger's events. See EventStream.
+	Stream Context
 	// Ack, when set, deletes a claimed job and requires that it is still
 	// held by Ack.Lease.
 	Ack *JobAck

@@ -16,6 +16,15 @@ func (t Timer) Valid() bool {
 	return event.ValidName(t.Kind) && event.ValidName(t.Flow) && event.ValidContextID(t.Run) && t.Step != ""
 }
 
+// EventStream is the context u's events are appended to: u.Stream, or
+// the run's stream flow:<Run>.
+func (u RunUpdate) EventStream() Context {
+	if u.Stream != (Context{}) {
+		return u.Stream
+	}
+	return Context{Type: "flow", ID: u.Meta.Run}
+}
+
 // CheckRunUpdate checks a run update before anything is written, by the
 // rules every backend shares: every name that reaches a key passes the name
 // rules. Errors wrap ErrInvalid.
@@ -26,6 +35,9 @@ func CheckRunUpdate(u RunUpdate) error {
 	}
 	if !event.ValidName(m.Flow) || !event.ValidContextID(m.Run) {
 		return bad("run or flow name")
+	}
+	if u.Stream != (Context{}) && !u.Stream.Valid() {
+		return bad("stream %q", u.Stream)
 	}
 	if !event.ValidName(m.Status) || (u.PrevStatus != "" && !event.ValidName(u.PrevStatus)) {
 		return bad("status %q after %q", m.Status, u.PrevStatus)

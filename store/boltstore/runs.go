@@ -56,7 +56,7 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 		}
 		return store.AppendResult{Claimed: claimed}, nil
 	}
-	r, err := newAppendReq(store.Context{Type: "flow", ID: u.Meta.Run}, u.Events, store.AppendOptions{IdempotencyKey: u.IdempotencyKey})
+	r, err := newAppendReq(u.EventStream(), u.Events, store.AppendOptions{IdempotencyKey: u.IdempotencyKey})
 	if err != nil {
 		return store.AppendResult{}, err
 	}

@@ -24,7 +24,7 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 	var b *batch
 	if len(u.Events) > 0 {
 		var err error
-		if b, err = newBatch(store.Context{Type: "flow", ID: u.Meta.Run}, u.Events, ""); err != nil {
+		if b, err = newBatch(u.EventStream(), u.Events, ""); err != nil {
 			return store.AppendResult{}, err
 		}
 	}

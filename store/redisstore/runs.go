@@ -87,9 +87,9 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 		return store.AppendResult{}, err
 	}
 	m := u.Meta
-	c := store.Context{Type: "flow", ID: m.Run}
+	c := u.EventStream()
 	keys := make([]string, 0, 16)
-	keys = append(keys, s.metaKey(m.Flow, m.Run), s.streamKey(c), s.indexKey(store.Index{Type: "flow"}), s.timersKey())
+	keys = append(keys, s.metaKey(m.Flow, m.Run), s.streamKey(c), s.indexKey(store.Index{Type: c.Type}), s.timersKey())
 	keyAt := func(k string) int {
 		for i, have := range keys {
 			if have == k {
@@ -107,7 +107,7 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 	// Sized for the usual update at once: growing it step by step was a
 	// tenth of the bytes a run allocates.
 	args := make([]any, 0, 64+len(fields)+2*len(u.Events)+5*len(u.Enqueue)+2*len(u.SetTimers))
-	args = append(args, s.channel(c), m.Run, s.maxLen(c.Type), m.Version, m.Status, m.StartedAt)
+	args = append(args, s.channel(c), c.ID, s.maxLen(c.Type), m.Version, m.Status, m.StartedAt)
 	if u.Definition != nil {
 		sum := sha1.Sum(u.Definition)
 		args = append(args, keyAt(s.defsKey()), m.Flow, hex.EncodeToString(sum[:]))

@@ -36,6 +36,7 @@ var engineScenarios = []struct {
 	{"UpdateRunRemembersKey", testUpdateRunKey},
 	{"UpdateRunClaims", testUpdateRunClaims},
 	{"Timers", testTimers},
+	{"UpdateRunToAnotherStream", testUpdateRunStream},
 	{"DeleteRuns", testDeleteRuns},
 }
 
@@ -131,6 +132,51 @@ func testRunCreateAndVersion(t *testing.T, s EngineStore) {
 	}
 	if _, err := s.RunMeta(ctx, "fl", "nope"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("RunMeta of nothing: got %v, want ErrNotFound", err)
+	}
+}
+
+// An update naming another stream appends its events there, indexed by
+// that stream's type, and still checks and writes the record.
+func testUpdateRunStream(t *testing.T, s EngineStore) {
+	ctx := t.Context()
+	c := store.Context{Type: "trigger", ID: "nightly"}
+	fired := event.Event{Kind: "trigger.fired", Subject: "nightly", Trigger: "nightly", Data: json.RawMessage(`{"dueAt":1000}`)}
+	m := newRun("sched", "nightly", 1000)
+	tm := store.Timer{Kind: "schedule", Flow: "sched", Run: "nightly", Step: "due", Due: 2000}
+	res, err := s.UpdateRun(ctx, store.RunUpdate{Meta: m, Events: []event.Event{fired}, Stream: c, SetTimers: []store.Timer{tm}})
+	must(t, err)
+	if len(res.Events) != 1 || res.Events[0].ID.IsZero() {
+		t.Fatalf("UpdateRun events = %+v", res.Events)
+	}
+	if _, err := s.UpdateRun(ctx, store.RunUpdate{Meta: m, Events: []event.Event{fired}, Stream: c}); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("stale update: got %v, want ErrConflict", err)
+	}
+	evs, err := s.Range(ctx, c, store.RangeQuery{})
+	must(t, err)
+	if len(evs) != 1 || evs[0].Kind != "trigger.fired" || evs[0].ID != res.Events[0].ID {
+		t.Fatalf("trigger stream = %+v", evs)
+	}
+	if evs, err := s.Range(ctx, store.Context{Type: "flow", ID: "nightly"}, store.RangeQuery{}); err != nil || len(evs) != 0 {
+		t.Fatalf("run stream = %+v, %v; want it empty", evs, err)
+	}
+	page, err := s.IndexList(ctx, store.Index{Type: "trigger"}, 0, 10)
+	must(t, err)
+	if page.Total != 1 || page.Entries[0].ID != "nightly" {
+		t.Errorf("trigger index = %+v", page)
+	}
+	got, err := s.RunMeta(ctx, "sched", "nightly")
+	must(t, err)
+	if got.Version != 1 {
+		t.Errorf("RunMeta = %+v", got)
+	}
+	timers, err := s.DueTimers(ctx, 2000, 3000, 10)
+	must(t, err)
+	if len(timers) != 1 || timers[0].Name() != tm.Name() {
+		t.Errorf("due timers = %+v", timers)
+	}
+	bad := store.RunUpdate{Meta: got, Events: []event.Event{fired}, Stream: store.Context{Type: "trigger", ID: "a:b"}}
+	if _, err := s.UpdateRun(ctx, bad); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("update to a bad stream: got %v, want ErrInvalid", err)
 	}
 }
 

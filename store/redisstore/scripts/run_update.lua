@@ -7,8 +7,9 @@
 -- refused update leaves no trace.
 --
 -- KEYS[1]     the run's record, <p>:flows:<flow>:meta:<run> (hash)
--- KEYS[2]     the run's stream, <p>:flow:<run>
--- KEYS[3]     the type index, <p>:flows
+-- KEYS[2]     the stream the events go to, the run's <p>:flow:<run>
+--             unless the update names another
+-- KEYS[3]     the stream's type index, <p>:flows
 -- KEYS[4]     the timers, <p>:engine:timers:due
 -- KEYS[5...]  the flow's status indexes (<p>:flows:<flow>:status:<status>),
 --             the named indexes the events join, and the queues' ready sets
@@ -16,7 +17,7 @@
 --             ARGV says which is where
 --
 -- ARGV, read in order:
---   channel, run id, MAXLEN ("0": unbounded), the version read, the new
+--   channel, the stream's context id, MAXLEN ("0": unbounded), the version read, the new
 --   status, startedAt (the status index score);
 --   the position in KEYS of the definitions (<p>:engine:flows:defs), the
 --   flow's name and the SHA-1 of the definition the update was decided on
