@@ -136,6 +136,9 @@ type Engine struct {
 	wakeMu sync.Mutex
 	wake   chan struct{}
 
+	// timerKinds holds the handlers of timer kinds others own (HandleTimers).
+	timerKinds sync.Map
+
 	// conds caches compiled event await conditions by source; cursors
 	// holds, by await id, the last kind index entry an event await
 	// looked at on this instance.

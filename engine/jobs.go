@@ -879,7 +879,7 @@ func (e *Engine) Tick(ctx context.Context) error {
 		for _, t := range timers {
 			e.opts.Observer.TimerDue(t, time.Duration(max(now-t.Due, 0))*time.Millisecond)
 			if err := e.fire(ctx, t); err != nil {
-				e.log.Error().Err(err).Str("run", t.Run).Str("step", t.Step).Msg("retry not dispatched")
+				e.log.Error().Err(err).Str("timer", t.Name()).Msg("timer not fired")
 			}
 		}
 		if len(timers) < 100 {
@@ -888,7 +888,21 @@ func (e *Engine) Tick(ctx context.Context) error {
 	}
 }
 
+// TimerHandler fires a due timer of a kind the engine does not own. The
+// timer comes claimed as DueTimers claims it; the handler clears or moves
+// it with the update that records what it did, so that the timer fires
+// again, on any instance, once its hold ends if the handler did not get
+// that far.
+type TimerHandler func(ctx context.Context, t store.Timer) error
+
+// HandleTimers hands the due timers of kind to h: the engine's durable
+// timers, with their claims, for work beside flow runs (schedules).
+func (e *Engine) HandleTimers(kind string, h TimerHandler) { e.timerKinds.Store(kind, h) }
+
 func (e *Engine) fire(ctx context.Context, t store.Timer) error {
+	if h, ok := e.timerKinds.Load(t.Kind); ok {
+		return h.(TimerHandler)(ctx, t)
+	}
 	if t.Kind == timerAwait || t.Kind == timerTimeout {
 		return e.fireAwaitTimer(ctx, t)
 	}

@@ -205,6 +205,19 @@ func (s *Schedule) count(first, last, anchor time.Time) Skip {
 	return sk
 }
 
+// Wake is when st next needs a Step: its next due time as planned, or the
+// zero time when it is paused or has no due time left.
+func (s *Schedule) Wake(st State) time.Time {
+	if st.Paused {
+		return time.Time{}
+	}
+	d := s.Next(time.UnixMilli(st.Cursor), time.UnixMilli(st.Anchor))
+	if d.IsZero() {
+		return d
+	}
+	return s.Planned(d)
+}
+
 // Pause stops st from firing; due times while paused are skipped without
 // record, as the schedule was told.
 func Pause(st State) State {

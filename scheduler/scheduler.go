@@ -1,0 +1,657 @@
+// Package scheduler fires schedules: it keeps each schedule's spec and
+// state as a record of the flow engine's run store and wakes it with one of
+// the engine's durable timers, so a due time fires exactly once whichever
+// instance takes the timer. The schedule package decides what each due time
+// does; this one records it and starts the subscribed flows.
+//
+// A fire is two writes. The first, checked against the version of the
+// schedule's record it read, appends trigger.fired (or schedule.skipped) to
+// the schedule's stream, stores the new state with the fire marked pending
+// and moves the timer: another instance that took the same due time is
+// refused and finds it decided. The second starts the flows, each with an
+// idempotency key of the due time, and clears the pending mark. An instance
+// that dies between the two leaves the timer due soon, and whoever takes it
+// starts the same runs again, which the engine replays: so each due time
+// starts each flow once.
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/nqd-dev/nqd"
+	"github.com/nqd-dev/nqd/engine"
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/schedule"
+	"github.com/nqd-dev/nqd/store"
+)
+
+// Engine is what the scheduler needs of the flow engine.
+type Engine interface {
+	Start(ctx context.Context, flow string, input json.RawMessage, idempotencyKey string) (engine.Started, error)
+	Cancel(ctx context.Context, flow, runID, reason string) (string, error)
+	HandleTimers(kind string, h engine.TimerHandler)
+}
+
+// Store is where schedules are kept: the engine's run store.
+type Store interface {
+	UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendResult, error)
+	RunMeta(ctx context.Context, flow, run string) (store.RunMeta, error)
+	ListRuns(ctx context.Context, flow, status string, offset, limit int) (store.RunPage, error)
+}
+
+// Observer is told what the scheduler recorded, for metrics.
+type Observer interface {
+	// Fired: a due time fired (source "schedule", "now" or "backfill"),
+	// late after it was planned.
+	Fired(source string, late time.Duration)
+	// Skipped: n due times were skipped for reason.
+	Skipped(reason string, n int)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Fired(string, time.Duration) {}
+func (nopObserver) Skipped(string, int)         {}
+
+// Stream types of schedules: a schedule trigger's, and a schedule made
+// through the Nuxt Queue v0.4 routes, which is no trigger.
+const (
+	TriggerStream = "trigger"
+	FlowStream    = "schedule"
+)
+
+// Names the scheduler keeps its records and timers under. A record is a
+// run of the flow recordFlowPrefix+<stream type>, which has no definition,
+// so nothing that lists flows or sweeps runs sees it.
+const (
+	recordFlowPrefix = "nqd~"
+	timerKind        = "schedule"
+	timerStep        = "due"
+	maxRetries       = 100
+	// MaxBackfill bounds the due times one backfill fires.
+	MaxBackfill = 1000
+	// MaxList bounds the schedules List returns.
+	MaxList = 1000
+)
+
+// Options tune a Scheduler.
+type Options struct {
+	Now    func() time.Time
+	Logger zerolog.Logger
+	// Observer is told what the scheduler recorded; default none.
+	Observer Observer
+	// Poll is how often a buffered due time looks whether the run it waits
+	// for has ended; default 1s.
+	Poll time.Duration
+	// Retry is how long a fire whose flows were not all started waits
+	// before another instance starts them; default 5s.
+	Retry time.Duration
+}
+
+// Scheduler fires schedules. It is safe for concurrent use.
+type Scheduler struct {
+	eng  Engine
+	st   Store
+	opts Options
+	log  zerolog.Logger
+}
+
+// New returns a scheduler and hands it the engine's schedule timers.
+func New(eng Engine, st Store, opts Options) *Scheduler {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Observer == nil {
+		opts.Observer = nopObserver{}
+	}
+	if opts.Poll <= 0 {
+		opts.Poll = time.Second
+	}
+	if opts.Retry <= 0 {
+		opts.Retry = 5 * time.Second
+	}
+	s := &Scheduler{eng: eng, st: st, opts: opts, log: opts.Logger}
+	eng.HandleTimers(timerKind, s.fire)
+	return s
+}
+
+// Target is a flow a schedule starts, with its input.
+type Target struct {
+	Flow  string          `json:"flow"`
+	Input json.RawMessage `json:"input,omitempty"`
+}
+
+// RunRef names a run a schedule started.
+type RunRef struct {
+	Flow string `json:"flow"`
+	Run  string `json:"run"`
+}
+
+// Schedule is a schedule as stored: what it is, what it starts, and the
+// state its fires left.
+type Schedule struct {
+	// Stream is where its events go: trigger:<name> for a schedule
+	// trigger, schedule:<id> for a v0.4 flow schedule.
+	Stream    store.Context   `json:"-"`
+	Spec      schedule.Spec   `json:"spec"`
+	Targets   []Target        `json:"targets,omitempty"`
+	Metadata  json.RawMessage `json:"metadata,omitempty"`
+	CreatedAt int64           `json:"createdAt"`
+	State     schedule.State  `json:"state"`
+	// NextRun is the next due time as planned (jitter included), 0 when
+	// none (paused).
+	NextRun   int64 `json:"nextRun,omitempty"`
+	LastRun   int64 `json:"lastRun,omitempty"` // when it last fired
+	RunCount  int   `json:"runCount"`          // due times fired
+	FailCount int   `json:"failCount"`         // fires of which a flow did not start
+	// LastRuns are the runs its latest fire started, which the overlap
+	// policy looks at.
+	LastRuns []RunRef `json:"lastRuns,omitempty"`
+	// Pending are fires recorded whose flows are not all started yet.
+	Pending []Pending `json:"pending,omitempty"`
+	// Cancel are runs cancel_previous cancels before Pending start.
+	Cancel []RunRef `json:"cancel,omitempty"`
+	// wake is when the timer is due.
+	Wake    int64 `json:"wake,omitempty"`
+	Deleted bool  `json:"deleted,omitempty"`
+}
+
+// Pending is a fire whose flows are to be started.
+type Pending struct {
+	Due int64  `json:"due"`
+	Key string `json:"key"` // the start's idempotency key, per due time
+}
+
+// Name is the schedule's name: its trigger's, or its v0.4 id.
+func (s *Schedule) Name() string { return s.Stream.ID }
+
+func recordFlow(c store.Context) string { return recordFlowPrefix + c.Type }
+
+func timer(c store.Context, due int64) store.Timer {
+	return store.Timer{Kind: timerKind, Flow: recordFlow(c), Run: c.ID, Step: timerStep, Due: due}
+}
+
+// dueKey is the idempotency key of the starts of due time d: the same for
+// a scheduled fire and a backfill of d, so d starts its flows once.
+func dueKey(d int64) string { return "due:" + strconv.FormatInt(d, 10) }
+
+// errGone: the schedule does not exist (or was deleted).
+var errGone = fmt.Errorf("scheduler: schedule: %w", store.ErrNotFound)
+
+// change is one decision about a schedule: it changes the record in place
+// (found is false when there is none, and sc is then zero) and returns the
+// events that record the change. errGone leaves everything as it is.
+type change func(sc *Schedule, found bool, now time.Time) ([]event.Event, error)
+
+// update reads c's record, applies f and writes the result checked against
+// the version it read, deciding again after a lost race. The timer moves to
+// the record's Wake, or is due after Retry while fires are pending.
+func (s *Scheduler) update(ctx context.Context, c store.Context, f change) (*Schedule, error) {
+	for range maxRetries {
+		m, err := s.st.RunMeta(ctx, recordFlow(c), c.ID)
+		found := err == nil
+		sc := &Schedule{}
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			m = store.RunMeta{}
+		case err != nil:
+			return nil, err
+		default:
+			if err := json.Unmarshal(m.State, sc); err != nil {
+				return nil, fmt.Errorf("scheduler: record of %s: %w", c, err)
+			}
+		}
+		sc.Stream = c
+		now := s.opts.Now()
+		evs, err := f(sc, found && !sc.Deleted, now)
+		if err != nil {
+			return nil, err
+		}
+		body, err := json.Marshal(sc)
+		if err != nil {
+			return nil, err
+		}
+		status := store.RunRunning
+		if sc.Deleted {
+			status = store.RunCancelled
+		}
+		u := store.RunUpdate{
+			Meta:       store.RunMeta{Flow: recordFlow(c), Run: c.ID, Status: status, StartedAt: sc.CreatedAt, Version: m.Version, State: body},
+			PrevStatus: m.Status,
+			Events:     evs,
+			Stream:     c,
+		}
+		switch wake := sc.Wake; {
+		case len(sc.Pending) > 0 || len(sc.Cancel) > 0:
+			u.SetTimers = []store.Timer{timer(c, now.Add(s.opts.Retry).UnixMilli())}
+		case wake > 0 && !sc.Deleted:
+			u.SetTimers = []store.Timer{timer(c, wake)}
+		default:
+			u.ClearTimers = []store.Timer{timer(c, 0)}
+		}
+		_, err = s.st.UpdateRun(ctx, u)
+		if errors.Is(err, store.ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return sc, nil
+	}
+	return nil, fmt.Errorf("scheduler: %s changed %d times while deciding: %w", c, maxRetries, store.ErrConflict)
+}
+
+// compile compiles sc's spec, seeded by its stream so two schedules'
+// jitters differ.
+func compile(sc *Schedule) (*schedule.Schedule, error) {
+	return schedule.Compile(sc.Spec, sc.Stream.String())
+}
+
+// Put creates the schedule c or changes its spec, targets and metadata. A
+// changed spec starts counting from now: intervals from now, and the due
+// times before now are not misfires. A new schedule with runImmediately
+// fires at once. Errors: an *nqd.Error naming a bad field of spec, store
+// errors.
+func (s *Scheduler) Put(ctx context.Context, c store.Context, spec schedule.Spec, targets []Target, metadata json.RawMessage) (*Schedule, error) {
+	if !c.Valid() {
+		return nil, fmt.Errorf("scheduler: schedule %s: %w", c, store.ErrInvalid)
+	}
+	if _, err := schedule.Compile(spec, c.String()); err != nil {
+		return nil, err
+	}
+	var fresh bool
+	sc, err := s.update(ctx, c, func(sc *Schedule, found bool, now time.Time) ([]event.Event, error) {
+		fresh = !found
+		if fresh {
+			*sc = Schedule{Stream: c, CreatedAt: now.UnixMilli(), State: schedule.Start(now)}
+		} else if !sameSpec(sc.Spec, spec) {
+			paused := sc.State.Paused
+			sc.State = schedule.Start(now)
+			sc.State.Paused = paused
+		}
+		sc.Spec, sc.Targets, sc.Metadata = spec, targets, metadata
+		cs, err := compile(sc)
+		if err != nil {
+			return nil, err
+		}
+		var evs []event.Event
+		if fresh && spec.RunImmediately {
+			evs = append(evs, s.record(sc, cs, now, now, now, "immediate"))
+		}
+		s.plan(sc, cs, now)
+		return append(evs, s.event(sc, "schedule.set", map[string]any{"spec": cs.Spec(), "nextRun": isoMS(sc.NextRun)})), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return sc, s.settle(ctx, c)
+}
+
+func sameSpec(a, b schedule.Spec) bool { return a == b }
+
+// plan sets sc's next wake from its state.
+func (s *Scheduler) plan(sc *Schedule, cs *schedule.Schedule, now time.Time) {
+	sc.Wake, sc.NextRun = 0, 0
+	if w := cs.Wake(sc.State); !w.IsZero() {
+		sc.NextRun, sc.Wake = w.UnixMilli(), max(w.UnixMilli(), now.UnixMilli())
+	}
+}
+
+// record marks due time due fired at now: it adds the pending start and
+// returns the trigger.fired event.
+func (s *Scheduler) record(sc *Schedule, cs *schedule.Schedule, due, planned, now time.Time, source string) event.Event {
+	sc.Pending = append(sc.Pending, Pending{Due: due.UnixMilli(), Key: dueKey(due.UnixMilli())})
+	sc.RunCount++
+	sc.LastRun = now.UnixMilli()
+	late := max(now.Sub(planned), 0)
+	s.opts.Observer.Fired(source, late)
+	flows := make([]string, len(sc.Targets))
+	for i, t := range sc.Targets {
+		flows[i] = t.Flow
+	}
+	return s.event(sc, "trigger.fired", map[string]any{
+		"source": source, "dueAt": isoMS(due.UnixMilli()), "plannedAt": isoMS(planned.UnixMilli()),
+		"firedAt": isoMS(now.UnixMilli()), "latenessMs": late.Milliseconds(),
+		// Nuxt Queue's trigger.fired carries these two.
+		"scheduledAt": due.UnixMilli(), "timezone": cs.Spec().Timezone,
+		"flows": flows,
+	})
+}
+
+func (s *Scheduler) event(sc *Schedule, kind string, data map[string]any) event.Event {
+	ev := event.Event{Kind: kind, Subject: sc.Stream.ID}
+	if sc.Stream.Type == TriggerStream {
+		ev.Trigger = sc.Stream.ID
+	}
+	ev.Data, _ = json.Marshal(data)
+	return ev
+}
+
+func isoMS(ms int64) any {
+	if ms == 0 {
+		return nil
+	}
+	return time.UnixMilli(ms).UTC().Format(event.TimeFormat)
+}
+
+// fire handles a due schedule timer: it decides the due times up to now,
+// records them, then starts what they fired.
+func (s *Scheduler) fire(ctx context.Context, t store.Timer) error {
+	c := store.Context{Type: t.Flow[len(recordFlowPrefix):], ID: t.Run}
+	if t.Flow[:min(len(t.Flow), len(recordFlowPrefix))] != recordFlowPrefix || !c.Valid() {
+		return fmt.Errorf("scheduler: timer %s names no schedule", t.Name())
+	}
+	_, err := s.update(ctx, c, func(sc *Schedule, found bool, now time.Time) ([]event.Event, error) {
+		if !found {
+			sc.Deleted = true // clears the timer
+			return nil, nil
+		}
+		if len(sc.Pending) > 0 || len(sc.Cancel) > 0 {
+			// A fire recorded before is not started yet: settle starts it
+			// once this write moved the timer off.
+			return nil, nil
+		}
+		cs, err := compile(sc)
+		if err != nil {
+			return nil, err
+		}
+		running, err := s.running(ctx, sc.LastRuns)
+		if err != nil {
+			return nil, err
+		}
+		p := cs.Step(sc.State, now, running)
+		sc.State = p.State
+		var evs []event.Event
+		if p.Cancel {
+			sc.Cancel = sc.LastRuns
+		}
+		for _, sk := range p.Skips {
+			s.opts.Observer.Skipped(sk.Reason, sk.Count)
+			evs = append(evs, s.event(sc, "schedule.skipped", map[string]any{
+				"reason": sk.Reason, "from": isoMS(sk.From.UnixMilli()), "through": isoMS(sk.Through.UnixMilli()),
+				"count": sk.Count, "counted": sk.Counted, "decidedAt": isoMS(now.UnixMilli()),
+			}))
+		}
+		for _, d := range p.Fires {
+			evs = append(evs, s.record(sc, cs, d, cs.Planned(d), now, "schedule"))
+		}
+		sc.Wake, sc.NextRun = p.Wake.UnixMilli(), p.Wake.UnixMilli()
+		if p.Wake.IsZero() {
+			sc.Wake, sc.NextRun = 0, 0
+		}
+		if p.WaitsForRun {
+			poll := now.Add(s.opts.Poll).UnixMilli()
+			if sc.Wake == 0 || poll < sc.Wake {
+				sc.Wake = poll
+			}
+		}
+		return evs, nil
+	})
+	if errors.Is(err, errGone) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return s.settle(ctx, c)
+}
+
+// running reports whether any of runs is still going.
+func (s *Scheduler) running(ctx context.Context, runs []RunRef) (bool, error) {
+	for _, r := range runs {
+		m, err := s.st.RunMeta(ctx, r.Flow, r.Run)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return false, err
+		}
+		if m.Status == store.RunRunning || m.Status == store.RunAwaiting {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// settle carries out c's pending fires: it cancels what cancel_previous
+// cancels, starts each target for each pending due time (replayed by its
+// key if another instance started it), and clears what it did.
+func (s *Scheduler) settle(ctx context.Context, c store.Context) error {
+	m, err := s.st.RunMeta(ctx, recordFlow(c), c.ID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var sc Schedule
+	if err := json.Unmarshal(m.State, &sc); err != nil {
+		return fmt.Errorf("scheduler: record of %s: %w", c, err)
+	}
+	if len(sc.Pending) == 0 && len(sc.Cancel) == 0 {
+		return nil
+	}
+	for _, r := range sc.Cancel {
+		if _, err := s.eng.Cancel(ctx, r.Flow, r.Run, "canceled by the next fire of schedule "+c.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+	}
+	type outcome struct {
+		runs   []RunRef
+		failed bool
+	}
+	done := map[string]outcome{}
+	var transient error
+	for _, p := range sc.Pending {
+		var o outcome
+		for _, t := range sc.Targets {
+			started, err := s.eng.Start(ctx, t.Flow, t.Input, "schedule:"+c.String()+":"+p.Key)
+			switch {
+			case err == nil:
+				o.runs = append(o.runs, RunRef{Flow: t.Flow, Run: started.FlowID})
+			case isTransient(err):
+				transient = err
+			default:
+				o.failed = true
+				s.log.Warn().Err(err).Str("schedule", c.String()).Str("flow", t.Flow).Msg("scheduled flow not started")
+			}
+		}
+		if transient != nil {
+			break
+		}
+		done[p.Key] = o
+	}
+	_, err = s.update(ctx, c, func(sc *Schedule, found bool, now time.Time) ([]event.Event, error) {
+		if !found {
+			return nil, errGone
+		}
+		sc.Cancel = nil
+		var left []Pending
+		for _, p := range sc.Pending {
+			o, ok := done[p.Key]
+			if !ok {
+				left = append(left, p)
+				continue
+			}
+			sc.LastRuns = o.runs
+			if o.failed {
+				sc.FailCount++
+			}
+		}
+		sc.Pending = left
+		return nil, nil
+	})
+	if errors.Is(err, errGone) {
+		err = nil
+	}
+	return errors.Join(transient, err)
+}
+
+// isTransient tells a failed start worth retrying from one that fails the
+// same way again (no such flow, bad input).
+func isTransient(err error) bool {
+	switch nqd.ErrorCode(err) {
+	case nqd.CodeUnavailable, nqd.CodeTimeout, nqd.CodeCanceled, nqd.CodeOutcomeUnknown, nqd.CodeInternal:
+		return true
+	}
+	return false
+}
+
+// Get returns the schedule c. Errors: store.ErrNotFound.
+func (s *Scheduler) Get(ctx context.Context, c store.Context) (*Schedule, error) {
+	m, err := s.st.RunMeta(ctx, recordFlow(c), c.ID)
+	if err != nil {
+		return nil, err
+	}
+	sc := &Schedule{}
+	if err := json.Unmarshal(m.State, sc); err != nil {
+		return nil, fmt.Errorf("scheduler: record of %s: %w", c, err)
+	}
+	if sc.Deleted {
+		return nil, errGone
+	}
+	sc.Stream = c
+	return sc, nil
+}
+
+// List returns the schedules of stream type typ (TriggerStream or
+// FlowStream), at most MaxList, newest first.
+func (s *Scheduler) List(ctx context.Context, typ string) ([]*Schedule, error) {
+	page, err := s.st.ListRuns(ctx, recordFlowPrefix+typ, store.RunRunning, 0, MaxList)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Schedule, 0, len(page.Runs))
+	for _, m := range page.Runs {
+		sc := &Schedule{}
+		if err := json.Unmarshal(m.State, sc); err != nil || sc.Deleted {
+			continue
+		}
+		sc.Stream = store.Context{Type: typ, ID: m.Run}
+		out = append(out, sc)
+	}
+	return out, nil
+}
+
+// Delete removes the schedule c: it fires no more. Errors:
+// store.ErrNotFound.
+func (s *Scheduler) Delete(ctx context.Context, c store.Context) error {
+	_, err := s.update(ctx, c, func(sc *Schedule, found bool, now time.Time) ([]event.Event, error) {
+		if !found {
+			return nil, errGone
+		}
+		sc.Deleted, sc.Pending, sc.Cancel, sc.Wake, sc.NextRun = true, nil, nil, 0, 0
+		return []event.Event{s.event(sc, "schedule.deleted", nil)}, nil
+	})
+	return err
+}
+
+// SetPaused pauses or resumes the schedule c. A resumed schedule goes on
+// with its first due time after now. Errors: store.ErrNotFound.
+func (s *Scheduler) SetPaused(ctx context.Context, c store.Context, paused bool) (*Schedule, error) {
+	return s.update(ctx, c, func(sc *Schedule, found bool, now time.Time) ([]event.Event, error) {
+		if !found {
+			return nil, errGone
+		}
+		cs, err := compile(sc)
+		if err != nil {
+			return nil, err
+		}
+		if sc.State.Paused == paused {
+			s.plan(sc, cs, now)
+			return nil, nil
+		}
+		kind := "schedule.resumed"
+		if paused {
+			kind, sc.State = "schedule.paused", schedule.Pause(sc.State)
+		} else {
+			sc.State = schedule.Resume(sc.State, now)
+		}
+		s.plan(sc, cs, now)
+		return []event.Event{s.event(sc, kind, map[string]any{"at": isoMS(now.UnixMilli()), "nextRun": isoMS(sc.NextRun)})}, nil
+	})
+}
+
+// FireNow fires the schedule c at once, outside its due times and its
+// overlap policy, paused or not. Errors: store.ErrNotFound.
+func (s *Scheduler) FireNow(ctx context.Context, c store.Context) (time.Time, error) {
+	var at time.Time
+	_, err := s.update(ctx, c, func(sc *Schedule, found bool, now time.Time) ([]event.Event, error) {
+		if !found {
+			return nil, errGone
+		}
+		cs, err := compile(sc)
+		if err != nil {
+			return nil, err
+		}
+		at = now
+		return []event.Event{s.record(sc, cs, now, now, now, "now")}, nil
+	})
+	if err != nil {
+		return at, err
+	}
+	return at, s.settle(ctx, c)
+}
+
+// Backfill fires the due times of c from through to (both included, at
+// most MaxBackfill of them), as if they had come: a due time that started
+// its flows before starts nothing more. Errors: store.ErrNotFound,
+// store.ErrInvalid (an empty or too long range).
+func (s *Scheduler) Backfill(ctx context.Context, c store.Context, from, to time.Time) ([]time.Time, error) {
+	var dues []time.Time
+	_, err := s.update(ctx, c, func(sc *Schedule, found bool, now time.Time) ([]event.Event, error) {
+		if !found {
+			return nil, errGone
+		}
+		cs, err := compile(sc)
+		if err != nil {
+			return nil, err
+		}
+		if to.After(now) {
+			to = now
+		}
+		dues = dues[:0]
+		for d := cs.Next(from.Add(-time.Millisecond), time.UnixMilli(sc.State.Anchor)); !d.IsZero() && !d.After(to); d = cs.Next(d, time.UnixMilli(sc.State.Anchor)) {
+			if len(dues) == MaxBackfill {
+				return nil, &nqd.Error{Code: nqd.CodeValidation, Message: "The backfill range holds too many due times.",
+					Fields: map[string]string{"to": fmt.Sprintf("the range holds more than %d due times", MaxBackfill)}, Err: store.ErrInvalid}
+			}
+			dues = append(dues, d)
+		}
+		evs := make([]event.Event, 0, len(dues))
+		for _, d := range dues {
+			evs = append(evs, s.record(sc, cs, d, d, now, "backfill"))
+		}
+		return evs, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return dues, s.settle(ctx, c)
+}
+
+// Preview lists the next n due times of c as planned (jitter included).
+// Errors: store.ErrNotFound.
+func (s *Scheduler) Preview(ctx context.Context, c store.Context, n int) ([]time.Time, error) {
+	sc, err := s.Get(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := compile(sc)
+	if err != nil {
+		return nil, err
+	}
+	from := time.UnixMilli(max(sc.State.Cursor, s.opts.Now().UnixMilli()))
+	out := cs.Preview(from, time.UnixMilli(sc.State.Anchor), n)
+	for i, d := range out {
+		out[i] = cs.Planned(d)
+	}
+	return out, nil
+}

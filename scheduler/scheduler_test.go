@@ -1,0 +1,296 @@
+package scheduler_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nqd-dev/nqd/engine"
+	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/flows"
+	"github.com/nqd-dev/nqd/internal/pgtest"
+	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/internal/testkit"
+	"github.com/nqd-dev/nqd/schedule"
+	"github.com/nqd-dev/nqd/scheduler"
+	"github.com/nqd-dev/nqd/store"
+	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/store/pgstore"
+	"github.com/nqd-dev/nqd/store/redisstore"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// backends are the stores the scenarios run on; all three engines of a
+// scenario share one.
+var backends = map[string]func(t *testing.T) engine.Store{
+	"bolt": func(t *testing.T) engine.Store { return testkit.Bolt(t, boltstore.Options{}) },
+	"redis": func(t *testing.T) engine.Store {
+		s, err := redisstore.New(redistest.Client(t), redisstore.Options{Prefix: redistest.Prefix(t), Logger: testkit.Logger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	},
+	"postgres": func(t *testing.T) engine.Store {
+		s, err := pgstore.Open(t.Context(), pgtest.URL(t), pgstore.Options{Logger: testkit.Logger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	},
+}
+
+// instance is one nqd: an engine and its scheduler on the shared store.
+type instance struct {
+	eng *engine.Engine
+	sch *scheduler.Scheduler
+}
+
+func newInstance(t *testing.T, st engine.Store, c *testkit.Clock) instance {
+	e := engine.New(st, engine.Options{Now: c.Now, Lease: 10 * time.Second, Logger: testkit.Logger(t)})
+	return instance{eng: e, sch: scheduler.New(e, st, scheduler.Options{Now: c.Now, Logger: testkit.Logger(t)})}
+}
+
+func mustDefine(t *testing.T, e *engine.Engine) {
+	t.Helper()
+	defs, err := flows.LoadDir("../flows/testdata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range defs {
+		if d.Name == "example-flow" {
+			if err := e.PutDefinition(t.Context(), d); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Fatal("no example-flow in testdata")
+}
+
+// record is a schedule event as read back from its stream.
+type record struct {
+	Kind string
+	Data struct {
+		Source      string `json:"source"`
+		ScheduledAt int64  `json:"scheduledAt"`
+		Reason      string `json:"reason"`
+		Count       int    `json:"count"`
+	}
+}
+
+func readEvents(t *testing.T, st store.Store, c store.Context) []record {
+	t.Helper()
+	evs, err := st.Range(t.Context(), c, store.RangeQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]record, len(evs))
+	for i, ev := range evs {
+		out[i].Kind = ev.Kind
+		if len(ev.Data) > 0 {
+			if err := json.Unmarshal(ev.Data, &out[i].Data); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return out
+}
+
+// firedDues lists the due times (seconds after t0) of c's scheduled fires.
+func firedDues(t *testing.T, st store.Store, c store.Context) []int {
+	var out []int
+	for _, r := range readEvents(t, st, c) {
+		if r.Kind == "trigger.fired" && r.Data.Source == "schedule" {
+			out = append(out, int(time.UnixMilli(r.Data.ScheduledAt).Sub(t0)/time.Second))
+		}
+	}
+	return out
+}
+
+// crashing is an instance's store that dies right after it recorded its
+// first fire once armed: the fire is stored, the flows it fires are not
+// started, and the instance does nothing more.
+type crashing struct {
+	engine.Store
+	armed, dead atomic.Bool
+}
+
+var errDead = errors.New("instance killed")
+
+func (s *crashing) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendResult, error) {
+	if s.dead.Load() {
+		return store.AppendResult{}, errDead
+	}
+	res, err := s.Store.UpdateRun(ctx, u)
+	if err == nil && s.armed.Load() && slices.ContainsFunc(u.Events, func(e event.Event) bool { return e.Kind == "trigger.fired" }) {
+		s.dead.Store(true)
+		return store.AppendResult{}, errDead
+	}
+	return res, err
+}
+
+// Three instances share a store and tick on one clock, every 250ms for an
+// hour, racing for a one-second schedule; one of them is killed half way,
+// right after recording a fire and before starting its flow. Each due time
+// fires once and starts one run.
+func TestThreeInstancesFireEachDueTimeOnce(t *testing.T) {
+	for name, newStore := range backends {
+		t.Run(name, func(t *testing.T) {
+			if name == "bolt" {
+				t.Skip("the embedded store serves one instance")
+			}
+			ctx := t.Context()
+			st := newStore(t)
+			c := testkit.NewClock(t0)
+			victim := &crashing{Store: st}
+			nodes := []instance{newInstance(t, victim, c), newInstance(t, st, c), newInstance(t, st, c)}
+			mustDefine(t, nodes[1].eng)
+			sc := store.Context{Type: scheduler.TriggerStream, ID: "every-second"}
+			spec := schedule.Spec{Interval: 1, Overlap: schedule.OverlapAllow}
+			if _, err := nodes[1].sch.Put(ctx, sc, spec, []scheduler.Target{{Flow: "example-flow"}}, nil); err != nil {
+				t.Fatal(err)
+			}
+			const hour = 3600
+			tick := func() {
+				var wg sync.WaitGroup
+				for i, n := range nodes {
+					if i == 0 && victim.dead.Load() {
+						continue
+					}
+					wg.Go(func() { _ = n.eng.Tick(ctx) })
+				}
+				wg.Wait()
+			}
+			for c.Now().Before(t0.Add(hour * time.Second)) {
+				c.Add(250 * time.Millisecond)
+				if c.Now().Equal(t0.Add(hour / 2 * time.Second)) {
+					victim.armed.Store(true)
+				}
+				tick()
+			}
+			if !victim.dead.Load() {
+				t.Fatal("the instance meant to die never recorded a fire")
+			}
+			// Stop the schedule and let the last fires settle.
+			if _, err := nodes[1].sch.SetPaused(ctx, sc, true); err != nil {
+				t.Fatal(err)
+			}
+			for range 40 {
+				c.Add(250 * time.Millisecond)
+				tick()
+			}
+			dues := firedDues(t, st, sc)
+			if len(dues) < hour {
+				t.Fatalf("%d fires, want at least %d", len(dues), hour)
+			}
+			for i, d := range dues {
+				if d != i+1 {
+					t.Fatalf("fire %d is of due time %ds, want %ds (dues %v...)", i, d, i+1, dues[max(i-3, 0):min(i+3, len(dues))])
+				}
+			}
+			for _, r := range readEvents(t, st, sc) {
+				if r.Kind == "schedule.skipped" {
+					t.Errorf("skipped %d due times: %s", r.Data.Count, r.Data.Reason)
+				}
+			}
+			page, err := st.ListRuns(ctx, "example-flow", "", 0, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if page.Total != int64(len(dues)) {
+				t.Errorf("%d runs for %d fires", page.Total, len(dues))
+			}
+			got, err := nodes[2].sch.Get(ctx, sc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.RunCount != len(dues) || got.FailCount != 0 || len(got.Pending) != 0 {
+				t.Errorf("schedule state: runCount %d failCount %d pending %v, want %d fires", got.RunCount, got.FailCount, got.Pending, len(dues))
+			}
+		})
+	}
+}
+
+// nqd is stopped from 90s to 400s across five due times of a one-minute
+// schedule and started again: the new instance applies the misfire policy.
+func TestRestartAppliesMisfirePolicy(t *testing.T) {
+	tests := []struct {
+		misfire string
+		window  float64
+		max     int
+		fired   []int
+		skipped map[string]int
+	}{
+		{schedule.MisfireSkip, 0, 0, []int{60, 420, 480}, map[string]int{schedule.ReasonMisfire: 5}},
+		{schedule.MisfireFireOnce, 0, 0, []int{60, 360, 420, 480}, map[string]int{schedule.ReasonMisfire: 4}},
+		{schedule.MisfireCatchUp, 200, 2, []int{60, 300, 360, 420, 480}, map[string]int{schedule.ReasonCatchUpWindow: 2, schedule.ReasonCatchUpMax: 1}},
+	}
+	for name, newStore := range backends {
+		t.Run(name, func(t *testing.T) {
+			for _, tt := range tests {
+				t.Run(tt.misfire, func(t *testing.T) {
+					ctx := t.Context()
+					st := newStore(t)
+					c := testkit.NewClock(t0)
+					before := newInstance(t, st, c)
+					mustDefine(t, before.eng)
+					sc := store.Context{Type: scheduler.FlowStream, ID: "minutely"}
+					spec := schedule.Spec{Interval: 60, MisfireGrace: 10, Misfire: tt.misfire, CatchUpWindow: tt.window, CatchUpMax: tt.max, Overlap: schedule.OverlapAllow}
+					if _, err := before.sch.Put(ctx, sc, spec, []scheduler.Target{{Flow: "example-flow"}}, nil); err != nil {
+						t.Fatal(err)
+					}
+					for c.Now().Before(t0.Add(90 * time.Second)) {
+						c.Add(time.Second)
+						must(t, before.eng.Tick(ctx))
+					}
+					c.Set(t0.Add(400 * time.Second))
+					after := newInstance(t, st, c)
+					for c.Now().Before(t0.Add(500 * time.Second)) {
+						must(t, after.eng.Tick(ctx))
+						c.Add(time.Second)
+					}
+					if got := firedDues(t, st, sc); !slices.Equal(got, tt.fired) {
+						t.Errorf("fired due times %v, want %v", got, tt.fired)
+					}
+					skipped := map[string]int{}
+					for _, r := range readEvents(t, st, sc) {
+						if r.Kind == "schedule.skipped" {
+							skipped[r.Data.Reason] += r.Data.Count
+						}
+					}
+					if !mapsEqual(skipped, tt.skipped) {
+						t.Errorf("skipped %v, want %v", skipped, tt.skipped)
+					}
+				})
+			}
+		})
+	}
+}
+
+func mapsEqual(a, b map[string]int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
