@@ -2,7 +2,11 @@
 import js from '@eslint/js'
 import tseslint from 'typescript-eslint'
 
-const nuxtQueueGlobals = { defineQueueConfig: 'readonly', defineQueueWorker: 'readonly', PermanentError: 'readonly' }
+const nuxtQueueGlobals = {
+  defineQueueConfig: 'readonly', defineQueueWorker: 'readonly', PermanentError: 'readonly',
+  defineFunctionConfig: 'readonly', defineFunction: 'readonly', defineTriggerConfig: 'readonly',
+  defineAwaitRegisterHook: 'readonly', defineAwaitResolveHook: 'readonly', defineAwaitTimeoutHook: 'readonly',
+}
 
 export default tseslint.config(
   { ignores: ['dist/', 'build-test/', 'node_modules/', '.test-bin/'] },
@@ -31,7 +35,7 @@ export default tseslint.config(
   },
   {
     // Example step files are Nuxt Queue step files: the auto-imports are globals.
-    files: ['examples/**/*.ts', 'examples/**/*.js'],
+    files: ['examples/**/*.ts', 'examples/**/*.js', 'test/fixtures/**/*.js'],
     extends: [tseslint.configs.recommended],
     languageOptions: { globals: nuxtQueueGlobals },
   },

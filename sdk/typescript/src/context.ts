@@ -82,8 +82,10 @@ export interface StepContext {
   /**
    * What resolved the step's await, as v0.5 handed it: a webhook's or a
    * trigger's body, an event await's event data; undefined without an await.
+   * Typed as v0.5 typed it, so that its step files check unchanged.
    */
-  trigger: unknown
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  trigger: any
   logger: StepLogger
   state: StepState
   flow: StepFlow

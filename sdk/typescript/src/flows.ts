@@ -1,8 +1,10 @@
 // Builds nqd flow definitions from the `config` exports of Nuxt Queue step
-// files: flow.name, role, step, emits, subscribes, the queue and its job
-// defaults (attempts, backoff, timeout), and nqd's await.
+// files of both generations: flow.name, role, step, emits, subscribes, the
+// queue and its job defaults (attempts, backoff, timeout), nqd's await, and
+// v0.5's awaitBefore, awaitAfter, stepTimeout and triggers. The fixtures in
+// sdk/testdata/nuxt-configs hold the mapping, for every SDK that has one.
 
-import type { AwaitConfig, QueueWorkerConfig } from './define.js'
+import type { AwaitConfig, NuxtAwaitConfig, QueueWorkerConfig, TriggerDefinition } from './define.js'
 
 /** A step of an nqd flow definition (`PUT /api/_flows/<name>`). */
 export interface StepDefinition {
@@ -32,9 +34,22 @@ export interface StepSource {
   config: QueueWorkerConfig | undefined
 }
 
+/**
+ * A trigger a v0.5 entry step defines or subscribes to, with the flows that
+ * subscribe to it: what the trigger registry is to hold.
+ */
+export interface FlowTrigger {
+  name: string
+  /** Absent for a trigger the files subscribe to but do not define. */
+  definition?: TriggerDefinition
+  subscriptions: { flow: string, mode: 'auto' | 'manual' }[]
+}
+
 /** What building the definitions learned about each step file. */
 export interface BuiltFlows {
   flows: FlowDefinition[]
+  /** The triggers of v0.5 entry steps, sorted by name. */
+  triggers: FlowTrigger[]
   /** Problems that leave a flow unusable or drop part of a config. */
   warnings: string[]
   /** The queue of each step, keyed by `<flowName>/<step>`. */
@@ -80,6 +95,44 @@ function retryPolicy(cfg: QueueWorkerConfig): StepDefinition['retryPolicy'] {
 }
 
 /**
+ * Maps a v0.5 await onto nqd's: a webhook is a trigger await (its body
+ * reaches the step as ctx.trigger), an event an event await, a time a time
+ * await. A schedule (the next time of a cron expression) has no nqd await
+ * and is dropped with a warning; so are the parts nqd does not take.
+ */
+function nqdAwait(where: string, a: NuxtAwaitConfig, warn: (w: string) => void): AwaitConfig | undefined {
+  let out: AwaitConfig
+  switch (a.type) {
+    case 'time':
+      out = { type: 'time', delay: a.delay ?? 0 }
+      break
+    case 'webhook':
+      out = { type: 'trigger', triggerType: 'webhook' }
+      break
+    case 'event':
+      if (a.event === undefined || a.event === '') {
+        warn(`${where}: an event await needs its event; dropped`)
+        return undefined
+      }
+      out = { type: 'event', eventKind: a.event }
+      if (a.filterKey !== undefined) {
+        warn(`${where}: the event await's filterKey is not taken; the first ${a.event} event resumes the step`)
+      }
+      break
+    default:
+      warn(`${where}: a ${a.type} await has no nqd equivalent; dropped`)
+      return undefined
+  }
+  if (a.type !== 'time' && a.timeout !== undefined && a.timeout > 0) {
+    out.timeout = a.timeout
+  }
+  if (a.timeoutAction !== undefined && a.timeoutAction !== 'fail') {
+    warn(`${where}: timeoutAction ${a.timeoutAction} is not taken; a timeout fails the step`)
+  }
+  return out
+}
+
+/**
  * Builds one definition per flow name the files mention. The entry file's
  * first step is the entry; a flow without one, or a definition nqd would
  * refuse for another reason, is still returned (nqd says why when it is
@@ -88,7 +141,11 @@ function retryPolicy(cfg: QueueWorkerConfig): StepDefinition['retryPolicy'] {
 export function buildFlows(sources: StepSource[]): BuiltFlows {
   const byName = new Map<string, FlowDefinition>()
   const warnings: string[] = []
+  const warn = (w: string): void => { warnings.push(w) }
   const queues = new Map<string, string>()
+  const triggers = new Map<string, FlowTrigger>()
+  /** Steps whose v0.5 awaitAfter holds back the steps their emits make due. */
+  const after: { flow: string, step: string, src: string, wait: AwaitConfig }[] = []
   for (const src of sources) {
     const f = src.config?.flow
     if (src.config === undefined || f === undefined) {
@@ -102,8 +159,16 @@ export function buildFlows(sources: StepSource[]): BuiltFlows {
     }
     const queue = queueOf(src)
     const policy = retryPolicy(src.config)
-    const wait = f.await ?? src.config.await
-    const timeout = src.config.queue?.defaultJobOptions?.timeout
+    let wait = f.await ?? src.config.await
+    if (f.awaitBefore !== undefined) {
+      const before = nqdAwait(`${src.id}: awaitBefore`, f.awaitBefore, warn)
+      if (wait !== undefined && before !== undefined) {
+        warn(`${src.id}: both await and awaitBefore; await is taken`)
+      }
+      wait ??= before
+    }
+    const waitAfter = f.awaitAfter === undefined ? undefined : nqdAwait(`${src.id}: awaitAfter`, f.awaitAfter, warn)
+    const timeout = f.stepTimeout ?? src.config.queue?.defaultJobOptions?.timeout
     for (const flowName of names) {
       let def = byName.get(flowName)
       if (def === undefined) {
@@ -145,10 +210,35 @@ export function buildFlows(sources: StepSource[]): BuiltFlows {
         }
         def.steps[step] = s
         queues.set(`${flowName}/${step}`, queue)
+        if (waitAfter !== undefined) {
+          after.push({ flow: flowName, step, src: src.id, wait: waitAfter })
+        }
+        if (f.triggers !== undefined && def.entry === step) {
+          addTriggers(triggers, flowName, f.triggers)
+        } else if (f.triggers !== undefined) {
+          warn(`${src.id}: triggers start a flow; only its entry step may name them`)
+        }
       })
       if (f.stateSchema !== undefined) {
         def.stateSchema = f.stateSchema
       }
+    }
+  }
+  // nqd awaits before a step: an awaitAfter holds back each step that
+  // subscribes to what the awaiting step emits.
+  for (const a of after) {
+    const def = byName.get(a.flow)
+    const emits = def?.steps[a.step]?.emits ?? []
+    const held = Object.entries(def?.steps ?? {}).filter(([, s]) => s.subscribes?.some(e => emits.includes(e)) === true)
+    if (held.length === 0) {
+      warn(`${a.src}: awaitAfter holds back no step (none subscribes to what ${a.step} emits); dropped`)
+    }
+    for (const [name, s] of held) {
+      if (s.await !== undefined) {
+        warn(`${a.src}: ${name} has an await of its own; ${a.step}'s awaitAfter is not added to it`)
+        continue
+      }
+      s.await = { ...a.wait }
     }
   }
   for (const def of byName.values()) {
@@ -156,5 +246,23 @@ export function buildFlows(sources: StepSource[]): BuiltFlows {
       warnings.push(`flow ${def.name} has no step with role 'entry'; nqd cannot start it`)
     }
   }
-  return { flows: [...byName.values()], warnings, queues }
+  const sortedTriggers = [...triggers.values()].sort((a, b) => a.name < b.name ? -1 : a.name > b.name ? 1 : 0)
+  return { flows: [...byName.values()], triggers: sortedTriggers, warnings, queues }
+}
+
+function addTriggers(into: Map<string, FlowTrigger>, flow: string, t: NonNullable<NonNullable<QueueWorkerConfig['flow']>['triggers']>): void {
+  const get = (name: string): FlowTrigger => {
+    let tr = into.get(name)
+    if (tr === undefined) {
+      tr = { name, subscriptions: [] }
+      into.set(name, tr)
+    }
+    return tr
+  }
+  if (t.define !== undefined && typeof t.define.name === 'string' && t.define.name !== '') {
+    get(t.define.name).definition = t.define
+  }
+  for (const name of list(t.subscribe)) {
+    get(name).subscriptions.push({ flow, mode: t.mode ?? 'auto' })
+  }
 }

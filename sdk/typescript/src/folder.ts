@@ -67,6 +67,11 @@ export async function loadFolder(opts: FolderOptions): Promise<FolderWorker> {
   if (opts.storeFlows === true) {
     flows = await storeFlows(new Http({ url: opts.url, token: opts.token }), flows, refused, log)
   }
+  if (built.triggers.length > 0) {
+    // nqd's trigger registry has no routes yet: the triggers are named so
+    // that whoever starts the flows knows what the files expected.
+    log.warn(`triggers in the step files are not registered in nqd: ${built.triggers.map(t => t.name).join(', ')}; start their flows with POST /api/_flows/<name>/start`)
+  }
   // One worker per queue, with the handlers of the steps on it.
   const byQueue = new Map<string, { handlers: Record<string, Handler>, concurrency: number }>()
   for (const f of files) {

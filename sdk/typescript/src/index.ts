@@ -8,7 +8,7 @@ export type {
 export type { LogLevel, Resume, StartedRun, StepContext, StepFlow, StepLogger, StepState } from './context.js'
 export { AuthError, EncodingError, NqdError, PermanentError, isPermanent } from './errors.js'
 export { buildFlows } from './flows.js'
-export type { FlowDefinition, StepDefinition } from './flows.js'
+export type { BuiltFlows, FlowDefinition, FlowTrigger, StepDefinition, StepSource } from './flows.js'
 export { loadFolder, subscribedInput } from './folder.js'
 export type { FolderOptions, FolderWorker } from './folder.js'
 export { loadStepFiles, installGlobals } from './loader.js'

@@ -73,6 +73,48 @@ describe('nqd-worker <path>...', () => {
     assert.equal(await cli.exited, 0, cli.out())
   })
 
+  it('runs v0.5 step files beside October 2025 ones: a webhook await continued by its call, an awaitAfter delay', { timeout: 60_000 }, async () => {
+    const cli = runCli([join(pkgDir, 'examples'), '--url', nqd.url, '--store-flows'], admin)
+    try {
+      await waitFor('the CLI to serve its queues', () => cli.out().includes('serving queues'), 30_000)
+      assert.match(cli.out(), /stored flow webhook-approval: process-approval, request-approval/)
+      assert.match(cli.out(), /stored flow notification: /)
+
+      const approval = await nqd.start('webhook-approval', { requestedBy: 'ada', amount: 42 })
+      const note = await nqd.start('notification', { recipient: 'grace' })
+      const wait = await waitFor('the webhook await', async () => {
+        const ans = await nqd.call<{ items: { runId: string, triggerId: string, step: string }[] }>('GET', '/api/_flows/waits?kind=trigger&flowName=webhook-approval')
+        return ans.items.find(i => i.runId === approval)
+      })
+      await nqd.call('POST', `/api/_flows/triggers/${wait.triggerId}`, { approved: true, comment: 'fine' })
+      const a = await nqd.finished(approval)
+      assert.equal(a.state.status, 'completed', cli.out())
+      // The webhook's body reached the step as ctx.trigger, its input keyed by event as v0.5 had it.
+      assert.deepEqual(a.state.state, { approval: { by: 'ada', amount: 42, comment: 'fine' } })
+
+      const n = await nqd.finished(note)
+      assert.equal(n.state.status, 'completed', cli.out())
+      assert.deepEqual(n.state.state, { followedUp: { recipient: 'grace', after: 'time' } })
+    } finally {
+      cli.proc.kill('SIGTERM')
+    }
+    assert.equal(await cli.exited, 0, cli.out())
+  })
+
+  it('a step file whose log metadata refers to itself fails its run with a message naming the log, and the command stops', { timeout: 60_000 }, async () => {
+    const cli = runCli([join(pkgDir, 'test', 'fixtures', 'unencodable'), '--url', nqd.url, '--store-flows', '--grace', '2'], admin)
+    try {
+      await waitFor('the CLI to serve its queues', () => cli.out().includes('serving queues'), 30_000)
+      const run = await nqd.finished(await nqd.start('unencodable'))
+      assert.equal(run.state.status, 'failed', cli.out())
+      const failed = run.events.find(e => e.kind === 'step.failed')
+      assert.match(String(failed?.data?.error), /ctx\.logger\.log\("info", "x"\) meta: the value cannot be encoded as JSON/)
+    } finally {
+      cli.proc.kill('SIGTERM')
+    }
+    assert.equal(await cli.exited, 0, cli.out())
+  })
+
   it('with a write token and no --store-flows, serves the stored flows without storing them', { timeout: 60_000 }, async () => {
     const cli = runCli([join(pkgDir, 'examples', 'ml-training'), '-u', nqd.url, '-q', 'ml', '--grace', '2'], writer)
     try {

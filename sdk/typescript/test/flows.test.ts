@@ -1,10 +1,32 @@
 // Flow definitions built from step file configs, and the loading of a folder.
 
 import assert from 'node:assert/strict'
+import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, it } from 'node:test'
-import { buildFlows, loadStepFiles, subscribedInput } from '../src/index.js'
+import { buildFlows, loadStepFiles, subscribedInput, type StepSource } from '../src/index.js'
 import { pkgDir } from './nqd.js'
+
+/** The mapping's cases every SDK shares: configs in, definitions and triggers out. */
+const casesDir = join(pkgDir, '..', 'testdata', 'nuxt-configs')
+
+describe('the shared Nuxt Queue config cases', () => {
+  for (const name of ['october-2025', 'v0.5']) {
+    it(`maps ${name} as its .out.json says`, () => {
+      const input = JSON.parse(readFileSync(join(casesDir, `${name}.in.json`), 'utf8')) as { files: StepSource[] }
+      const want = JSON.parse(readFileSync(join(casesDir, `${name}.out.json`), 'utf8')) as unknown
+      const built = buildFlows(input.files)
+      const flows = [...built.flows].sort((a, b) => a.name < b.name ? -1 : a.name > b.name ? 1 : 0)
+      // Through JSON, as nqd gets it: fields left undefined are absent.
+      assert.deepEqual(JSON.parse(JSON.stringify({ flows, triggers: built.triggers })), want)
+    })
+  }
+
+  it('says what v0.5 configs nqd cannot take', () => {
+    const input = JSON.parse(readFileSync(join(casesDir, 'v0.5.in.json'), 'utf8')) as { files: StepSource[] }
+    assert.deepEqual(buildFlows(input.files).warnings, ['test/step-2: awaitBefore: a schedule await has no nqd equivalent; dropped'])
+  })
+})
 
 describe('buildFlows', () => {
   it('maps the Nuxt Queue config onto an nqd definition', () => {
@@ -67,10 +89,12 @@ describe('buildFlows', () => {
 })
 
 describe('loadStepFiles', () => {
-  it('loads the example folder: TypeScript and JavaScript, nested folders, the auto-imports as globals', async () => {
+  it('loads the example folder: both generations, TypeScript and JavaScript, nested folders, the auto-imports as globals and as #imports', async () => {
     const { files, skipped } = await loadStepFiles(join(pkgDir, 'examples'))
     assert.deepEqual(skipped, [])
     assert.deepEqual(files.map(f => f.id), [
+      'functions/approvals/process-approval', 'functions/approvals/request-approval',
+      'functions/notifications/follow-up', 'functions/notifications/send-notification',
       'ml-training/train', 'orders/approve', 'orders/charge_payment', 'orders/check_stock', 'orders/receive_order', 'orders/ship',
     ])
     for (const f of files) {
@@ -84,6 +108,14 @@ describe('loadStepFiles', () => {
     assert.deepEqual(orders?.steps.approve?.subscribes, ['stock.checked', 'payment.charged'])
     assert.equal(orders?.steps.approve?.await?.type, 'trigger')
     assert.equal(orders?.steps.charge_payment?.queue, 'payments')
+    const approval = built.flows.find(f => f.name === 'webhook-approval')
+    assert.deepEqual(approval?.steps['process-approval']?.await, { type: 'trigger', triggerType: 'webhook', timeout: 86_400_000 })
+    assert.deepEqual(built.flows.find(f => f.name === 'notification')?.steps['follow-up']?.await, { type: 'time', delay: 300 })
+  })
+
+  it('loads one file given alone, named by its base name', async () => {
+    const { files } = await loadStepFiles(join(pkgDir, 'examples', 'functions', 'notifications', 'follow-up.ts'))
+    assert.deepEqual(files.map(f => [f.id, f.config?.flow?.step]), [['follow-up', 'follow-up']])
   })
 })
 
