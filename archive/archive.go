@@ -4,8 +4,8 @@
 // included) and a manifest that counts them and holds the checksum of the
 // compressed file.
 //
-// Dir keeps archives in a directory; an object store can implement Archive
-// later with the same layout of names.
+// Bucket keeps archives in an object store's bucket (S3 and the stores that
+// speak its protocol) or in a local directory, with the same names in both.
 package archive
 
 import (

@@ -2,11 +2,7 @@ package archive
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/nqd-dev/nqd/event"
@@ -14,11 +10,11 @@ import (
 )
 
 // Segments hold the early part of a long run that compaction trimmed from the
-// live stream while the run goes on. A context's segments sit in a directory
+// live stream while the run goes on. A context's segments sit in a folder
 // of their own beside its whole-run archive:
 //
-//	<root>/<type>/<id>/seg-<first>-<last>.ndjson.gz      the events
-//	<root>/<type>/<id>/seg-<first>-<last>.manifest.json  the Manifest
+//	<type>/<id>/seg-<first>-<last>.ndjson.gz      the events
+//	<type>/<id>/seg-<first>-<last>.manifest.json  the Manifest
 //
 // where <first> and <last> are the ids of its first and last events, each
 // part zero-padded to 20 digits so that names sort in id order. As with Put,
@@ -70,17 +66,18 @@ func trimZeros(s string) string {
 	return "0"
 }
 
-func (d *Dir) segmentDir(c store.Context) string { return filepath.Join(d.root, c.Type, c.ID) }
+func segmentFolder(c store.Context) string { return c.Type + "/" + c.ID + "/" }
 
-func (d *Dir) segmentPaths(c store.Context, r SegmentRef) (data, manifest string) {
-	base := filepath.Join(d.segmentDir(c), r.base())
+func segmentKeys(c store.Context, r SegmentRef) (data, manifest string) {
+	base := segmentFolder(c) + r.base()
 	return base + segDataExt, base + segManifestExt
 }
 
 // PutSegment archives evs, consecutive events of c in id order, as one
 // segment, replacing a segment with the same first and last ids. Errors:
-// store.ErrInvalid (bad context, no events, events out of order), IO errors.
-func (d *Dir) PutSegment(ctx context.Context, c store.Context, evs []event.Event) (Manifest, error) {
+// store.ErrInvalid (bad context, no events, events out of order), the
+// bucket's.
+func (a *Bucket) PutSegment(ctx context.Context, c store.Context, evs []event.Event) (Manifest, error) {
 	if err := checkContext(c); err != nil {
 		return Manifest{}, err
 	}
@@ -93,31 +90,47 @@ func (d *Dir) PutSegment(ctx context.Context, c store.Context, evs []event.Event
 		}
 	}
 	ref := SegmentRef{FirstID: evs[0].ID, LastID: evs[len(evs)-1].ID}
-	dataPath, manifestPath := d.segmentPaths(c, ref)
-	return d.write(ctx, c, dataPath, manifestPath, Manifest{Type: c.Type, ID: c.ID}, Slice(evs))
+	dataKey, manifestKey := segmentKeys(c, ref)
+	return a.write(ctx, c, dataKey, manifestKey, Manifest{Type: c.Type, ID: c.ID}, Slice(evs))
 }
 
 // Segments lists c's segments in id order; none is an empty list. Errors:
-// store.ErrInvalid, IO errors.
-func (d *Dir) Segments(ctx context.Context, c store.Context) ([]SegmentRef, error) {
+// store.ErrInvalid, the bucket's.
+func (a *Bucket) Segments(ctx context.Context, c store.Context) ([]SegmentRef, error) {
 	if err := checkContext(c); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	entries, err := os.ReadDir(d.segmentDir(c))
-	if errors.Is(err, fs.ErrNotExist) {
-		return []SegmentRef{}, nil
-	}
+	names, err := a.list(ctx, segmentFolder(c))
 	if err != nil {
-		return nil, fmt.Errorf("archive: %w", err)
+		return nil, err
 	}
-	// ReadDir sorts by name, and the padded names sort in id order.
+	// list sorts by name, and the padded names sort in id order.
 	out := []SegmentRef{}
-	for _, e := range entries {
-		if r, ok := parseSegmentName(e.Name()); ok && !e.IsDir() {
+	for _, name := range names {
+		if r, ok := parseSegmentName(name); ok {
 			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// Segmented lists the ids of the contexts of type typ that have segments,
+// in order. Errors: store.ErrInvalid, the bucket's.
+func (a *Bucket) Segmented(ctx context.Context, typ string) ([]string, error) {
+	if !event.ValidType(typ) {
+		return nil, fmt.Errorf("archive: type %q: %w", typ, store.ErrInvalid)
+	}
+	names, err := a.list(ctx, typ+"/")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, name := range names {
+		if id, ok := strings.CutSuffix(name, "/"); ok && checkContext(store.Context{Type: typ, ID: id}) == nil {
+			out = append(out, id)
 		}
 	}
 	return out, nil
@@ -127,24 +140,24 @@ func (d *Dir) Segments(ctx context.Context, c store.Context) ([]SegmentRef, erro
 // returns false. A read to the end checks the segment against its manifest;
 // one stopped early trusts what it decoded, as the segment was verified when
 // compaction wrote it. Errors: store.ErrNotFound, ErrCorrupt,
-// store.ErrInvalid, ctx's error.
-func (d *Dir) ReadSegment(ctx context.Context, c store.Context, r SegmentRef, fn func(event.Event) bool) (Manifest, error) {
+// store.ErrInvalid, ctx's error, the bucket's.
+func (a *Bucket) ReadSegment(ctx context.Context, c store.Context, r SegmentRef, fn func(event.Event) bool) (Manifest, error) {
 	if err := checkContext(c); err != nil {
 		return Manifest{}, err
 	}
-	dataPath, manifestPath := d.segmentPaths(c, r)
-	m, err := readManifest(c, manifestPath)
+	dataKey, manifestKey := segmentKeys(c, r)
+	m, err := a.readManifest(ctx, c, manifestKey)
 	if err != nil {
 		return Manifest{}, err
 	}
 	if m.FirstID != r.FirstID.String() || m.LastID != r.LastID.String() {
 		return Manifest{}, fmt.Errorf("archive: segment %s of %s: manifest holds %s..%s: %w", r.base(), c, m.FirstID, m.LastID, ErrCorrupt)
 	}
-	return readData(ctx, c, m, dataPath, fn)
+	return a.readData(ctx, c, m, dataKey, fn)
 }
 
 // VerifySegment reads c's segment r to the end and checks it against its
 // manifest. Errors: as ReadSegment.
-func (d *Dir) VerifySegment(ctx context.Context, c store.Context, r SegmentRef) (Manifest, error) {
-	return d.ReadSegment(ctx, c, r, func(event.Event) bool { return true })
+func (a *Bucket) VerifySegment(ctx context.Context, c store.Context, r SegmentRef) (Manifest, error) {
+	return a.ReadSegment(ctx, c, r, func(event.Event) bool { return true })
 }

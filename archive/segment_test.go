@@ -2,9 +2,11 @@ package archive_test
 
 import (
 	"errors"
-	"os"
-	"path/filepath"
+	"io"
+	"strings"
 	"testing"
+
+	"gocloud.dev/blob"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -13,8 +15,9 @@ import (
 	"github.com/nqd-dev/nqd/store"
 )
 
-func TestSegments(t *testing.T) {
-	d, root := newTestDir(t)
+func TestSegments(t *testing.T) { eachBucket(t, testSegments) }
+
+func testSegments(t *testing.T, d testBucket) {
 	ctx := t.Context()
 	evs := testEvents(30)
 	if segs, err := d.Segments(ctx, run); err != nil || len(segs) != 0 {
@@ -53,16 +56,17 @@ func TestSegments(t *testing.T) {
 		t.Errorf("List with only segments = %v, %v; want none", list, err)
 	}
 
-	data := filepath.Join(root, run.Type, run.ID)
-	entries, err := os.ReadDir(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		if filepath.Ext(e.Name()) == ".gz" {
-			if err := os.WriteFile(filepath.Join(data, e.Name()), []byte("damaged"), 0o600); err != nil {
-				t.Fatal(err)
-			}
+	it := d.raw.List(&blob.ListOptions{Prefix: run.Type + "/" + run.ID + "/"})
+	for {
+		obj, err := it.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasSuffix(obj.Key, ".gz") {
+			d.write(t, obj.Key, []byte("damaged"))
 		}
 	}
 	if _, err := d.VerifySegment(ctx, run, segs[0]); !errors.Is(err, archive.ErrCorrupt) {

@@ -29,7 +29,7 @@ func batch(from, n int) []event.Event {
 	return out
 }
 
-func openStores(t *testing.T) (*boltstore.Store, *archive.Dir) {
+func openStores(t *testing.T) (*boltstore.Store, *archive.Bucket) {
 	t.Helper()
 	st := testkit.Bolt(t, boltstore.Options{})
 	dir, err := archive.NewDir(filepath.Join(t.TempDir(), "archive"), nil)

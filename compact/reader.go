@@ -10,7 +10,7 @@ import (
 )
 
 // Segments is the part of an archive that compaction writes and reads back;
-// *archive.Dir is one.
+// *archive.Bucket is one.
 type Segments interface {
 	PutSegment(ctx context.Context, c store.Context, evs []event.Event) (archive.Manifest, error)
 	Segments(ctx context.Context, c store.Context) ([]archive.SegmentRef, error)
@@ -18,7 +18,7 @@ type Segments interface {
 	VerifySegment(ctx context.Context, c store.Context, r archive.SegmentRef) (archive.Manifest, error)
 }
 
-var _ Segments = (*archive.Dir)(nil)
+var _ Segments = (*archive.Bucket)(nil)
 
 // Reader reads a context's whole history although compaction trimmed its
 // early events: ids up to the last archived one come from the segments, the

@@ -72,7 +72,8 @@ type Config struct {
 	RetainCompleted   time.Duration
 	RetainFailed      time.Duration
 	RetainCancelled   time.Duration
-	ArchiveDir        string        // archive runs here before they expire; empty: no archive
+	ArchiveDir        string        // a directory to archive runs to before they expire; empty: ArchiveURL or none
+	ArchiveURL        string        // the bucket to archive runs to (s3://, file://); empty: ArchiveDir or none
 	RetentionInterval time.Duration // how often due runs are looked for
 
 	// The sweeper of runs the engine will not move on by itself.
@@ -161,7 +162,8 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 		{"retain-completed", "NQ_RETAIN_COMPLETED", "how long a completed run is kept after it finished, e.g. 168h (0: forever)", "0", dur(&c.RetainCompleted)},
 		{"retain-failed", "NQ_RETAIN_FAILED", "how long a failed run is kept after it finished, e.g. 720h (0: forever)", "0", dur(&c.RetainFailed)},
 		{"retain-cancelled", "NQ_RETAIN_CANCELLED", "how long a cancelled run is kept after it finished (0: forever)", "0", dur(&c.RetainCancelled)},
-		{"archive-dir", "NQ_ARCHIVE_DIR", "directory finished runs are archived to before they expire (empty: no archive)", "", str(&c.ArchiveDir)},
+		{"archive-dir", "NQ_ARCHIVE_DIR", "directory finished runs are archived to before they expire, short for NQ_ARCHIVE_URL=file://<dir> (empty: no archive)", "", str(&c.ArchiveDir)},
+		{"archive-url", "NQ_ARCHIVE_URL", "bucket finished runs and compacted events are archived to: s3://bucket?region=...&endpoint=... or file:///dir (empty: NQ_ARCHIVE_DIR or no archive)", "", str(&c.ArchiveURL)},
 		{"retention-interval", "NQ_RETENTION_INTERVAL", "how often runs whose retention ended are looked for", "1m", dur(&c.RetentionInterval)},
 		{"sweep-interval", "NQ_SWEEP_INTERVAL", "time between sweeps for overdue awaits, stuck runs and orphaned run records", durText(sweeper.DefaultInterval), dur(&c.SweepInterval)},
 		{"stall-after", "NQ_STALL_AFTER", "how long a run with no pending await and no leased job may go without an event before it is flagged stuck", durText(sweeper.DefaultStallAfter), dur(&c.StallAfter)},
@@ -340,6 +342,17 @@ func (c Config) validate() error {
 	for name, d := range map[string]time.Duration{"NQ_RETAIN_COMPLETED": c.RetainCompleted, "NQ_RETAIN_FAILED": c.RetainFailed, "NQ_RETAIN_CANCELLED": c.RetainCancelled} {
 		if d < 0 {
 			bad(name, "must not be negative")
+		}
+	}
+	if c.ArchiveURL != "" {
+		u, err := url.Parse(c.ArchiveURL)
+		switch {
+		case c.ArchiveDir != "":
+			bad("NQ_ARCHIVE_DIR and NQ_ARCHIVE_URL", "both set: nqd archives to one place, so set only one")
+		case err != nil || (u.Scheme != "s3" && u.Scheme != "file"):
+			bad("NQ_ARCHIVE_URL", "want an s3:// or file:// URL")
+		case u.Scheme == "s3" && u.Host == "":
+			bad("NQ_ARCHIVE_URL", "want a bucket name: s3://<bucket>?region=...")
 		}
 	}
 	if c.RetentionInterval < time.Second {

@@ -77,6 +77,9 @@ func TestLoadRejects(t *testing.T) {
 		{env: map[string]string{"NQ_STREAM_MAXLEN_BY_TYPE": "flow=10,Bad=3"}, want: "NQ_STREAM_MAXLEN_BY_TYPE"},
 		{env: map[string]string{"NQ_STREAM_MAXLEN_BY_TYPE": "flow"}, want: "NQ_STREAM_MAXLEN_BY_TYPE"},
 		{env: map[string]string{"NQ_GC_MIN_HEAP": "-1"}, want: "NQ_GC_MIN_HEAP"},
+		{env: map[string]string{"NQ_ARCHIVE_URL": "gs://bucket"}, want: "NQ_ARCHIVE_URL"},
+		{env: map[string]string{"NQ_ARCHIVE_URL": "s3://?region=eu-west-1"}, want: "NQ_ARCHIVE_URL"},
+		{env: map[string]string{"NQ_ARCHIVE_URL": "s3://runs", "NQ_ARCHIVE_DIR": "/var/lib/nqd/archive"}, want: "NQ_ARCHIVE_DIR and NQ_ARCHIVE_URL"},
 	}
 	for _, tt := range tests {
 		_, err := Load(tt.args, env(tt.env), io.Discard)

@@ -24,7 +24,7 @@ type ArchiveReader interface {
 // archive: there is nothing archived to find.
 var errNoArchive = &nqd.Error{
 	Code:    nqd.CodeNotFound,
-	Message: "This server keeps no archive: set NQ_ARCHIVE_DIR to read archived runs.",
+	Message: "This server keeps no archive: set NQ_ARCHIVE_URL (or NQ_ARCHIVE_DIR) to read archived runs.",
 }
 
 // contextSource is where a read route finds a context: the live store or the

@@ -29,7 +29,7 @@ type History interface {
 // events: trimming without an archive would lose them.
 var errNoCompact = &nqd.Error{
 	Code:    nqd.CodeNotFound,
-	Message: "This server cannot compact: set NQ_ARCHIVE_DIR, on a store that can trim its streams.",
+	Message: "This server cannot compact: set NQ_ARCHIVE_URL (or NQ_ARCHIVE_DIR), on a store that can trim its streams.",
 }
 
 // beforeRule is the 400 message for a bad `before`.

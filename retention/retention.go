@@ -29,7 +29,8 @@ type Store interface {
 // Options tune a Reaper. The zero value expires without archiving.
 type Options struct {
 	// Archive, when set, receives every run before it is deleted; a run
-	// whose archiving fails stays in the store and is tried again.
+	// whose archive fails to write or to verify stays in the store and is
+	// tried again.
 	Archive archive.Archive
 	// Now is the reaper's clock; default time.Now.
 	Now func() time.Time
@@ -116,6 +117,16 @@ func (r *Reaper) expire(ctx context.Context, run store.ExpiredRun, now int64) er
 		man, err := r.opts.Archive.Put(ctx, c, record, Events(ctx, r.store, c))
 		if err != nil {
 			return fmt.Errorf("archive %s: %w", c, err)
+		}
+		// The run leaves the store only once its archive reads back whole
+		// from where it was written: the commit of an upload is the
+		// bucket's word, this read is ours.
+		got, err := r.opts.Archive.Verify(ctx, c)
+		if err != nil {
+			return fmt.Errorf("verify the archive of %s: %w", c, err)
+		}
+		if got.SHA256 != man.SHA256 || got.Events != man.Events {
+			return fmt.Errorf("verify the archive of %s: it reads back as another archive (%d events, sha256 %s)", c, got.Events, got.SHA256)
 		}
 		r.opts.Logger.Debug().Str("run", run.Run).Int64("events", man.Events).Msg("run archived")
 	}

@@ -2,7 +2,6 @@ package wiring
 
 import (
 	"context"
-	"fmt"
 	"sync"
 
 	"github.com/rs/zerolog"
@@ -19,24 +18,20 @@ func RetentionPolicy(cfg config.Config) store.Retention {
 }
 
 // StartRetention runs the reaper over st when any retention is configured,
-// archiving into cfg.ArchiveDir when it is set. stop ends the reaper and waits
-// for its sweep to return.
-func StartRetention(ctx context.Context, st retention.Store, cfg config.Config, log zerolog.Logger) (stop func(), err error) {
+// archiving into arch when it is not nil. stop ends the reaper and waits for
+// its sweep to return.
+func StartRetention(ctx context.Context, st retention.Store, cfg config.Config, arch *archive.Bucket, log zerolog.Logger) (stop func()) {
 	if RetentionPolicy(cfg) == (store.Retention{}) {
-		return func() {}, nil
+		return func() {}
 	}
 	opts := retention.Options{Logger: log.With().Str("component", "retention").Logger()}
-	if cfg.ArchiveDir != "" {
-		dir, err := archive.NewDir(cfg.ArchiveDir, nil)
-		if err != nil {
-			return nil, fmt.Errorf("NQ_ARCHIVE_DIR: %w", err)
-		}
-		opts.Archive = dir
+	if arch != nil {
+		opts.Archive = arch
 	} else {
-		log.Warn().Msg("runs expire without an archive: set NQ_ARCHIVE_DIR to keep them")
+		log.Warn().Msg("runs expire without an archive: set NQ_ARCHIVE_URL or NQ_ARCHIVE_DIR to keep them")
 	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	wg.Go(func() { retention.New(st, opts).Run(ctx, cfg.RetentionInterval) })
-	return func() { cancel(); wg.Wait() }, nil
+	return func() { cancel(); wg.Wait() }
 }

@@ -4,9 +4,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nqd-dev/nqd/archive"
 	"github.com/nqd-dev/nqd/config"
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/s3test"
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/internal/wait"
 	"github.com/nqd-dev/nqd/store"
@@ -15,7 +15,16 @@ import (
 )
 
 func TestStartRetentionArchivesThenExpires(t *testing.T) {
-	cfg := config.Config{RetainCompleted: time.Hour, ArchiveDir: t.TempDir(), RetentionInterval: time.Second}
+	t.Run("dir", func(t *testing.T) {
+		testRetentionArchives(t, config.Config{RetainCompleted: time.Hour, ArchiveDir: t.TempDir(), RetentionInterval: time.Second})
+	})
+	t.Run("s3", func(t *testing.T) {
+		u := s3test.Start(t).Bucket(t, "runs")
+		testRetentionArchives(t, config.Config{RetainCompleted: time.Hour, ArchiveURL: u, RetentionInterval: time.Second})
+	})
+}
+
+func testRetentionArchives(t *testing.T, cfg config.Config) {
 	st := testkit.Bolt(t, boltstore.Options{Retention: wiring.RetentionPolicy(cfg)})
 	finished := time.Now().Add(-2 * time.Hour).UnixMilli()
 	m := store.RunMeta{Flow: "f", Run: "r1", Status: store.RunCompleted, StartedAt: finished, CompletedAt: finished}
@@ -23,15 +32,13 @@ func TestStartRetentionArchivesThenExpires(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	stop, err := wiring.StartRetention(t.Context(), st, cfg, testkit.Logger(t))
+	arch, err := wiring.OpenArchive(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer arch.Close()
+	stop := wiring.StartRetention(t.Context(), st, cfg, arch, testkit.Logger(t))
 	defer stop()
-	arch, err := archive.NewDir(cfg.ArchiveDir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	wait.For(t, 20*time.Second, 20*time.Millisecond, "the run to expire", func() bool {
 		info, err := st.Info(t.Context(), store.Context{Type: "flow", ID: "r1"})
 		if err != nil {

@@ -71,10 +71,15 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 	}
 	a.Store = st
 
-	history, compactor, err := Compaction(st, cfg)
+	arch, err := OpenArchive(ctx, cfg)
 	if err != nil {
 		return nil, errors.Join(err, a.Close())
 	}
+	if arch != nil {
+		a.closers = append(a.closers, arch.Close)
+		log.Info().Str("archive", arch.String()).Msg("archiving to a bucket")
+	}
+	history, compactor := Compaction(st, arch)
 	states := snapshots.New(history, snapshots.Options{
 		MaxEntries:      cfg.CacheEntries,
 		MaxBytes:        cfg.CacheBytes,
@@ -124,17 +129,10 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 	if err := a.Metrics.WatchAwaits(eng.PendingAwaits); err != nil {
 		return nil, errors.Join(err, a.Close())
 	}
-	stopReaper, err := StartRetention(ctx, st, cfg, log)
-	if err != nil {
-		return nil, errors.Join(err, a.Close())
-	}
+	stopReaper := StartRetention(ctx, st, cfg, arch, log)
 	a.closers = append(a.closers, func() error { stopReaper(); return nil })
 
 	access, err := a.access()
-	if err != nil {
-		return nil, errors.Join(err, a.Close())
-	}
-	archived, err := ArchiveReader(cfg)
 	if err != nil {
 		return nil, errors.Join(err, a.Close())
 	}
@@ -144,7 +142,6 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 		Engine:       eng,
 		KeyPrefix:    cfg.Prefix,
 		KV:           st,
-		Archive:      archived,
 		Restorer:     st,
 		Web:          web.FS,
 		WebBase:      cfg.WebBase,
@@ -164,8 +161,11 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 		},
 		Access: access,
 	}
-	if compactor != nil { // a nil *Compactor in the interface would not read as off
+	if compactor != nil { // a nil pointer in an interface would not read as off
 		deps.Compactor, deps.History = compactor, history
+	}
+	if arch != nil {
+		deps.Archive = arch
 	}
 	a.api = handlers.New(deps)
 	a.Handler = a.Metrics.Middleware(a.api.Routes())
