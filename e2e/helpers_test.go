@@ -75,12 +75,11 @@ func startWorker(t testing.TB, base string, concurrency int, handlers map[string
 	startWorkerWith(t, worker.Config{BaseURL: base, Concurrency: concurrency}, handlers)
 }
 
-// startWorkerWith runs the worker SDK with cfg (queue default, quick
-// heartbeats) until the test ends.
+// startWorkerWith runs the worker SDK with cfg (queue default) until the
+// test ends.
 func startWorkerWith(t testing.TB, cfg worker.Config, handlers map[string]worker.Handler) {
 	t.Helper()
 	cfg.Queues = []string{"default"}
-	cfg.Heartbeat = 200 * time.Millisecond
 	cfg.Logger = slog.New(slog.NewTextHandler(zerolog.NewTestWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

@@ -74,36 +74,6 @@ func TestCompletionClaimsNext(t *testing.T) {
 	}
 }
 
-// An nqd from before completions claimed refuses the field, naming it or
-// not; the worker completes the job without it and claims on its own from
-// then on.
-func TestCompletionClaimOnOldServer(t *testing.T) {
-	for name, refusal := range map[string]string{
-		"naming the field": `{"error":{"code":"validation_failed","message":"The request has invalid fields.","fields":{"claim":"unknown field"}}}`,
-		"naming nothing":   `{"error":{"code":"bad_request","message":"unknown field"}}`,
-	} {
-		t.Run(name, func(t *testing.T) { testCompletionClaimOnOldServer(t, refusal) })
-	}
-}
-
-func testCompletionClaimOnOldServer(t *testing.T, refusal string) {
-	n := startNQD(t)
-	n.putFlow("chain", "entry: work\nsteps:\n  work: {queue: q1}\n")
-	base, refused := refusingProxy(t, n.base, `"claim"`, refusal)
-	runWorker(t, base, worker.Config{Queues: []string{"q1"}, Concurrency: 1},
-		map[string]worker.Handler{"work": func(context.Context, *worker.StepContext) (any, error) { return "ok", nil }})
-	for range 3 {
-		run := n.start("chain", nil)
-		evs := n.mustComplete(run, runWithin)
-		if count(evs, "step.completed") != 1 || count(evs, "step.failed") != 0 {
-			t.Errorf("run %s: %s", run, keys(evs))
-		}
-	}
-	if r := refused.Load(); r != 1 {
-		t.Errorf("the worker sent %d claiming completions to an nqd that refused the first; want 1", r)
-	}
-}
-
 // With nothing waiting (each run starts once the last one is done),
 // completions still claim, and their claims wait a little for the next run:
 // one started meanwhile through the same nqd is handed to the completion.
@@ -194,33 +164,4 @@ func (h *noticeHandler) Handle(_ context.Context, r slog.Record) error {
 		h.once.Do(func() { close(h.seen) })
 	}
 	return nil
-}
-
-// refusingProxy passes the worker's calls on to nqd at target, but answers
-// a completion whose body holds marker itself, with a 400 and refusal, as
-// an older nqd would. It returns its URL and how many it refused.
-func refusingProxy(t *testing.T, target, marker, refusal string) (string, *atomic.Int32) {
-	t.Helper()
-	u, err := url.Parse(target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := httputil.NewSingleHostReverseProxy(u)
-	refused := new(atomic.Int32)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, "/complete") {
-			b, _ := io.ReadAll(r.Body)
-			if bytes.Contains(b, []byte(marker)) {
-				refused.Add(1)
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(http.StatusBadRequest)
-				_, _ = io.WriteString(w, refusal)
-				return
-			}
-			r.Body = io.NopCloser(bytes.NewReader(b))
-		}
-		proxy.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	return srv.URL, refused
 }

@@ -35,11 +35,16 @@ func (e *StatusError) Error() string {
 }
 
 // retriable reports whether a failed call may succeed when repeated: no
-// answer at all, or an answer that says nqd is busy or unwell.
+// answer at all (a call that timed out included), or an answer that says
+// nqd is busy or unwell. Callers whose own context ended stop regardless.
 func retriable(err error) bool {
+	var ee *EncodeError
+	if errors.As(err, &ee) {
+		return false
+	}
 	var se *StatusError
 	if !errors.As(err, &se) {
-		return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+		return true
 	}
 	return se.Status == http.StatusRequestTimeout || se.Status == http.StatusTooManyRequests || se.Status >= 500
 }
@@ -79,7 +84,8 @@ type Job struct {
 
 func (c *client) claim(ctx context.Context, queues []string, max int) ([]Job, error) {
 	var ans struct{ Jobs []Job }
-	err := c.post(ctx, "/api/_workers/claim", map[string]any{"queues": queues, "max": max, "waitMs": claimWait.Milliseconds()}, "", &ans)
+	body := map[string]any{"queues": queues, "max": max, "waitMs": claimWait.Milliseconds()}
+	err := c.postWithin(ctx, claimWait+callTimeout, "/api/_workers/claim", body, "", &ans)
 	return ans.Jobs, err
 }
 
@@ -89,12 +95,18 @@ func jobPath(j Job) string {
 }
 
 // post sends body as JSON to path, with key as its Idempotency-Key when
-// set, and decodes a 2xx answer into out.
+// set, and decodes a 2xx answer into out, within callTimeout.
 func (c *client) post(ctx context.Context, path string, body any, key string, out any) error {
+	return c.postWithin(ctx, callTimeout, path, body, key, out)
+}
+
+func (c *client) postWithin(ctx context.Context, timeout time.Duration, path string, body any, key string, out any) error {
 	b, err := json.Marshal(body)
 	if err != nil {
-		return err
+		return &EncodeError{Field: "the body of " + path, Err: err}
 	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(b))
 	if err != nil {
 		return err
@@ -107,6 +119,8 @@ func (c *client) post(ctx context.Context, path string, body any, key string, ou
 }
 
 func (c *client) get(ctx context.Context, path string, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
 	if err != nil {
 		return err

@@ -579,8 +579,10 @@ func TestLostAnswers(t *testing.T) {
 		t.Errorf("events %s, want each once per step", keys(evs))
 	}
 	// The run can be seen complete before the proxy has dropped the answer to
-	// the report that completed it, so wait for the count rather than read it.
-	wait.For(t, runWithin, 10*time.Millisecond, "every report's first answer dropped", func() bool { return dropped.Load() >= 4 })
+	// the report that completed it, so wait for the count rather than read it:
+	// the log and the emit go in one events call or two, then each step's
+	// completion.
+	wait.For(t, runWithin, 10*time.Millisecond, "every report's first answer dropped", func() bool { return dropped.Load() >= 3 })
 }
 
 // 14. A busy nqd: the first answer to each report is a 503 or a 429 with

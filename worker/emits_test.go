@@ -130,32 +130,6 @@ func TestQuickEmitBeforeAFailure(t *testing.T) {
 	}
 }
 
-// An nqd from before completions took emits refuses them, naming the
-// event; the worker sends the emit through the events call and completes
-// again, and sends its emits at once from then on.
-func TestQuickEmitOnOldServer(t *testing.T) {
-	n := startNQD(t)
-	n.putFlow("chain", chainFlow)
-	base, refused := refusingProxy(t, n.base, `"kind":"emit"`,
-		`{"error":{"code":"validation_failed","message":"The request has invalid fields.","fields":{"events[1].kind":"emit through the events call, before completing"}}}`)
-	runWorker(t, base, worker.Config{Queues: []string{"q1"}, Concurrency: 1}, map[string]worker.Handler{
-		"first": func(_ context.Context, sc *worker.StepContext) (any, error) {
-			return "first", sc.Emit("first.done", nil)
-		},
-		"second": func(context.Context, *worker.StepContext) (any, error) { return "second", nil },
-	})
-	for range 3 {
-		run := n.start("chain", nil)
-		evs := n.mustComplete(run, runWithin)
-		if count(evs, "emit first") != 1 || count(evs, "step.completed second") != 1 || count(evs, "step.failed") != 0 {
-			t.Errorf("run %s: %s", run, keys(evs))
-		}
-	}
-	if r := refused.Load(); r != 1 {
-		t.Errorf("the worker sent %d completions with emits to an nqd that refused the first; want 1", r)
-	}
-}
-
 // An emit nqd refuses for itself (no name) fails the step whose completion
 // carried it, and is no sign of an older nqd: the next step's emit still
 // goes with its completion.

@@ -2,11 +2,10 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,16 +20,31 @@ type held struct {
 	c        *client
 	log      *slog.Logger
 	leaseEnd atomic.Int64 // epoch ms
+	// ctx is the job's: the step's events are sent under it.
+	ctx context.Context
 
-	// mu orders the job's reports; started is set once step.started is
-	// stored, which goes with the first report (see startDelay). queued
-	// are the emits made while step.started waits: they wait with it, and
-	// go with the first report or the outcome. holdEmits says whether they
-	// may (not for an nqd that refuses emits in a completion).
-	mu        sync.Mutex
-	started   bool
-	queued    []event
-	holdEmits bool
+	// mu guards what follows. started is set once step.started is handed
+	// to a report, which it goes first in (see startDelay); queued are the
+	// emits made while step.started waits: they wait with it. pending are
+	// the events not sent yet, which one sender at a time (draining, open
+	// while it runs) sends in order, in batches. closed is set once the
+	// outcome is being reported: events after it are refused.
+	mu       sync.Mutex
+	started  bool
+	queued   []event
+	pending  []pending
+	draining chan struct{}
+	closed   bool
+	// encodeErr is the first value of the step that could not be encoded:
+	// the step fails with it, whether or not the handler returned it.
+	encodeErr error
+}
+
+// pending is an event waiting to be sent; done, when not nil, gets the
+// outcome of its batch.
+type pending struct {
+	ev   event
+	done chan error
 }
 
 // startDelay is how long step.started waits to go with the step's first
@@ -40,61 +54,81 @@ type held struct {
 // one call too: nqd decides the emits in the completion's own write.
 const startDelay = 100 * time.Millisecond
 
+// A batch of events stops growing at maxBatch events or maxBatchBytes of
+// data (half of nqd's default body limit), so that one large event does not
+// sink the events around it.
+const (
+	maxBatch      = 100
+	maxBatchBytes = 512 << 10
+)
+
+// errDone refuses an event of a step whose outcome is being reported.
+var errDone = errors.New("worker: the step's outcome is reported already")
+
+// handler finds the handler of j: the one keyed by its flow and step
+// ("flow/step") first, then the one keyed by its step alone.
+func (w *worker) handler(j Job) Handler {
+	if hd := w.handlers[j.Flow+"/"+j.Step]; hd != nil {
+		return hd
+	}
+	return w.handlers[j.Step]
+}
+
 // runJob runs j under jobs: heartbeats from the claim until the final
-// report is acknowledged, the handler, then complete or fail. While claiming
-// lasts, the completion claims the slot's next job, which runJob returns.
-func (w *worker) runJob(claiming, jobs context.Context, j Job) (next *Job) {
-	h := &held{job: j, c: w.c, log: w.log.With("run", j.Run, "step", j.Step, "attempt", j.Attempt), holdEmits: !w.emitsApart.Load()}
-	h.leaseEnd.Store(j.LeaseEnd)
+// report is acknowledged, the handler, then complete or fail, sent under
+// reports. While claiming lasts, the completion claims the slot's next job,
+// which runJob returns.
+func (w *worker) runJob(claiming, jobs, reports context.Context, j Job) (next *Job) {
 	jobCtx, cancel := context.WithCancelCause(jobs)
 	defer cancel(nil)
+	h := &held{job: j, c: w.c, log: w.log.With("run", j.Run, "step", j.Step, "attempt", j.Attempt), ctx: jobCtx}
+	h.leaseEnd.Store(j.LeaseEnd)
 	// Heartbeats outlive the handler: a report being retried needs the
 	// lease kept alive as much as the running step does.
-	beatCtx, stopBeats := context.WithCancel(context.WithoutCancel(jobs))
+	beatCtx, stopBeats := context.WithCancel(reports)
 	beats := make(chan struct{})
 	go func() {
 		defer close(beats)
-		h.heartbeats(beatCtx, w.cfg.Heartbeat, cancel)
+		h.heartbeats(beatCtx, cancel)
 	}()
 	defer func() { stopBeats(); <-beats }()
+	// No sender of the job's events outlives it.
+	defer h.flush()
 
 	sc := &StepContext{Job: j, h: h, ctx: jobCtx}
-	starter := time.AfterFunc(startDelay, func() {
-		if err := h.report(jobCtx); err != nil {
-			h.log.Warn("step.started not reported", "err", err)
-		}
-	})
+	starter := time.AfterFunc(startDelay, func() { _ = h.add(event{Kind: "step.started"}, false) })
 	defer starter.Stop()
 	type outcome struct {
 		result any
 		err    error
 	}
-	out := make(chan outcome, 1)
-	go func() {
-		var o outcome
-		if hd := w.handlers[j.Step]; hd == nil {
-			o.err = Permanent(fmt.Errorf("no handler for step %q", j.Step))
-		} else {
-			o.result, o.err = safeRun(jobCtx, hd, sc)
-		}
-		out <- o
-	}()
 	var o outcome
 	stopped := false
-	select {
-	case o = <-out:
-	case <-jobCtx.Done():
+	if hd := w.handler(j); jobs.Err() != nil {
+		// A completion brought the job once the grace period was over.
+		stopped = true
+	} else if hd == nil {
+		o.err = Permanent(fmt.Errorf("no handler for step %q of flow %q", j.Step, j.Flow))
+	} else {
+		out := make(chan outcome, 1)
+		go func() {
+			var o outcome
+			o.result, o.err = safeRun(jobCtx, hd, sc)
+			out <- o
+		}()
 		select {
 		case o = <-out:
-		case <-jobs.Done():
-			// Past the grace period: fail the job now rather than
-			// wait for a handler that may not return.
-			stopped = true
+		case <-jobCtx.Done():
+			select {
+			case o = <-out:
+			case <-jobs.Done():
+				// Past the grace period: fail the job now rather than
+				// wait for a handler that may not return.
+				stopped = true
+			}
 		}
 	}
-	// Reports after the handler use a context of their own: the job's
-	// is done once the worker stops, and the outcome must still reach nqd.
-	final := context.WithoutCancel(jobCtx)
+	starter.Stop()
 	cause := context.Cause(jobCtx)
 	if errors.Is(cause, ErrCanceled) || errors.Is(cause, ErrLeaseLost) {
 		h.log.Info("job dropped", "why", cause)
@@ -103,29 +137,21 @@ func (w *worker) runJob(claiming, jobs context.Context, j Job) (next *Job) {
 	if stopped || (o.err != nil && errors.Is(cause, ErrStopped)) {
 		o = outcome{err: ErrStopped}
 	}
+	h.flush()
 	if o.err == nil {
-		claim := claiming.Err() == nil && !w.oldServer.Load()
-		next, err := h.complete(final, o.result, w.cfg.Queues, claim)
-		if h.emitsRefused(err) {
-			// An nqd from before completions took emits names them in its
-			// refusal: they go through the events call, then the
-			// completion again, and this worker's emits go at once from
-			// now on.
-			w.emitsApart.Store(true)
-			if err = h.report(final); err == nil {
-				next, err = h.complete(final, o.result, w.cfg.Queues, claim)
-			}
+		h.mu.Lock()
+		o.err = h.encodeErr
+		h.mu.Unlock()
+	}
+	var result json.RawMessage
+	if o.err == nil && o.result != nil {
+		var err error
+		if result, err = encode("result", o.result); err != nil {
+			o.err = err
 		}
-		if claim && hasStatus(err, 400) {
-			// An nqd from before completions claimed refuses the field,
-			// whether or not it names it: complete plainly. Should that go
-			// through, the field was the cause, and completions claim no
-			// more; should it be refused too, the result was.
-			next, err = h.complete(final, o.result, nil, false)
-			if err == nil {
-				w.oldServer.Store(true)
-			}
-		}
+	}
+	if o.err == nil {
+		next, err := h.complete(reports, result, w.cfg.Queues, claiming.Err() == nil)
 		if err == nil || !hasStatus(err, 400, 413, 422) {
 			h.logOutcome("complete", err)
 			if len(next) > 1 {
@@ -138,12 +164,12 @@ func (w *worker) runJob(claiming, jobs context.Context, j Job) (next *Job) {
 			}
 			return nil
 		}
-		// nqd refused the result (too large, not JSON): the step fails
-		// with the reason rather than leave the job to its lease.
+		// nqd refused the result (too large, say): the step fails with the
+		// reason rather than leave the job to its lease.
 		o.err = Permanent(fmt.Errorf("complete refused: %w", err))
 	}
 	var perm *PermanentError
-	h.logOutcome("fail", h.fail(final, o.err.Error(), !errors.As(o.err, &perm)))
+	h.logOutcome("fail", h.fail(reports, o.err.Error(), !errors.As(o.err, &perm)))
 	return nil
 }
 
@@ -166,10 +192,24 @@ func safeRun(ctx context.Context, h Handler, sc *StepContext) (result any, err e
 	return h(ctx, sc)
 }
 
-// heartbeats extends the lease every period until ctx ends; when nqd says
-// the job is gone it cancels the job with the reason and stops.
-func (h *held) heartbeats(ctx context.Context, period time.Duration, cancel context.CancelCauseFunc) {
-	t := time.NewTicker(period)
+// Heartbeats go every third of what is left of the lease, so that two may
+// fail before it ends, and at least every maxBeat; minBeat bounds them from
+// below once the lease seems over (a clock that differs from nqd's, say).
+const (
+	maxBeat = 10 * time.Second
+	minBeat = 100 * time.Millisecond
+)
+
+// beatIn is how long until the job's next heartbeat.
+func (h *held) beatIn() time.Duration {
+	return min(max(time.Until(time.UnixMilli(h.leaseEnd.Load()))/3, minBeat), maxBeat)
+}
+
+// heartbeats extends the lease until ctx ends; when nqd says the job is
+// gone it cancels the job with the reason and stops.
+func (h *held) heartbeats(ctx context.Context, cancel context.CancelCauseFunc) {
+	retry := newBackOff()
+	t := time.NewTimer(h.beatIn())
 	defer t.Stop()
 	for {
 		select {
@@ -188,115 +228,205 @@ func (h *held) heartbeats(ctx context.Context, period time.Duration, cancel cont
 			return
 		case err == nil:
 			h.leaseEnd.Store(beat.LeaseUntil.UnixMilli())
+			retry.Reset()
+			t.Reset(h.beatIn())
 		case hasStatus(err, 409):
 			cancel(ErrLeaseLost)
 			return
 		case ctx.Err() == nil:
-			// The next tick tries again; the lease lasts several of them.
+			// Sooner than usual: the lease lasts several of these.
 			h.log.Warn("heartbeat failed", "err", err)
+			t.Reset(min(retry.NextBackOff(), h.beatIn()))
 		}
 	}
 }
 
-// event is one progress event of the protocol.
+// event is one progress event of the protocol, its data encoded when the
+// step made it.
 type event struct {
-	Kind string `json:"kind"`
-	Data any    `json:"data,omitempty"`
+	Kind string          `json:"kind"`
+	Data json.RawMessage `json:"data,omitempty"`
 }
 
-// report sends progress events, preceded by step.started and the queued
-// emits when they are not stored yet, under one Idempotency-Key for all its
-// retries.
-func (h *held) report(ctx context.Context, evs ...event) error {
+// encode encodes a value the step reports as JSON; what it cannot encode
+// is an *EncodeError naming field.
+func encode(field string, v any) (json.RawMessage, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, &EncodeError{Field: field, Err: err}
+	}
+	return b, nil
+}
+
+// newEvent encodes an event of kind with data, recording an encoding
+// error against the job so that the step fails with it.
+func (h *held) newEvent(kind, field string, data any) (event, error) {
+	b, err := encode(field, data)
+	if err != nil {
+		h.mu.Lock()
+		if h.encodeErr == nil {
+			h.encodeErr = err
+		}
+		h.mu.Unlock()
+		return event{}, err
+	}
+	return event{Kind: kind, Data: b}, nil
+}
+
+// add queues ev to be sent, preceded by step.started and the emits queued
+// with it when they are not handed to a report yet; with wait it returns
+// the outcome of ev's batch, otherwise at once.
+func (h *held) add(ev event, wait bool) error {
+	var done chan error
+	if wait {
+		done = make(chan error, 1)
+	}
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	evs = append(h.unsent(), evs...)
-	if len(evs) == 0 {
+	switch {
+	case h.closed:
+		h.mu.Unlock()
+		return errDone
+	case ev.Kind == "step.started" && h.started:
+		h.mu.Unlock()
+		return nil
+	case !h.started:
+		h.started = true
+		batch := append([]event{{Kind: "step.started"}}, h.queued...)
+		h.queued = nil
+		for _, e := range batch {
+			h.pending = append(h.pending, pending{ev: e})
+		}
+		if ev.Kind == "step.started" {
+			h.pending[len(h.pending)-len(batch)].done = done
+			break
+		}
+		fallthrough
+	default:
+		h.pending = append(h.pending, pending{ev: ev, done: done})
+	}
+	if h.draining == nil {
+		h.draining = make(chan struct{})
+		go h.drain(h.draining)
+	}
+	h.mu.Unlock()
+	if done == nil {
 		return nil
 	}
-	err := h.send(ctx, "/events", map[string]any{"lease": h.job.Lease, "events": evs}, newKey(), nil)
-	if err == nil {
-		h.started, h.queued = true, nil
+	select {
+	case err := <-done:
+		return err
+	case <-h.ctx.Done():
+		return context.Cause(h.ctx)
 	}
-	return err
 }
 
-// unsent is what goes first in the job's next report: step.started and the
-// emits queued with it, when they are not stored yet. Callers hold mu.
+// drain sends the pending events in order, as many in one call as have
+// queued up, until none is left; then it closes done.
+func (h *held) drain(done chan struct{}) {
+	for {
+		h.mu.Lock()
+		n, size := 0, 0
+		for n < len(h.pending) && n < maxBatch {
+			size += len(h.pending[n].ev.Data)
+			if n > 0 && size > maxBatchBytes {
+				break
+			}
+			n++
+		}
+		if n == 0 {
+			h.draining = nil
+			h.mu.Unlock()
+			close(done)
+			return
+		}
+		batch := h.pending[:n:n]
+		h.pending = h.pending[n:]
+		h.mu.Unlock()
+		evs := make([]event, len(batch))
+		waited := false
+		for i, p := range batch {
+			evs[i] = p.ev
+			waited = waited || p.done != nil
+		}
+		err := h.send(h.ctx, "/events", map[string]any{"lease": h.job.Lease, "events": evs}, newKey(), nil)
+		if err != nil && evs[0].Kind == "step.started" && hasStatus(err, 400, 413, 422) {
+			// nqd refused the call and stored none of it: step.started
+			// goes with the next report or the outcome.
+			h.mu.Lock()
+			h.started = false
+			h.mu.Unlock()
+		}
+		if err != nil && !waited {
+			h.log.Warn("events not reported", "err", err)
+		}
+		for _, p := range batch {
+			if p.done != nil {
+				p.done <- err
+			}
+		}
+	}
+}
+
+// flush waits until every event made so far was sent (or given up on) and
+// refuses those made from then on.
+func (h *held) flush() {
+	for {
+		h.mu.Lock()
+		d := h.draining
+		if d == nil {
+			h.closed = true
+			h.mu.Unlock()
+			return
+		}
+		h.mu.Unlock()
+		<-d
+	}
+}
+
+// emit queues ev, an emit, to go with step.started while that waits (see
+// startDelay), and sends it at once otherwise.
+func (h *held) emit(ev event) error {
+	h.mu.Lock()
+	if !h.started && !h.closed {
+		h.queued = append(h.queued, ev)
+		h.mu.Unlock()
+		return nil
+	}
+	h.mu.Unlock()
+	return h.add(ev, true)
+}
+
+// unsent is what goes first in the job's outcome: step.started and the
+// emits queued with it, when they are not handed to a report yet.
 func (h *held) unsent() []event {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	if h.started {
 		return nil
 	}
 	return append([]event{{Kind: "step.started"}}, h.queued...)
 }
 
-// emit queues ev, an emit, to go with step.started while that waits (see
-// startDelay), and sends it at once otherwise.
-func (h *held) emit(ctx context.Context, ev event) error {
-	h.mu.Lock()
-	if !h.started && h.holdEmits {
-		h.queued = append(h.queued, ev)
-		h.mu.Unlock()
-		return nil
-	}
-	h.mu.Unlock()
-	return h.report(ctx, ev)
-}
-
-// emitsRefused reports whether err is nqd refusing the emits a completion
-// carried, naming them in its fields, as an nqd from before completions
-// took emits does.
-func (h *held) emitsRefused(err error) bool {
-	var se *StatusError
-	if !errors.As(err, &se) || se.Status != http.StatusBadRequest {
-		return false
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.started || len(h.queued) == 0 {
-		return false
-	}
-	for f := range se.Fields {
-		if isKindField(f) {
-			return true
-		}
-	}
-	return false
-}
-
-// isKindField reports whether a refusal's field names an event's kind,
-// events[i].kind, as an nqd refusing a kind in that call names it (an emit
-// without a name is events[i].data.event instead).
-func isKindField(f string) bool {
-	return strings.HasPrefix(f, "events[") && strings.HasSuffix(f, "].kind")
-}
-
-// finish sends the job's outcome, complete or fail, with step.started and
-// the queued emits when they are not stored yet, and decodes the answer
-// into out. A failure takes no emits: they are reported first.
+// finish sends the job's outcome, complete or fail, once its events are
+// sent, with step.started and the queued emits when they are not stored
+// yet, and decodes the answer into out. A failure takes no emits: they are
+// reported first.
 func (h *held) finish(ctx context.Context, call string, body map[string]any, out any) error {
-	h.mu.Lock()
-	emits := !h.started && len(h.queued) > 0
-	h.mu.Unlock()
-	if call == "/fail" && emits {
-		if err := h.report(ctx); err != nil {
+	h.flush()
+	evs := h.unsent()
+	if call == "/fail" && len(evs) > 1 {
+		if err := h.send(ctx, "/events", map[string]any{"lease": h.job.Lease, "events": evs}, newKey(), nil); err != nil {
 			h.log.Warn("emits before the failure not reported", "err", err)
+			evs = evs[:1] // step.started alone
+		} else {
+			evs = nil
 		}
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	body["lease"] = h.job.Lease
-	if evs := h.unsent(); len(evs) > 0 {
-		if call == "/fail" {
-			evs = evs[:1] // the emits could not be reported: step.started alone
-		}
+	if len(evs) > 0 {
 		body["events"] = evs
 	}
-	err := h.send(ctx, call, body, "", out)
-	if err == nil {
-		h.started, h.queued = true, nil
-	}
-	return err
+	return h.send(ctx, call, body, "", out)
 }
 
 // nextJobWait is how long a completion's claim waits for a job when none is
@@ -306,9 +436,9 @@ func (h *held) finish(ctx context.Context, call string, body map[string]any, out
 // again at once.
 const nextJobWait = 50 * time.Millisecond
 
-// complete completes the job with result; with claim it also claims the
-// next job of queues, which it returns.
-func (h *held) complete(ctx context.Context, result any, queues []string, claim bool) ([]Job, error) {
+// complete completes the job with result (nil for none); with claim it
+// also claims the next job of queues, which it returns.
+func (h *held) complete(ctx context.Context, result json.RawMessage, queues []string, claim bool) ([]Job, error) {
 	body := map[string]any{}
 	if result != nil {
 		body["result"] = result
@@ -330,15 +460,16 @@ func (h *held) fail(ctx context.Context, msg string, retriable bool) error {
 }
 
 // send posts a report about the job, retrying with backoff and jitter while
-// the failure may mend and the lease lasts: each report is safe to repeat
-// (docs/worker-protocol.md), and nqd keeps the lease across its restarts.
+// the failure may mend, ctx lasts and the lease lasts: each report is safe
+// to repeat (docs/worker-protocol.md), and nqd keeps the lease across its
+// restarts.
 func (h *held) send(ctx context.Context, call string, body any, key string, out any) error {
 	op := func() (struct{}, error) {
 		err := h.c.post(ctx, jobPath(h.job)+call, body, key, out)
 		if err == nil {
 			return struct{}{}, nil
 		}
-		if !retriable(err) {
+		if ctx.Err() != nil || !retriable(err) {
 			return struct{}{}, backoff.Permanent(err)
 		}
 		if time.Now().UnixMilli() >= h.leaseEnd.Load() {
@@ -353,6 +484,7 @@ func (h *held) send(ctx context.Context, call string, body any, key string, out 
 	notify := func(err error, next time.Duration) {
 		h.log.Debug("report failed; trying again", "call", call, "err", err, "in", next)
 	}
-	_, err := backoff.Retry(ctx, op, backoff.WithBackOff(newBackOff()), backoff.WithNotify(notify))
+	// The lease and ctx bound the retries, not a total time of their own.
+	_, err := backoff.Retry(ctx, op, backoff.WithBackOff(newBackOff()), backoff.WithNotify(notify), backoff.WithMaxElapsedTime(0))
 	return err
 }

@@ -285,15 +285,11 @@ func keys(evs []runEvent) string {
 	return strings.Join(out, ", ")
 }
 
-// runWorker runs the SDK with cfg against nqd at base until the test ends, with
-// quick heartbeats unless cfg has its own; the returned channel gets Run's
-// error when it returns.
+// runWorker runs the SDK with cfg against nqd at base until the test ends;
+// the returned channel gets Run's error when it returns.
 func runWorker(t *testing.T, base string, cfg worker.Config, handlers map[string]worker.Handler) (stop context.CancelFunc, result <-chan error) {
 	t.Helper()
 	cfg.BaseURL = base
-	if cfg.Heartbeat == 0 {
-		cfg.Heartbeat = 200 * time.Millisecond
-	}
 	cfg.Logger = slog.New(slog.NewTextHandler(zerolog.NewTestWriter(t), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)

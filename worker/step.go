@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/url"
 	"time"
@@ -11,7 +12,8 @@ import (
 // StepContext is what a handler gets besides its context: the job, and
 // calls that report to nqd about it. Every report is retried until the
 // job's lease ends; an error means it did not reach nqd (or nqd refused
-// it, with a *StatusError naming the field).
+// it, with a *StatusError naming the field), or that a value could not be
+// encoded (an *EncodeError).
 type StepContext struct {
 	Job Job
 	h   *held
@@ -31,17 +33,21 @@ func (sc *StepContext) Attempt() int { return sc.Job.Attempt }
 // before it reported anything) waits with it: Emit then returns at once,
 // and the emit goes with the step's first report or its outcome, which nqd
 // refuses as a whole should it refuse the emit. Otherwise Emit returns once
-// nqd stored the emit.
+// nqd stored the emit. A payload that cannot be encoded is an
+// *EncodeError, and fails the step.
 func (sc *StepContext) Emit(event string, payload any) error {
-	return sc.h.emit(sc.ctx, emitEvent(event, payload))
-}
-
-func emitEvent(name string, payload any) event {
-	return event{Kind: "emit", Data: map[string]any{"event": name, "payload": payload}}
+	ev, err := sc.h.newEvent("emit", fmt.Sprintf("emit %q payload", event), map[string]any{"event": event, "payload": payload})
+	if err != nil {
+		return err
+	}
+	return sc.h.emit(ev)
 }
 
 // Log appends a log event at level (debug, info, warn, error); args are
 // key-value pairs or slog.Attrs, as for slog, kept as the log's metadata.
+// It does not wait for nqd: the step's logs go in order, several in one
+// call when they queue up, and all before its outcome. Metadata that cannot
+// be encoded is an *EncodeError, and fails the step.
 func (sc *StepContext) Log(level, msg string, args ...any) error {
 	data := map[string]any{}
 	r := slog.NewRecord(time.Time{}, 0, "", 0)
@@ -51,38 +57,59 @@ func (sc *StepContext) Log(level, msg string, args ...any) error {
 		return true
 	})
 	data["level"], data["msg"] = level, msg
-	return sc.h.report(sc.ctx, event{Kind: "log", Data: data})
+	ev, err := sc.h.newEvent("log", "log meta", data)
+	if err != nil {
+		return err
+	}
+	return sc.h.add(ev, false)
 }
 
-// Progress reports how far the step is, 0–100 by convention.
+// Progress reports how far the step is, 0–100 by convention; like Log, it
+// does not wait for nqd.
 func (sc *StepContext) Progress(value float64) error {
-	return sc.h.report(sc.ctx, event{Kind: "step.progress", Data: map[string]any{"progress": value}})
+	ev, err := sc.h.newEvent("step.progress", "progress", map[string]any{"progress": value})
+	if err != nil {
+		return err
+	}
+	return sc.h.add(ev, false)
 }
 
 // State gives the run's key-value state.
 func (sc *StepContext) State() *State { return &State{sc: sc} }
 
-// State reads and writes the run's state through state.* events; a read
-// sees every write acknowledged before it.
+// State reads and writes the run's state through state.* events; a write
+// returns once nqd stored it, so a read sees every write before it. A value
+// that cannot be encoded is an *EncodeError, and fails the step.
 type State struct{ sc *StepContext }
 
 // Set sets key to value.
 func (s *State) Set(key string, value any) error {
-	return s.sc.h.report(s.sc.ctx, event{Kind: "state.set", Data: map[string]any{"key": key, "value": value}})
+	return s.write("state.set", fmt.Sprintf("state value %q", key), map[string]any{"key": key, "value": value})
 }
 
 // Delete removes key.
 func (s *State) Delete(key string) error {
-	return s.sc.h.report(s.sc.ctx, event{Kind: "state.delete", Data: map[string]any{"key": key}})
+	return s.write("state.delete", "state key", map[string]any{"key": key})
 }
 
 // SetBatch sets every key of values in one event.
 func (s *State) SetBatch(values map[string]any) error {
 	ops := make([]map[string]any, 0, len(values))
 	for k, v := range values {
+		if _, err := s.sc.h.newEvent("state.batch", fmt.Sprintf("state value %q", k), v); err != nil {
+			return err
+		}
 		ops = append(ops, map[string]any{"type": "set", "key": k, "value": v})
 	}
-	return s.sc.h.report(s.sc.ctx, event{Kind: "state.batch", Data: map[string]any{"operations": ops}})
+	return s.write("state.batch", "state batch", map[string]any{"operations": ops})
+}
+
+func (s *State) write(kind, field string, data any) error {
+	ev, err := s.sc.h.newEvent(kind, field, data)
+	if err != nil {
+		return err
+	}
+	return s.sc.h.add(ev, true)
 }
 
 // All returns the run's whole state as nqd's flow reducer folds it.

@@ -17,7 +17,6 @@ import (
 	"net/url"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -39,14 +38,14 @@ type Config struct {
 	// Concurrency is how many jobs run at once; default 4. The worker
 	// never holds more jobs than this.
 	Concurrency int
-	// Heartbeat is how often every held job's lease is extended; default
-	// 5s (nqd's default lease is 30s).
-	Heartbeat time.Duration
-	// Grace is how long running jobs may go on once ctx is done; those
-	// still running then are failed as retriable. Default 10s.
+	// Grace is how long the worker takes to stop once ctx is done:
+	// running jobs may go on for it, less the time kept to report those
+	// still running then as retriable failures (a fifth of it, at most
+	// 2 s). Default 10s.
 	Grace time.Duration
-	// Client is the HTTP client; default one with no overall timeout, as
-	// claims long-poll, that keeps a connection per concurrent call open.
+	// Client is the HTTP client; default one that keeps a connection per
+	// concurrent call open. Each call has a timeout of its own (callTimeout;
+	// a claim its long-poll more), so the client needs none.
 	Client *http.Client
 	// Logger gets the worker's own logs; default slog.Default().
 	Logger *slog.Logger
@@ -55,12 +54,19 @@ type Config struct {
 // Defaults the zero Config fields take.
 const (
 	DefaultConcurrency = 4
-	DefaultHeartbeat   = 5 * time.Second
 	DefaultGrace       = 10 * time.Second
 )
 
-// claimWait is how long a claim long-polls for work.
-const claimWait = 10 * time.Second
+// claimWait is how long a claim long-polls for work; callTimeout bounds
+// every other call, and a claim's long-poll by as much again.
+const (
+	claimWait   = 10 * time.Second
+	callTimeout = 10 * time.Second
+)
+
+// maxStopReport bounds the part of the grace period kept for reporting the
+// jobs still running once it is over.
+const maxStopReport = 2 * time.Second
 
 func (cfg Config) withDefaults() (Config, error) {
 	if u, err := url.Parse(cfg.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -71,9 +77,6 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = DefaultConcurrency
-	}
-	if cfg.Heartbeat <= 0 {
-		cfg.Heartbeat = DefaultHeartbeat
 	}
 	if cfg.Grace <= 0 {
 		cfg.Grace = DefaultGrace
@@ -101,6 +104,20 @@ func (e *PermanentError) Unwrap() error { return e.Err }
 // Permanent wraps err so the step fails without retry.
 func Permanent(err error) error { return &PermanentError{Err: err} }
 
+// EncodeError is a value of the step that cannot be encoded as JSON: a
+// state value, a log's metadata, an emit's payload, the result. Nothing of
+// it is sent, the call that made it returns it at once and is never
+// retried, and the step fails with its message (whether or not the handler
+// returns it), retried only as the step's retry policy says.
+type EncodeError struct {
+	// Field names the value, e.g. `state value "k"` or `result`.
+	Field string
+	Err   error
+}
+
+func (e *EncodeError) Error() string { return e.Field + " cannot be encoded as JSON: " + e.Err.Error() }
+func (e *EncodeError) Unwrap() error { return e.Err }
+
 // Causes of a step context's cancellation (context.Cause).
 var (
 	// ErrCanceled: nqd said the run was cancelled or ended, or the job
@@ -115,11 +132,13 @@ var (
 )
 
 // Run claims and runs jobs until ctx ends, then stops claiming, gives the
-// running jobs cfg.Grace to finish, fails those still running as retriable
-// and returns nil. handlers are keyed by step name; a job of a step without
-// a handler fails permanently. Run returns an error at once for a bad
-// Config, and after stopping the same way when nqd refuses the worker's
-// claims for good (a 401 or 403 for its token, a 400 for its queues).
+// running jobs the grace period to finish, fails those still running as
+// retriable and returns nil, all within cfg.Grace. handlers are keyed by
+// "flow/step", or by step name for a step of any flow (the flow's key
+// wins); a job of a step without a handler fails permanently. Run returns
+// an error at once for a bad Config, and after stopping the same way when
+// nqd refuses the worker's claims for good (a 401 or 403 for its token, a
+// 400 for its queues).
 func Run(ctx context.Context, cfg Config, handlers map[string]Handler) error {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -132,25 +151,37 @@ func Run(ctx context.Context, cfg Config, handlers map[string]Handler) error {
 		log:      cfg.Logger,
 	}
 	// Jobs run under their own context, so that ctx ending only stops the
-	// claims; stop cancels them once the grace period is over.
+	// claims; stop cancels them once the grace period is over. Their
+	// reports and heartbeats go on under reports, which the grace
+	// period's end cancels.
 	jobs, stop := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stop(nil)
+	reports, endReports := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer endReports(nil)
 	// Completions ask for the slot's next job only while claiming lasts,
 	// however it ends: ctx done, or nqd refusing the claims for good.
 	claiming, stopClaiming := context.WithCancel(ctx)
 	defer stopClaiming()
-	err = w.claimLoop(claiming, jobs)
+	err = w.claimLoop(claiming, jobs, reports)
 	stopClaiming()
 	if err != nil {
 		w.log.Error("nqd refused the worker's claim; stopping", "err", err)
 	}
+	over := time.Now().Add(cfg.Grace)
 	done := make(chan struct{})
 	go func() { w.wg.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(cfg.Grace):
-		w.log.Warn("grace period over: failing the running jobs as retriable", "grace", cfg.Grace)
-		stop(ErrStopped)
+		return err
+	case <-time.After(time.Until(over) - min(cfg.Grace/5, maxStopReport)):
+	}
+	w.log.Warn("grace period over: failing the running jobs as retriable", "grace", cfg.Grace)
+	stop(ErrStopped)
+	select {
+	case <-done:
+	case <-time.After(time.Until(over)):
+		w.log.Warn("reports still on their way at the end of the grace period dropped")
+		endReports(ErrStopped)
 		<-done
 	}
 	return err
@@ -162,19 +193,12 @@ type worker struct {
 	c        *client
 	log      *slog.Logger
 	wg       sync.WaitGroup
-	// oldServer is set once nqd refused a completion's claim as an
-	// unknown field: completions claim no more.
-	oldServer atomic.Bool
-	// emitsApart is set once nqd refused emits in a completion (an nqd
-	// from before completions took them): emits are sent at once from then
-	// on.
-	emitsApart atomic.Bool
 }
 
 // claimLoop claims jobs while ctx lasts, for as many slots as are free, and
-// starts each under jobs. It returns an error when nqd refuses the claims
+// starts each under jobs, its reports under reports. It returns an error when nqd refuses the claims
 // in a way that retrying cannot mend.
-func (w *worker) claimLoop(ctx, jobs context.Context) error {
+func (w *worker) claimLoop(ctx, jobs, reports context.Context) error {
 	slots := make(chan struct{}, w.cfg.Concurrency)
 	wait := newBackOff()
 	for {
@@ -226,7 +250,7 @@ func (w *worker) claimLoop(ctx, jobs context.Context) error {
 				defer func() { <-slots }()
 				// A completion may bring the slot's next job with it.
 				for next := &j; next != nil; {
-					next = w.runJob(ctx, jobs, *next)
+					next = w.runJob(ctx, jobs, reports, *next)
 				}
 			})
 		}

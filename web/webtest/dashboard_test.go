@@ -416,7 +416,7 @@ func (r *statusRecorder) Write(b []byte) (int, error) {
 func startWorker(t *testing.T, base, token string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	cfg := worker.Config{BaseURL: base, Queues: []string{"default"}, Concurrency: 4, Heartbeat: 200 * time.Millisecond,
+	cfg := worker.Config{BaseURL: base, Queues: []string{"default"}, Concurrency: 4,
 		Client: &http.Client{Transport: bearer(token)},
 		Logger: slog.New(slog.NewTextHandler(zerolog.NewTestWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	go func() {
