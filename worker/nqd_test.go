@@ -298,6 +298,19 @@ func runWorker(t *testing.T, base string, cfg worker.Config, handlers map[string
 		defer close(done)
 		errc <- worker.Run(ctx, cfg, handlers)
 	}()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		// Run returns within its grace period; the slack is for a machine
+		// under load, the bound for a worker that hangs.
+		grace := cfg.Grace
+		if grace == 0 {
+			grace = worker.DefaultGrace
+		}
+		select {
+		case <-done:
+		case <-time.After(grace + 10*time.Second):
+			t.Errorf("the worker did not stop within its grace period (%v)", grace)
+		}
+	})
 	return cancel, errc
 }

@@ -36,7 +36,7 @@ func (sc *StepContext) Attempt() int { return sc.Job.Attempt }
 // nqd stored the emit. A payload that cannot be encoded is an
 // *EncodeError, and fails the step.
 func (sc *StepContext) Emit(event string, payload any) error {
-	ev, err := sc.h.newEvent("emit", fmt.Sprintf("emit %q payload", event), map[string]any{"event": event, "payload": payload})
+	ev, err := sc.h.newEvent("emit", fmt.Sprintf("emit payload %q", event), map[string]any{"event": event, "payload": payload})
 	if err != nil {
 		return err
 	}
