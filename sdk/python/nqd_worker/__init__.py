@@ -19,13 +19,14 @@ from __future__ import annotations
 from typing import Callable
 
 from .context import Context, SyncContext
-from .errors import AuthError, JobCanceled, LeaseLost, NqdError, PermanentError
+from .errors import AuthError, EncodeError, JobCanceled, LeaseLost, NqdError, PermanentError
 from .worker import Backoff, Handler, Registration, Worker
 
 __all__ = [
     "AuthError",
     "Backoff",
     "Context",
+    "EncodeError",
     "Handler",
     "JobCanceled",
     "LeaseLost",
@@ -41,16 +42,17 @@ __all__ = [
 _registry: dict[str, Registration] = {}
 
 
-def step(name: str, queue: str = "default") -> Callable[[Handler], Handler]:
-    """Registers the decorated function as the handler of step name in the
-    module-wide registry that `python -m nqd_worker` runs (and that
-    `Worker(handlers=registered())` takes)."""
+def step(name: str, queue: str = "default", *, flow: str | None = None) -> Callable[[Handler], Handler]:
+    """Registers the decorated function as the handler of step name (of
+    that flow's step only, with flow) in the module-wide registry that
+    `nqd-worker-py` runs (and that `Worker(handlers=registered())` takes)."""
 
     def register(fn: Handler) -> Handler:
-        old = _registry.get(name)
+        reg = Registration(name, fn, queue, flow)
+        old = _registry.get(reg.key)
         if old is not None and old.handler is not fn:
-            raise ValueError(f"step {name!r} has a handler already")
-        _registry[name] = Registration(name, fn, queue)
+            raise ValueError(f"step {reg.key!r} has a handler already")
+        _registry[reg.key] = reg
         return fn
 
     return register

@@ -1,4 +1,4 @@
-"""python -m nqd_worker <module or file>... --url <nqd> [--token <t>]"""
+"""python -m nqd_worker: the same as the nqd-worker-py command."""
 
 import sys
 

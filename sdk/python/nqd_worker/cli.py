@@ -1,4 +1,4 @@
-"""`python -m nqd_worker`: import step modules and run their handlers."""
+"""`nqd-worker-py <dir>`: load a folder of step files and run their handlers."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import importlib.util
 import inspect
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -20,6 +21,8 @@ from ._http import HTTPClient
 from .errors import AuthError, NqdError
 from .worker import Handler, Registration, Worker
 
+log = logging.getLogger("nqd_worker")
+
 
 def load(target: str) -> ModuleType:
     """Imports a module by dotted name, or a .py file by path (its folder
@@ -28,7 +31,7 @@ def load(target: str) -> ModuleType:
     if target.endswith(".py") or p.is_file():
         p = p.resolve()
         if not p.is_file():
-            raise SystemExit(f"nqd_worker: no such file: {target}")
+            raise SystemExit(f"nqd-worker-py: no such file: {target}")
         folder = str(p.parent)
         if folder not in sys.path:
             sys.path.insert(0, folder)
@@ -39,7 +42,7 @@ def load(target: str) -> ModuleType:
             name = f"{p.stem}__{abs(hash(str(p))):x}"
         spec = importlib.util.spec_from_file_location(name, p)
         if spec is None or spec.loader is None:
-            raise SystemExit(f"nqd_worker: cannot import {target}")
+            raise SystemExit(f"nqd-worker-py: cannot import {target}")
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod
         spec.loader.exec_module(mod)
@@ -65,21 +68,25 @@ def _names(v: Any) -> list[str]:
     return [str(x) for x in items if isinstance(x, str) and x]
 
 
-def nuxt_queue_steps(mod: ModuleType) -> list[tuple[Registration, dict[str, Any]]]:
+def nuxt_queue_steps(mod: ModuleType, id: str | None = None) -> list[tuple[Registration, dict[str, Any]]]:
     """The steps of a module in Nuxt Queue's Python shape: a top-level
-    `config` dict and a `run(input, ctx)` function. The step is
-    config.flow.step (a name or a list of them; else the file name), the
-    queue config.queue (a name, or a dict with `name`; else the file name)."""
+    `config` dict and a `run(input, ctx)` function, one registration per
+    flow the config names and step (config.flow.step, a name or a list of
+    them; else the file name), on the queue config.queue names (a name, or a
+    dict with `name`; else the file name). id is the file's path in its
+    folder without the extension, which defaults to the file's name."""
     cfg = getattr(mod, "config", None)
     fn = getattr(mod, "run", None)
     if not isinstance(cfg, dict) or not callable(fn):
         return []
     stem = Path(getattr(mod, "__file__", None) or mod.__name__).stem
+    id = id or stem
     flow = cfg.get("flow")
     steps = _names(flow.get("step") if isinstance(flow, dict) else None) or [stem]
     subs = _names(flow.get("subscribes")) if isinstance(flow, dict) and flow.get("role") != "entry" else []
     handler: Handler = with_subscribed_input(fn, subs[0]) if len(subs) == 1 else fn
-    return [(Registration(step, handler, queue_of(cfg, stem)), cfg) for step in steps]
+    flows: list[str | None] = list(_names(flow.get("name"))) if isinstance(flow, dict) else []
+    return [(Registration(step, handler, queue_of(cfg, id), name), cfg) for name in flows or [None] for step in steps]
 
 
 def subscribed_input(input: Any, event: str, ctx: Any) -> Any:
@@ -112,140 +119,271 @@ def with_subscribed_input(fn: Callable[..., Any], event: str) -> Handler:
     return run_sync
 
 
-def queue_of(cfg: dict[str, Any], stem: str) -> str:
+def queue_of(cfg: dict[str, Any], id: str) -> str:
+    """config.queue.name (or config.queue, a name), else the last part of
+    the file's id, as in Nuxt Queue."""
     q = cfg.get("queue")
     name = q.get("name") if isinstance(q, dict) else q
-    return str(name) if isinstance(name, str) and name else stem
+    return str(name) if isinstance(name, str) and name else id.split("/")[-1]
+
+
+def _job_options(cfg: dict[str, Any]) -> dict[str, Any]:
+    q = cfg.get("queue")
+    opts = q.get("defaultJobOptions") if isinstance(q, dict) else None
+    return opts if isinstance(opts, dict) else {}
 
 
 def _retry_policy(cfg: dict[str, Any]) -> dict[str, Any] | None:
     """Nuxt Queue's queue.defaultJobOptions attempts and backoff (a delay in
     ms, or {type, delay, maxDelay}) as an nqd retryPolicy."""
-    q = cfg.get("queue")
-    opts = q.get("defaultJobOptions") if isinstance(q, dict) else None
-    if not isinstance(opts, dict) or not isinstance(opts.get("attempts"), int) or opts["attempts"] <= 1:
+    opts = _job_options(cfg)
+    attempts = opts.get("attempts")
+    if not isinstance(attempts, int) or attempts <= 1:
         return None
     b = opts.get("backoff")
-    backoff: dict[str, Any] = {"type": "fixed", "delayMs": 0}
-    if isinstance(b, (int, float)):
-        backoff["delayMs"] = int(b)
-    elif isinstance(b, dict):
-        backoff = {"type": "exponential" if b.get("type") == "exponential" else "fixed", "delayMs": int(b.get("delay", 0))}
-        if isinstance(b.get("maxDelay"), (int, float)):
-            backoff["maxDelayMs"] = int(b["maxDelay"])
-    return {"attempts": opts["attempts"], "backoff": backoff}
+    if isinstance(b, (int, float)) and not isinstance(b, bool):
+        return {"attempts": attempts, "backoff": {"type": "fixed", "delayMs": b}}
+    if not isinstance(b, dict):
+        return {"attempts": attempts, "backoff": {"type": "fixed", "delayMs": 0}}
+    backoff: dict[str, Any] = {"type": "exponential" if b.get("type") == "exponential" else "fixed"}
+    if "delay" in b:
+        backoff["delayMs"] = b["delay"]
+    if "maxDelay" in b:
+        backoff["maxDelayMs"] = b["maxDelay"]
+    return {"attempts": attempts, "backoff": backoff}
 
 
-def flow_definitions(steps: Sequence[tuple[Registration, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """nqd flow definitions built from Nuxt Queue configs, as the TypeScript
-    SDK builds them: each step joins the flows config.flow.name names; the
-    first step of a `role: "entry"` config is its flow's entry (an entry
-    subscribes to nothing); emits, subscribes, the queue's attempts, backoff
-    and timeout, and an await come along."""
+def build_flows(sources: Sequence[tuple[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """nqd flow definitions built from Nuxt Queue configs, one per flow name
+    the sources (each a file's id and its config) mention, as the TypeScript
+    SDK builds them (the shared cases in sdk/testdata hold the two equal):
+    each step joins the flows config.flow.name names; the first step of a
+    `role: "entry"` config is its flow's entry (an entry subscribes to
+    nothing); emits, subscribes, the queue's attempts, backoff and timeout,
+    an await and the flow's stateSchema come along. Returns the definitions
+    and warnings about what nqd cannot take."""
     defs: dict[str, dict[str, Any]] = {}
-    for reg, cfg in steps:
-        flow = cfg.get("flow")
-        if not isinstance(flow, dict):
+    warnings: list[str] = []
+    for id, cfg in sources:
+        f = cfg.get("flow") if isinstance(cfg, dict) else None
+        if not isinstance(f, dict):
             continue
-        first = _names(flow.get("step"))[:1] == [reg.step]
-        step: dict[str, Any] = {"queue": reg.queue}
-        emits, subscribes = _names(flow.get("emits")), _names(flow.get("subscribes"))
+        names, steps = _names(f.get("name")), _names(f.get("step"))
+        if not names or not steps:
+            warnings.append(f"{id}: config.flow needs a name and a step; skipped")
+            continue
+        queue = queue_of(cfg, id)
         policy = _retry_policy(cfg)
-        wait = flow.get("await", cfg.get("await"))
-        q = cfg.get("queue")
-        opts = q.get("defaultJobOptions") if isinstance(q, dict) else None
-        timeout = opts.get("timeout") if isinstance(opts, dict) else None
-        for name in _names(flow.get("name")):
-            d = defs.setdefault(name, {"name": name, "entry": "", "steps": {}})
-            if reg.step in d["steps"]:
-                continue
-            s = dict(step)
-            if flow.get("role") == "entry" and first and not d["entry"]:
-                d["entry"] = reg.step
-            elif subscribes:
-                s["subscribes"] = subscribes
-            if emits:
-                s["emits"] = emits
-            if policy:
-                s["retryPolicy"] = policy
-            if isinstance(wait, dict):
-                s["await"] = wait
-            if isinstance(timeout, int) and timeout > 0:
-                s["timeout"] = timeout
-            d["steps"][reg.step] = s
-    return defs
+        wait = f.get("await") if f.get("await") is not None else cfg.get("await")
+        timeout = _job_options(cfg).get("timeout")
+        subscribes = _names(f.get("subscribes"))
+        emits = f.get("emits")
+        for flow_name in names:
+            d = defs.setdefault(flow_name, {"name": flow_name, "entry": "", "steps": {}})
+            for i, step in enumerate(steps):
+                if step in d["steps"]:
+                    warnings.append(f"{id}: flow {flow_name} already has a step {step}; this one is ignored")
+                    continue
+                s: dict[str, Any] = {"queue": queue, "workerId": id}
+                if f.get("role") == "entry" and i == 0:
+                    if d["entry"]:
+                        warnings.append(f"{id}: flow {flow_name} already has the entry {d['entry']}; {step} is a plain step")
+                    else:
+                        d["entry"] = step
+                        if subscribes:
+                            warnings.append(
+                                f"{id}: the entry step {step} runs when its flow starts; "
+                                f"its subscribes ({', '.join(subscribes)}) are dropped"
+                            )
+                if d["entry"] != step and subscribes:
+                    s["subscribes"] = list(subscribes)
+                if isinstance(emits, list) and emits:
+                    s["emits"] = list(emits)
+                if policy is not None:
+                    s["retryPolicy"] = policy
+                if wait is not None:
+                    s["await"] = wait
+                if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0:
+                    s["timeout"] = timeout
+                d["steps"][step] = s
+            if f.get("stateSchema") is not None:
+                d["stateSchema"] = f["stateSchema"]
+    for d in defs.values():
+        if not d["entry"]:
+            warnings.append(f"flow {d['name']} has no step with role 'entry'; nqd cannot start it")
+    return list(defs.values()), warnings
 
 
-async def store_flows(url: str, token: str | None, defs: dict[str, dict[str, Any]]) -> None:
+async def store_flows(url: str, token: str | None, defs: Sequence[dict[str, Any]]) -> None:
+    """Stores each definition in nqd (PUT /api/_flows/<name>, the admin
+    scope); a definition nqd refuses is logged with its reasons."""
     http = HTTPClient(url, token)
     try:
-        for name, d in defs.items():
+        for d in defs:
+            name = d["name"]
             resp = await http.request("PUT", "/api/_flows/" + quote(name, safe=""), d)
             if resp.status in (401, 403):
                 raise AuthError(resp.status, resp.error_message() + " (storing flows needs the admin scope)")
             if resp.status // 100 != 2:
-                raise SystemExit(f"nqd_worker: flow {name!r} not stored: {resp.status} {resp.error_message()}")
-            logging.getLogger("nqd_worker").info("stored flow %s", name)
+                log.error("flow %s not stored: %s %s", name, resp.status, resp.error_message())
+                continue
+            log.info("stored flow %s: %s", name, ", ".join(d["steps"]))
     finally:
         await http.close()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m nqd_worker",
-        description="Import step modules (files, folders or dotted module names) and run their handlers against nqd.",
-    )
-    ap.add_argument("targets", nargs="+", help="a .py file, a folder of them, or a module name")
-    ap.add_argument("--url", default=os.environ.get("NQD_URL", "http://127.0.0.1:8080"), help="nqd's address (NQD_URL)")
-    ap.add_argument("--token", default=os.environ.get("NQD_TOKEN"), help="an API token of write scope (NQD_TOKEN)")
-    ap.add_argument(
-        "--queue", "-q", action="append", default=None, help="a queue to take jobs from (repeatable); default: the steps' queues"
-    )
-    ap.add_argument(
-        "--concurrency",
-        "-c",
-        type=int,
-        default=int(os.environ.get("NQD_CONCURRENCY", "4")),
-        help="jobs held and run at once (NQD_CONCURRENCY; default 4)",
-    )
-    ap.add_argument("--grace", type=float, default=10.0, help="seconds running steps get to finish on stop")
-    ap.add_argument(
-        "--store-flows", action="store_true", help="store the flows the Nuxt Queue-shaped modules declare (admin token)"
-    )
-    ap.add_argument("--log-level", default=os.environ.get("NQD_LOG_LEVEL", "info"))
-    args = ap.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+USAGE = """usage: nqd-worker-py <dir> [--url <nqd>] [--token <token>] [--concurrency <n>] [--grace <ms>] [--store-flows]
 
+Loads the step files under <dir> (Nuxt Queue's Python shape, a config dict and
+a run function, or handlers registered with @nqd_worker.step; nested folders
+too; names starting with _ are left out) and runs their handlers until SIGINT
+or SIGTERM. <dir> may also be one .py file or a dotted module name.
+
+  --url          nqd's address (default $NQD_URL, else http://127.0.0.1:8080)
+  --token        an API token of scope write, or admin with --store-flows
+                 (default $NQD_TOKEN)
+  --concurrency  jobs run at once per queue (default $NQD_CONCURRENCY, else 4;
+                 a file's config.worker.concurrency may raise it)
+  --grace        milliseconds running steps get to finish on a signal (default 10000)
+  --store-flows  store the flows the files' configs describe in nqd first
+                 (needs a token of scope admin)"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def format_help(self) -> str:
+        return USAGE + "\n"
+
+    def format_usage(self) -> str:
+        return USAGE.splitlines()[0] + "\n"
+
+    def error(self, message: str) -> Any:
+        self.exit(2, f"nqd-worker-py: {message}\n\n{USAGE}\n")
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    ap = _Parser(prog="nqd-worker-py")
+    ap.add_argument("dir")
+    ap.add_argument("--url", default=os.environ.get("NQD_URL", "http://127.0.0.1:8080"))
+    ap.add_argument("--token", default=os.environ.get("NQD_TOKEN"))
+    ap.add_argument("--concurrency", default=os.environ.get("NQD_CONCURRENCY", "4"))
+    ap.add_argument("--grace", default="10000")
+    ap.add_argument("--store-flows", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        args.concurrency = int(args.concurrency)
+        args.grace = float(args.grace)
+    except ValueError:
+        args.concurrency = 0
+    if args.concurrency < 1 or not args.grace >= 0:
+        ap.exit(2, "nqd-worker-py: --concurrency must be a whole number of at least 1, --grace a number of milliseconds\n")
+    return args
+
+
+def _file_id(target: str, root: Path) -> str:
+    """A step file's id: its path under root without the extension."""
+    p = Path(target)
+    try:
+        rel = p.resolve().relative_to(root.resolve()) if root.is_dir() else Path(p.name)
+    except ValueError:
+        rel = Path(p.name)
+    return rel.with_suffix("").as_posix()
+
+
+async def _serve(workers: list[Worker], grace: float) -> None:
+    """Runs the workers until SIGINT or SIGTERM (a second signal stops
+    them without waiting for running steps); should one stop for nqd's
+    refusal, the others stop too and the refusal is raised."""
+    loop = asyncio.get_running_loop()
+    signals = 0
+
+    def on_signal() -> None:
+        nonlocal signals
+        signals += 1
+        if signals == 1:
+            log.info("stopping: running steps get %gs to finish (signal again to quit now)", grace)
+        else:
+            log.info("stopping now: running steps are failed as retriable")
+        for w in workers:
+            w.stop(now=signals > 1)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, on_signal)
+        except (NotImplementedError, RuntimeError):
+            pass
+    tasks = [asyncio.create_task(w.run()) for w in workers]
+    first_error: BaseException | None = None
+    for fut in asyncio.as_completed(tasks):
+        try:
+            await fut
+        except (AuthError, NqdError) as e:
+            if first_error is None:
+                first_error = e
+                for w in workers:
+                    w.stop()
+    if first_error is not None:
+        raise first_error
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse(argv)
+    logging.basicConfig(
+        level=os.environ.get("NQD_LOG_LEVEL", "info").upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    root = Path(args.dir)
     shaped: list[tuple[Registration, dict[str, Any]]] = []
-    for t in expand(args.targets):
+    sources: list[tuple[str, Any]] = []
+    for t in expand([args.dir]):
         mod = load(t)
-        shaped.extend(nuxt_queue_steps(mod))
+        steps = nuxt_queue_steps(mod, _file_id(t, root))
+        shaped.extend(steps)
+        if steps:
+            sources.append((_file_id(t, root), steps[0][1]))
     regs = registered() + [r for r, _ in shaped]
     if not regs:
-        print("nqd_worker: no step handlers found (use @nqd_worker.step or a config dict with run)", file=sys.stderr)
-        return 2
+        print(f"nqd-worker-py: no step handlers under {args.dir} (use @nqd_worker.step or a config dict with run)", file=sys.stderr)
+        return 1
+    # One worker per queue, as the TypeScript command runs them: each
+    # queue's steps get --concurrency slots, or what a file's
+    # config.worker.concurrency asks for when that is more.
+    by_queue: dict[str, list[Registration]] = {}
+    for r in regs:
+        by_queue.setdefault(r.queue, []).append(r)
+    wanted: dict[str, int] = {}
+    for r, cfg in shaped:
+        w = cfg.get("worker")
+        n = w.get("concurrency") if isinstance(w, dict) else None
+        if isinstance(n, int) and not isinstance(n, bool):
+            wanted[r.queue] = max(wanted.get(r.queue, 0), n)
+    grace = args.grace / 1000
     try:
-        worker = Worker(args.url, args.token, args.queue, args.concurrency, grace=args.grace, handlers=regs)
+        workers = [
+            Worker(args.url, args.token, [q], max(args.concurrency, wanted.get(q, 0)), grace=grace, handlers=rs)
+            for q, rs in sorted(by_queue.items())
+        ]
     except ValueError as e:
-        print(f"nqd_worker: {e}", file=sys.stderr)
+        print(f"nqd-worker-py: {e}", file=sys.stderr)
         return 2
     try:
         if args.store_flows:
-            asyncio.run(store_flows(args.url, args.token, flow_definitions(shaped)))
-        logging.getLogger("nqd_worker").info(
+            defs, warnings = build_flows(sources)
+            for w in warnings:
+                log.warning("%s", w)
+            asyncio.run(store_flows(args.url, args.token, defs))
+        log.info(
             "running steps %s on queues %s against %s",
-            ", ".join(sorted(worker.handlers)),
-            ", ".join(worker.queues or sorted({r.queue for r in regs})),
+            ", ".join(sorted({r.key for r in regs})),
+            ", ".join(sorted(by_queue)),
             args.url,
         )
-        worker.run_forever()
-        logging.getLogger("nqd_worker").info(
-            "stopped: %d steps completed, %d failed", worker.completed, worker.failed
+        asyncio.run(_serve(workers, grace))
+        log.info(
+            "stopped: %d steps completed, %d failed", sum(w.completed for w in workers), sum(w.failed for w in workers)
         )
     except AuthError as e:
-        print(f"nqd_worker: {e}", file=sys.stderr)
+        print(f"nqd-worker-py: {e}", file=sys.stderr)
         return 3
     except NqdError as e:
-        print(f"nqd_worker: claims refused: {e}", file=sys.stderr)
+        print(f"nqd-worker-py: claims refused: {e}", file=sys.stderr)
         return 2
     return 0

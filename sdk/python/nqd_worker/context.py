@@ -4,10 +4,11 @@ a logger, emits and progress, all reported to nqd as the run's events."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import TYPE_CHECKING, Any, Mapping, TypeVar
 from urllib.parse import quote
 
-from .errors import NqdError
+from .errors import EncodeError, NqdError
 
 if TYPE_CHECKING:
     from .worker import _Job
@@ -15,6 +16,21 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 LEVELS = ("debug", "info", "warn", "error")
+
+
+def encoded(job: _Job, field: str, value: Any) -> Any:
+    """value as the JSON nqd gets, taken now: a value that cannot be
+    encoded (a set, NaN, an object) raises EncodeError naming field here,
+    where the step made it, rather than in the task that sends it, and the
+    job keeps the error to fail the step with. A copy, so that the step may
+    change the value afterwards."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError, RecursionError) as e:
+        err = EncodeError(field, e)
+        if job.encode_error is None:
+            job.encode_error = err
+        raise err from None
 
 
 class Logger:
@@ -30,7 +46,7 @@ class Logger:
             level = "warn"
         # The meta's fields go beside level and msg, where nqd keeps them as
         # the log line's metadata.
-        data: dict[str, Any] = dict(meta or {})
+        data: dict[str, Any] = encoded(self._job, "log meta", dict(meta or {}))
         data["level"], data["msg"] = level, str(msg)
         return self._job.reporter.add({"kind": "log", "data": data}, quiet=True)
 
@@ -58,13 +74,14 @@ class State:
         self._job = job
 
     async def set(self, key: str, value: Any) -> None:
+        value = encoded(self._job, f"state value {key!r}", value)
         await self._job.reporter.add({"kind": "state.set", "data": {"key": key, "value": value}})
 
     async def delete(self, key: str) -> None:
         await self._job.reporter.add({"kind": "state.delete", "data": {"key": key}})
 
     async def set_batch(self, values: Mapping[str, Any]) -> None:
-        ops = [{"type": "set", "key": k, "value": v} for k, v in values.items()]
+        ops = [{"type": "set", "key": k, "value": encoded(self._job, f"state value {k!r}", v)} for k, v in values.items()]
         if ops:
             await self._job.reporter.add({"kind": "state.batch", "data": {"operations": ops}})
 
@@ -99,6 +116,7 @@ class Flow:
         0.1 s, before it reported anything) waits with it and is done at
         once: it goes with the step's first report or its outcome, which nqd
         refuses as a whole should it refuse the emit."""
+        payload = encoded(self._job, f"emit payload {event!r}", payload)
         return self._job.reporter.emit({"kind": "emit", "data": {"event": event, "payload": payload}})
 
     # Nuxt Queue's era A name for the same.
@@ -135,6 +153,7 @@ class Context:
 
     def progress(self, value: Any) -> asyncio.Future[None]:
         """Reports how far the step is: a number, 0–100 by convention."""
+        value = encoded(self._job, "progress", value)
         return self._job.reporter.add({"kind": "step.progress", "data": {"progress": value}})
 
 
@@ -143,7 +162,9 @@ class _SyncLogger:
         self._ctx = ctx
 
     def log(self, level: str, msg: str, meta: Mapping[str, Any] | None = None) -> None:
-        self._ctx._loop.call_soon_threadsafe(self._ctx._async.logger.log, level, msg, meta)
+        # Encoded here, so that a meta that cannot be raises in the step.
+        data = encoded(self._ctx._async._job, "log meta", dict(meta or {}))
+        self._ctx._loop.call_soon_threadsafe(self._ctx._async.logger.log, level, msg, data)
 
     def debug(self, msg: str, meta: Mapping[str, Any] | None = None) -> None:
         self.log("debug", msg, meta)

@@ -7,6 +7,19 @@ class PermanentError(Exception):
     """Raised by a handler, fails the step without a retry, whatever its retry policy."""
 
 
+class EncodeError(TypeError):
+    """A value of the step cannot be encoded as JSON: a state value, a log's
+    meta, an emit's payload, a progress value or the result. Raised where
+    the step made it, before anything is sent, and never retried as a call;
+    the step fails with its message (whether or not the handler lets it
+    through), retried only as its retry policy says."""
+
+    def __init__(self, field: str, cause: BaseException) -> None:
+        # What the value was, e.g. "state value 'k'" or "log meta".
+        self.field = field
+        super().__init__(f"{field} cannot be encoded as JSON: {cause}")
+
+
 class AuthError(Exception):
     """nqd refused the worker's credentials (401) or their scope (403).
 

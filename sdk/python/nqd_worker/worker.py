@@ -20,7 +20,7 @@ from urllib.parse import quote
 
 from ._http import HTTPClient, Response, TransportError
 from .context import Context, SyncContext
-from .errors import AuthError, LeaseLost, NqdError, PermanentError
+from .errors import AuthError, EncodeError, LeaseLost, NqdError, PermanentError
 
 AsyncHandler = Callable[[Any, Context], Awaitable[Any]]
 SyncHandler = Callable[[Any, SyncContext], Any]
@@ -40,6 +40,16 @@ _MAX_ERROR = 4096
 # Reports are retried while the lease lasts; without word from nqd a lease
 # is assumed to last this long.
 _DEFAULT_LEASE = 30.0
+# Heartbeats go every third of what is left of the lease, so that two may
+# fail before it ends, and at least every _MAX_BEAT seconds.
+_MAX_BEAT = 10.0
+_MIN_BEAT = 0.1
+# Every call but the claim (which long-polls for claim_wait more) has this
+# long to be answered.
+_CALL_TIMEOUT = 10.0
+# The part of the grace period kept for reporting the steps still running
+# once it is over: a fifth of it, at most this long.
+_MAX_STOP_REPORT = 2.0
 # How long a step may run before its step.started is sent on its own.
 _STARTED_DELAY = 0.1
 # How long a completion's claim waits for the slot's next job when none is
@@ -52,11 +62,18 @@ _NEXT_JOB_WAIT = 0.05
 
 @dataclass
 class Registration:
-    """A step handler and the queue its step runs on."""
+    """A step handler and the queue its step runs on; with flow, the
+    handler of that flow's step only, otherwise of a step of that name in
+    any flow (a flow's own handler wins)."""
 
     step: str
     handler: Handler
     queue: str
+    flow: str | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.flow}/{self.step}" if self.flow else self.step
 
 
 class Backoff:
@@ -106,7 +123,7 @@ class _Reporter:
         """Queues ev, an emit, to go with step.started while that waits for
         the step's first report (the emit's future is then done at once),
         and sends it like add otherwise."""
-        if self._job.started_sent or self._job.worker.emits_apart:
+        if self._job.started_sent:
             return self.add(ev)
         self._job.queued.append(ev)
         fut = _future(False)
@@ -121,6 +138,8 @@ class _Reporter:
         while self._pending:
             n, size = 0, 0
             while n < len(self._pending) and n < _MAX_BATCH:
+                # Events are encoded where the step made them (see
+                # context.encoded), so this cannot fail.
                 size += len(json.dumps(self._pending[n][0], separators=(",", ":")))
                 if n > 0 and size > _MAX_BATCH_BYTES:
                     break
@@ -147,12 +166,6 @@ class _Reporter:
                 for _, fut in batch:
                     if not fut.done():
                         fut.set_result(None)
-
-
-def _names_events(err: NqdError) -> bool:
-    """Whether nqd's refusal names an event's kind in the call,
-    events[i].kind (an emit without a name is events[i].data.event)."""
-    return err.status == 400 and any(f.startswith("events[") and f.endswith("].kind") for f in err.fields)
 
 
 def _future(quiet: bool) -> asyncio.Future[None]:
@@ -192,6 +205,9 @@ class _Job:
         # Emits made while step.started waited: they go with it.
         self.queued: list[dict[str, Any]] = []
         self.stopped = False  # the worker stopped it after the grace period
+        # The first value of the step that could not be encoded: the step
+        # fails with it, whether or not the handler let it through.
+        self.encode_error: EncodeError | None = None
 
     def _mark_gone(self) -> None:
         self.gone = True
@@ -218,7 +234,7 @@ class _Job:
             wait = None
             try:
                 resp = await self.worker._request(
-                    "POST", f"{self.path}/{action}", body, timeout=min(10.0, max(left, 1.0)), headers=headers
+                    "POST", f"{self.path}/{action}", body, timeout=min(_CALL_TIMEOUT, max(left, 1.0)), headers=headers
                 )
             except TransportError as e:
                 why = str(e)
@@ -239,23 +255,24 @@ class _Job:
             log.debug("job %s: %s report not taken (%s); retrying in %.2fs", self.id, action, why, delay)
             await asyncio.sleep(min(delay, max(self.deadline - time.monotonic(), 0.0)))
 
+    def beat_in(self) -> float:
+        """Seconds until the next heartbeat: a third of what is left of the
+        lease nqd granted, so that two beats may fail before it ends."""
+        return min(max((self.deadline - time.monotonic()) / 3, _MIN_BEAT), _MAX_BEAT)
+
     async def heartbeat(self) -> None:
-        """Extends the lease every heartbeat interval until cancelled; stops
-        the handler when nqd says the run ended or the lease is lost."""
+        """Extends the lease until cancelled; stops the handler when nqd
+        says the run ended or the lease is lost."""
         backoff = Backoff(0.2, 2.0)
-        every = self.worker.heartbeat
-        delay = every
+        delay = self.beat_in()
         while True:
-            left = self.deadline - time.monotonic()
-            # A third of what is left of the lease, so that two beats may
-            # fail before it ends; past its end, at the backoff's pace.
-            await asyncio.sleep(min(delay, max(left / 3, 0.05)) if left > 0 else delay)
+            await asyncio.sleep(delay)
             try:
                 resp = await self.worker._request(
-                    "POST", f"{self.path}/heartbeat", {"lease": self.lease}, timeout=5.0
+                    "POST", f"{self.path}/heartbeat", {"lease": self.lease}, timeout=_CALL_TIMEOUT
                 )
             except TransportError as e:
-                delay = backoff.next()
+                delay = min(backoff.next(), self.beat_in())
                 log.debug("job %s: heartbeat failed (%s)", self.id, e)
                 continue
             if resp.status == 200:
@@ -266,13 +283,13 @@ class _Job:
                     return
                 self.deadline = _deadline(beat.get("leaseUntil"))
                 backoff.reset()
-                delay = every
+                delay = self.beat_in()
             elif resp.status == 409:
                 log.warning("job %s: lease lost; stopping the step", self.id)
                 self._mark_gone()
                 return
             else:
-                delay = backoff.next()
+                delay = min(backoff.next(), self.beat_in())
                 log.debug("job %s: heartbeat answered %d", self.id, resp.status)
 
 
@@ -327,9 +344,8 @@ class Worker:
         queues: Iterable[str] | None = None,
         concurrency: int = 4,
         *,
-        heartbeat: float = 5.0,
         grace: float = 10.0,
-        claim_wait: float = 5.0,
+        claim_wait: float = 10.0,
         retry_base: float = 0.1,
         retry_cap: float = 5.0,
         handlers: Iterable[Registration] | None = None,
@@ -341,14 +357,13 @@ class Worker:
         self.token = token or None
         self.queues = list(queues) if queues else []
         self.concurrency = concurrency
-        self.heartbeat = heartbeat
         self.grace = grace
         self.claim_wait = min(claim_wait, _MAX_CLAIM_WAIT)
         self.retry_base = retry_base
         self.retry_cap = retry_cap
         self.handlers: dict[str, Registration] = {}
         for reg in handlers or ():
-            self.register(reg.step, reg.handler, reg.queue)
+            self.register(reg.step, reg.handler, reg.queue, flow=reg.flow)
         # The most jobs held at once, for those who check the worker keeps
         # to its concurrency.
         self.max_held = 0
@@ -356,9 +371,6 @@ class Worker:
         self.failed = 0
         # Reports sent again after nqd did not take them (unreachable, 5xx, 429).
         self.report_retries = 0
-        # Set once nqd refused emits in a completion (an nqd from before
-        # completions took them): emits are sent at once from then on.
-        self.emits_apart = False
         self._http: HTTPClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -367,35 +379,45 @@ class Worker:
         self._threads: concurrent.futures.ThreadPoolExecutor | None = None
         self._stop_requested = False
         self._stop_now = False
+        # When the worker was asked to stop: the grace period counts from it.
+        self._stop_at: float | None = None
         self._grace_over: asyncio.Event | None = None
         # Set once the grace period is over: a job that reaches a slot after
         # that is failed as retriable without running.
         self._jobs_stopped = False
-        # Set once nqd refused a completion's claim (an nqd from before
-        # completions claimed): completions claim no more.
-        self._old_server = False
         # The queues run() claims from, which completions claim from too.
         self._claim_queues: list[str] = []
 
-    def step(self, name: str, queue: str = "default") -> Callable[[Handler], Handler]:
-        """Registers the decorated function as the handler of step name."""
+    def step(self, name: str, queue: str = "default", *, flow: str | None = None) -> Callable[[Handler], Handler]:
+        """Registers the decorated function as the handler of step name:
+        of that flow's step only with flow, otherwise of a step of that
+        name in any flow (a flow's own handler wins)."""
 
         def register(fn: Handler) -> Handler:
-            self.register(name, fn, queue)
+            self.register(name, fn, queue, flow=flow)
             return fn
 
         return register
 
-    def register(self, name: str, fn: Handler, queue: str = "default") -> None:
-        if name in self.handlers and self.handlers[name].handler is not fn:
-            raise ValueError(f"step {name!r} has a handler already")
-        self.handlers[name] = Registration(name, fn, queue)
+    def register(self, name: str, fn: Handler, queue: str = "default", *, flow: str | None = None) -> None:
+        reg = Registration(name, fn, queue, flow)
+        old = self.handlers.get(reg.key)
+        if old is not None and old.handler is not fn:
+            raise ValueError(f"step {reg.key!r} has a handler already")
+        self.handlers[reg.key] = reg
+
+    def handler_of(self, flow: str, step: str) -> Registration | None:
+        """The handler of flow's step: the one registered for the flow,
+        else the one for the step's name in any flow."""
+        return self.handlers.get(f"{flow}/{step}") or self.handlers.get(step)
 
     def stop(self, now: bool = False) -> None:
         """Stops claiming; running jobs get the grace period to finish (with
         now, none: they are stopped and reported as retriable failures at
         once). Safe to call from any thread and from a signal handler."""
         self._stop_requested = True
+        if self._stop_at is None:
+            self._stop_at = time.monotonic()
         self._stop_now = self._stop_now or now
         loop, events = self._loop, [e for e in (self._stop, self._grace_over if now else None) if e is not None]
         if loop is None or not events:
@@ -453,7 +475,6 @@ class Worker:
         if self._stop_now:
             self._grace_over.set()
         self._jobs_stopped = False
-        self._old_server = False
         self._slot_freed = asyncio.Event()
         self._http = HTTPClient(self.url, self.token, max_idle=self.concurrency * 2 + 4)
         self._threads = concurrent.futures.ThreadPoolExecutor(
@@ -470,11 +491,24 @@ class Worker:
                     await asyncio.wait({slot, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
                     slot.cancel()
                     continue
-                # A stop waits for the claim in flight (at most claim_wait)
-                # rather than dropping it: jobs nqd hands out to a dropped
-                # claim would sit leased to no one until their lease ran out.
+                # A stop waits for the claim in flight while running steps
+                # may (see _drain) rather than dropping it: jobs nqd hands
+                # out to a dropped claim would sit leased to no one until
+                # their lease ran out.
+                claim = asyncio.create_task(self._claim(queues, min(free, _MAX_CLAIM)))
+                await asyncio.wait({claim, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+                if not claim.done() and not self._grace_over.is_set():
+                    now = asyncio.create_task(self._grace_over.wait())
+                    await asyncio.wait(
+                        {claim, now}, timeout=max(self._steps_until() - time.monotonic(), 0.0), return_when=asyncio.FIRST_COMPLETED
+                    )
+                    now.cancel()
+                if not claim.done():
+                    claim.cancel()
+                    await asyncio.gather(claim, return_exceptions=True)
+                    break
                 try:
-                    jobs = await self._claim(queues, min(free, _MAX_CLAIM))
+                    jobs = claim.result()
                 except NqdError as e:
                     if e.status in (408, 429) or e.status >= 500:
                         delay = backoff.next()
@@ -493,6 +527,8 @@ class Worker:
         finally:
             # Completions claim only while the worker claims: not once it
             # stops, nor once nqd refused its claims.
+            if self._stop_at is None:
+                self._stop_at = time.monotonic()
             self._stop.set()
             stop_wait.cancel()
             await self._drain()
@@ -550,17 +586,25 @@ class Worker:
         if not task.cancelled() and task.exception() is not None:
             log.error("job runner crashed: %r", task.exception())
 
+    def _steps_until(self) -> float:
+        """The monotonic time running steps must end by once the worker
+        stops: the grace period less the part kept for reporting those still
+        running then."""
+        start = self._stop_at if self._stop_at is not None else time.monotonic()
+        return start + self.grace - min(self.grace / 5, _MAX_STOP_REPORT)
+
     async def _drain(self) -> None:
         """Lets running jobs finish within the grace period (or until
         stop(now=True)), then stops their handlers: they are reported as
-        retriable failures."""
+        retriable failures. Whatever is still on its way at the end of the
+        grace period is dropped, so that the worker stops within it."""
         if not self._running:
             return
         assert self._grace_over is not None
         over = asyncio.create_task(self._grace_over.wait())
-        deadline = time.monotonic() + self.grace
+        steps_until = self._steps_until()
         while self._running and not over.done():
-            left = deadline - time.monotonic()
+            left = steps_until - time.monotonic()
             if left <= 0:
                 break
             await asyncio.wait(set(self._running) | {over}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
@@ -572,14 +616,21 @@ class Worker:
             if job is not None and job.handler_task is not None and not job.handler_task.done():
                 job.stopped = True
                 job.handler_task.cancel()
-        if late:
-            await asyncio.wait(late)
+        if not late:
+            return
+        assert self._stop_at is not None
+        _, dropped = await asyncio.wait(late, timeout=max(self._stop_at + self.grace - time.monotonic(), 0.0))
+        if dropped:
+            log.warning("%d reports still on their way at the end of the grace period dropped", len(dropped))
+            for task in dropped:
+                task.cancel()
+            await asyncio.wait(dropped)
 
     async def _run_job(self, job: _Job) -> _Job | None:
         """Runs job's handler and reports its outcome, heartbeating the job
         from its claim until the outcome is acknowledged. Returns the slot's
         next job when the completion brought one."""
-        reg = self.handlers.get(job.step)
+        reg = self.handler_of(job.flow_name, job.step)
         ctx = Context(job)
         # step.started goes with the step's first report; a step that
         # reports nothing for a moment gets it alone, so that it shows as
@@ -592,7 +643,7 @@ class Worker:
                 # handed back at once rather than run or left to its lease.
                 outcome: tuple[str, Any] = ("fail", ("the worker stopped before the step started", True))
             elif reg is None:
-                outcome = ("fail", (f"no handler for step {job.step!r} in this worker", False))
+                outcome = ("fail", (f"no handler for step {job.step!r} of flow {job.flow_name!r} in this worker", False))
             else:
                 job.handler_task = asyncio.ensure_future(self._call(reg.handler, job, ctx))
                 await asyncio.wait({job.handler_task})
@@ -640,40 +691,12 @@ class Worker:
         """Completes job with result and returns nqd's answer. While the
         worker claims, the completion also claims the slot's next job, which
         the answer lists (docs/worker-protocol.md, Complete)."""
-        try:
-            return await self._complete_claiming(job, result)
-        except NqdError as e:
-            if not job.queued or not _names_events(e):
-                raise
-            # An nqd from before completions took emits names them in its
-            # refusal: they go through the events call, with step.started,
-            # then the completion again.
-            log.info("nqd refused emits with a completion (%s); the worker sends them at once from now on", e)
-            self.emits_apart = True
-            await job.reporter.add({"kind": "step.started"})
-            return await self._complete_claiming(job, result)
-
-    async def _complete_claiming(self, job: _Job, result: Any) -> Any:
         body: dict[str, Any] = {"lease": job.lease}
         if result is not None:
             body["result"] = result
-        if self._old_server or not self._claiming():
-            return await self._finish(job, "complete", body)
-        claim = {"queues": self._claim_queues, "max": 1, "waitMs": round(_NEXT_JOB_WAIT * 1000)}
-        try:
-            return await self._finish(job, "complete", {**body, "claim": claim})
-        except NqdError as e:
-            if e.status != 400 or _names_events(e):
-                raise
-            # An nqd from before completions claimed refuses the field with
-            # a 400 (naming it in its fields). Completing again without it
-            # tells that from a refusal of the completion itself, whatever the
-            # answer named: nothing of a refused call was stored, and one
-            # that then goes through was refused for its claim alone.
-            answer = await self._finish(job, "complete", body)
-            log.info("nqd refused a completion's claim (%s); the worker claims on its own from now on", e)
-            self._old_server = True
-            return answer
+        if self._claiming():
+            body["claim"] = {"queues": self._claim_queues, "max": 1, "waitMs": round(_NEXT_JOB_WAIT * 1000)}
+        return await self._finish(job, "complete", body)
 
     def _next_job(self, answer: Any) -> _Job | None:
         jobs = answer.get("jobs") if isinstance(answer, dict) else None
@@ -726,13 +749,21 @@ class Worker:
                 return ("fail", ("the worker stopped before the step finished", True))
             return ("fail", ("the step was cancelled", True))
         err = t.exception()
+        if err is None and job.encode_error is not None:
+            # The handler let an encoding error through: the step fails
+            # with it all the same.
+            err = job.encode_error
         if err is None:
             result = t.result()
             try:
-                json.dumps(result)
+                json.dumps(result, allow_nan=False)
             except (TypeError, ValueError) as e:
-                return ("fail", (f"the step's result is not JSON: {e}", False))
-            return ("complete", result)
+                err = EncodeError("result", e)
+            else:
+                return ("complete", result)
+        if isinstance(err, EncodeError):
+            log.warning("job %s: step %s failed: %s", job.id, job.step, err)
+            return ("fail", (str(err), True))
         if isinstance(err, PermanentError):
             log.info("job %s: step %s failed for good: %s", job.id, job.step, err)
             return ("fail", (str(err) or "PermanentError", False))

@@ -22,9 +22,11 @@ class Running:
     """Runs worker.run() in a thread of its own with its own event loop;
     leaving the block stops the worker gracefully and waits for it."""
 
-    def __init__(self, worker: Worker, stop_timeout: float = 30.0) -> None:
+    def __init__(self, worker: Worker, stop_timeout: float | None = None) -> None:
         self.worker = worker
-        self.stop_timeout = stop_timeout
+        # A worker stops within its grace period; the slack is for a machine
+        # under load, the bound for a worker that hangs.
+        self.stop_timeout = worker.grace + 10.0 if stop_timeout is None else stop_timeout
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._main, daemon=True)
         self._ready = threading.Event()
@@ -102,24 +104,6 @@ class Call:
         return list(jobs) if isinstance(jobs, list) else []
 
 
-# What an nqd from before completions claimed answers a completion with
-# `claim` (docs/worker-protocol.md, Common rules: bodies are strict).
-UNKNOWN_CLAIM = {
-    "error": {"code": "validation_failed", "message": "The request has invalid fields.", "fields": {"claim": "unknown field"}}
-}
-
-
-# What an nqd from before completions took emits answers a completion that
-# carries one.
-EMIT_REFUSED = {
-    "error": {
-        "code": "validation_failed",
-        "message": "The request has invalid fields.",
-        "fields": {"events[1].kind": "emit through the events call, before completing"},
-    }
-}
-
-
 def emits(call: Call) -> bool:
     """Whether the call carried an emit."""
     evs = call.body.get("events") if isinstance(call.body, dict) else None
@@ -132,22 +116,20 @@ class CountingProxy:
     holds as nqd sees them: from the answer that handed a job out until the
     answer to its complete or fail.
 
-    refuse_claim, when set, is the 400 answer to a completion that carries
-    `claim`, which is then not passed on; refuse_emits likewise to a
-    completion that carries an emit. hold_claims, when set, holds
-    completions that carry `claim` until release is set (held is set once
-    one is held)."""
+    fail_completes, when set, is how many seconds completions are answered
+    with a 503 (and not passed on), from the first one. hold_claims, when
+    set, holds completions that carry `claim` until release is set (held is
+    set once one is held)."""
 
     def __init__(
         self,
         upstream: str,
-        refuse_claim: dict[str, Any] | None = None,
         hold_claims: bool = False,
-        refuse_emits: dict[str, Any] | None = None,
+        fail_completes: float | None = None,
     ) -> None:
         self.upstream = upstream.removeprefix("http://")
-        self.refuse_claim = refuse_claim
-        self.refuse_emits = refuse_emits
+        self.fail_completes = fail_completes
+        self.first_complete: float | None = None
         self.hold_claims = hold_claims
         self.held = threading.Event()
         self.release = threading.Event()
@@ -227,12 +209,15 @@ class CountingProxy:
                 with proxy._lock:
                     proxy.calls.append(call)
                 claiming = call.action == "complete" and isinstance(body, dict) and "claim" in body
-                if claiming and proxy.refuse_claim is not None:
-                    self._answer(call, 400, json.dumps(proxy.refuse_claim).encode(), "application/json")
-                    return
-                if call.action == "complete" and emits(call) and proxy.refuse_emits is not None:
-                    self._answer(call, 400, json.dumps(proxy.refuse_emits).encode(), "application/json")
-                    return
+                if call.action == "complete" and proxy.fail_completes is not None:
+                    with proxy._lock:
+                        now = time.monotonic()
+                        proxy.first_complete = proxy.first_complete or now
+                        failing = now - proxy.first_complete < proxy.fail_completes
+                    if failing:
+                        busy = {"error": {"code": "unavailable", "message": "Try again."}}
+                        self._answer(call, 503, json.dumps(busy).encode(), "application/json")
+                        return
                 if claiming and proxy.hold_claims:
                     proxy.held.set()
                     proxy.release.wait(60)

@@ -13,7 +13,7 @@ from typing import Any, Callable, cast
 
 from conftest import SDK, Nqd
 
-from nqd_worker.cli import expand, flow_definitions, load, nuxt_queue_steps, subscribed_input
+from nqd_worker.cli import build_flows, expand, load, nuxt_queue_steps, subscribed_input
 
 NUXT_SHAPED = '''
 config = {
@@ -58,18 +58,25 @@ def write_steps(folder: Path) -> None:
 
 def test_flow_definitions_from_nuxt_queue_configs(tmp_path: Path) -> None:
     write_steps(tmp_path)
-    steps = [s for p in (tmp_path / "hello.py", tmp_path / "nested" / "shout.py") for s in nuxt_queue_steps(load(str(p)))]
-    assert [(r.step, r.queue) for r, _ in steps] == [("hello", "py-cli"), ("shout", "py-cli")]
-    assert flow_definitions(steps) == {
-        "py-cli-flow": {
-            "name": "py-cli-flow",
-            "entry": "hello",
-            "steps": {
-                "hello": {"queue": "py-cli", "emits": ["hello.done"]},
-                "shout": {"queue": "py-cli", "subscribes": ["hello.done"]},
-            },
-        }
-    }
+    files = {"hello": tmp_path / "hello.py", "nested/shout": tmp_path / "nested" / "shout.py"}
+    steps = {id: nuxt_queue_steps(load(str(p)), id) for id, p in files.items()}
+    assert [(r.flow, r.step, r.queue) for found in steps.values() for r, _ in found] == [
+        ("py-cli-flow", "hello", "py-cli"),
+        ("py-cli-flow", "shout", "py-cli"),
+    ]
+    assert build_flows([(id, found[0][1]) for id, found in steps.items()]) == (
+        [
+            {
+                "name": "py-cli-flow",
+                "entry": "hello",
+                "steps": {
+                    "hello": {"queue": "py-cli", "workerId": "hello", "emits": ["hello.done"]},
+                    "shout": {"queue": "py-cli", "workerId": "nested/shout", "subscribes": ["hello.done"]},
+                },
+            }
+        ],
+        [],
+    )
 
 
 def test_flow_definitions_take_queue_options_and_awaits(tmp_path: Path) -> None:
@@ -89,17 +96,24 @@ def test_flow_definitions_take_queue_options_and_awaits(tmp_path: Path) -> None:
         )
     )
     steps = nuxt_queue_steps(load(str(f)))
+    assert [(r.flow, r.step) for r, _ in steps] == [("a", "approve"), ("b", "approve")]
     step = {
         "queue": "approvals",
+        "workerId": "approve",
         "subscribes": ["order.placed"],
         "retryPolicy": {"attempts": 3, "backoff": {"type": "exponential", "delayMs": 500, "maxDelayMs": 4000}},
         "await": {"type": "trigger", "timeout": 60000},
         "timeout": 9000,
     }
-    assert flow_definitions(steps) == {
-        "a": {"name": "a", "entry": "", "steps": {"approve": step}},
-        "b": {"name": "b", "entry": "", "steps": {"approve": step}},
-    }
+    flows, warnings = build_flows([("approve", steps[0][1])])
+    assert flows == [
+        {"name": "a", "entry": "", "steps": {"approve": step}},
+        {"name": "b", "entry": "", "steps": {"approve": step}},
+    ]
+    assert warnings == [
+        "flow a has no step with role 'entry'; nqd cannot start it",
+        "flow b has no step with role 'entry'; nqd cannot start it",
+    ]
 
 
 def test_module_entry_point_runs_a_folder_of_steps(nqd: Nqd, tmp_path: Path) -> None:
@@ -126,7 +140,7 @@ def test_module_entry_point_runs_a_folder_of_steps(nqd: Nqd, tmp_path: Path) -> 
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, out.decode()
-    assert b"running steps count, hello, shout on queues py-cli" in out
+    assert b"running steps count, py-cli-flow/hello, py-cli-flow/shout on queues py-cli" in out
 
 
 def test_module_entry_point_says_when_the_token_is_refused(own_nqd: object, tmp_path: Path) -> None:
@@ -167,7 +181,7 @@ def test_a_second_signal_quits_without_waiting(nqd: Nqd, tmp_path: Path) -> None
     log = tmp_path / "worker.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "nqd_worker", str(tmp_path / "slow.py"), "--grace", "30"],
+            [sys.executable, "-m", "nqd_worker", str(tmp_path / "slow.py"), "--grace", "30000"],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,

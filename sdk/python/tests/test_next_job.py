@@ -9,7 +9,7 @@ from typing import Any, Iterator
 
 import pytest
 from conftest import Nqd
-from helpers import UNKNOWN_CLAIM, CountingProxy, Running, retried_by_another_worker, wait_for
+from helpers import CountingProxy, Running, retried_by_another_worker, wait_for
 
 import nqd_worker.worker
 from nqd_worker import Context, Worker
@@ -99,24 +99,6 @@ def test_a_closed_loop_of_runs_reaches_the_slot_in_completions(
     assert proxy.claims_between_jobs(after_empty_completions=False) == 0
     assert sum(len(c.jobs()) for c in completions[:-1]) >= len(runs) // 2
     assert w.completed == len(runs)
-
-
-@pytest.mark.parametrize(
-    "refusal",
-    [UNKNOWN_CLAIM, {"error": {"code": "bad_request", "message": "unknown field"}}],
-    ids=["naming-claim", "naming-nothing"],
-)
-def test_an_nqd_that_refuses_the_claim_gets_plain_completions(nqd: Nqd, refusal: dict[str, Any]) -> None:
-    q = "py-next-old-" + ("named" if "fields" in refusal["error"] else "bare")
-    one_step_flow(nqd, q)
-    runs = [nqd.start_run(q, {"i": i}) for i in range(4)]
-    with CountingProxy(nqd.url, refuse_claim=refusal) as proxy:
-        w = run_all(nqd, proxy.url, q, runs)
-    # One completion asked for a claim, was refused, and went again without
-    # it; no other did.
-    completions = proxy.of("complete")
-    assert [("claim" in c.body, c.status) for c in completions] == [(True, 400)] + [(False, 200)] * len(runs)
-    assert w.completed == len(runs) and w.failed == 0
 
 
 def test_completions_keep_the_worker_within_its_concurrency(nqd: Nqd, proxy: CountingProxy) -> None:
