@@ -45,6 +45,13 @@ func loadMigrations() ([]migration, error) {
 		out = append(out, migration{version: v, name: base, sql: string(body)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
+	for i, m := range out {
+		// Two files of one version (changes made side by side) would apply
+		// one and record the other as applied.
+		if m.version != i+1 {
+			return nil, fmt.Errorf("migration %s: want version %d: versions run 1, 2, 3… without gaps or repeats", m.name, i+1)
+		}
+	}
 	return out, nil
 }
 
