@@ -175,8 +175,8 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 		{"", "NQ_TRIGGER_KEYS", "trigger id signing keys id:secret, comma-separated; the first signs", "", keys(&c.TriggerKeys)},
 		{"stream-token-max-ttl", "NQ_STREAM_TOKEN_MAX_TTL", "longest life of a stream token", durText(handlers.DefaultMaxStreamTokenTTL), dur(&c.StreamTokenMaxTTL)},
 		{"allow-insecure-bind", "NQ_ALLOW_INSECURE_BIND", "serve a non-loopback address with no tokens configured", "false", boolean(&c.AllowInsecureBind)},
-		{"rate-per-token", "NQ_RATE_PER_TOKEN", "appends, starts and trigger POSTs per token, as requests/window (0: no limit)", "6000/1m", rate(&c.RatePerToken)},
-		{"rate-per-addr", "NQ_RATE_PER_ADDR", "appends, starts and trigger POSTs per client address, as requests/window (0: no limit)", "6000/1m", rate(&c.RatePerAddr)},
+		{"rate-per-token", "NQ_RATE_PER_TOKEN", "appends, starts and trigger POSTs per API token, as requests/window (0: no limit)", rateText(handlers.DefaultRatePerToken), rate(&c.RatePerToken)},
+		{"rate-per-addr", "NQ_RATE_PER_ADDR", "appends, starts and trigger POSTs without a token, per client address, as requests/window (0: no limit)", rateText(handlers.DefaultRatePerAddr), rate(&c.RatePerAddr)},
 		{"max-event-bytes", "NQ_MAX_EVENT_BYTES", "largest event in an append", itoa(handlers.DefaultMaxEventBytes), i64(&c.MaxEventBytes)},
 		{"max-streams-per-client", "NQ_MAX_STREAMS_PER_CLIENT", "open SSE streams per token and per address (0: no cap)", "100", integer(&c.MaxStreamsPerClient)},
 		{"metrics-public", "NQ_METRICS_PUBLIC", "serve /metrics without a token", "false", boolean(&c.MetricsPublic)},
@@ -232,6 +232,9 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 // itoa and durText write a package's default as the setting's default, so
 // that each default has one source: the package it governs.
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// rateText writes r the way the rate settings take it.
+func rateText(r handlers.Rate) string { return itoa(r.Requests) + "/" + durText(r.Window) }
 
 // durText writes d the way a user would, 24h rather than 24h0m0s.
 func durText(d time.Duration) string {

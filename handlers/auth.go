@@ -1,8 +1,10 @@
 package handlers
 
 import (
+	"fmt"
 	"net/http"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/go-chi/httprate"
@@ -24,8 +26,9 @@ type Rate struct {
 type Access struct {
 	// Auth checks tokens; nil leaves every route open.
 	Auth *auth.Authenticator
-	// PerToken and PerAddr bound appends, starts and trigger POSTs, per
-	// token and per client address.
+	// PerToken bounds the appends, starts and trigger POSTs of a request
+	// with a verified token, per token; PerAddr those of a request without
+	// one, per client address.
 	PerToken, PerAddr Rate
 	// MaxStreams caps the streams open at once per token and per address;
 	// 0 is no cap.
@@ -41,6 +44,15 @@ type Access struct {
 	// ignored. None by default.
 	TrustedProxies []netip.Prefix
 }
+
+// The default budgets are above what one nqd serves (a few thousand runs
+// and tens of thousands of appends a second), so a single busy app never
+// meets them: they stop a runaway or hostile client from starving the
+// others, and are no quota.
+var (
+	DefaultRatePerToken = Rate{Requests: 20000, Window: time.Second}
+	DefaultRatePerAddr  = Rate{Requests: 20000, Window: time.Second}
+)
 
 // Stream token lifetimes.
 const (
@@ -96,25 +108,40 @@ func (a *API) require(s auth.Scope) func(http.Handler) http.Handler {
 	}
 }
 
-// limitRate spends one request of the client's address budget and of its
-// token's; it answers 429 with Retry-After once either is spent. It runs
-// after the scope check, so only a verified token has a budget.
+// limitRate spends one request of the client's budget and answers 429 with
+// Retry-After once it is spent. A verified token is the client, whatever
+// address it calls from (a Nuxt server calls for all its users); without one
+// (an open nqd, a trigger webhook) the address is. It runs after the scope
+// check, so only a verified token has a budget.
 func (a *API) limitRate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// A request with no token (a trigger webhook) is limited by its
-		// address only, not in one bucket shared by every anonymous caller.
-		p, perr := auth.FromContext(r.Context())
-		limited := a.access.addrRate != nil && a.access.addrRate.OnLimit(w, r, "addr:"+clientAddr(r))
-		if !limited && a.access.tokenRate != nil && perr == nil && !p.Open && p.Name != "" {
-			limited = a.access.tokenRate.OnLimit(w, r, "token:"+p.Name)
+		// The settings are named so that a client told no learns what
+		// raises the limit.
+		limiter, key, budget, who, setting := a.access.addrRate, "addr:"+clientAddr(r), a.access.PerAddr, "address", "NQ_RATE_PER_ADDR"
+		if p, err := auth.FromContext(r.Context()); err == nil && !p.Open && p.Name != "" {
+			limiter, key, budget, who, setting = a.access.tokenRate, "token:"+p.Name, a.access.PerToken, "token", "NQ_RATE_PER_TOKEN"
 		}
-		if limited {
-			writeError(w, r, &nqd.Error{Code: nqd.CodeRateLimited,
-				Message: "Too many requests; retry after the time in Retry-After."})
+		if limiter != nil && limiter.OnLimit(w, r, key) {
+			writeError(w, r, &nqd.Error{Code: nqd.CodeRateLimited, Message: fmt.Sprintf(
+				"Too many requests from this %s: more than %d in %s. Retry after the time in Retry-After; %s raises the limit.",
+				who, budget.Requests, windowText(budget.Window), setting)})
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// windowText writes a rate's window the way it is configured, 1m rather
+// than 1m0s.
+func windowText(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // clientKeys are the keys a client's open streams are counted under.

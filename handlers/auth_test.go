@@ -339,18 +339,18 @@ func TestCORSPreflightNeedsNoToken(t *testing.T) {
 }
 
 func TestRateLimits(t *testing.T) {
-	t.Run("per address", func(t *testing.T) {
-		api := newTestAPI(t, withTokens(t, handlers.Access{PerAddr: handlers.Rate{Requests: 3, Window: time.Hour}}))
+	t.Run("per address without a token", func(t *testing.T) {
+		api := newTestAPI(t, func(d *handlers.Deps) {
+			d.Access = handlers.Access{PerAddr: handlers.Rate{Requests: 3, Window: time.Hour}}
+		})
 		accepted := 0
 		for i := range 6 {
-			rec := api.do(t, request{method: http.MethodPost, target: "/api/_events/flow/run-1", body: fmt.Sprintf(`{"kind":"x.y","data":{"n":%d}}`, i), header: bearer(writeSecret)})
+			rec := api.do(t, request{method: http.MethodPost, target: "/api/_events/flow/run-1", body: fmt.Sprintf(`{"kind":"x.y","data":{"n":%d}}`, i)})
 			switch rec.Code {
 			case http.StatusCreated:
 				accepted++
 			case http.StatusTooManyRequests:
-				if rec.Header().Get("Retry-After") == "" {
-					t.Error("a 429 without Retry-After")
-				}
+				wantRateRefusal(t, rec, "NQ_RATE_PER_ADDR", "more than 3 in 1h")
 			default:
 				t.Fatalf("status %d: %s", rec.Code, rec.Body)
 			}
@@ -361,10 +361,20 @@ func TestRateLimits(t *testing.T) {
 		wantEvents(t, api, accepted)
 	})
 	t.Run("per token", func(t *testing.T) {
-		api := newTestAPI(t, withTokens(t, handlers.Access{PerToken: handlers.Rate{Requests: 2, Window: time.Hour}}))
+		// The address's budget would refuse the third request of either
+		// token: a token's requests are counted against the token alone,
+		// as behind a Nuxt server every user's come from one address.
+		api := newTestAPI(t, withTokens(t, handlers.Access{
+			PerToken: handlers.Rate{Requests: 2, Window: time.Hour},
+			PerAddr:  handlers.Rate{Requests: 2, Window: time.Hour},
+		}))
 		codes := func(secret string) (got []int) {
 			for range 3 {
-				got = append(got, api.do(t, request{method: http.MethodPost, target: "/api/_events/flow/run-1", body: `{"kind":"x.y"}`, header: bearer(secret)}).Code)
+				rec := api.do(t, request{method: http.MethodPost, target: "/api/_events/flow/run-1", body: `{"kind":"x.y"}`, header: bearer(secret)})
+				if rec.Code == http.StatusTooManyRequests {
+					wantRateRefusal(t, rec, "NQ_RATE_PER_TOKEN", "more than 2 in 1h")
+				}
+				got = append(got, rec.Code)
 			}
 			return got
 		}
@@ -374,6 +384,19 @@ func TestRateLimits(t *testing.T) {
 		}
 		wantEvents(t, api, 4)
 	})
+}
+
+// wantRateRefusal checks a 429: Retry-After, and a message that says the
+// limit and the setting that raises it.
+func wantRateRefusal(t *testing.T, rec *httptest.ResponseRecorder, setting, limit string) {
+	t.Helper()
+	if rec.Header().Get("Retry-After") == "" {
+		t.Error("a 429 without Retry-After")
+	}
+	e := decode[errorBody](t, rec)
+	if e.Error.Code != "rate_limited" || !strings.Contains(e.Error.Message, setting) || !strings.Contains(e.Error.Message, limit) {
+		t.Errorf("429 body %+v, want rate_limited naming %s and %q", e.Error, setting, limit)
+	}
 }
 
 func wantEvents(t *testing.T, api *testAPI, n int) {
