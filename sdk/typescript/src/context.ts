@@ -43,6 +43,24 @@ export interface StartedRun {
   flowId: string
 }
 
+/** A running run of a flow, as v0.5's getRunningFlows listed it. */
+export interface RunningFlow {
+  id: string
+  flowName: string
+  status: string
+  startedAt?: string
+  stepCount: number
+  completedSteps: number
+}
+
+/** nqd's answer to a cancel. */
+export interface CancelledRun {
+  success: boolean
+  runId: string
+  flowName: string
+  previousStatus?: string
+}
+
 export interface StepFlow {
   /** Emits event with payload: steps subscribed to it run once all their subscriptions were emitted. */
   emit(event: string, payload?: unknown): Promise<void>
@@ -50,6 +68,17 @@ export interface StepFlow {
   handleTrigger(event: string, payload?: unknown): Promise<unknown[]>
   /** Starts a run of another flow with input. */
   startFlow(flowName: string, input?: unknown): Promise<StartedRun>
+  /** Cancels a run of a flow. */
+  cancelFlow(flowName: string, runId: string): Promise<CancelledRun>
+  /** Cancels this run. */
+  cancel(): Promise<CancelledRun>
+  /**
+   * The running runs of flowName (this flow by default); without options,
+   * this run is left out, as v0.5 did.
+   */
+  getRunningFlows(flowName?: string, options?: { excludeRunIds?: string[] }): Promise<RunningFlow[]>
+  /** Whether runId, or any run of flowName (this run left out by default), is running. */
+  isRunning(flowName?: string, runId?: string, options?: { excludeRunIds?: string[] }): Promise<boolean>
 }
 
 /** How the await a step declared resolved, from the input's `_resume`. */
@@ -183,6 +212,21 @@ export function buildContext(
       return host.report([{ kind: 'state.batch', data: { operations } }])
     },
   }
+  const cancelFlow = (flowName: string, runId: string): Promise<CancelledRun> =>
+    host.http.post<CancelledRun>(`/api/_flows/${encodeURIComponent(flowName)}/runs/${encodeURIComponent(runId)}/cancel`, undefined, { signal, timeoutMs: 15000 })
+  const running = async (flowName: string, exclude: string[]): Promise<RunningFlow[]> => {
+    const out: RunningFlow[] = []
+    // Bounded: a flow with more running runs than this is busy enough to say so.
+    for (let offset = 0; offset < 10_000; offset += 100) {
+      const page = await host.http.get<{ items?: RunningFlow[], hasMore?: boolean }>(
+        `/api/_flows/${encodeURIComponent(flowName)}/runs?status=running&limit=100&offset=${String(offset)}`, { signal, timeoutMs: 15000 })
+      out.push(...(page.items ?? []).filter(r => !exclude.includes(r.id)))
+      if (page.hasMore !== true) {
+        break
+      }
+    }
+    return out
+  }
   const resume = readResume(job.input)
   return {
     jobId: job.id,
@@ -211,6 +255,13 @@ export function buildContext(
       },
       startFlow: (flowName, input) =>
         host.http.post<StartedRun>(`/api/_flows/${encodeURIComponent(flowName)}/start`, input ?? {}, { signal, timeoutMs: 15000 }),
+      cancelFlow,
+      cancel: () => cancelFlow(job.flowName, job.runId),
+      getRunningFlows: (flowName, options) => running(flowName ?? job.flowName, options?.excludeRunIds ?? [job.runId]),
+      async isRunning(flowName, runId, options) {
+        const runs = await running(flowName ?? job.flowName, runId === undefined ? options?.excludeRunIds ?? [job.runId] : [])
+        return runId === undefined ? runs.length > 0 : runs.some(r => r.id === runId)
+      },
     },
     emit(evt, payload) {
       if (typeof evt === 'string') {

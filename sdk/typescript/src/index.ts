@@ -5,7 +5,7 @@ export type {
   AwaitConfig, FlowConfig, FlowRole, FlowTriggers, Handler, NuxtAwaitConfig, NuxtFunction, QueueConfig, QueueJobDefaults,
   QueueWorker, QueueWorkerConfig, TriggerDefinition, WorkerConfig,
 } from './define.js'
-export type { LogLevel, Resume, StartedRun, StepContext, StepFlow, StepLogger, StepState } from './context.js'
+export type { CancelledRun, LogLevel, Resume, RunningFlow, StartedRun, StepContext, StepFlow, StepLogger, StepState } from './context.js'
 export { AuthError, EncodingError, NqdError, PermanentError, isPermanent } from './errors.js'
 export { buildFlows } from './flows.js'
 export type { BuiltFlows, FlowDefinition, FlowTrigger, StepDefinition, StepSource } from './flows.js'
