@@ -13,7 +13,7 @@ import signal
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 from urllib.parse import quote
 
 from . import registered
@@ -153,45 +153,124 @@ def _retry_policy(cfg: dict[str, Any]) -> dict[str, Any] | None:
     return {"attempts": attempts, "backoff": backoff}
 
 
-def build_flows(sources: Sequence[tuple[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
-    """nqd flow definitions built from Nuxt Queue configs, one per flow name
-    the sources (each a file's id and its config) mention, as the TypeScript
-    SDK builds them (the shared cases in sdk/testdata hold the two equal):
-    each step joins the flows config.flow.name names; the first step of a
-    `role: "entry"` config is its flow's entry (an entry subscribes to
-    nothing); emits, subscribes, the queue's attempts, backoff and timeout,
-    an await and the flow's stateSchema come along. Returns the definitions
-    and warnings about what nqd cannot take."""
+class BuiltFlows(NamedTuple):
+    """What build_flows makes of the step files' configs."""
+
+    # One nqd definition per flow name, in the order the files name them.
+    flows: list[dict[str, Any]]
+    # The triggers v0.5 entry steps define or subscribe to, sorted by name:
+    # {name, definition?, subscriptions: [{flow, mode}]}.
+    triggers: list[dict[str, Any]]
+    # What nqd cannot take, or what leaves a flow unusable.
+    warnings: list[str]
+
+
+def _positive(v: Any) -> bool:
+    """Whether v is a number above 0 (a bool is not a number here)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+
+
+def _nqd_await(where: str, a: Any, warn: Callable[[str], None]) -> dict[str, Any] | None:
+    """A v0.5 await as nqd's: a webhook is a trigger await (its body reaches
+    the step as ctx.trigger), an event an event await, a time a time await.
+    A schedule (the next time of a cron expression) has no nqd await and is
+    dropped with a warning; so are the parts nqd does not take."""
+    if not isinstance(a, dict):
+        warn(f"{where}: not an await; dropped")
+        return None
+    kind = a.get("type")
+    out: dict[str, Any]
+    if kind == "time":
+        out = {"type": "time", "delay": a.get("delay") if a.get("delay") is not None else 0}
+    elif kind == "webhook":
+        out = {"type": "trigger", "triggerType": "webhook"}
+    elif kind == "event":
+        event = a.get("event")
+        if not isinstance(event, str) or not event:
+            warn(f"{where}: an event await needs its event; dropped")
+            return None
+        out = {"type": "event", "eventKind": event}
+        if a.get("filterKey") is not None:
+            warn(f"{where}: the event await's filterKey is not taken; the first {event} event resumes the step")
+    else:
+        warn(f"{where}: a {kind} await has no nqd equivalent; dropped")
+        return None
+    timeout = a.get("timeout")
+    if kind != "time" and _positive(timeout):
+        out["timeout"] = timeout
+    action = a.get("timeoutAction")
+    if action is not None and action != "fail":
+        warn(f"{where}: timeoutAction {action} is not taken; a timeout fails the step")
+    return out
+
+
+def _add_triggers(into: dict[str, dict[str, Any]], flow: str, t: Any) -> None:
+    if not isinstance(t, dict):
+        return
+
+    def get(name: str) -> dict[str, Any]:
+        return into.setdefault(name, {"name": name, "subscriptions": []})
+
+    define = t.get("define")
+    if isinstance(define, dict) and isinstance(define.get("name"), str) and define["name"]:
+        get(define["name"])["definition"] = define
+    for name in _names(t.get("subscribe")):
+        get(name)["subscriptions"].append({"flow": flow, "mode": t.get("mode") if t.get("mode") is not None else "auto"})
+
+
+def build_flows(sources: Sequence[tuple[str, Any]]) -> BuiltFlows:
+    """nqd flow definitions built from Nuxt Queue configs of both
+    generations (October 2025's defineQueueConfig, v0.5's
+    defineFunctionConfig), one per flow name the sources (each a file's id
+    and its config) mention, exactly as the TypeScript SDK builds them: the
+    cases in sdk/testdata/nuxt-configs hold the two equal. Each step joins
+    the flows config.flow.name names; the first step of a `role: "entry"`
+    config is its flow's entry (an entry subscribes to nothing); emits,
+    subscribes, the queue's attempts, backoff and timeout, an await and the
+    flow's stateSchema come along, and of v0.5 awaitBefore (as the step's
+    await), awaitAfter (as an await of the steps its emits make due),
+    stepTimeout and the triggers of entry steps."""
     defs: dict[str, dict[str, Any]] = {}
     warnings: list[str] = []
+    warn = warnings.append
+    triggers: dict[str, dict[str, Any]] = {}
+    # Steps whose v0.5 awaitAfter holds back the steps their emits make due.
+    after: list[tuple[str, str, str, dict[str, Any]]] = []
     for id, cfg in sources:
         f = cfg.get("flow") if isinstance(cfg, dict) else None
         if not isinstance(f, dict):
             continue
         names, steps = _names(f.get("name")), _names(f.get("step"))
         if not names or not steps:
-            warnings.append(f"{id}: config.flow needs a name and a step; skipped")
+            warn(f"{id}: config.flow needs a name and a step; skipped")
             continue
         queue = queue_of(cfg, id)
         policy = _retry_policy(cfg)
         wait = f.get("await") if f.get("await") is not None else cfg.get("await")
-        timeout = _job_options(cfg).get("timeout")
+        if f.get("awaitBefore") is not None:
+            before = _nqd_await(f"{id}: awaitBefore", f["awaitBefore"], warn)
+            if wait is not None and before is not None:
+                warn(f"{id}: both await and awaitBefore; await is taken")
+            if wait is None:
+                wait = before
+        wait_after = None if f.get("awaitAfter") is None else _nqd_await(f"{id}: awaitAfter", f["awaitAfter"], warn)
+        timeout = f.get("stepTimeout") if f.get("stepTimeout") is not None else _job_options(cfg).get("timeout")
         subscribes = _names(f.get("subscribes"))
         emits = f.get("emits")
         for flow_name in names:
             d = defs.setdefault(flow_name, {"name": flow_name, "entry": "", "steps": {}})
             for i, step in enumerate(steps):
                 if step in d["steps"]:
-                    warnings.append(f"{id}: flow {flow_name} already has a step {step}; this one is ignored")
+                    warn(f"{id}: flow {flow_name} already has a step {step}; this one is ignored")
                     continue
                 s: dict[str, Any] = {"queue": queue, "workerId": id}
                 if f.get("role") == "entry" and i == 0:
                     if d["entry"]:
-                        warnings.append(f"{id}: flow {flow_name} already has the entry {d['entry']}; {step} is a plain step")
+                        warn(f"{id}: flow {flow_name} already has the entry {d['entry']}; {step} is a plain step")
                     else:
                         d["entry"] = step
                         if subscribes:
-                            warnings.append(
+                            warn(
                                 f"{id}: the entry step {step} runs when its flow starts; "
                                 f"its subscribes ({', '.join(subscribes)}) are dropped"
                             )
@@ -203,15 +282,34 @@ def build_flows(sources: Sequence[tuple[str, Any]]) -> tuple[list[dict[str, Any]
                     s["retryPolicy"] = policy
                 if wait is not None:
                     s["await"] = wait
-                if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0:
+                if _positive(timeout):
                     s["timeout"] = timeout
                 d["steps"][step] = s
+                if wait_after is not None:
+                    after.append((flow_name, step, id, wait_after))
+                if f.get("triggers") is not None and d["entry"] == step:
+                    _add_triggers(triggers, flow_name, f["triggers"])
+                elif f.get("triggers") is not None:
+                    warn(f"{id}: triggers start a flow; only its entry step may name them")
             if f.get("stateSchema") is not None:
                 d["stateSchema"] = f["stateSchema"]
+    # nqd awaits before a step: an awaitAfter holds back each step that
+    # subscribes to what the awaiting step emits.
+    for flow_name, step, id, wait in after:
+        d = defs[flow_name]
+        emitted = d["steps"][step].get("emits") or []
+        held = [(name, s) for name, s in d["steps"].items() if any(e in emitted for e in s.get("subscribes") or [])]
+        if not held:
+            warn(f"{id}: awaitAfter holds back no step (none subscribes to what {step} emits); dropped")
+        for name, s in held:
+            if "await" in s:
+                warn(f"{id}: {name} has an await of its own; {step}'s awaitAfter is not added to it")
+                continue
+            s["await"] = dict(wait)
     for d in defs.values():
         if not d["entry"]:
-            warnings.append(f"flow {d['name']} has no step with role 'entry'; nqd cannot start it")
-    return list(defs.values()), warnings
+            warn(f"flow {d['name']} has no step with role 'entry'; nqd cannot start it")
+    return BuiltFlows(list(defs.values()), [triggers[k] for k in sorted(triggers)], warnings)
 
 
 async def store_flows(url: str, token: str | None, defs: Sequence[dict[str, Any]]) -> None:
@@ -365,11 +463,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"nqd-worker-py: {e}", file=sys.stderr)
         return 2
     try:
+        built = build_flows(sources)
+        for warning in built.warnings:
+            log.warning("%s", warning)
         if args.store_flows:
-            defs, warnings = build_flows(sources)
-            for w in warnings:
-                log.warning("%s", w)
-            asyncio.run(store_flows(args.url, args.token, defs))
+            asyncio.run(store_flows(args.url, args.token, built.flows))
+        if built.triggers:
+            # nqd's trigger registry is not fed from step files: the
+            # triggers are named so that whoever starts the flows knows
+            # what the files expected.
+            log.warning(
+                "triggers in the step files are not registered in nqd: %s; start their flows with POST /api/_flows/<name>/start",
+                ", ".join(t["name"] for t in built.triggers),
+            )
         log.info(
             "running steps %s on queues %s against %s",
             ", ".join(sorted({r.key for r in regs})),

@@ -147,6 +147,19 @@ class Context:
         return r if isinstance(r, dict) else None
 
     @property
+    def trigger(self) -> Any:
+        """What resolved the step's await, as Nuxt Queue v0.5 handed it to a
+        step: a webhook's or a trigger's body, an event await's event data;
+        None without an await."""
+        r = self.resume
+        if r is None:
+            return None
+        if r.get("awaitType") == "event":
+            e = r.get("event")
+            return e["data"] if isinstance(e, dict) and "data" in e else e
+        return r.get("payload", r) if r.get("payload") is not None else r
+
+    @property
     def canceled(self) -> bool:
         """True once nqd said the run ended or the lease was lost: stop working."""
         return self._job.gone
@@ -241,6 +254,10 @@ class SyncContext:
     @property
     def resume(self) -> dict[str, Any] | None:
         return self._async.resume
+
+    @property
+    def trigger(self) -> Any:
+        return self._async.trigger
 
     @property
     def canceled(self) -> bool:

@@ -76,6 +76,7 @@ def test_flow_definitions_from_nuxt_queue_configs(tmp_path: Path) -> None:
             }
         ],
         [],
+        [],
     )
 
 
@@ -105,7 +106,7 @@ def test_flow_definitions_take_queue_options_and_awaits(tmp_path: Path) -> None:
         "await": {"type": "trigger", "timeout": 60000},
         "timeout": 9000,
     }
-    flows, warnings = build_flows([("approve", steps[0][1])])
+    flows, _, warnings = build_flows([("approve", steps[0][1])])
     assert flows == [
         {"name": "a", "entry": "", "steps": {"approve": step}},
         {"name": "b", "entry": "", "steps": {"approve": step}},
@@ -225,3 +226,59 @@ def test_subscribed_input_is_the_payload() -> None:
     assert got == {"name": "a.done", "x": 1, "_resume": {"awaitType": "time"}, "flowId": "run-1", "flowName": "f"}
     assert subscribed_input({"a.done": 3}, "a.done", Ctx()) == {"name": "a.done", "payload": 3, "flowId": "run-1", "flowName": "f"}
     assert subscribed_input({"other": 1}, "a.done", Ctx()) == {"other": 1}
+
+
+ASK = """
+config = {
+    "queue": {"name": "py-v05"},
+    "flow": {"name": "py-v05", "role": "entry", "step": "ask", "emits": ["asked"]},
+}
+
+def run(input, ctx):
+    ctx.flow.emit("asked", {"amount": input["amount"]})
+"""
+
+DECIDE = """
+config = {
+    "queue": {"name": "py-v05"},
+    "flow": {
+        "name": "py-v05", "role": "step", "step": "decide", "subscribes": ["asked"],
+        "awaitBefore": {"type": "webhook", "timeout": 60000},
+    },
+}
+
+async def run(input, ctx):
+    return {"amount": input["amount"], "approved": ctx.trigger["approved"]}
+"""
+
+
+def test_a_v05_step_file_waits_for_its_webhook(nqd: Nqd, tmp_path: Path) -> None:
+    """A step file of Nuxt Queue v0.5's shape with awaitBefore a webhook:
+    stored as a trigger await, run once the trigger fires, with the body as
+    ctx.trigger."""
+    (tmp_path / "ask.py").write_text(textwrap.dedent(ASK))
+    (tmp_path / "decide.py").write_text(textwrap.dedent(DECIDE))
+    env = dict(os.environ, NQD_URL=nqd.url, PYTHONPATH=str(SDK))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nqd_worker", str(tmp_path), "--store-flows", "--grace", "2000"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        nqd.wait_until("the flow to be stored", lambda: nqd.call("GET", "/api/_flows/py-v05")[0] == 200)
+        run = nqd.start_run("py-v05", {"amount": 12})
+
+        def waiting() -> Any:
+            items = nqd.ok("GET", "/api/_flows/waits?kind=trigger&flowName=py-v05")["items"]
+            return [i for i in items if i["runId"] == run]
+
+        (wait,) = nqd.wait_until("the webhook await", waiting)
+        status, _ = nqd.call("POST", f"/api/_flows/triggers/{wait['triggerId']}", {"approved": True})
+        assert status == 200
+        assert nqd.wait_status(run) == "completed"
+        assert nqd.run_state(run)["steps"]["decide"]["result"] == {"amount": 12, "approved": True}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out.decode()
