@@ -112,3 +112,66 @@ func unchanged(raw []byte) bool {
 	}
 	return true
 }
+
+// AppendV05 appends the record as the v0.4/v0.5 UI's WebSocket routes carry
+// it (docs/compatibility.md, "The v0.5 generation"): `ts` in epoch
+// milliseconds rather than RFC 3339, the v0.5 field names only, and `stepId`
+// (the one sent with the event, in meta.stepId, else
+// `<runId>__<step>__attempt-<n>` as the Node module built it). The v0.3 UI's
+// routes carry MarshalJSON's form: one event, two renderings, both here.
+func (e Event) AppendV05(b []byte) ([]byte, error) {
+	b = append(b, `{"id":"`...)
+	b = strconv.AppendUint(b, e.ID.MS, 10)
+	b = append(b, '-')
+	b = strconv.AppendUint(b, e.ID.Seq, 10)
+	b = append(b, `","ts":`...)
+	b = strconv.AppendUint(b, e.ID.MS, 10)
+	b = appendMember(b, `,"type":`, e.Kind)
+	if e.RunID != "" {
+		b = appendMember(b, `,"runId":`, e.RunID)
+	}
+	if e.FlowName != "" {
+		b = appendMember(b, `,"flowName":`, e.FlowName)
+	}
+	if e.Step != "" {
+		b = appendMember(b, `,"stepName":`, e.Step)
+	}
+	if id := e.stepID(); id != "" {
+		b = appendMember(b, `,"stepId":`, id)
+	}
+	if e.Attempt != 0 {
+		b = append(b, `,"attempt":`...)
+		b = strconv.AppendInt(b, int64(e.Attempt), 10)
+	}
+	if e.Trigger != "" {
+		b = appendMember(b, `,"triggerName":`, e.Trigger)
+	}
+	b = append(b, `,"data":`...)
+	if len(e.Data) == 0 {
+		b = append(b, "{}"...)
+	} else {
+		var err error
+		if b, err = appendRaw(b, e.Data); err != nil {
+			return nil, err
+		}
+	}
+	return append(b, '}'), nil
+}
+
+// stepID is the step attempt's id the v0.5 UI reads: the one the event was
+// sent with, else the Node module's `<runId>__<step>__attempt-<n>`; "" for
+// an event of no step.
+func (e Event) stepID() string {
+	var id string
+	if len(e.Meta) > 0 {
+		jsonscan.Fields(e.Meta, []string{"stepId"}, func(_ int, val []byte) bool {
+			id, _ = jsonscan.String(val)
+			return false
+		})
+	}
+	if id != "" || e.Step == "" || e.RunID == "" {
+		return id
+	}
+	attempt := max(e.Attempt, 1)
+	return e.RunID + "__" + e.Step + "__attempt-" + strconv.Itoa(attempt)
+}

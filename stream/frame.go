@@ -12,6 +12,7 @@ import (
 // connection of the context writes the same bytes.
 type frame struct {
 	id   event.ID
+	ev   event.Event // the event itself, for a Feed, which renders it its own way
 	data []byte // the SSE message: `id:` and `data: {"v":1,"event":...}`
 	tail []byte // the raw-tail message; nil while no raw-tail client listens
 }

@@ -38,6 +38,7 @@ var engineScenarios = []struct {
 	{"Timers", testTimers},
 	{"UpdateRunToAnotherStream", testUpdateRunStream},
 	{"DeleteRuns", testDeleteRuns},
+	{"FlowStats", testFlowStats},
 }
 
 // runEngine runs the flow engine's conformance scenarios (store.RunStore and
@@ -593,4 +594,52 @@ func testDeleteRuns(t *testing.T, s EngineStore) {
 	if _, err := s.RunMeta(ctx, "gone", "d1"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("meta left: %v", err)
 	}
+}
+
+// testFlowStats: a flow's stats follow its runs through every status move,
+// equal to the runs list's totals at each step.
+func testFlowStats(t *testing.T, s EngineStore) {
+	ctx := t.Context()
+	check := func(when string, want store.FlowStats) {
+		t.Helper()
+		got, err := store.ReadFlowStats(ctx, s, "st")
+		must(t, err)
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s: stats (-want +got):\n%s", when, diff)
+		}
+		all, err := s.ListRuns(ctx, "st", "", 0, 0)
+		must(t, err)
+		if all.Total != got.Total {
+			t.Errorf("%s: stats total %d, runs list total %d", when, got.Total, all.Total)
+		}
+	}
+	check("no runs", store.FlowStats{})
+	for i := range 4 {
+		id := fmt.Sprintf("s%d", i)
+		_, err := s.UpdateRun(ctx, store.RunUpdate{Meta: newRun("st", id, int64(100+i)), Events: []event.Event{{Kind: "flow.started", FlowName: "st", RunID: id, Subject: id}}})
+		must(t, err)
+	}
+	started, err := s.ListRuns(ctx, "st", "", 0, 1)
+	must(t, err)
+	lastRun := started.Runs[0].StartedAt
+	check("four running", store.FlowStats{Total: 4, Running: 4, LastRunAt: lastRun})
+	move := func(id, status string, end int64) {
+		t.Helper()
+		m, err := s.RunMeta(ctx, "st", id)
+		must(t, err)
+		prev := m.Status
+		m.Status, m.CompletedAt = status, end
+		_, err = s.UpdateRun(ctx, store.RunUpdate{Meta: m, PrevStatus: prev})
+		must(t, err)
+	}
+	move("s0", store.RunAwaiting, 0)
+	move("s1", store.RunCompleted, 500)
+	move("s2", store.RunFailed, 700)
+	move("s3", store.RunCancelled, 600)
+	check("one of each", store.FlowStats{Total: 4, Awaiting: 1, Success: 1, Failure: 1, Cancel: 1, LastRunAt: lastRun, LastCompletedAt: 700})
+	move("s0", store.RunRunning, 0)
+	check("resumed", store.FlowStats{Total: 4, Running: 1, Success: 1, Failure: 1, Cancel: 1, LastRunAt: lastRun, LastCompletedAt: 700})
+	_, err = s.DeleteRuns(ctx, "st")
+	must(t, err)
+	check("cleared", store.FlowStats{})
 }
