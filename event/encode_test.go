@@ -84,3 +84,29 @@ func BenchmarkMarshal(b *testing.B) {
 		}
 	})
 }
+
+// TestAppendV05 pins the v0.5 rendering: ts in epoch ms, the v0.5 names
+// only, stepId given or built, data always present.
+func TestAppendV05(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		ev   Event
+		want string
+	}{
+		{"step event", Event{ID: ID{MS: 1764106747116, Seq: 2}, Kind: "step.completed", RunID: "r1", FlowName: "f", Step: "s", Attempt: 2, Subject: "r1",
+			Data: json.RawMessage(`{"ok": true}`)},
+			`{"id":"1764106747116-2","ts":1764106747116,"type":"step.completed","runId":"r1","flowName":"f","stepName":"s","stepId":"r1__s__attempt-2","attempt":2,"data":{"ok":true}}`},
+		{"stepId sent", Event{ID: ID{MS: 5}, Kind: "step.started", RunID: "r1", Step: "s", Meta: json.RawMessage(`{"stepId":"own"}`)},
+			`{"id":"5-0","ts":5,"type":"step.started","runId":"r1","stepName":"s","stepId":"own","data":{}}`},
+		{"trigger event", Event{ID: ID{MS: 7, Seq: 1}, Kind: "trigger.fired", Trigger: "t<1>"},
+			`{"id":"7-1","ts":7,"type":"trigger.fired","triggerName":"t\u003c1\u003e","data":{}}`},
+	} {
+		got, err := c.ev.AppendV05(nil)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if string(got) != c.want {
+			t.Errorf("%s:\n got %s\nwant %s", c.name, got, c.want)
+		}
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/reducers"
+	"github.com/nqd-dev/nqd/socket"
 	"github.com/nqd-dev/nqd/store"
 )
 
@@ -90,6 +91,15 @@ type Deps struct {
 	State StateReader
 	// Stream serves the Server-Sent Events routes.
 	Stream Streamer
+	// Feeds follows contexts for the WebSocket routes (the stream handler
+	// does); without it those routes answer 404.
+	Feeds Follower
+	// Sockets tunes the WebSocket routes; their trusted origins are
+	// CORSOrigins and their log is Log.
+	Sockets socket.Options
+	// WatchInterval is how often the flow stats and queue counts the
+	// sockets show are read while a socket listens; DefaultStatsInterval.
+	WatchInterval time.Duration
 	// Engine runs flows: the flow, trigger, worker and queue routes call it.
 	Engine *engine.Engine
 	// KeyPrefix is the storage key prefix that raw stream reads name
@@ -134,21 +144,26 @@ type Deps struct {
 
 // API serves nqd's HTTP routes. Build it with New and mount Routes.
 type API struct {
-	store     Store
-	state     StateReader
-	stream    Streamer
-	engine    *engine.Engine
-	keyPrefix string
-	kv        KV
-	archive   ArchiveReader
-	restorer  Restorer
-	compact   Compactor
-	history   History
-	metrics   http.Handler
-	ready     []func(context.Context) error
-	cors      []string
-	guard     guard
-	inFlight  *inFlight
+	store   Store
+	state   StateReader
+	stream  Streamer
+	feeds   Follower
+	sockets *socket.Server
+	// flowStats and queueCounts feed the sockets' live stats and counts.
+	flowStats   *watch[flowMeta]
+	queueCounts *watch[engine.QueueCounts]
+	engine      *engine.Engine
+	keyPrefix   string
+	kv          KV
+	archive     ArchiveReader
+	restorer    Restorer
+	compact     Compactor
+	history     History
+	metrics     http.Handler
+	ready       []func(context.Context) error
+	cors        []string
+	guard       guard
+	inFlight    *inFlight
 	// closing ends when the server shuts down; long polls end with it.
 	closing   context.Context
 	stopPolls context.CancelFunc
@@ -192,11 +207,21 @@ func New(d Deps) *API {
 		g, _ = newGuard(d.CheckHost, d.AllowedHosts, nil)
 	}
 	closing, stopPolls := context.WithCancel(context.Background())
-	return &API{guard: g, inFlight: &inFlight{}, closing: closing, stopPolls: stopPolls,
+	so := d.Sockets
+	so.Origins, so.Log = d.CORSOrigins, d.Log
+	interval := d.WatchInterval
+	if interval <= 0 {
+		interval = DefaultStatsInterval
+	}
+	a := &API{guard: g, inFlight: &inFlight{}, closing: closing, stopPolls: stopPolls,
 		store: d.Store, state: d.State, stream: d.Stream, engine: d.Engine, kv: d.KV, archive: d.Archive, restorer: d.Restorer, compact: d.Compactor, history: d.History, metrics: d.Metrics, ready: d.Ready, cors: d.CORSOrigins,
 		log: d.Log, now: now, limits: lim, access: newAccess(d.Access, now), validate: newValidator(),
 		web: d.Web, webBase: d.WebBase, keyPrefix: keyPrefix,
+		feeds: d.Feeds, sockets: socket.New(so),
 	}
+	a.flowStats = newWatch("flow stats", a.readFlowStats, interval, d.Log)
+	a.queueCounts = newWatch("queue counts", a.readQueueCounts, interval, d.Log)
+	return a
 }
 
 // Routes is the whole HTTP API in one table. Each route names the scope it
@@ -265,6 +290,8 @@ func (a *API) Routes() http.Handler {
 		r.Get("/api/_events/sse", a.serveStream)
 		r.Get("/api/_events/{type}/{id}/stream", a.serveStream)
 	})
+	// WebSockets, for the same reasons.
+	a.socketRoutes(r)
 
 	// A scrape of a large registry is bounded by the scraper's own timeout.
 	if a.access.PublicMetrics {

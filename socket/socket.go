@@ -250,10 +250,16 @@ func (c *Conn) SendRaw(b []byte) error {
 	defer cancel()
 	err := c.ws.Write(ctx, websocket.MessageText, b)
 	if err != nil && c.ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-		c.s.o.Log.Info().Msg("socket client too slow; disconnecting")
-		c.Fail(websocket.StatusPolicyViolation, "too slow")
+		c.TooSlow()
 	}
 	return err
+}
+
+// TooSlow cuts a client that does not keep up (1008), as a slow SSE client
+// is cut; it reconnects and starts over.
+func (c *Conn) TooSlow() {
+	c.s.o.Log.Info().Msg("socket client too slow; disconnecting")
+	c.Fail(websocket.StatusPolicyViolation, "too slow")
 }
 
 // ErrorMessage is what a client is told of a message it got wrong; the

@@ -13,8 +13,8 @@ import (
 type frame struct {
 	id   event.ID
 	ev   event.Event // the event itself, for a Feed, which renders it its own way
-	data []byte // the SSE message: `id:` and `data: {"v":1,"event":...}`
-	tail []byte // the raw-tail message; nil while no raw-tail client listens
+	data []byte      // the SSE message: `id:` and `data: {"v":1,"event":...}`
+	tail []byte      // the raw-tail message; nil while no raw-tail client listens
 }
 
 // bytesFor picks the form a connection writes.

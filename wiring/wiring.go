@@ -23,6 +23,7 @@ import (
 	"github.com/nqd-dev/nqd/handlers"
 	"github.com/nqd-dev/nqd/metrics"
 	"github.com/nqd-dev/nqd/snapshots"
+	"github.com/nqd-dev/nqd/socket"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
 	"github.com/nqd-dev/nqd/store/pgstore"
@@ -146,6 +147,8 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 		Web:          web.FS,
 		WebBase:      cfg.WebBase,
 		Stream:       a.Stream,
+		Feeds:        a.Stream,
+		Sockets:      socket.Options{Ping: cfg.SSEHeartbeat},
 		Ready:        ready,
 		CORSOrigins:  cfg.CORSOrigins,
 		CheckHost:    cfg.CheckHost(),
@@ -317,11 +320,13 @@ func (a *App) Shutdown(ctx context.Context) error {
 	}
 	a.api.StopLongPolls()
 	// Shutdown does not wait for hijacked or streaming responses to end on
-	// their own; Drain ends the streams, in parallel with it.
-	drained := make(chan error, 1)
+	// their own; Drain ends the streams and DrainSockets the WebSockets
+	// (1001 after a server-restart message), in parallel with it.
+	drained, socketsClosed := make(chan error, 1), make(chan error, 1)
 	go func() { drained <- a.Stream.Drain(ctx) }()
+	go func() { socketsClosed <- a.api.DrainSockets(ctx) }()
 	err := a.srv.Shutdown(ctx)
-	return errors.Join(err, <-drained)
+	return errors.Join(err, <-drained, <-socketsClosed)
 }
 
 // Close releases everything New opened, newest first.
