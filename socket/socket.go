@@ -139,7 +139,9 @@ func (s *Server) Serve(w http.ResponseWriter, r *http.Request, expiry time.Time,
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 	c := &Conn{s: s, ws: ws, ctx: ctx, cancel: cancel}
 	if !s.add(c) {
-		_ = ws.Close(websocket.StatusGoingAway, "server restart")
+		// Drain began during the upgrade: this socket is told as the others.
+		c.restart()
+		_ = ws.CloseNow()
 		cancel()
 		return nil
 	}
@@ -205,10 +207,7 @@ func (s *Server) Drain(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	for _, c := range conns {
-		go func() {
-			_ = c.Send(restartMessage{Type: "server-restart", Message: "The server is restarting; reconnect."})
-			c.Fail(websocket.StatusGoingAway, "server restart")
-		}()
+		go c.restart()
 	}
 	select {
 	case <-s.idle:
@@ -219,6 +218,16 @@ func (s *Server) Drain(ctx context.Context) error {
 		}
 		return ctx.Err()
 	}
+}
+
+// restart tells the client the server goes away and closes the socket
+// with 1001, waiting briefly for the client's close.
+func (c *Conn) restart() {
+	_ = c.Send(restartMessage{Type: "server-restart", Message: "The server is restarting; reconnect."})
+	c.once.Do(func() {
+		_ = c.ws.Close(websocket.StatusGoingAway, "server restart")
+		c.cancel()
+	})
 }
 
 // Conn is one open socket as its Session sees it. Its methods may be
