@@ -54,4 +54,50 @@ describe('the v0.5 context', () => {
       await running
     }
   })
+
+  it('hands a step the data of the event its await waited for as ctx.trigger, and a trigger\'s body likewise', { timeout: 60_000 }, async () => {
+    await nqd.putFlow({
+      name: 'paid',
+      entry: 'order',
+      steps: {
+        order: { queue: 'q-paid', emits: ['ordered'] },
+        ship: { queue: 'q-paid', subscribes: ['ordered'], await: { type: 'event', eventKind: 'payment.completed', timeout: 30_000 } },
+      },
+    })
+    await nqd.putFlow({ name: 'approved', entry: 'approve', steps: { approve: { queue: 'q-paid', await: { type: 'trigger', triggerType: 'webhook' } } } })
+    const w = createWorker({
+      url: nqd.url,
+      queues: ['q-paid'],
+      logger: memoryLogger(),
+      handlers: {
+        order: async (_i, ctx) => { await ctx.flow.emit('ordered', { id: 7 }) },
+        ship: (_i, ctx) => ({ trigger: ctx.trigger as unknown }),
+        approve: (_i, ctx) => ({ trigger: ctx.trigger as unknown }),
+      },
+    })
+    const running = w.start()
+    try {
+      const paid = await nqd.start('paid')
+      await waitFor('the event await', async () => {
+        const ans = await nqd.call<{ items: { runId: string }[] }>('GET', '/api/_flows/waits?kind=event&flowName=paid')
+        return ans.items.some(i => i.runId === paid)
+      })
+      await nqd.call('POST', '/api/_events/payment/p-1', { kind: 'payment.completed', data: { amount: 100 } })
+      const p = await nqd.finished(paid)
+      assert.equal(p.state.status, 'completed')
+      assert.deepEqual(p.events.find(e => e.kind === 'step.completed' && e.step === 'ship')?.data?.result, { trigger: { amount: 100 } })
+
+      const approved = await nqd.start('approved')
+      const wait = await waitFor('the trigger await', async () => {
+        const ans = await nqd.call<{ items: { runId: string, triggerId: string }[] }>('GET', '/api/_flows/waits?kind=trigger&flowName=approved')
+        return ans.items.find(i => i.runId === approved)
+      })
+      await nqd.call('POST', `/api/_flows/triggers/${wait.triggerId}`, { approved: true })
+      const a = await nqd.finished(approved)
+      assert.deepEqual(a.events.find(e => e.kind === 'step.completed')?.data?.result, { trigger: { approved: true } })
+    } finally {
+      await w.stop(2000)
+      await running
+    }
+  })
 })
