@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -165,6 +166,11 @@ func (a *API) startFlow(w http.ResponseWriter, r *http.Request) error {
 	}
 	defer end()
 	s, err := a.engine.Start(r.Context(), name, input, key)
+	if errors.Is(err, store.ErrNotFound) {
+		// The flow's name is the one thing a start looks up.
+		return &nqd.Error{Code: nqd.CodeNotFound, Err: err, Message: fmt.Sprintf(
+			"No flow named %q is stored: store its definition first (PUT /api/_flows/%s, or a file in NQ_FLOWS_DIR).", name, name)}
+	}
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/nqd-dev/nqd/engine"
@@ -80,8 +81,9 @@ func TestFlowDefinitionsHTTP(t *testing.T) {
 	if code := call(t, srv, "GET", "/api/_flows/f1/diagram", "", "", &diagram); code != 200 || len(diagram.Edges) != 1 {
 		t.Errorf("diagram: %d %+v", code, diagram)
 	}
-	if code := call(t, srv, "POST", "/api/_flows/nope/start", "", "", nil); code != 404 {
-		t.Errorf("start of unknown flow: %d, want 404", code)
+	var missing errorBody
+	if code := call(t, srv, "POST", "/api/_flows/nope/start", "", "", &missing); code != 404 || !strings.Contains(missing.Error.Message, `"nope"`) {
+		t.Errorf("start of unknown flow: %d %+v, want 404 naming the flow", code, missing.Error)
 	}
 }
 
