@@ -98,6 +98,10 @@ type Config struct {
 	MetricsPublic       bool           // serve /metrics without a token
 	TrustedProxies      []netip.Prefix // peers whose forwarding headers name the client; none by default
 
+	// PprofAddr is the loopback address of the profiling listener; empty:
+	// none.
+	PprofAddr string
+
 	// Commands instead of serving; flags only.
 	Version     bool // print the version and exit
 	Healthcheck bool // ask the nqd at Addr for /healthz and exit 0 if it answers 200
@@ -121,19 +125,18 @@ func (c Config) Backend() string {
 }
 
 // setting ties a flag to its environment variable, so errors can name both.
-// A setting without a flag holds secrets, which a command line would show to
-// every user of the machine.
+// A setting without a flag is read from the environment only: most hold
+// secrets, which a command line would show to every user of the machine.
 type setting struct {
 	flag, env, usage string
 	def              string
 	parse            func(string) error
 }
 
-// Load parses args (without the program name) over the environment given by
-// getenv. Flags win over the environment, which wins over defaults.
-func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
-	var c Config
-	settings := []setting{
+// settings is the one table of nqd's settings, each parsing into its field
+// of c.
+func settings(c *Config) []setting {
+	return []setting{
 		{"addr", "NQ_ADDR", "listen address", "127.0.0.1:8080", str(&c.Addr)},
 		{"redis-url", "NQ_REDIS_URL", "Redis URL (redis://, rediss://; add ?master_name= for Sentinel); empty uses the embedded store", "", str(&c.RedisURL)},
 		{"postgres-url", "NQ_POSTGRES_URL", "PostgreSQL URL (postgres://user:pass@host/db?sslmode=...); empty uses the embedded store", "", str(&c.PostgresURL)},
@@ -171,8 +174,8 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 		{"sse-max-lifetime", "NQ_SSE_MAX_LIFETIME", "rotate SSE connections after this long, with jitter (0: never)", "0", dur(&c.SSEMaxLifetime)},
 		{"", "NQ_TOKENS", "API tokens name:scope:secret or name:scope:sha256:<hex>, comma-separated", "", tokens(&c.Tokens)},
 		{"tokens-file", "NQ_TOKENS_FILE", "file of API tokens, one name:scope:sha256:<hex> a line", "", str(&c.TokensFile)},
-		{"", "NQ_STREAM_TOKEN_KEYS", "stream token signing keys id:secret, comma-separated; the first signs", "", keys(&c.StreamTokenKeys)},
-		{"", "NQ_TRIGGER_KEYS", "trigger id signing keys id:secret, comma-separated; the first signs", "", keys(&c.TriggerKeys)},
+		{"", "NQ_STREAM_TOKEN_KEYS", "stream token signing keys id:secret, comma-separated; the first signs (empty: a key of this process)", "", keys(&c.StreamTokenKeys)},
+		{"", "NQ_TRIGGER_KEYS", "trigger id signing keys id:secret, comma-separated; the first signs (empty: a key the store keeps, made by the first instance)", "", keys(&c.TriggerKeys)},
 		{"stream-token-max-ttl", "NQ_STREAM_TOKEN_MAX_TTL", "longest life of a stream token", durText(handlers.DefaultMaxStreamTokenTTL), dur(&c.StreamTokenMaxTTL)},
 		{"allow-insecure-bind", "NQ_ALLOW_INSECURE_BIND", "serve a non-loopback address with no tokens configured", "false", boolean(&c.AllowInsecureBind)},
 		{"rate-per-token", "NQ_RATE_PER_TOKEN", "appends, starts and trigger POSTs per API token, as requests/window (0: no limit)", rateText(handlers.DefaultRatePerToken), rate(&c.RatePerToken)},
@@ -181,7 +184,15 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 		{"max-streams-per-client", "NQ_MAX_STREAMS_PER_CLIENT", "open SSE streams and WebSockets per token and per address (0: no cap)", "100", integer(&c.MaxStreamsPerClient)},
 		{"metrics-public", "NQ_METRICS_PUBLIC", "serve /metrics without a token", "false", boolean(&c.MetricsPublic)},
 		{"trusted-proxies", "NQ_TRUSTED_PROXIES", "comma-separated CIDRs (or addresses) of proxies whose X-Forwarded-For or Forwarded header names the client (empty: none)", "", prefixes(&c.TrustedProxies)},
+		{"", "NQ_PPROF_ADDR", "loopback host:port serving Go's runtime profiles (net/http/pprof) (empty: none)", "", str(&c.PprofAddr)},
 	}
+}
+
+// Load parses args (without the program name) over the environment given by
+// getenv. Flags win over the environment, which wins over defaults.
+func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
+	var c Config
+	settings := settings(&c)
 
 	fs := flag.NewFlagSet("nqd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -193,6 +204,17 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 	}
 	fs.BoolVar(&c.Version, "version", false, "print the version and exit")
 	fs.BoolVar(&c.Healthcheck, "healthcheck", false, "exit 0 if the nqd listening on the address answers /healthz, else 1 (for a container HEALTHCHECK)")
+	fs.Usage = func() {
+		out := fs.Output()
+		fmt.Fprintln(out, "Usage of nqd (each flag also reads the environment variable it names):")
+		fs.PrintDefaults()
+		fmt.Fprintln(out, "\nSettings read from the environment only (a command line would show secrets to every user of the machine):")
+		for _, s := range settings {
+			if s.flag == "" {
+				fmt.Fprintf(out, "  %s\n    \t%s\n", s.env, s.usage)
+			}
+		}
+	}
 	var envErr error
 	for _, s := range settings {
 		v, from := s.def, "default of -"+s.flag
@@ -227,6 +249,62 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 		c.Tokens = append(c.Tokens, more...)
 	}
 	return c, c.validate()
+}
+
+// Unknown returns a warning for each variable of environ (KEY=value
+// entries) that starts with NQ_ but is no setting, such as a mistyped
+// NQ_ADR, which would otherwise be ignored without a word.
+func Unknown(environ []string) []string {
+	var known []string
+	for _, s := range settings(&Config{}) {
+		known = append(known, s.env)
+	}
+	var warnings []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, "NQ_") || slices.Contains(known, name) {
+			continue
+		}
+		w := name + " is not a setting of nqd and is ignored"
+		if near := nearest(name, known); near != "" {
+			w += "; did you mean " + near + "?"
+		}
+		warnings = append(warnings, w)
+	}
+	return warnings
+}
+
+// nearest is the name of names closest to s by edit distance, when at most
+// two edits away.
+func nearest(s string, names []string) string {
+	best, bestDist := "", 3
+	for _, n := range names {
+		if d := editDistance(s, n); d < bestDist {
+			best, bestDist = n, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b, by bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
 
 // itoa and durText write a package's default as the setting's default, so

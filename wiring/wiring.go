@@ -301,9 +301,22 @@ func redactURL(raw string) string {
 // Addr is the address the server listens on (useful with port 0).
 func (a *App) Addr() string { return a.ln.Addr().String() }
 
+// browseURL is the dashboard's address for a browser on this machine:
+// loopback when nqd listens on every interface.
+func browseURL(addr, base string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return ""
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port) + strings.TrimSuffix(base, "/") + "/"
+}
+
 // Serve serves until Shutdown; it returns nil after a clean shutdown.
 func (a *App) Serve() error {
-	a.log.Info().Str("addr", a.Addr()).Msg("nqd listening")
+	a.log.Info().Str("addr", a.Addr()).Str("open", browseURL(a.Addr(), a.cfg.WebBase)).Msg("nqd listening")
 	if err := a.srv.Serve(a.ln); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}

@@ -43,8 +43,11 @@ func main() {
 		return
 	}
 	logger := wiring.Logger(cfg, os.Stdout).With().Str("version", version).Logger()
-	if addr := os.Getenv(pprofEnv); addr != "" {
-		ln, err := listenPprof(addr)
+	for _, w := range config.Unknown(os.Environ()) {
+		logger.Warn().Msg(w)
+	}
+	if cfg.PprofAddr != "" {
+		ln, err := listenPprof(cfg.PprofAddr)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "nqd: configuration:", err)
 			os.Exit(2)
