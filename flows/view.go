@@ -73,17 +73,19 @@ type ListedStep struct {
 }
 
 // Listed is one flow of `GET /api/_flows`: era A's `{id, entry, steps}`
-// where steps leaves out the entry, plus the diagram.
+// where steps leaves out the entry, plus the diagram, and the graph as the
+// v0.5 UI reads it (`analyzed`).
 type Listed struct {
-	ID      string                `json:"id"`
-	Entry   ListedStep            `json:"entry"`
-	Steps   map[string]ListedStep `json:"steps"`
-	Diagram Diagram               `json:"diagram"`
+	ID       string                `json:"id"`
+	Entry    ListedStep            `json:"entry"`
+	Steps    map[string]ListedStep `json:"steps"`
+	Diagram  Diagram               `json:"diagram"`
+	Analyzed Analyzed              `json:"analyzed"`
 }
 
 // Listing is d in the era A shape.
 func (d *Definition) Listing() Listed {
-	l := Listed{ID: d.Name, Steps: map[string]ListedStep{}, Diagram: d.Diagram()}
+	l := Listed{ID: d.Name, Steps: map[string]ListedStep{}, Diagram: d.Diagram(), Analyzed: d.Analyze()}
 	for name, s := range d.Steps {
 		ls := ListedStep{
 			Queue: s.Queue, WorkerID: s.WorkerID, Subscribes: sortedCopy(s.Subscribes),
