@@ -7,7 +7,7 @@ import { loadFolder } from './folder.js'
 import type { Logger } from './worker.js'
 
 const usage = `usage: nqd-worker <path>... [--url <nqd>] [--token <token>] [--queue <name>]...
-                  [--concurrency <n>] [--grace <seconds>] [--store-flows] [--log-level <level>]
+                  [--concurrency <n>] [--grace <ms>] [--store-flows] [--log-level <level>]
 
 Loads the Nuxt Queue step files under each <path> (a folder, searched with its
 nested folders, or one file; TypeScript or JavaScript, both generations of
@@ -18,8 +18,8 @@ step files) and runs their handlers against nqd until SIGINT or SIGTERM.
                      (default $NQD_TOKEN)
   --queue, -q        serve only this queue (repeatable; default every queue the files name)
   --concurrency, -c  jobs held and run at once per queue (default $NQD_CONCURRENCY, else 4)
-  --grace            seconds stop takes at most on a signal: running steps finish
-                     within it, the rest are reported as retriable (default 10)
+  --grace            milliseconds stop takes at most on a signal: running steps finish
+                     within it, the rest are reported as retriable (default 10000)
   --store-flows      store the flow definitions the files describe (PUT /api/_flows/<name>,
                      scope admin) before serving
   --log-level        debug, info, warn or error (default $NQD_LOG_LEVEL, else info)`
@@ -68,10 +68,10 @@ async function main(): Promise<number> {
   const url = values.url ?? process.env.NQD_URL ?? 'http://127.0.0.1:8080'
   const token = values.token ?? process.env.NQD_TOKEN
   const concurrency = Number(values.concurrency ?? process.env.NQD_CONCURRENCY ?? '4')
-  const grace = Number(values.grace ?? '10')
+  const grace = Number(values.grace ?? '10000')
   const level = (values['log-level'] ?? process.env.NQD_LOG_LEVEL ?? 'info').toLowerCase()
   if (!Number.isInteger(concurrency) || concurrency < 1 || !Number.isFinite(grace) || grace < 0) {
-    console.error('nqd-worker: --concurrency must be a whole number of at least 1, --grace a number of seconds')
+    console.error('nqd-worker: --concurrency must be a whole number of at least 1, --grace a number of milliseconds')
     return 2
   }
   if (!(levels as readonly string[]).includes(level)) {
@@ -94,8 +94,8 @@ async function main(): Promise<number> {
       process.exit(130)
     }
     stopping = true
-    logger.info(`stopping within ${String(grace)} s (a second signal exits at once)`)
-    void folder.stop(grace * 1000)
+    logger.info(`stopping within ${String(grace)} ms (a second signal exits at once)`)
+    void folder.stop(grace)
   }
   process.on('SIGINT', onSignal)
   process.on('SIGTERM', onSignal)

@@ -100,6 +100,15 @@ const nextJobWaitMs = 50
 /** The part of stop()'s grace period kept for reporting the steps still running, at most. */
 const reportReserveMs = 2_000
 
+/** The time limit of every call but the claim, which gets its long-poll on top. */
+const callTimeoutMs = 10_000
+
+/** The longest wait between two heartbeats, whatever the lease. */
+const maxBeatMs = 10_000
+
+/** Most events in one call: a step that logs in a loop sends them in calls of this size. */
+const maxBatch = 100
+
 const consoleLogger: Logger = {
   debug: () => undefined,
   info: (msg, meta) => { console.error(line('info', msg, meta)) },
@@ -267,7 +276,7 @@ class WorkerImpl implements Worker {
 
   /**
    * Resolves within graceMs whatever nqd does: steps get the grace period
-   * but its last part (reportReserveMs at most, half of it at most), which
+   * but its last part (a fifth of it, reportReserveMs at most), which
    * is kept for reporting those still running as retriable failures; what
    * is still on its way when it ends is given up, and its job left to its
    * lease (so nothing is lost, only delayed).
@@ -277,7 +286,7 @@ class WorkerImpl implements Worker {
     this.stopClaims.abort()
     this.slotFreed?.()
     const deadline = Date.now() + graceMs
-    const stepsUntil = deadline - Math.min(reportReserveMs, graceMs / 2)
+    const stepsUntil = deadline - Math.min(reportReserveMs, graceMs / 5)
     // Ended with the wait: a timer left behind would keep the process up
     // for the rest of graceMs after its steps were done.
     const timers = new AbortController()
@@ -347,7 +356,7 @@ class WorkerImpl implements Worker {
     try {
       const ans = await this.http.post<ClaimAnswer>('/api/_workers/claim',
         { queues: this.queues, max: n, waitMs: this.claimWaitMs },
-        { signal: this.stopClaims.signal, timeoutMs: this.claimWaitMs + 15_000 })
+        { signal: this.stopClaims.signal, timeoutMs: this.claimWaitMs + callTimeoutMs })
       jobs = ans.jobs
       this.failures = 0
     } catch (err) {
@@ -442,9 +451,10 @@ class JobRun implements ContextHost {
   }
 
   private async run(handler: Handler | undefined): Promise<void> {
-    // A third of the lease nqd granted: two heartbeats may fail before it ends.
+    // A third of the lease nqd granted (at most maxBeatMs): two heartbeats
+    // may fail before it ends.
     const leaseMs = Math.max(300, this.leaseUntil - Date.now())
-    const every = Math.max(100, Math.min(this.w.heartbeatMs ?? Infinity, leaseMs / 3))
+    const every = Math.max(100, Math.min(this.w.heartbeatMs ?? maxBeatMs, leaseMs / 3))
     this.beat = setInterval(() => { void this.heartbeat() }, every)
     this.beat.unref()
     // Set when the handler succeeded while completions claim: the slot is
@@ -555,7 +565,7 @@ class JobRun implements ContextHost {
 
   private async sendOutcome(call: 'complete' | 'fail', body: Record<string, unknown>): Promise<{ err: unknown, jobs: Job[] }> {
     this.restoreStarted()
-    const events = this.buf.slice(0, 1000)
+    const events = this.buf.slice(0, maxBatch)
     const waiters = this.waiters
     this.buf = []
     this.waiters = []
@@ -600,7 +610,7 @@ class JobRun implements ContextHost {
     }
     this.restoreStarted()
     const emits = this.buf.some(e => e.kind === 'emit')
-    if (this.buf.length > 1000 || (emits && failed)) {
+    if (this.buf.length > maxBatch || (emits && failed)) {
       await this.flush()
     }
   }
@@ -660,7 +670,7 @@ class JobRun implements ContextHost {
       return
     }
     try {
-      const beat = await this.http.post<BeatAnswer>(this.path + '/heartbeat', { lease: this.job.lease }, { timeoutMs: 10_000 })
+      const beat = await this.http.post<BeatAnswer>(this.path + '/heartbeat', { lease: this.job.lease }, { timeoutMs: callTimeoutMs })
       if (this.beatsEnded()) {
         return
       }
@@ -766,8 +776,8 @@ class JobRun implements ContextHost {
         if (this.lost) {
           throw new Error('the job is no longer held by this worker')
         }
-        for (let i = 0; i < events.length; i += 500) {
-          chunk = events.slice(i, i + 500)
+        for (let i = 0; i < events.length; i += maxBatch) {
+          chunk = events.slice(i, i + maxBatch)
           await this.deliver('events', { lease: this.job.lease, events: chunk }, { 'idempotency-key': this.nextKey() })
           this.startedRefused &&= !chunk.some(e => e.kind === 'step.started')
         }
@@ -796,7 +806,7 @@ class JobRun implements ContextHost {
   private async deliver<T = unknown>(call: 'events' | 'complete' | 'fail', body: unknown, headers?: Record<string, string>): Promise<T | undefined> {
     for (let n = 0; ; n++) {
       try {
-        return await this.http.post<T>(`${this.path}/${call}`, body, { timeoutMs: 15_000, headers, signal: this.w.giveUp.signal })
+        return await this.http.post<T>(`${this.path}/${call}`, body, { timeoutMs: callTimeoutMs, headers, signal: this.w.giveUp.signal })
       } catch (err) {
         if (this.w.giveUp.signal.aborted) {
           throw err

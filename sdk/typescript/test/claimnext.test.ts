@@ -204,7 +204,7 @@ describe('a completion claims the slot\'s next job', () => {
       // The steps' part of the grace period ends (the step is done, its
       // completion held); the completion's answer comes in the part kept
       // for reports.
-      const stopping = wk.stop(4000)
+      const stopping = wk.stop(6000)
       await waitFor('the grace period over', () => wk.lines.some(l => l.startsWith('info grace period over')))
       release()
       await stopping

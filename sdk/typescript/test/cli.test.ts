@@ -102,7 +102,7 @@ describe('nqd-worker <path>...', () => {
   })
 
   it('a step file whose log metadata refers to itself fails its run with a message naming the log, and the command stops', { timeout: 60_000 }, async () => {
-    const cli = runCli([join(pkgDir, 'test', 'fixtures', 'unencodable'), '--url', nqd.url, '--store-flows', '--grace', '2'], admin)
+    const cli = runCli([join(pkgDir, 'test', 'fixtures', 'unencodable'), '--url', nqd.url, '--store-flows', '--grace', '2000'], admin)
     try {
       await waitFor('the CLI to serve its queues', () => cli.out().includes('serving queues'), 30_000)
       const run = await nqd.finished(await nqd.start('unencodable'))
@@ -116,7 +116,7 @@ describe('nqd-worker <path>...', () => {
   })
 
   it('with a write token and no --store-flows, serves the stored flows without storing them', { timeout: 60_000 }, async () => {
-    const cli = runCli([join(pkgDir, 'examples', 'ml-training'), '-u', nqd.url, '-q', 'ml', '--grace', '2'], writer)
+    const cli = runCli([join(pkgDir, 'examples', 'ml-training'), '-u', nqd.url, '-q', 'ml', '--grace', '2000'], writer)
     try {
       await waitFor('the CLI to serve its queues', () => cli.out().includes('serving queues'), 30_000)
       assert.doesNotMatch(cli.out(), /stored flow|not stored|403/)
