@@ -30,6 +30,7 @@ import (
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/schedule"
 	"github.com/nqd-dev/nqd/store"
+	"github.com/nqd-dev/nqd/triggers"
 )
 
 // Engine is what the scheduler needs of the flow engine.
@@ -44,6 +45,14 @@ type Store interface {
 	UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendResult, error)
 	RunMeta(ctx context.Context, flow, run string) (store.RunMeta, error)
 	ListRuns(ctx context.Context, flow, status string, offset, limit int) (store.RunPage, error)
+}
+
+// Registry is the trigger registry: schedule triggers fire through it, so
+// that their fires start the flows subscribed at the time, recorded as any
+// trigger's fires are.
+type Registry interface {
+	List(ctx context.Context) ([]triggers.Trigger, error)
+	Fire(ctx context.Context, name string, payload json.RawMessage, fireID string, src map[string]any) (triggers.Fired, error)
 }
 
 // Observer is told what the scheduler recorded, for metrics.
@@ -85,6 +94,12 @@ const (
 type Options struct {
 	Now    func() time.Time
 	Logger zerolog.Logger
+	// Registry, when set, holds the schedule triggers Run keeps in step,
+	// and fires them.
+	Registry Registry
+	// SyncEvery is how often Run brings the schedules in step with the
+	// registry's schedule triggers; default 2s.
+	SyncEvery time.Duration
 	// Observer is told what the scheduler recorded; default none.
 	Observer Observer
 	// Poll is how often a buffered due time looks whether the run it waits
@@ -116,6 +131,9 @@ func New(eng Engine, st Store, opts Options) *Scheduler {
 	}
 	if opts.Retry <= 0 {
 		opts.Retry = 5 * time.Second
+	}
+	if opts.SyncEvery <= 0 {
+		opts.SyncEvery = 2 * time.Second
 	}
 	s := &Scheduler{eng: eng, st: st, opts: opts, log: opts.Logger}
 	eng.HandleTimers(timerKind, s.fire)
@@ -305,7 +323,8 @@ func (s *Scheduler) plan(sc *Schedule, cs *schedule.Schedule, now time.Time) {
 }
 
 // record marks due time due fired at now: it adds the pending start and
-// returns the trigger.fired event.
+// returns the schedule.fired event. A schedule trigger's fire then fires
+// the trigger, which records its own trigger.fired.
 func (s *Scheduler) record(sc *Schedule, cs *schedule.Schedule, due, planned, now time.Time, source string) event.Event {
 	sc.Pending = append(sc.Pending, Pending{Due: due.UnixMilli(), Key: dueKey(due.UnixMilli())})
 	sc.RunCount++
@@ -316,7 +335,7 @@ func (s *Scheduler) record(sc *Schedule, cs *schedule.Schedule, due, planned, no
 	for i, t := range sc.Targets {
 		flows[i] = t.Flow
 	}
-	return s.event(sc, "trigger.fired", map[string]any{
+	return s.event(sc, "schedule.fired", map[string]any{
 		"source": source, "dueAt": isoMS(due.UnixMilli()), "plannedAt": isoMS(planned.UnixMilli()),
 		"firedAt": isoMS(now.UnixMilli()), "latenessMs": late.Milliseconds(),
 		// Nuxt Queue's trigger.fired carries these two.
@@ -451,6 +470,16 @@ func (s *Scheduler) settle(ctx context.Context, c store.Context) error {
 	var transient error
 	for _, p := range sc.Pending {
 		var o outcome
+		if c.Type == TriggerStream {
+			var err error
+			o, err = s.fireTrigger(ctx, c.ID, sc.Spec, p)
+			if err != nil {
+				transient = err
+				break
+			}
+			done[p.Key] = o
+			continue
+		}
 		for _, t := range sc.Targets {
 			started, err := s.eng.Start(ctx, t.Flow, t.Input, "schedule:"+c.String()+":"+p.Key)
 			switch {
@@ -492,6 +521,38 @@ func (s *Scheduler) settle(ctx context.Context, c store.Context) error {
 		err = nil
 	}
 	return errors.Join(transient, err)
+}
+
+// fireTrigger fires the schedule trigger name for pending fire p, named
+// by its due time so that the fire and its runs happen once.
+func (s *Scheduler) fireTrigger(ctx context.Context, name string, spec schedule.Spec, p Pending) (o struct {
+	runs   []RunRef
+	failed bool
+}, err error) {
+	if s.opts.Registry == nil {
+		o.failed = true
+		return o, nil
+	}
+	tz := spec.Timezone
+	if tz == "" {
+		tz = schedule.DefaultTimezone
+	}
+	payload, _ := json.Marshal(map[string]any{"scheduledAt": p.Due, "timezone": tz})
+	f, err := s.opts.Registry.Fire(ctx, name, payload, "schedule-"+strconv.FormatInt(p.Due, 10),
+		map[string]any{"type": "schedule", "dueAt": isoMS(p.Due)})
+	if err != nil {
+		if isTransient(err) {
+			return o, err
+		}
+		s.log.Warn().Err(err).Str("trigger", name).Msg("schedule trigger not fired")
+		o.failed = true
+		return o, nil
+	}
+	for flow, run := range f.Started {
+		o.runs = append(o.runs, RunRef{Flow: flow, Run: run})
+	}
+	o.failed = len(f.Failed) > 0
+	return o, nil
 }
 
 // isTransient tells a failed start worth retrying from one that fails the
@@ -654,4 +715,76 @@ func (s *Scheduler) Preview(ctx context.Context, c store.Context, n int) ([]time
 		out[i] = cs.Planned(d)
 	}
 	return out, nil
+}
+
+// Run keeps the schedules of schedule triggers in step with the registry
+// every SyncEvery until ctx ends. The engine's tick fires them.
+func (s *Scheduler) Run(ctx context.Context) {
+	tk := time.NewTicker(s.opts.SyncEvery)
+	defer tk.Stop()
+	for {
+		if err := s.Sync(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn().Err(err).Msg("schedule triggers not in step")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tk.C:
+		}
+	}
+}
+
+// Sync brings the schedules of schedule triggers in step with the
+// registry: a new schedule trigger gets its schedule, a changed spec is
+// put, an inactive trigger's schedule is paused, a deleted one's removed.
+// Every instance may sync at once; each write is checked against the
+// record it read.
+func (s *Scheduler) Sync(ctx context.Context) error {
+	if s.opts.Registry == nil {
+		return nil
+	}
+	ts, err := s.opts.Registry.List(ctx)
+	if err != nil {
+		return err
+	}
+	have, err := s.List(ctx, TriggerStream)
+	if err != nil {
+		return err
+	}
+	known := map[string]*Schedule{}
+	for _, sc := range have {
+		known[sc.Name()] = sc
+	}
+	var errs []error
+	for _, t := range ts {
+		if t.Type != triggers.TypeSchedule {
+			continue
+		}
+		var spec schedule.Spec
+		if err := json.Unmarshal(t.Config, &spec); err != nil {
+			errs = append(errs, fmt.Errorf("trigger %s: config: %w", t.Name, err))
+			continue
+		}
+		c := store.Context{Type: TriggerStream, ID: t.Name}
+		paused := t.Status != triggers.StatusActive
+		sc, ok := known[t.Name]
+		delete(known, t.Name)
+		if !ok || !sameSpec(sc.Spec, spec) {
+			if sc, err = s.Put(ctx, c, spec, nil, nil); err != nil {
+				errs = append(errs, fmt.Errorf("trigger %s: %w", t.Name, err))
+				continue
+			}
+		}
+		if sc.State.Paused != paused {
+			if _, err := s.SetPaused(ctx, c, paused); err != nil {
+				errs = append(errs, fmt.Errorf("trigger %s: %w", t.Name, err))
+			}
+		}
+	}
+	for name := range known {
+		if err := s.Delete(ctx, store.Context{Type: TriggerStream, ID: name}); err != nil && !errors.Is(err, store.ErrNotFound) {
+			errs = append(errs, fmt.Errorf("trigger %s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
 }

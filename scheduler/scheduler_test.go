@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,10 +19,12 @@ import (
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/schedule"
 	"github.com/nqd-dev/nqd/scheduler"
+	"github.com/nqd-dev/nqd/snapshots"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
 	"github.com/nqd-dev/nqd/store/pgstore"
 	"github.com/nqd-dev/nqd/store/redisstore"
+	"github.com/nqd-dev/nqd/triggers"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -96,7 +99,7 @@ func readEvents(t *testing.T, st store.Store, c store.Context) []record {
 	out := make([]record, len(evs))
 	for i, ev := range evs {
 		out[i].Kind = ev.Kind
-		if len(ev.Data) > 0 {
+		if len(ev.Data) > 0 && strings.HasPrefix(ev.Kind, "schedule.") {
 			if err := json.Unmarshal(ev.Data, &out[i].Data); err != nil {
 				t.Fatal(err)
 			}
@@ -109,7 +112,7 @@ func readEvents(t *testing.T, st store.Store, c store.Context) []record {
 func firedDues(t *testing.T, st store.Store, c store.Context) []int {
 	var out []int
 	for _, r := range readEvents(t, st, c) {
-		if r.Kind == "trigger.fired" && r.Data.Source == "schedule" {
+		if r.Kind == "schedule.fired" && r.Data.Source == "schedule" {
 			out = append(out, int(time.UnixMilli(r.Data.ScheduledAt).Sub(t0)/time.Second))
 		}
 	}
@@ -131,7 +134,7 @@ func (s *crashing) UpdateRun(ctx context.Context, u store.RunUpdate) (store.Appe
 		return store.AppendResult{}, errDead
 	}
 	res, err := s.Store.UpdateRun(ctx, u)
-	if err == nil && s.armed.Load() && slices.ContainsFunc(u.Events, func(e event.Event) bool { return e.Kind == "trigger.fired" }) {
+	if err == nil && s.armed.Load() && slices.ContainsFunc(u.Events, func(e event.Event) bool { return e.Kind == "schedule.fired" }) {
 		s.dead.Store(true)
 		return store.AppendResult{}, errDead
 	}
@@ -292,5 +295,68 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A schedule trigger of the registry gets its schedule on Sync; each due
+// time fires the trigger once, which starts its subscribed flow; an
+// inactive trigger's schedule pauses and a deleted one's goes.
+func TestScheduleTriggersFireThroughTheRegistry(t *testing.T) {
+	ctx := t.Context()
+	st := testkit.Bolt(t, boltstore.Options{})
+	c := testkit.NewClock(t0)
+	states := snapshots.New(st, snapshots.Options{Logger: testkit.Logger(t)})
+	t.Cleanup(func() { _ = states.Close() })
+	e := engine.New(st, engine.Options{Now: c.Now, Lease: 10 * time.Second, Logger: testkit.Logger(t)})
+	reg := triggers.New(st, states, e, triggers.Options{Now: c.Now, Logger: testkit.Logger(t)})
+	sch := scheduler.New(e, st, scheduler.Options{Now: c.Now, Logger: testkit.Logger(t), Registry: reg})
+	mustDefine(t, e)
+	_, err := reg.Create(ctx, triggers.Spec{Name: "nightly", Type: triggers.TypeSchedule, Scope: triggers.ScopeFlow,
+		Config: json.RawMessage(`{"cron":"0 2 * * *","timezone":"Europe/Berlin"}`), Subscriptions: []string{"example-flow"}})
+	must(t, err)
+	must(t, sch.Sync(ctx))
+	sc := store.Context{Type: scheduler.TriggerStream, ID: "nightly"}
+	got, err := sch.Get(ctx, sc)
+	must(t, err)
+	if want := time.Date(2026, 1, 1, 1, 0, 0, 0, time.UTC).UnixMilli(); got.NextRun != want {
+		t.Fatalf("next run %v, want 02:00 Berlin", time.UnixMilli(got.NextRun).UTC())
+	}
+	// No worker runs the flow: its run is ended each day, so that the
+	// default overlap policy (skip) lets the next day's fire through.
+	for range 3 {
+		for range 24 * 60 {
+			c.Add(time.Minute)
+			must(t, e.Tick(ctx))
+		}
+		page, err := st.ListRuns(ctx, "example-flow", store.RunRunning, 0, 10)
+		must(t, err)
+		for _, m := range page.Runs {
+			_, err := e.Cancel(ctx, "example-flow", m.Run, "test")
+			must(t, err)
+		}
+	}
+	tr, err := reg.Get(ctx, "nightly")
+	must(t, err)
+	if tr.Stats.TotalFires != 3 || tr.Stats.TotalFlowsStarted != 3 {
+		t.Errorf("trigger stats %+v, want 3 fires that started 3 flows", tr.Stats)
+	}
+	if got := firedDues(t, st, sc); len(got) != 3 {
+		t.Errorf("fired due times %v, want 3", got)
+	}
+	if page, err := st.ListRuns(ctx, "example-flow", "", 0, 1); err != nil || page.Total != 3 {
+		t.Errorf("%d runs (%v), want 3", page.Total, err)
+	}
+
+	inactive := triggers.StatusInactive
+	_, err = reg.Update(ctx, "nightly", triggers.Patch{Status: &inactive})
+	must(t, err)
+	must(t, sch.Sync(ctx))
+	if got, err := sch.Get(ctx, sc); err != nil || !got.State.Paused || got.NextRun != 0 {
+		t.Fatalf("inactive trigger's schedule: %+v, %v", got, err)
+	}
+	must(t, reg.Delete(ctx, "nightly"))
+	must(t, sch.Sync(ctx))
+	if _, err := sch.Get(ctx, sc); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("deleted trigger's schedule: %v", err)
 	}
 }
