@@ -21,6 +21,7 @@ import (
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/reducers"
 	"github.com/nqd-dev/nqd/socket"
+	"github.com/nqd-dev/nqd/scheduler"
 	"github.com/nqd-dev/nqd/store"
 )
 
@@ -102,6 +103,8 @@ type Deps struct {
 	WatchInterval time.Duration
 	// Engine runs flows: the flow, trigger, worker and queue routes call it.
 	Engine *engine.Engine
+	// Scheduler serves the schedule routes; without it they answer 404.
+	Scheduler *scheduler.Scheduler
 	// KeyPrefix is the storage key prefix that raw stream reads name
 	// streams by (`<prefix>:<type>:<id>`); default store.DefaultPrefix.
 	KeyPrefix string
@@ -153,6 +156,7 @@ type API struct {
 	flowStats   *watch[flowMeta]
 	queueCounts *watch[engine.QueueCounts]
 	engine      *engine.Engine
+	scheduler   *scheduler.Scheduler
 	keyPrefix   string
 	kv          KV
 	archive     ArchiveReader
@@ -214,7 +218,7 @@ func New(d Deps) *API {
 		interval = DefaultStatsInterval
 	}
 	a := &API{guard: g, inFlight: &inFlight{}, closing: closing, stopPolls: stopPolls,
-		store: d.Store, state: d.State, stream: d.Stream, engine: d.Engine, kv: d.KV, archive: d.Archive, restorer: d.Restorer, compact: d.Compactor, history: d.History, metrics: d.Metrics, ready: d.Ready, cors: d.CORSOrigins,
+		store: d.Store, state: d.State, stream: d.Stream, engine: d.Engine, scheduler: d.Scheduler, kv: d.KV, archive: d.Archive, restorer: d.Restorer, compact: d.Compactor, history: d.History, metrics: d.Metrics, ready: d.Ready, cors: d.CORSOrigins,
 		log: d.Log, now: now, limits: lim, access: newAccess(d.Access, now), validate: newValidator(),
 		web: d.Web, webBase: d.WebBase, keyPrefix: keyPrefix,
 		feeds: d.Feeds, sockets: socket.New(so),
@@ -275,6 +279,7 @@ func (a *API) Routes() http.Handler {
 		r.With(read).Get("/api/_events/{key}", serve(a.readRawStream))
 		a.awaitRoutes(r)
 		a.flowRoutes(r)
+		a.scheduleRoutes(r)
 		a.workerRoutes(r)
 		a.queueRoutes(r)
 		a.kvRoutes(r)

@@ -132,6 +132,11 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 	}
 	stopReaper := StartRetention(ctx, st, cfg, arch, log)
 	a.closers = append(a.closers, func() error { stopReaper(); return nil })
+	sch, stopScheduler, err := StartScheduler(ctx, eng, st, states, a.Metrics, log)
+	if err != nil {
+		return nil, errors.Join(err, a.Close())
+	}
+	a.closers = append(a.closers, func() error { stopScheduler(); return nil })
 
 	access, err := a.access()
 	if err != nil {
@@ -141,6 +146,7 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 		Store:        a.Metrics.Store(st),
 		State:        states,
 		Engine:       eng,
+		Scheduler:    sch,
 		KeyPrefix:    cfg.Prefix,
 		KV:           st,
 		Restorer:     st,

@@ -1,0 +1,88 @@
+package handlers_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+
+	"github.com/nqd-dev/nqd/flows"
+	"github.com/nqd-dev/nqd/handlers"
+	"github.com/nqd-dev/nqd/internal/testkit"
+	"github.com/nqd-dev/nqd/scheduler"
+)
+
+func withScheduler(t *testing.T) func(*handlers.Deps) {
+	return func(d *handlers.Deps) {
+		defs, err := flows.LoadDir("../flows/testdata")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, def := range defs {
+			if err := d.Engine.PutDefinition(t.Context(), def); err != nil {
+				t.Fatal(err)
+			}
+		}
+		d.Scheduler = scheduler.New(d.Engine, d.Store.(scheduler.Store), scheduler.Options{Logger: testkit.Logger(t)})
+	}
+}
+
+func TestFlowSchedules(t *testing.T) {
+	api := newTestAPI(t, withScheduler(t))
+	for body, field := range map[string]string{
+		`{"cron":"61 * * * *"}`:                         "cron",
+		`{"cron":"0 2 * * *","timezone":"Mars/Olympus"}`: "timezone",
+		`{"cron":"0 2 * * *","overlap":"queue"}`:        "overlap",
+		`{"delay":1000}`:                                "delay",
+	} {
+		rec := api.do(t, request{method: http.MethodPost, target: "/api/_flows/example-flow/schedule", body: body})
+		var e struct {
+			Error struct {
+				Fields map[string]string `json:"fields"`
+			} `json:"error"`
+		}
+		_ = json.Unmarshal(rec.Body.Bytes(), &e)
+		if rec.Code != http.StatusBadRequest || e.Error.Fields[field] == "" {
+			t.Errorf("POST %s: %d %s, want a 400 naming %s", body, rec.Code, rec.Body, field)
+		}
+	}
+	if rec := api.do(t, request{method: http.MethodPost, target: "/api/_flows/nope/schedule", body: `{"cron":"@daily"}`}); rec.Code != http.StatusNotFound {
+		t.Errorf("schedule of no flow: %d", rec.Code)
+	}
+	rec := api.do(t, request{method: http.MethodPost, target: "/api/_flows/example-flow/schedule",
+		body: `{"cron":"0 2 * * *","timezone":"Europe/Berlin","jobId":"nightly","input":{"a":1}}`})
+	if rec.Code != http.StatusOK {
+		t.Fatalf("create: %d %s", rec.Code, rec.Body)
+	}
+	var list []struct {
+		ID      string `json:"id"`
+		Step    string `json:"step"`
+		NextRun string `json:"nextRun"`
+	}
+	rec = api.do(t, request{method: http.MethodGet, target: "/api/_flows/example-flow/schedules"})
+	if err := json.Unmarshal(rec.Body.Bytes(), &list); err != nil || len(list) != 1 || list[0].ID != "nightly" || list[0].Step != "fetch_data" || list[0].NextRun == "" {
+		t.Fatalf("list: %s", rec.Body)
+	}
+	var preview struct {
+		NextRuns []string `json:"nextRuns"`
+	}
+	rec = api.do(t, request{method: http.MethodGet, target: "/api/_scheduler/jobs/schedule:nightly/preview?count=3"})
+	if err := json.Unmarshal(rec.Body.Bytes(), &preview); err != nil || len(preview.NextRuns) != 3 || preview.NextRuns[0] != list[0].NextRun {
+		t.Fatalf("preview: %s", rec.Body)
+	}
+	if rec := api.do(t, request{method: http.MethodPost, target: "/api/_scheduler/jobs/schedule:nightly/fire"}); rec.Code != http.StatusOK {
+		t.Fatalf("fire: %d %s", rec.Code, rec.Body)
+	}
+	if rec := api.do(t, request{method: http.MethodGet, target: "/api/_scheduler/jobs/bogus/preview"}); rec.Code != http.StatusBadRequest {
+		t.Errorf("preview of a bad id: %d", rec.Code)
+	}
+	if rec := api.do(t, request{method: http.MethodDelete, target: "/api/_flows/example-flow/schedules/nightly"}); rec.Code != http.StatusOK {
+		t.Fatalf("delete: %d %s", rec.Code, rec.Body)
+	}
+	if rec := api.do(t, request{method: http.MethodDelete, target: "/api/_flows/example-flow/schedules/nightly"}); rec.Code != http.StatusNotFound {
+		t.Errorf("second delete: %d", rec.Code)
+	}
+	rec = api.do(t, request{method: http.MethodGet, target: "/api/_flows/example-flow/schedules"})
+	if rec.Body.String() != "[]\n" {
+		t.Errorf("list after delete: %q", rec.Body)
+	}
+}
