@@ -29,10 +29,10 @@ func withScheduler(t *testing.T) func(*handlers.Deps) {
 func TestFlowSchedules(t *testing.T) {
 	api := newTestAPI(t, withScheduler(t))
 	for body, field := range map[string]string{
-		`{"cron":"61 * * * *"}`:                         "cron",
+		`{"cron":"61 * * * *"}`:                          "cron",
 		`{"cron":"0 2 * * *","timezone":"Mars/Olympus"}`: "timezone",
-		`{"cron":"0 2 * * *","overlap":"queue"}`:        "overlap",
-		`{"delay":1000}`:                                "delay",
+		`{"cron":"0 2 * * *","overlap":"queue"}`:         "overlap",
+		`{"delay":1000}`:                                 "delay",
 	} {
 		rec := api.do(t, request{method: http.MethodPost, target: "/api/_flows/example-flow/schedule", body: body})
 		var e struct {

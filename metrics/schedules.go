@@ -37,4 +37,6 @@ func (o schedulerObserver) Fired(source string, late time.Duration) {
 	}
 }
 
-func (o schedulerObserver) Skipped(reason string, n int) { o.skips.WithLabelValues(reason).Add(float64(n)) }
+func (o schedulerObserver) Skipped(reason string, n int) {
+	o.skips.WithLabelValues(reason).Add(float64(n))
+}

@@ -157,7 +157,7 @@ func TestThreeInstancesFireEachDueTimeOnce(t *testing.T) {
 			victim := &crashing{Store: st}
 			nodes := []instance{newInstance(t, victim, c), newInstance(t, st, c), newInstance(t, st, c)}
 			mustDefine(t, nodes[1].eng)
-			sc := store.Context{Type: scheduler.TriggerStream, ID: "every-second"}
+			sc := store.Context{Type: scheduler.FlowStream, ID: "every-second"}
 			spec := schedule.Spec{Interval: 1, Overlap: schedule.OverlapAllow}
 			if _, err := nodes[1].sch.Put(ctx, sc, spec, []scheduler.Target{{Flow: "example-flow"}}, nil); err != nil {
 				t.Fatal(err)
