@@ -20,8 +20,8 @@ import (
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/reducers"
-	"github.com/nqd-dev/nqd/socket"
 	"github.com/nqd-dev/nqd/scheduler"
+	"github.com/nqd-dev/nqd/socket"
 	"github.com/nqd-dev/nqd/store"
 )
 
