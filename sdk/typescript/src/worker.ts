@@ -430,6 +430,9 @@ class JobRun implements ContextHost {
   private startedRefused = false
   private seq = 0
   private beat: NodeJS.Timeout | undefined
+  private beatEvery = maxBeatMs
+  /** Set while a heartbeat after a failed one is pending. */
+  private beatAgain: NodeJS.Timeout | undefined
   /** Set once the outcome is acknowledged or given up: heartbeats end. */
   private beatsOver = false
   /** The first value the step gave that cannot be encoded: the step fails with it. */
@@ -455,6 +458,7 @@ class JobRun implements ContextHost {
     // may fail before it ends.
     const leaseMs = Math.max(300, this.leaseUntil - Date.now())
     const every = Math.max(100, Math.min(this.w.heartbeatMs ?? maxBeatMs, leaseMs / 3))
+    this.beatEvery = every
     this.beat = setInterval(() => { void this.heartbeat() }, every)
     this.beat.unref()
     // Set when the handler succeeded while completions claim: the slot is
@@ -654,6 +658,7 @@ class JobRun implements ContextHost {
   private endBeats(): void {
     this.beatsOver = true
     clearInterval(this.beat)
+    clearTimeout(this.beatAgain)
   }
 
   /** Read through a method: endBeats() sets it while a heartbeat awaits. */
@@ -693,6 +698,13 @@ class JobRun implements ContextHost {
         return
       }
       this.w.log.debug(`heartbeat failed: ${errorText(err)}`, this.meta())
+      // Once more a third of the way to the next tick, so that one failed
+      // heartbeat does not cost a third of the lease.
+      this.beatAgain ??= setTimeout(() => {
+        this.beatAgain = undefined
+        void this.heartbeat()
+      }, this.beatEvery / 3)
+      this.beatAgain.unref()
     }
   }
 
