@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog/hlog"
 
 	"github.com/nqd-dev/nqd"
+	"github.com/nqd-dev/nqd/stream"
 )
 
 // retryAfterSeconds is what a 503 asks clients to wait: long enough for a
@@ -137,6 +138,10 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 		// A failing /readyz is the probe's answer, asked every few
 		// seconds; the failure behind it is logged where it happens.
 		log.Debug().Err(err).Int("status", status).Msg("not ready")
+	case status >= http.StatusInternalServerError && errors.Is(err, stream.ErrOutage):
+		// A stream refused while the store is down: the stream handler
+		// logs the outage once, and every client retries it many times.
+		log.Debug().Err(err).Int("status", status).Msg("stream refused during a store outage")
 	case status >= http.StatusInternalServerError:
 		log.Error().Err(err).Int("status", status).Msg("request failed")
 	case status == statusClientClosed:

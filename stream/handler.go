@@ -13,6 +13,7 @@ import (
 
 	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/outage"
 	"github.com/nqd-dev/nqd/store"
 )
 
@@ -21,6 +22,10 @@ import (
 type Handler struct {
 	o   Options
 	hub *Hub
+	// failing logs the store failures that refuse or end streams as they
+	// start: during an outage every client reconnects again and again,
+	// and each attempt is not worth a line.
+	failing *outage.Log
 
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
@@ -42,10 +47,16 @@ func NewHandler(o Options) *Handler {
 			TrustLive: o.TrustLive,
 			Observer:  o.Observer,
 		}),
-		conns: map[*conn]struct{}{},
-		idle:  make(chan struct{}),
+		failing: outage.New(o.Log, "stream start (subscribe and backfill)"),
+		conns:   map[*conn]struct{}{},
+		idle:    make(chan struct{}),
 	}
 }
+
+// ErrOutage marks a refusal for a store failure that the handler has logged
+// already, once for the outage: the caller answers it (503, Retry-After)
+// without a line of its own.
+var ErrOutage = errors.New("logged once per store outage")
 
 // Ready reports whether the live path works; /readyz fails while it does not.
 func (h *Handler) Ready() error { return h.hub.Ready() }
@@ -169,7 +180,7 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, req Request) err
 		var t *topic
 		var err error
 		if t, st, err = h.hub.join(ctx, c, q); err != nil {
-			return unavailable(ctx.Err(), "subscribe to", c, err)
+			return h.unavailable(ctx.Err(), "subscribe to", c, err)
 		}
 		defer st.done()
 		end.add(func() { h.hub.leave(t, q) })
@@ -182,59 +193,72 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, req Request) err
 		// stream's end as it is before the response starts.
 		info, err := h.o.Store.Info(ctx, c)
 		if err != nil {
-			return unavailable(ctx.Err(), "read the end of", c, err)
+			return h.unavailable(ctx.Err(), "read the end of", c, err)
 		}
 		p.from = info.LastID
 		st.at(p.from)
 	}
 
-	hdr := w.Header()
-	hdr.Set("Content-Type", "text/event-stream")
-	hdr.Set("Cache-Control", "no-cache, no-transform")
-	hdr.Set("X-Accel-Buffering", "no")
-	if r.ProtoMajor == 1 {
-		// An HTTP/1.x stream's connection ends with the stream: a taken
-		// connection (takeover.go) is closed after its last chunk. Saying
-		// so keeps a client from reusing it for its next request.
-		hdr.Set("Connection", "close")
-	}
-	hdr.Del("Content-Length")
-	w.WriteHeader(http.StatusOK)
 	s := &sink{w: w, rc: http.NewResponseController(w), timeout: h.o.WriteTimeout, tail: p.tail}
+	// The response starts with the first write: a backfill whose first read
+	// fails has sent nothing, and the client is told to retry (503).
+	s.begin = func() {
+		hdr := w.Header()
+		hdr.Set("Content-Type", "text/event-stream")
+		hdr.Set("Cache-Control", "no-cache, no-transform")
+		hdr.Set("X-Accel-Buffering", "no")
+		if r.ProtoMajor == 1 {
+			// An HTTP/1.x stream's connection ends with the stream: a taken
+			// connection (takeover.go) is closed after its last chunk. Saying
+			// so keeps a client from reusing it for its next request.
+			hdr.Set("Connection", "close")
+		}
+		hdr.Del("Content-Length")
+		w.WriteHeader(http.StatusOK)
+		h.o.Observer.Opened(c)
+		end.add(func() { h.o.Observer.Closed(c, end.reason) })
+	}
 	// A deadline in the past fails the write in progress at once: an
 	// overflowing client is cut at the queue bound, not WriteTimeout later.
 	q.onFail(func() { _ = s.rc.SetWriteDeadline(time.Now()) })
 	if p.tail {
 		s.key, _ = json.Marshal(h.o.Prefix + ":" + c.String())
 	}
-	h.o.Observer.Opened(c)
-	end.add(func() { h.o.Observer.Closed(c, end.reason) })
 	defer func() {
 		if !handed {
 			s.release()
 		}
 	}()
 	s.buf = fmt.Appendf(s.buf, ": nqd\nretry: %d\n\n", h.o.Retry.Milliseconds())
-	if err := s.flushBuf(); err != nil {
-		end.reason = closeReason(ctx, err)
-		return nil
-	}
 
 	var last event.ID
+	var sent time.Duration // the backfill's time
 	if !p.noTopic {
 		start := time.Now()
 		var err error
 		if last, err = h.backfill(ctx, s, c, p, st); err != nil {
+			if !s.started() {
+				return h.unavailable(ctx.Err(), "backfill", c, err)
+			}
 			if ctx.Err() == nil {
-				log.Warn().Err(err).Str("context", c.String()).Msg("backfill failed; closing the stream")
+				h.failing.Failed(fmt.Errorf("backfill %s, closing its stream: %w", c, err))
 			}
 			end.reason = closeReason(ctx, err)
 			return nil
 		}
+		h.failing.Succeeded()
 		// Told by the read that found the stream's end already; else the
 		// last read's end, which the backfill returns, is the position.
 		st.at(last)
-		h.o.Observer.Started(startKind(p, s), s.sent, time.Since(start))
+		sent = time.Since(start)
+	}
+	// The live-only start and the quiet stream have sent nothing yet.
+	if err := s.flushBuf(); err != nil {
+		end.reason = closeReason(ctx, err)
+		return nil
+	}
+	if !p.noTopic {
+		h.o.Observer.Started(startKind(p, s), s.sent, sent)
 	}
 	q.harden()
 	// Only an HTTP/1.1 response is chunked, the framing a taken connection
@@ -272,7 +296,19 @@ func (e *ending) run() {
 }
 
 // unavailable is the refusal of a stream whose store call failed: the
-// request's own end (cause) when the client left, else the store failure.
+// request's own end (cause) when the client left, else the store failure,
+// logged once per outage and marked ErrOutage.
+func (h *Handler) unavailable(cause error, what string, c store.Context, err error) error {
+	err = unavailable(cause, what, c, err)
+	if cause != nil {
+		return err
+	}
+	h.failing.Failed(err)
+	return fmt.Errorf("%w (%w)", err, ErrOutage)
+}
+
+// unavailable is a failed store call's error: the request's own end (cause)
+// when the client left, else the store failure, as store.ErrUnavailable.
 func unavailable(cause error, what string, c store.Context, err error) error {
 	if cause != nil {
 		return cause

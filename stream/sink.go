@@ -18,7 +18,20 @@ type sink struct {
 	buf     []byte // messages not yet written
 	sent    int    // events written by backfill and replay
 	reset   bool   // an `event: reset` was written
+	// begin starts the response, before the first write; nil once it has.
+	begin func()
 }
+
+// start starts the response if it has not started.
+func (s *sink) start() {
+	if s.begin != nil {
+		s.begin()
+		s.begin = nil
+	}
+}
+
+// started reports whether anything was sent, the status line included.
+func (s *sink) started() bool { return s.begin == nil }
 
 // flushSize is how much backfill is gathered before a write.
 const flushSize = 32 << 10
@@ -29,12 +42,14 @@ func (s *sink) deadline() {
 }
 
 func (s *sink) write(b []byte) error {
+	s.start()
 	s.deadline()
 	_, err := s.w.Write(b)
 	return err
 }
 
 func (s *sink) flush() error {
+	s.start()
 	s.deadline()
 	return s.rc.Flush()
 }
