@@ -77,7 +77,14 @@ export async function loadStepFiles(paths: string | string[]): Promise<{ files: 
     }
     for (const abs of found.files) {
       const id = relative(base, abs).split(sep).join('/').replace(/\.[^.]+$/, '')
-      const mod = await jiti.import<{ config?: QueueWorkerConfig, default?: unknown }>(abs)
+      let mod: { config?: QueueWorkerConfig, default?: unknown }
+      try {
+        mod = await jiti.import<{ config?: QueueWorkerConfig, default?: unknown }>(abs)
+      } catch (err) {
+        // Say which file: a Nuxt server file that is no step (an API route,
+        // say) fails on auto-imports nqd-worker does not provide.
+        throw new Error(`${abs}: ${err instanceof Error ? err.message : String(err)} (is it a step file?)`, { cause: err })
+      }
       const handler = typeof mod.default === 'function' ? mod.default as Handler : undefined
       if (handler === undefined) {
         skipped.push(`${id}: no default export (defineFunction(...) or defineQueueWorker(...)); not a step`)

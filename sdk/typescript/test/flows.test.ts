@@ -1,7 +1,8 @@
 // Flow definitions built from step file configs, and the loading of a folder.
 
 import assert from 'node:assert/strict'
-import { readFileSync } from 'node:fs'
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { describe, it } from 'node:test'
 import { buildFlows, loadStepFiles, subscribedInput, type StepSource } from '../src/index.js'
@@ -111,6 +112,16 @@ describe('loadStepFiles', () => {
     const approval = built.flows.find(f => f.name === 'webhook-approval')
     assert.deepEqual(approval?.steps['process-approval']?.await, { type: 'trigger', triggerType: 'webhook', timeout: 86_400_000 })
     assert.deepEqual(built.flows.find(f => f.name === 'notification')?.steps['follow-up']?.await, { type: 'time', delay: 300 })
+  })
+
+  it('names the file that cannot be loaded', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'nqd-steps-'))
+    try {
+      writeFileSync(join(dir, 'route.ts'), 'export default defineEventHandler(() => "hi")\n')
+      await assert.rejects(loadStepFiles(dir), /route\.ts: defineEventHandler is not defined \(is it a step file\?\)/)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
   })
 
   it('loads one file given alone, named by its base name', async () => {
