@@ -13,7 +13,7 @@ GOBUILD   := CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)"
 NQ_ADDR   ?= 127.0.0.1:8080
 BENCHTIME ?= 2s
 
-.PHONY: run build test test-py test-ts test-short lint fuzz bench bench-e2e noop-worker bench-pg bench-go bench-appends bench-sdks screenshots golden tidy-check vuln clean
+.PHONY: run build test test-tools test-py test-ts test-short lint fuzz bench bench-e2e noop-worker bench-pg bench-go bench-appends bench-sdks screenshots golden tidy-check vuln clean
 
 ## run: build bin/nqd, then start it on the embedded store in ./data (set NQ_REDIS_URL to use Redis)
 run: build
@@ -27,16 +27,36 @@ build:
 ## test: every test with the race detector; Redis and PostgreSQL tests start their own servers.
 ## One package at a time: several packages start servers, browsers and load of
 ## their own, and on a small machine running them side by side only slows each.
-test:
+## With Go alone it passes: a suite whose tool is missing is skipped, with one
+## line saying what to install, unless its NQD_REQUIRE_* is 1 (CI sets them all).
+test: test-tools
 	$(GO) test -race -count=1 -cover -p 1 -timeout 20m $(PKGS)
 	$(MAKE) test-py
 	$(MAKE) test-ts
 
-## test-py: the Python SDK (sdk/python): type check, lint, and its tests against an nqd built from this tree
+# test-tools says which of the Go suites' servers and browser are missing:
+# go test shows the skips only with -v. The tests themselves skip or, under
+# NQD_REQUIRE_*, fail.
+test-tools:
+	@command -v redis-server >/dev/null 2>&1 || echo "test: redis-server not found: the Redis tests are skipped (install redis-server)"
+	@command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+		echo "test: PostgreSQL's initdb not found: the PostgreSQL tests are skipped (install postgresql)"
+	@command -v chromium >/dev/null 2>&1 || echo "test: chromium not found: the browser tests are skipped (install chromium)"
+
+## test-py: the Python SDK (sdk/python): type check, lint, and its tests against an nqd built from this tree.
+## Skipped without Debian's python3 with pytest, mypy and pyflakes, unless
+## NQD_REQUIRE_PYTHON=1 (CI) makes a missing one a failure.
 PYTHON ?= /usr/bin/python3
 test-py:
-	cd sdk/python && $(PYTHON) -m mypy
-	$(PYTHON) -m pyflakes sdk/python
+	@missing=""; \
+	for m in pytest mypy pyflakes; do $(PYTHON) -c "import $$m" >/dev/null 2>&1 || missing="$$missing python3-$$m"; done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$NQD_REQUIRE_PYTHON" = 1 ]; then echo "test-py: $(PYTHON) lacks$$missing and NQD_REQUIRE_PYTHON=1"; exit 1; fi; \
+		echo "test-py: the Python SDK tests are skipped (install$$missing)"; exit 0; \
+	fi; \
+	set -ex; \
+	(cd sdk/python && $(PYTHON) -m mypy); \
+	$(PYTHON) -m pyflakes sdk/python; \
 	$(PYTHON) -m pytest -q sdk/python
 
 ## test-ts: the TypeScript SDK (sdk/typescript): npm ci, lint, typecheck, build, and
@@ -45,7 +65,7 @@ test-py:
 test-ts:
 	@if ! command -v npm >/dev/null 2>&1; then \
 		if [ "$$NQD_REQUIRE_NODE" = 1 ]; then echo "test-ts: npm not found and NQD_REQUIRE_NODE=1"; exit 1; fi; \
-		echo "test-ts: npm not found, TypeScript SDK tests skipped"; exit 0; \
+		echo "test-ts: npm not found: the TypeScript SDK tests are skipped (install Node.js 20 or newer with npm)"; exit 0; \
 	fi; \
 	cd sdk/typescript && npm ci --no-audit --no-fund && npm run lint && npm run typecheck && GO=$(GO) npm test
 
