@@ -47,6 +47,28 @@ type queueItem struct {
 	Name string `json:"name"`
 }
 
+// queueListItem is a queue in GET /api/_queues: its name, which the v0.3 UI
+// reads, and its counts, pause state and config, which the v0.5 UI reads.
+type queueListItem struct {
+	Name     string      `json:"name"`
+	Counts   countsBody  `json:"counts"`
+	IsPaused bool        `json:"isPaused"`
+	Config   queueConfig `json:"config"`
+}
+
+// queueConfig is BullMQ's queue and worker options as the v0.5 UI shows
+// them. nqd's queues have none of their own (retries and timeouts are the
+// flow's, concurrency the worker's), so only the names are given.
+type queueConfig struct {
+	Queue  queueOptions `json:"queue"`
+	Worker struct{}     `json:"worker"`
+}
+
+type queueOptions struct {
+	Name   string `json:"name"`
+	Prefix string `json:"prefix"`
+}
+
 type countsBody struct {
 	Waiting   int64 `json:"waiting"`
 	Active    int64 `json:"active"`
@@ -102,6 +124,9 @@ type jobsBody struct {
 	Total  int64     `json:"total"`
 	Offset int       `json:"offset"`
 	Limit  int       `json:"limit"`
+	// Count and HasMore are what the v0.5 UI pages by.
+	Count   int  `json:"count"`
+	HasMore bool `json:"hasMore"`
 }
 
 type logsBody struct {
@@ -146,9 +171,17 @@ func (a *API) listQueues(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := make([]queueItem, 0, len(names))
+	out := make([]queueListItem, 0, len(names))
 	for _, n := range names {
-		out = append(out, queueItem{Name: n})
+		q, err := a.engine.Queue(r.Context(), n)
+		if errors.Is(err, store.ErrNotFound) {
+			continue // its last job went between the two reads
+		}
+		if err != nil {
+			return err
+		}
+		out = append(out, queueListItem{Name: n, Counts: toCounts(q.Counts), IsPaused: q.Paused,
+			Config: queueConfig{Queue: queueOptions{Name: n, Prefix: a.keyPrefix}}})
 	}
 	writeJSON(w, r, http.StatusOK, out)
 	return nil
@@ -245,6 +278,9 @@ func (a *API) listJobs(w http.ResponseWriter, r *http.Request) error {
 	for _, j := range page.Jobs {
 		body.Jobs = append(body.Jobs, toJob(j))
 	}
+	// offset and limit count what total counts (jobs, or finished runs),
+	// not always the jobs of the page.
+	body.Count, body.HasMore = len(body.Jobs), int64(offset+limit) < page.Total
 	writeJSON(w, r, http.StatusOK, body)
 	return nil
 }
