@@ -98,6 +98,9 @@ type Deps struct {
 	// Sockets tunes the WebSocket routes; their trusted origins are
 	// CORSOrigins and their log is Log.
 	Sockets socket.Options
+	// TriggerList is the trigger registry, whose triggers' stats
+	// /api/_triggers/ws sends; without it there are none.
+	TriggerList TriggerLister
 	// WatchInterval is how often the flow stats and queue counts the
 	// sockets show are read while a socket listens; DefaultStatsInterval.
 	WatchInterval time.Duration
@@ -153,21 +156,23 @@ type API struct {
 	feeds   Follower
 	sockets *socket.Server
 	// flowStats and queueCounts feed the sockets' live stats and counts.
-	flowStats   *watch[flowMeta]
-	queueCounts *watch[engine.QueueCounts]
-	engine      *engine.Engine
-	scheduler   *scheduler.Scheduler
-	keyPrefix   string
-	kv          KV
-	archive     ArchiveReader
-	restorer    Restorer
-	compact     Compactor
-	history     History
-	metrics     http.Handler
-	ready       []func(context.Context) error
-	cors        []string
-	guard       guard
-	inFlight    *inFlight
+	flowStats    *watch[flowMeta]
+	queueCounts  *watch[engine.QueueCounts]
+	triggerStats *watch[string]
+	triggerList  TriggerLister
+	engine       *engine.Engine
+	scheduler    *scheduler.Scheduler
+	keyPrefix    string
+	kv           KV
+	archive      ArchiveReader
+	restorer     Restorer
+	compact      Compactor
+	history      History
+	metrics      http.Handler
+	ready        []func(context.Context) error
+	cors         []string
+	guard        guard
+	inFlight     *inFlight
 	// closing ends when the server shuts down; long polls end with it.
 	closing   context.Context
 	stopPolls context.CancelFunc
@@ -221,10 +226,11 @@ func New(d Deps) *API {
 		store: d.Store, state: d.State, stream: d.Stream, engine: d.Engine, scheduler: d.Scheduler, kv: d.KV, archive: d.Archive, restorer: d.Restorer, compact: d.Compactor, history: d.History, metrics: d.Metrics, ready: d.Ready, cors: d.CORSOrigins,
 		log: d.Log, now: now, limits: lim, access: newAccess(d.Access, now), validate: newValidator(),
 		web: d.Web, webBase: d.WebBase, keyPrefix: keyPrefix,
-		feeds: d.Feeds, sockets: socket.New(so),
+		feeds: d.Feeds, sockets: socket.New(so), triggerList: d.TriggerList,
 	}
 	a.flowStats = newWatch("flow stats", a.readFlowStats, interval, d.Log)
 	a.queueCounts = newWatch("queue counts", a.readQueueCounts, interval, d.Log)
+	a.triggerStats = newWatch("trigger stats", a.readTriggerStats, interval, d.Log)
 	return a
 }
 

@@ -3,8 +3,6 @@ package handlers
 import (
 	"context"
 	"encoding/json"
-	"maps"
-	"slices"
 	"time"
 
 	"github.com/nqd-dev/nqd/event"
@@ -38,16 +36,17 @@ func (m flowMeta) MarshalJSON() ([]byte, error) {
 	})
 }
 
-// statsMessage is flow.stats.initial and flow.stats.update.
-type statsMessage struct {
-	Type      string    `json:"type"`
-	Data      statsData `json:"data"`
-	Timestamp int64     `json:"timestamp"`
+// statsMessage is flow.stats.initial and flow.stats.update, and the
+// trigger ones.
+type statsMessage[M any] struct {
+	Type      string       `json:"type"`
+	Data      statsData[M] `json:"data"`
+	Timestamp int64        `json:"timestamp"`
 }
 
-type statsData struct {
-	ID       string   `json:"id"`
-	Metadata flowMeta `json:"metadata"`
+type statsData[M any] struct {
+	ID       string `json:"id"`
+	Metadata M      `json:"metadata"`
 }
 
 // readFlowStats reads the stats of every defined flow.
@@ -74,45 +73,15 @@ func (r engineRuns) ListRuns(ctx context.Context, flow, status string, offset, l
 	return r.a.engine.Runs(ctx, flow, status, offset, limit)
 }
 
-// follow sends the stats of every flow (flow.stats.initial each, then
+// followStats sends the stats of every flow (flow.stats.initial each, then
 // stats.subscribed), then each flow's new stats when they change
 // (flow.stats.update), until the subscription is stopped.
 func followStats(w *watch[flowMeta], sc *socketClient) *subscription {
-	ctx, cancel := context.WithCancel(sc.conn.Context())
-	s := &subscription{cancel: cancel, done: make(chan struct{})}
-	l := w.join()
-	go func() {
-		defer close(s.done)
-		defer w.leave(l)
-		var sent map[string]flowMeta
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-l.wake:
-			}
-			snap := w.snapshot()
-			if snap == nil {
-				continue
-			}
-			typ := "flow.stats.update"
-			if sent == nil {
-				typ = "flow.stats.initial"
-			}
-			for _, name := range slices.Sorted(maps.Keys(snap)) {
-				m := snap[name]
-				if old, ok := sent[name]; ok && old == m {
-					continue
-				}
-				if sc.conn.Send(statsMessage{Type: typ, Data: statsData{ID: name, Metadata: m}, Timestamp: sc.stamp()}) != nil {
-					return
-				}
-			}
-			if sent == nil {
-				sc.send("stats.subscribed")
-			}
-			sent = snap
+	return w.follow(sc, func(name string, m flowMeta, initial bool) error {
+		typ := "flow.stats.update"
+		if initial {
+			typ = "flow.stats.initial"
 		}
-	}()
-	return s
+		return sc.conn.Send(statsMessage[flowMeta]{Type: typ, Data: statsData[flowMeta]{ID: name, Metadata: m}, Timestamp: sc.stamp()})
+	})
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/nqd-dev/nqd/store/pgstore"
 	"github.com/nqd-dev/nqd/store/redisstore"
 	"github.com/nqd-dev/nqd/stream"
+	"github.com/nqd-dev/nqd/triggers"
 )
 
 // socketBackends are the stores every socket test runs on.
@@ -652,5 +653,51 @@ func TestSlowSocketIsCut(t *testing.T) {
 	// connected, history and subscribed come before the events.
 	if received >= total+3 {
 		t.Fatalf("received all %d messages: the socket was not cut", received)
+	}
+}
+
+// TestTriggerSocketStats: subscribe.stats answers each registered
+// trigger's metadata, then an update when it fires, read from the registry
+// in the store by another instance than the one it fired on.
+func TestTriggerSocketStats(t *testing.T) {
+	for _, backend := range socketBackends {
+		t.Run(backend, func(t *testing.T) {
+			sts := openSocketStores(t, backend, 2)
+			registry := func(st socketStore) *triggers.Registry {
+				return triggers.New(st, newStates(t, st), engine.New(st, engine.Options{Logger: testkit.Logger(t)}), triggers.Options{Logger: testkit.Logger(t)})
+			}
+			one := registry(sts[0])
+			two := startSocketNode(t, sts[len(sts)-1], func(d *handlers.Deps) { d.TriggerList = registry(sts[len(sts)-1]) })
+			if _, err := one.Create(t.Context(), triggers.Spec{Name: "tm", Type: "manual", Subscriptions: []string{"sf"}}); err != nil {
+				t.Fatal(err)
+			}
+			ws := dialSocket(t, two.url, "/api/_triggers/ws", nil)
+			ws.expect("connected")
+			ws.send(`{"type":"subscribe.stats"}`)
+			m := ws.expect("trigger.stats.initial")
+			data, _ := m["data"].(map[string]any)
+			meta, _ := data["metadata"].(map[string]any)
+			if data["id"] != "tm" || meta["type"] != "manual" || meta["stats.totalFires"] != float64(0) {
+				t.Fatalf("initial %v", m)
+			}
+			ws.expect("stats.subscribed")
+			ws.send(`{"type":"subscribe.stats"}`)
+			if m := ws.expect("error"); m["message"] != "Already subscribed to stats" {
+				t.Fatalf("second subscribe.stats answered %v", m)
+			}
+			if _, err := one.Fire(t.Context(), "tm", json.RawMessage(`{}`), "", nil); err != nil {
+				t.Fatal(err)
+			}
+			for {
+				m = ws.expect("trigger.stats.update")
+				data, _ = m["data"].(map[string]any)
+				meta, _ = data["metadata"].(map[string]any)
+				if stats, _ := meta["stats"].(map[string]any); stats["totalFires"] == float64(1) {
+					break
+				}
+			}
+			ws.send(`{"type":"unsubscribe.stats"}`)
+			ws.expect("stats.unsubscribed")
+		})
 	}
 }

@@ -1,9 +1,13 @@
 package handlers
 
 import (
+	"context"
+	"encoding/json"
+
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/socket"
 	"github.com/nqd-dev/nqd/store"
+	"github.com/nqd-dev/nqd/triggers"
 )
 
 // triggerSession is one socket of GET /api/_triggers/ws: a trigger's own
@@ -14,7 +18,7 @@ import (
 type triggerSession struct {
 	*socketClient
 	subs  map[string]*subscription // by trigger name
-	stats bool
+	stats *subscription
 }
 
 func (a *API) newTriggerSession(sc *socketClient) socket.Session {
@@ -46,16 +50,16 @@ func (s *triggerSession) Message(typ string, raw []byte) bool {
 			_ = s.conn.Send(triggerReply{Type: "unsubscribed", TriggerName: m.TriggerName})
 		}
 	case "subscribe.stats":
-		// The trigger registry's stats come with the registry; until then
-		// a subscriber is told it is subscribed and gets no updates.
-		if s.stats {
+		if s.stats != nil {
 			s.conn.Error("Already subscribed to stats")
 			return true
 		}
-		s.stats = true
-		s.send("stats.subscribed")
+		s.stats = followTriggerStats(s.api.triggerStats, s.socketClient)
 	case "unsubscribe.stats":
-		s.stats = false
+		if s.stats != nil {
+			s.stats.stop()
+			s.stats = nil
+		}
 		s.send("stats.unsubscribed")
 	case "ping":
 		s.send("pong")
@@ -129,4 +133,66 @@ func (s *triggerSession) Close() {
 	for _, sub := range s.subs {
 		sub.stop()
 	}
+	if s.stats != nil {
+		s.stats.stop()
+	}
+}
+
+// TriggerLister lists the trigger registry; see triggers.Registry.List.
+type TriggerLister interface {
+	List(ctx context.Context) ([]triggers.Trigger, error)
+}
+
+// readTriggerStats reads each registered trigger's metadata as the stats
+// messages carry it, encoded, so that a change is told by comparing
+// strings. Without a registry there are none.
+func (a *API) readTriggerStats(ctx context.Context) (map[string]string, error) {
+	out := map[string]string{}
+	if a.triggerList == nil {
+		return out, nil
+	}
+	ts, err := a.triggerList.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range ts {
+		b, err := json.Marshal(triggerMetadata(t))
+		if err != nil {
+			return nil, err
+		}
+		out[t.Name] = string(b)
+	}
+	return out, nil
+}
+
+// triggerMetadata is a trigger as trigger.stats.initial and
+// trigger.stats.update carry it: the list item of GET /api/_triggers, with
+// its stats both nested and flat ('stats.totalFires', ...), the two
+// spellings the UI reads.
+func triggerMetadata(t triggers.Trigger) map[string]any {
+	return map[string]any{
+		"name": t.Name, "type": t.Type, "scope": t.Scope, "displayName": t.DisplayName,
+		"description": t.Description, "source": t.Source, "status": t.Status,
+		"registeredAt": t.RegisteredAt, "lastActivityAt": t.LastActivityAt,
+		"webhook": t.Webhook, "schedule": t.Schedule, "config": t.Config,
+		"subscribedFlows": t.SubscribedFlows, "subscriptionCount": t.SubscriptionCount,
+		"stats":                   t.Stats,
+		"stats.totalFires":        t.Stats.TotalFires,
+		"stats.totalFlowsStarted": t.Stats.TotalFlowsStarted,
+		"stats.activeSubscribers": t.Stats.ActiveSubscribers,
+		"stats.lastFiredAt":       t.Stats.LastFiredAt,
+	}
+}
+
+// followTriggerStats sends trigger.stats.initial per trigger, then
+// stats.subscribed, then trigger.stats.update for each trigger that
+// changes, as followStats does for flows.
+func followTriggerStats(w *watch[string], sc *socketClient) *subscription {
+	return w.follow(sc, func(name, meta string, initial bool) error {
+		typ := "trigger.stats.update"
+		if initial {
+			typ = "trigger.stats.initial"
+		}
+		return sc.conn.Send(statsMessage[json.RawMessage]{Type: typ, Data: statsData[json.RawMessage]{ID: name, Metadata: json.RawMessage(meta)}, Timestamp: sc.stamp()})
+	})
 }

@@ -3,6 +3,7 @@ package handlers
 import (
 	"context"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -117,3 +118,43 @@ func (w *watch[V]) snapshot() map[string]V {
 
 // storeCallTimeout bounds one read a watch makes.
 const storeCallTimeout = 10 * time.Second
+
+// follow sends each value with send (initial set) once the first read is
+// there, then stats.subscribed, then each value that changes (initial
+// unset), until the subscription is stopped: the stats subscriptions of
+// the flows and triggers sockets.
+func (w *watch[V]) follow(sc *socketClient, send func(name string, v V, initial bool) error) *subscription {
+	ctx, cancel := context.WithCancel(sc.conn.Context())
+	s := &subscription{cancel: cancel, done: make(chan struct{})}
+	l := w.join()
+	go func() {
+		defer close(s.done)
+		defer w.leave(l)
+		var sent map[string]V
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-l.wake:
+			}
+			snap := w.snapshot()
+			if snap == nil {
+				continue
+			}
+			for _, name := range slices.Sorted(maps.Keys(snap)) {
+				v := snap[name]
+				if old, ok := sent[name]; ok && old == v {
+					continue
+				}
+				if send(name, v, sent == nil) != nil {
+					return
+				}
+			}
+			if sent == nil {
+				sc.send("stats.subscribed")
+			}
+			sent = snap
+		}
+	}()
+	return s
+}
