@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nqd-dev/nqd"
@@ -876,17 +877,35 @@ func (e *Engine) Tick(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		// Timers of kinds handed to others (schedules) are many at one
+		// instant and independent of each other, so they fire side by
+		// side; the engine's own keep their order.
+		var handed sync.WaitGroup
+		slots := make(chan struct{}, handedTimerSlots)
 		for _, t := range timers {
 			e.opts.Observer.TimerDue(t, time.Duration(max(now-t.Due, 0))*time.Millisecond)
-			if err := e.fire(ctx, t); err != nil {
-				e.log.Error().Err(err).Str("timer", t.Name()).Msg("timer not fired")
+			fire := func() {
+				if err := e.fire(ctx, t); err != nil {
+					e.log.Error().Err(err).Str("timer", t.Name()).Msg("timer not fired")
+				}
 			}
+			if _, ok := e.timerKinds.Load(t.Kind); ok {
+				slots <- struct{}{}
+				handed.Go(func() { defer func() { <-slots }(); fire() })
+				continue
+			}
+			fire()
 		}
+		handed.Wait()
 		if len(timers) < 100 {
 			return nil
 		}
 	}
 }
+
+// handedTimerSlots bounds the timers of handed kinds one Tick fires at
+// once.
+const handedTimerSlots = 16
 
 // TimerHandler fires a due timer of a kind the engine does not own. The
 // timer comes claimed as DueTimers claims it; the handler clears or moves

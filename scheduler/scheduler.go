@@ -16,11 +16,13 @@
 package scheduler
 
 import (
+	"container/heap"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -38,6 +40,9 @@ type Engine interface {
 	Start(ctx context.Context, flow string, input json.RawMessage, idempotencyKey string) (engine.Started, error)
 	Cancel(ctx context.Context, flow, runID, reason string) (string, error)
 	HandleTimers(kind string, h engine.TimerHandler)
+	// Tick fires the timers due now; Run calls it at due times, so that a
+	// fire does not wait for the engine's next tick.
+	Tick(ctx context.Context) error
 }
 
 // Store is where schedules are kept: the engine's run store.
@@ -116,6 +121,12 @@ type Scheduler struct {
 	st   Store
 	opts Options
 	log  zerolog.Logger
+
+	// wakes are the due times Run knows of, on any instance: from the
+	// records each sync reads and from this instance's own writes.
+	mu    sync.Mutex
+	wakes wakeHeap
+	kick  chan struct{}
 }
 
 // New returns a scheduler and hands it the engine's schedule timers.
@@ -135,7 +146,7 @@ func New(eng Engine, st Store, opts Options) *Scheduler {
 	if opts.SyncEvery <= 0 {
 		opts.SyncEvery = 2 * time.Second
 	}
-	s := &Scheduler{eng: eng, st: st, opts: opts, log: opts.Logger}
+	s := &Scheduler{eng: eng, st: st, opts: opts, log: opts.Logger, kick: make(chan struct{}, 1)}
 	eng.HandleTimers(timerKind, s.fire)
 	return s
 }
@@ -260,6 +271,9 @@ func (s *Scheduler) update(ctx context.Context, c store.Context, f change) (*Sch
 		}
 		if err != nil {
 			return nil, err
+		}
+		for _, t := range u.SetTimers {
+			s.wake(t.Due)
 		}
 		return sc, nil
 	}
@@ -718,20 +732,118 @@ func (s *Scheduler) Preview(ctx context.Context, c store.Context, n int) ([]time
 }
 
 // Run keeps the schedules of schedule triggers in step with the registry
-// every SyncEvery until ctx ends. The engine's tick fires them.
+// every SyncEvery, and ticks the engine at each due time it knows of, so a
+// fire is late by the time it takes, not by the engine's tick, until ctx
+// ends.
 func (s *Scheduler) Run(ctx context.Context) {
-	tk := time.NewTicker(s.opts.SyncEvery)
-	defer tk.Stop()
+	nextSync := time.Now()
+	t := time.NewTimer(0)
+	defer t.Stop()
 	for {
-		if err := s.Sync(ctx); err != nil && ctx.Err() == nil {
-			s.log.Warn().Err(err).Msg("schedule triggers not in step")
+		if now := time.Now(); !now.Before(nextSync) {
+			if err := s.Sync(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn().Err(err).Msg("schedule triggers not in step")
+			}
+			s.refresh(ctx)
+			nextSync = now.Add(s.opts.SyncEvery)
 		}
+		if s.due(time.Now()) {
+			if err := s.eng.Tick(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn().Err(err).Msg("schedule tick failed")
+			}
+		}
+		next := nextSync
+		if w, ok := s.nextWake(); ok && w.Before(next) {
+			next = w
+		}
+		t.Reset(time.Until(next))
 		select {
 		case <-ctx.Done():
 			return
-		case <-tk.C:
+		case <-t.C:
+		case <-s.kick:
+			if !t.Stop() {
+				select {
+				case <-t.C:
+				default:
+				}
+			}
 		}
 	}
+}
+
+// maxWakes bounds the due times Run keeps; past it a due time waits for
+// the engine's own tick.
+const maxWakes = 100_000
+
+// wake notes a due time (epoch ms) for Run.
+func (s *Scheduler) wake(ms int64) {
+	s.mu.Lock()
+	if s.wakes.Len() < maxWakes {
+		heap.Push(&s.wakes, ms)
+	}
+	s.mu.Unlock()
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// due drops the due times at or before now and reports whether there
+// were any.
+func (s *Scheduler) due(now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	found := false
+	for s.wakes.Len() > 0 && s.wakes[0] <= now.UnixMilli() {
+		heap.Pop(&s.wakes)
+		found = true
+	}
+	return found
+}
+
+func (s *Scheduler) nextWake() (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.wakes.Len() == 0 {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(s.wakes[0]), true
+}
+
+// refresh takes the due times of every schedule's record, those other
+// instances wrote included.
+func (s *Scheduler) refresh(ctx context.Context) {
+	var wakes wakeHeap
+	for _, typ := range []string{TriggerStream, FlowStream} {
+		scs, err := s.List(ctx, typ)
+		if err != nil {
+			return
+		}
+		for _, sc := range scs {
+			if sc.Wake > 0 && wakes.Len() < maxWakes {
+				wakes = append(wakes, sc.Wake)
+			}
+		}
+	}
+	heap.Init(&wakes)
+	s.mu.Lock()
+	s.wakes = wakes
+	s.mu.Unlock()
+}
+
+// wakeHeap is a min-heap of epoch ms.
+type wakeHeap []int64
+
+func (h wakeHeap) Len() int           { return len(h) }
+func (h wakeHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h wakeHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *wakeHeap) Push(x any)        { *h = append(*h, x.(int64)) }
+func (h *wakeHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // Sync brings the schedules of schedule triggers in step with the

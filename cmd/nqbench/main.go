@@ -64,7 +64,7 @@ func main() {
 	var o options
 	flag.StringVar(&o.nqd, "nqd", "bin/nqd", "the nqd binary to measure")
 	flag.StringVar(&o.redis, "redis-server", "redis-server", "the redis-server binary")
-	flag.StringVar(&o.profiles, "profiles", "appends,fanout,idle,flows,e2e", "comma-separated profiles to run")
+	flag.StringVar(&o.profiles, "profiles", "appends,fanout,idle,flows,e2e,schedules", "comma-separated profiles to run")
 	flag.DurationVar(&o.duration, "duration", 20*time.Second, "length of each timed run")
 	flag.Float64Var(&o.appendRate, "append-rate", 2000, "offered appends per second in the appends profile")
 	flag.IntVar(&o.appendConns, "append-conns", 32, "appends in flight at most (and connections)")
@@ -204,6 +204,10 @@ func run(ctx context.Context, o options) error {
 			r, err := runFlows(ctx, e, o.flowRate, o.duration, o.appendConns, o.flowWorkers)
 			rep.Flows = &r
 			errs = append(errs, named("flows", err))
+		case "schedules":
+			r, err := runSchedules(ctx, e, 1000, 10, o.duration)
+			rep.Schedules = &r
+			errs = append(errs, named("schedules", err))
 		default:
 			errs = append(errs, fmt.Errorf("unknown profile %q", p))
 		}

@@ -13,7 +13,7 @@ func pgProfile(profile string) bool {
 
 // flowProfile reports whether profile needs the example flows loaded.
 func flowProfile(profile string) bool {
-	return profile == "flows" || profile == "pg-flows"
+	return profile == "flows" || profile == "pg-flows" || profile == "schedules"
 }
 
 // runPGFlows is the flows profile with nqd on PostgreSQL: the same runs of

@@ -39,8 +39,9 @@ type report struct {
 	Flows     *flowsResult   `json:"flows,omitempty"`
 	E2E       *e2eResult     `json:"e2e,omitempty"`
 	// PGFlows is the flows profile with nqd on PostgreSQL.
-	PGFlows  *flowsResult `json:"pg_flows,omitempty"`
-	Failures string       `json:"failures,omitempty"`
+	PGFlows   *flowsResult     `json:"pg_flows,omitempty"`
+	Schedules *schedulesResult `json:"schedules,omitempty"`
+	Failures  string           `json:"failures,omitempty"`
 }
 
 func describeMachine(redisBin string) machine {
@@ -94,6 +95,9 @@ func (r report) text() string {
 	if f := r.PGFlows; f != nil {
 		line("pg-flows", f.Start)
 		line("pg-flows", f.Completion)
+	}
+	if s := r.Schedules; s != nil {
+		line("schedules lateness", s.Lateness)
 	}
 	_ = w.Flush()
 	if a := r.Appends; a != nil {
@@ -204,6 +208,13 @@ func (r report) markdown() string {
 		line(f.Start)
 		line(f.Completion)
 		fmt.Fprintf(&b, "\n%d of %d runs completed: **%.0f runs/s, %.0f steps/s**.\n\n", f.Completed, f.Started, f.RunsPerSec, f.StepsPerSec)
+	}
+	if s := r.Schedules; s != nil {
+		fmt.Fprintf(&b, "## Schedules\n\n")
+		fmt.Fprintf(&b, "%d schedules of the `pipeline` flow, each every %d s (a cron with a seconds field, offset by the schedule's number so that the fires spread), fire for the run's length with no worker. Lateness runs from a due time to the write that records its fire (`latenessMs` of `schedule.fired`); the flow's run starts right after, in the same call. The offered and achieved rates are fires per second.\n\n", s.Schedules, s.Interval)
+		b.WriteString(header)
+		line(s.Lateness)
+		fmt.Fprintf(&b, "\n%d fires; p99 lateness %s against one engine tick (%.0f ms).\n\n", s.Fires, ms(s.Lateness.P99ms), s.TickMs)
 	}
 	if r.Failures != "" {
 		fmt.Fprintf(&b, "**This run failed:** %s\n\n", r.Failures)
