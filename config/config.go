@@ -91,6 +91,7 @@ type Config struct {
 	StreamTokenMaxTTL   time.Duration  // longest life of a stream token
 	TriggerKeys         []auth.Key     // sign trigger ids, the first signs; none: a key per process
 	AllowInsecureBind   bool           // serve a non-loopback address without tokens
+	AllowOpenWebhooks   bool           // take webhook calls that carry no credential
 	RatePerToken        Rate           // appends, starts and trigger POSTs per token
 	RatePerAddr         Rate           // the same per client address
 	MaxEventBytes       int64          // largest event in an append
@@ -178,6 +179,7 @@ func settings(c *Config) []setting {
 		{"", "NQ_TRIGGER_KEYS", "trigger id signing keys id:secret, comma-separated; the first signs (empty: a key the store keeps, made by the first instance)", "", keys(&c.TriggerKeys)},
 		{"stream-token-max-ttl", "NQ_STREAM_TOKEN_MAX_TTL", "longest life of a stream token", durText(handlers.DefaultMaxStreamTokenTTL), dur(&c.StreamTokenMaxTTL)},
 		{"allow-insecure-bind", "NQ_ALLOW_INSECURE_BIND", "serve a non-loopback address with no tokens configured", "false", boolean(&c.AllowInsecureBind)},
+		{"allow-open-webhooks", "NQ_ALLOW_OPEN_WEBHOOKS", "take webhook calls with no credential: fire webhook triggers that have no secret and resolve await webhooks without their trigger id", "false", boolean(&c.AllowOpenWebhooks)},
 		{"rate-per-token", "NQ_RATE_PER_TOKEN", "appends, starts and trigger POSTs per API token, as requests/window (0: no limit)", rateText(handlers.DefaultRatePerToken), rate(&c.RatePerToken)},
 		{"rate-per-addr", "NQ_RATE_PER_ADDR", "appends, starts and trigger POSTs without a token, per client address, as requests/window (0: no limit)", rateText(handlers.DefaultRatePerAddr), rate(&c.RatePerAddr)},
 		{"max-event-bytes", "NQ_MAX_EVENT_BYTES", "largest event in an append", itoa(handlers.DefaultMaxEventBytes), i64(&c.MaxEventBytes)},

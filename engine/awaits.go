@@ -645,3 +645,29 @@ func (r *run) waits(q WaitQuery) []Wait {
 	}
 	return out
 }
+
+// StepTrigger returns the id of the trigger await step of a run waits on,
+// the await a webhook call to the run's step resolves with FireTrigger.
+// Errors: store.ErrNotFound (no such run), ErrTriggerGone (the run ended,
+// or the step waits on nothing), a bad request when the step waits on a
+// time or an event.
+func (e *Engine) StepTrigger(ctx context.Context, flow, runID, step string) (string, error) {
+	r, err := e.readRun(ctx, flow, runID)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", nqd.Refine(err, "Flow not found")
+	}
+	if err != nil {
+		return "", err
+	}
+	if r.ended() {
+		return "", nqd.Refine(ErrTriggerGone, "Flow is %s", r.meta.Status)
+	}
+	id, aw := r.pendingAwait(step)
+	switch {
+	case aw == nil:
+		return "", nqd.Refine(ErrTriggerGone, "Step is not awaiting")
+	case aw.Type != "trigger":
+		return "", &nqd.Error{Code: nqd.CodeBadRequest, Message: "Invalid await type: the step awaits a " + aw.Type + ", not a webhook"}
+	}
+	return id, nil
+}

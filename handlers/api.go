@@ -23,6 +23,7 @@ import (
 	"github.com/nqd-dev/nqd/scheduler"
 	"github.com/nqd-dev/nqd/socket"
 	"github.com/nqd-dev/nqd/store"
+	"github.com/nqd-dev/nqd/triggers"
 )
 
 // Appender appends events to a context's stream; see store.Store.Append.
@@ -108,6 +109,16 @@ type Deps struct {
 	Engine *engine.Engine
 	// Scheduler serves the schedule routes; without it they answer 404.
 	Scheduler *scheduler.Scheduler
+	// Triggers is the trigger registry the /api/_triggers, webhook and
+	// scheduler routes serve; without it they answer 404.
+	Triggers *triggers.Registry
+	// WebhookRefusals, when set, counts webhook calls refused for want of a
+	// credential.
+	WebhookRefusals WebhookRefusals
+	// OpenWebhooks lets webhook calls without a credential fire webhook
+	// triggers that have no secret and resolve await webhooks: what the
+	// original did, and what an operator must ask for (NQ_ALLOW_OPEN_WEBHOOKS).
+	OpenWebhooks bool
 	// KeyPrefix is the storage key prefix that raw stream reads name
 	// streams by (`<prefix>:<type>:<id>`); default store.DefaultPrefix.
 	KeyPrefix string
@@ -162,6 +173,10 @@ type API struct {
 	triggerList  TriggerLister
 	engine       *engine.Engine
 	scheduler    *scheduler.Scheduler
+	triggers     *triggers.Registry
+	refusals     WebhookRefusals
+	// openWebhooks: see Deps.OpenWebhooks.
+	openWebhooks bool
 	keyPrefix    string
 	kv           KV
 	archive      ArchiveReader
@@ -227,6 +242,7 @@ func New(d Deps) *API {
 		log: d.Log, now: now, limits: lim, access: newAccess(d.Access, now), validate: newValidator(),
 		web: d.Web, webBase: d.WebBase, keyPrefix: keyPrefix,
 		feeds: d.Feeds, sockets: socket.New(so), triggerList: d.TriggerList,
+		triggers: d.Triggers, refusals: d.WebhookRefusals, openWebhooks: d.OpenWebhooks,
 	}
 	a.flowStats = newWatch("flow stats", a.readFlowStats, interval, d.Log)
 	a.queueCounts = newWatch("queue counts", a.readQueueCounts, interval, d.Log)
@@ -289,6 +305,7 @@ func (a *API) Routes() http.Handler {
 		a.workerRoutes(r)
 		a.queueRoutes(r)
 		a.kvRoutes(r)
+		a.triggerRoutes(r)
 	})
 
 	// A claim long-polls for longer than the API timeout.

@@ -123,11 +123,29 @@ var routeScopes = map[string]auth.Scope{
 	"GET /api/_kv/{key}/fields/{field}":                 auth.Read,
 	"POST /api/_kv/{key}/fields":                        auth.Write,
 	"POST /api/_kv/{key}/cas":                           auth.Write,
+	"GET /api/_triggers":                                auth.Read,
+	"POST /api/_triggers":                               auth.Write,
+	"GET /api/_triggers/stats":                          auth.Read,
+	"GET /api/_triggers/{name}":                         auth.Read,
+	"PATCH /api/_triggers/{name}":                       auth.Write,
+	"DELETE /api/_triggers/{name}":                      auth.Write,
+	"GET /api/_triggers/{name}/events":                  auth.Read,
+	"POST /api/_triggers/{name}/fire":                   auth.Write,
+	"GET /api/_scheduler/jobs":                          auth.Read,
+}
+
+func init() {
+	// The webhooks take any method; a secret, a trigger id or a token is
+	// their credential, checked by the route.
+	for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
+		routeScopes[m+" /api/_webhook/trigger/{name}"] = 0
+		routeScopes[m+" /api/_webhook/await/{flow}/{runId}/{step}"] = 0
+	}
 }
 
 // concrete fills a route pattern's parameters.
 var concrete = strings.NewReplacer("{type}", "flow", "{id}", "run-1", "{name}", "demo", "{runId}", "run-1",
-	"{queue}", "q1", "{jobId}", "run-1:a", "{key}", "k1", "{field}", "f1")
+	"{queue}", "q1", "{jobId}", "run-1:a", "{key}", "k1", "{field}", "f1", "{flow}", "demo", "{step}", "a")
 
 func TestEveryRouteNeedsItsScope(t *testing.T) {
 	api := newTestAPI(t, withTokens(t, handlers.Access{}))
@@ -168,7 +186,7 @@ func TestEveryRouteNeedsItsScope(t *testing.T) {
 		}
 		if need == 0 {
 			want := http.StatusOK
-			if strings.Contains(key, "/triggers/") {
+			if strings.Contains(key, "/triggers/") || strings.Contains(key, "/_webhook/") {
 				want = http.StatusNotFound // admitted without a token, to find no such trigger
 			}
 			try("without a token", nil, want)

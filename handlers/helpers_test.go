@@ -227,7 +227,7 @@ func checkSpec(t testing.TB, r *http.Request, body string, rec *httptest.Respons
 	if err := openapi3filter.ValidateResponse(context.Background(), in); err != nil {
 		t.Errorf("%s %s: answer %d does not match the spec: %v\n%s", r.Method, r.URL, rec.Code, err, rec.Body)
 	}
-	if rec.Code < 300 {
+	if rec.Code < 300 && !refusedInBody(rec.Body.Bytes()) {
 		again := r.Clone(context.Background())
 		again.Body = io.NopCloser(strings.NewReader(body))
 		reqIn := &openapi3filter.RequestValidationInput{Request: again, PathParams: params, Route: route,
@@ -238,6 +238,17 @@ func checkSpec(t testing.TB, r *http.Request, body string, rec *httptest.Respons
 			t.Errorf("%s %s: accepted a request the spec rejects: %v\n%s", r.Method, r.URL, err, body)
 		}
 	}
+}
+
+// refusedInBody reports whether a 200 answer is a refusal in the body
+// ({error, statusCode}, as the trigger mutations answer): such a request
+// was not accepted.
+func refusedInBody(body []byte) bool {
+	var r struct {
+		Error      *string `json:"error"`
+		StatusCode int     `json:"statusCode"`
+	}
+	return json.Unmarshal(body, &r) == nil && r.Error != nil && r.StatusCode >= 400
 }
 
 // errorBody is the error shape of openapi.yaml (Error).

@@ -47,6 +47,8 @@ type Metrics struct {
 	repaired     prometheus.Counter
 	resubscribes prometheus.Counter
 
+	webhookRefusals *prometheus.CounterVec // by webhook (trigger, await) and reason
+
 	engine engineSeries
 }
 
@@ -91,8 +93,16 @@ func New() *Metrics {
 	m.broadcast = f.histogram("broadcast_duration_seconds", "Time to offer one event to every queue of its context.", latencyBuckets)
 	m.repaired = f.counter("live_repaired_events_total", "Events the live feed missed, read from the stream instead.")
 	m.resubscribes = f.counter("live_resubscribes_total", "Live feeds of a context that ended and were replaced.")
+	m.webhookRefusals = f.counterVec("webhook_refusals_total",
+		"Webhook calls refused for want of a credential, by webhook (trigger or await) and reason (missing_secret, bad_secret, no_secret).",
+		"webhook", "reason")
 	m.engine = newEngineSeries(f)
 	return m
+}
+
+// WebhookRefused counts a webhook call refused for want of a credential.
+func (m *Metrics) WebhookRefused(webhook, reason string) {
+	m.webhookRefusals.WithLabelValues(webhook, reason).Inc()
 }
 
 // EventsAppended counts events the store stored; set it as the store's

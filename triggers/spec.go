@@ -162,7 +162,7 @@ func normalize(typ, name string, c config) (config, error) {
 		}
 		return out, nil
 	case TypeEvent:
-		out := config{Event: c.Event, Filter: c.Filter}
+		out := config{Event: c.Event, Filter: objectText(c.Filter)}
 		if out.Event == "" {
 			return config{}, invalid("config.event", "Event triggers require config.event")
 		}
@@ -285,7 +285,7 @@ func build(sp Spec) (reducers.TriggerSpec, []string, string, error) {
 	case sp.Name == "":
 		return reducers.TriggerSpec{}, nil, "", invalid("name", "Missing required field: name")
 	case !ValidName(sp.Name):
-		return reducers.TriggerSpec{}, nil, "", invalid("name", "Trigger name "+event.ContextIDRule+" and must not be shaped like a signed trigger id")
+		return reducers.TriggerSpec{}, nil, "", invalid("name", NameRule)
 	case sp.Type == "":
 		return reducers.TriggerSpec{}, nil, "", invalid("type", "Missing required field: type")
 	}
@@ -555,6 +555,23 @@ func compileFilter(f json.RawMessage) (*cond.Program, error) {
 		return nil, nil
 	}
 	return nil, errors.New("must be a condition string or an object of data fields to equal")
+}
+
+// objectText turns a filter sent as the text of a JSON object, as the edit
+// form of the v0.5 UI sends it, into that object.
+func objectText(f json.RawMessage) json.RawMessage {
+	var src string
+	if len(f) == 0 || f[0] != '"' || json.Unmarshal(f, &src) != nil {
+		return f
+	}
+	t := strings.TrimSpace(src)
+	if strings.HasPrefix(t, "{") && json.Valid([]byte(t)) {
+		var m map[string]json.RawMessage
+		if json.Unmarshal([]byte(t), &m) == nil {
+			return json.RawMessage(t)
+		}
+	}
+	return f
 }
 
 func isEmptyFilter(f json.RawMessage) bool {

@@ -123,12 +123,18 @@ func invalid(field, message string) error {
 	return &nqd.Error{Code: nqd.CodeValidation, Message: message, Fields: map[string]string{field: message}, Err: store.ErrInvalid}
 }
 
+// reservedNames are paths beside /api/_triggers/{name}.
+var reservedNames = map[string]bool{"stats": true, "ws": true}
+
 // ValidName reports whether name may name a registry trigger: a context id
 // (event/names.go) that is not shaped like the signed id of a run's await
-// trigger, whose streams share the type.
+// trigger, whose streams share the type, nor a route's (stats, ws).
 func ValidName(name string) bool {
-	return event.ValidContextID(name) && !auth.LooksLikeTriggerID(name)
+	return event.ValidContextID(name) && !auth.LooksLikeTriggerID(name) && !reservedNames[name]
 }
+
+// NameRule is what ValidName checks, as a client is told it.
+const NameRule = "Trigger name " + event.ContextIDRule + ", must not be stats or ws, nor shaped like a signed trigger id (tg1.*)"
 
 // Trigger is a registered trigger as the API answers it: the item of
 // GET /api/_triggers, and with its subscriptions GET /api/_triggers/{name}.
@@ -288,7 +294,7 @@ func view(r *reducers.Registered, now time.Time) Trigger {
 // is none (never registered, deleted, or an await trigger's stream).
 func (g *Registry) registered(ctx context.Context, name string) (*reducers.TriggerState, bool, error) {
 	if !ValidName(name) {
-		return nil, false, invalid("name", "Trigger name "+event.ContextIDRule+" and must not be shaped like a signed trigger id")
+		return nil, false, invalid("name", NameRule)
 	}
 	s, err := g.states.StateAt(ctx, Context(name), event.MaxID)
 	if err != nil {

@@ -119,6 +119,8 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 		return nil, errors.Join(err, a.Close())
 	}
 	a.closers = append(a.closers, func() error { stop(); return nil })
+	registry, stopTriggers := StartTriggers(ctx, st, states, eng, log)
+	a.closers = append(a.closers, func() error { stopTriggers(); return nil })
 	stopSweeper, err := StartSweeper(ctx, eng, st, cfg, a.Metrics, log)
 	if err != nil {
 		return nil, errors.Join(err, a.Close())
@@ -143,25 +145,28 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 		return nil, errors.Join(err, a.Close())
 	}
 	deps := handlers.Deps{
-		Store:        a.Metrics.Store(st),
-		State:        states,
-		Engine:       eng,
-		Scheduler:    sch,
-		KeyPrefix:    cfg.Prefix,
-		KV:           st,
-		Restorer:     st,
-		Web:          web.FS,
-		WebBase:      cfg.WebBase,
-		Stream:       a.Stream,
-		Feeds:        a.Stream,
-		Sockets:      socket.Options{Ping: cfg.SSEHeartbeat},
-		Ready:        ready,
-		CORSOrigins:  cfg.CORSOrigins,
-		CheckHost:    cfg.CheckHost(),
-		AllowedHosts: cfg.ServedHosts(),
-		Metrics:      a.Metrics.Handler(),
-		Log:          log,
-		Now:          time.Now,
+		Store:           a.Metrics.Store(st),
+		State:           states,
+		Engine:          eng,
+		Scheduler:       sch,
+		Triggers:        registry,
+		WebhookRefusals: a.Metrics,
+		OpenWebhooks:    cfg.AllowOpenWebhooks,
+		KeyPrefix:       cfg.Prefix,
+		KV:              st,
+		Restorer:        st,
+		Web:             web.FS,
+		WebBase:         cfg.WebBase,
+		Stream:          a.Stream,
+		Feeds:           a.Stream,
+		Sockets:         socket.Options{Ping: cfg.SSEHeartbeat},
+		Ready:           ready,
+		CORSOrigins:     cfg.CORSOrigins,
+		CheckHost:       cfg.CheckHost(),
+		AllowedHosts:    cfg.ServedHosts(),
+		Metrics:         a.Metrics.Handler(),
+		Log:             log,
+		Now:             time.Now,
 		Limits: handlers.Limits{
 			MaxBodyBytes:   cfg.MaxBodyBytes,
 			MaxBatch:       cfg.MaxBatch,
