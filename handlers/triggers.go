@@ -555,7 +555,7 @@ func (a *API) schedulerJobs(w http.ResponseWriter, r *http.Request) error {
 			Enabled: t.Schedule.Enabled, LastRun: isoToMS(t.Stats.LastFiredAt), RunCount: t.Stats.TotalFires, FailCount: t.Stats.FailureCount,
 			Metadata: map[string]any{"triggerName": t.Name, "subscribedFlows": t.SubscribedFlows}}
 		if t.Schedule.Cron == "" {
-			j.Type, j.Interval = "interval", t.Schedule.Interval*1000
+			j.Type, j.Interval = "interval", int64(t.Schedule.Interval*1000)
 		}
 		body.Jobs = append(body.Jobs, j)
 	}

@@ -12,13 +12,12 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"time"
 
-	"github.com/robfig/cron/v3"
-
+	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/cond"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/reducers"
+	"github.com/nqd-dev/nqd/schedule"
 	"github.com/nqd-dev/nqd/store"
 )
 
@@ -32,8 +31,6 @@ const (
 	// minSecret is the shortest webhook secret accepted; a generated one
 	// is 32 random bytes.
 	minSecret = 16
-	// maxInterval is the longest schedule interval, in seconds: a year.
-	maxInterval = 366 * 24 * 3600
 )
 
 // DefaultAuthHeader is the header a webhook call carries its secret in when
@@ -86,23 +83,15 @@ type config struct {
 	AuthHeader  string `json:"authHeader,omitempty"`
 	// Secret is taken in and never given back or stored.
 	Secret string `json:"secret,omitempty"`
-	// schedule
-	Cron           string `json:"cron,omitempty"`
-	Interval       int64  `json:"interval,omitempty"`
-	Timezone       string `json:"timezone,omitempty"`
-	RunImmediately bool   `json:"runImmediately,omitempty"`
 	// event
 	Event  string          `json:"event,omitempty"`
 	Filter json.RawMessage `json:"filter,omitempty"`
 }
 
-var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
-
-// ParseCron parses a schedule trigger's cron expression: five fields, or
-// six with seconds first, or a descriptor such as @hourly.
-func ParseCron(expr string) (cron.Schedule, error) { return cronParser.Parse(expr) }
-
 var webhookMethods = []string{"GET", "POST", "PUT", "PATCH", "DELETE"}
+
+// types are the trigger types.
+var types = []string{TypeEvent, TypeWebhook, TypeSchedule, TypeManual}
 
 // ownKinds are the registry's own event kinds, which no event trigger may
 // wait for: a trigger fired by its own fires would never stop.
@@ -142,25 +131,7 @@ func normalize(typ, name string, c config) (config, error) {
 		}
 		return out, nil
 	case TypeSchedule:
-		out := config{Cron: strings.TrimSpace(c.Cron), Interval: c.Interval, Timezone: c.Timezone, RunImmediately: c.RunImmediately}
-		if out.Cron == "" && out.Interval == 0 {
-			return config{}, invalid("config", "Schedule triggers require config.cron or config.interval")
-		}
-		if out.Cron != "" {
-			if _, err := ParseCron(out.Cron); err != nil {
-				return config{}, invalid("config.cron", "Schedule config.cron is not a cron expression: "+err.Error())
-			}
-		}
-		if out.Interval < 0 || out.Interval > maxInterval {
-			return config{}, invalid("config.interval", "Schedule config.interval must be a number of seconds from 1 to a year")
-		}
-		if out.Timezone == "" {
-			out.Timezone = "UTC"
-		}
-		if _, err := time.LoadLocation(out.Timezone); err != nil {
-			return config{}, invalid("config.timezone", "Schedule config.timezone is not a known time zone")
-		}
-		return out, nil
+		return config{}, errors.New("triggers: a schedule's config is a schedule.Spec")
 	case TypeEvent:
 		out := config{Event: c.Event, Filter: objectText(c.Filter)}
 		if out.Event == "" {
@@ -193,6 +164,50 @@ func validHeaderName(s string) bool {
 		}
 	}
 	return true
+}
+
+// scheduleConfig checks a schedule trigger's config by the rules of package
+// schedule and returns it with its defaults filled in, as stored.
+func scheduleConfig(name string, raw json.RawMessage) (json.RawMessage, error) {
+	var sp schedule.Spec
+	if t := bytes.TrimSpace(raw); len(t) > 0 && !bytes.Equal(t, []byte("null")) {
+		if err := json.Unmarshal(raw, &sp); err != nil {
+			return nil, invalid("config", "Schedule config must be an object with cron or interval (seconds), timezone and the schedule policies")
+		}
+	}
+	if sp.Cron == "" && sp.Interval == 0 {
+		return nil, invalid("config", "Schedule triggers require config.cron or config.interval")
+	}
+	sc, err := schedule.Compile(sp, name)
+	if err != nil {
+		var e *nqd.Error
+		if errors.As(err, &e) {
+			for field, rule := range e.Fields {
+				return nil, invalid("config."+field, "Schedule config."+field+": "+rule)
+			}
+		}
+		return nil, invalid("config", "Schedule config: "+nqd.ErrorMessage(err))
+	}
+	return mustJSON(sc.Spec()), nil
+}
+
+// storedConfig checks raw, the config of a trigger of type typ named name,
+// and returns the config to store, the hash of its webhook secret (the
+// stored one unless a new one is given) and a secret nqd generated.
+func storedConfig(typ, name string, raw json.RawMessage, storedHash string) (json.RawMessage, string, string, error) {
+	if typ == TypeSchedule {
+		c, err := scheduleConfig(name, raw)
+		return c, "", "", err
+	}
+	c, err := decodeConfig(raw)
+	if err != nil {
+		return nil, "", "", err
+	}
+	if c, err = normalize(typ, name, c); err != nil {
+		return nil, "", "", err
+	}
+	hash, secret := withSecret(c, storedHash)
+	return marshalConfig(c), hash, secret, nil
 }
 
 // decodeConfig reads a config object; a missing one is empty.
@@ -307,21 +322,20 @@ func build(sp Spec) (reducers.TriggerSpec, []string, string, error) {
 	if err := checkText(sp.DisplayName, sp.Description, sp.Source); err != nil {
 		return reducers.TriggerSpec{}, nil, "", err
 	}
-	c, err := decodeConfig(sp.Config)
-	if err != nil {
-		return reducers.TriggerSpec{}, nil, "", err
+	if !slices.Contains(types, sp.Type) {
+		return reducers.TriggerSpec{}, nil, "", invalid("type", "Invalid trigger type")
 	}
-	if c, err = normalize(sp.Type, sp.Name, c); err != nil {
+	config, hash, secret, err := storedConfig(sp.Type, sp.Name, sp.Config, "")
+	if err != nil {
 		return reducers.TriggerSpec{}, nil, "", err
 	}
 	flows, err := checkFlows(sp.Subscriptions)
 	if err != nil {
 		return reducers.TriggerSpec{}, nil, "", err
 	}
-	hash, secret := withSecret(c, "")
 	return reducers.TriggerSpec{
 		Name: sp.Name, Type: sp.Type, Scope: sp.Scope, DisplayName: sp.DisplayName, Description: sp.Description,
-		Source: sp.Source, Status: sp.Status, Config: marshalConfig(c), RegisteredBy: sp.RegisteredBy, SecretHash: hash,
+		Source: sp.Source, Status: sp.Status, Config: config, RegisteredBy: sp.RegisteredBy, SecretHash: hash,
 	}, flows, secret, nil
 }
 
@@ -451,15 +465,9 @@ func (g *Registry) update(ctx context.Context, name string, p Patch) (Saved, err
 		if err != nil {
 			return Saved{}, err
 		}
-		c, err := decodeConfig(merged)
-		if err != nil {
+		if spec.Config, spec.SecretHash, secret, err = storedConfig(spec.Type, spec.Name, merged, old.SecretHash); err != nil {
 			return Saved{}, err
 		}
-		if c, err = normalize(spec.Type, spec.Name, c); err != nil {
-			return Saved{}, err
-		}
-		spec.SecretHash, secret = withSecret(c, old.SecretHash)
-		spec.Config = marshalConfig(c)
 	}
 	var evs []event.Event
 	if p.Subscriptions != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/reducers"
+	"github.com/nqd-dev/nqd/schedule"
 	"github.com/nqd-dev/nqd/store"
 )
 
@@ -182,10 +183,10 @@ type WebhookAuth struct {
 
 // Schedule is a schedule trigger's timing. Interval is in seconds.
 type Schedule struct {
-	Cron     string `json:"cron,omitempty"`
-	Interval int64  `json:"interval,omitempty"`
-	Timezone string `json:"timezone"`
-	Enabled  bool   `json:"enabled"`
+	Cron     string  `json:"cron,omitempty"`
+	Interval float64 `json:"interval,omitempty"`
+	Timezone string  `json:"timezone"`
+	Enabled  bool    `json:"enabled"`
 }
 
 // Subscription is a flow subscribed to a trigger.
@@ -265,7 +266,9 @@ func view(r *reducers.Registered, now time.Time) Trigger {
 			t.Webhook.Auth = &WebhookAuth{Header: c.AuthHeader}
 		}
 	case TypeSchedule:
-		t.Schedule = &Schedule{Cron: c.Cron, Interval: c.Interval, Timezone: c.Timezone, Enabled: t.Status == StatusActive}
+		var sc schedule.Spec
+		_ = json.Unmarshal(sp.Config, &sc)
+		t.Schedule = &Schedule{Cron: sc.Cron, Interval: sc.Interval, Timezone: sc.Timezone, Enabled: t.Status == StatusActive}
 	}
 	for _, s := range r.Subscriptions {
 		t.SubscribedFlows = append(t.SubscribedFlows, s.Flow)
