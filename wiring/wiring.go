@@ -150,6 +150,7 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 		Engine:          eng,
 		Scheduler:       sch,
 		Triggers:        registry,
+		TriggerList:     registry,
 		WebhookRefusals: a.Metrics,
 		OpenWebhooks:    cfg.AllowOpenWebhooks,
 		KeyPrefix:       cfg.Prefix,
