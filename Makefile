@@ -1,7 +1,10 @@
 # nqd — the event backend for Nuxt Queue flows.
 GO        ?= go
 # Go packages of nqd: npm packages under sdk/typescript/node_modules may ship
-# Go files of their own, which are not ours to build or test.
+# Go files of their own, which are not ours to build or test. The Go worker
+# SDK (worker/) is a module of its own, which this one uses through a replace
+# directive: its tests are in workertest/, and lint and tidy-check look at it
+# apart.
 PKGS       = $(shell $(GO) list ./... | grep -v /node_modules/)
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X main.version=$(VERSION)
@@ -73,11 +76,13 @@ test-ts:
 test-short:
 	$(GO) test -count=1 $(PKGS)
 
-## lint: vet, formatting and staticcheck
+## lint: vet, formatting and staticcheck, of nqd and of the Go worker SDK's module
 lint:
 	$(GO) vet $(PKGS)
+	cd worker && $(GO) vet ./...
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))"
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@latest $(PKGS)
+	cd worker && $(GO) run honnef.co/go/tools/cmd/staticcheck@latest ./...
 
 ## fuzz: longer runs of the fuzz targets
 fuzz:
@@ -137,9 +142,10 @@ screenshots:
 golden:
 	$(GO) test ./reducers/... ./handlers/... -update
 
-## tidy-check: fail if go mod tidy would change go.mod or go.sum
+## tidy-check: fail if go mod tidy would change go.mod or go.sum (nqd's or the Go worker SDK's)
 tidy-check:
 	$(GO) mod tidy -diff
+	cd worker && $(GO) mod tidy -diff
 
 ## vuln: known vulnerabilities in dependencies
 vuln:

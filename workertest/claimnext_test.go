@@ -1,4 +1,4 @@
-package worker_test
+package workertest_test
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package worker_test
+package workertest_test
 
 // The conformance scenarios of docs/worker-protocol.md, each against a real
 // nqd binary built from this tree. The other SDKs' suites mirror them.

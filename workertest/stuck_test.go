@@ -1,4 +1,4 @@
-package worker_test
+package workertest_test
 
 // Steps that must end, one way or the other, and workers that must stop:
 // values that cannot be encoded, an outcome held up by a busy nqd for
