@@ -76,6 +76,85 @@ func TestRedisOutageLog(t *testing.T) {
 	t.Logf("%d log lines for a %v outage:\n%s", len(outage), outageLength, strings.Join(outage, "\n"))
 }
 
+// TestStreamsRefusedInARedisOutage: streams opened while Redis is down, as
+// browsers open them again and again, are refused with 503 and Retry-After
+// before anything is sent, and cost no log line each beyond the access log:
+// the stream starts' failures are one line for the outage and one when it
+// ends. A client streaming through the outage resumes without a gap.
+func TestStreamsRefusedInARedisOutage(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{AOF: true})
+	p := startProcess(t, "NQ_REDIS_URL=redis://"+srv.Addr+"/0")
+	ctxURL := p.base + "/api/_events/flow/storm"
+	resp, err := client.Post(ctxURL, "application/json", strings.NewReader(`{"kind":"log"}`))
+	if err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("append: %v, %v", resp, err)
+	}
+	var first struct{ ID string }
+	_ = json.NewDecoder(resp.Body).Decode(&first)
+	_ = resp.Body.Close()
+	fctx, stopFollower := context.WithCancel(context.Background())
+	defer stopFollower()
+	f := follow(fctx, ctxURL+"/stream")
+	eventually(t, "the follower has the first event", func() bool { return f.count() >= 1 })
+
+	before, _ := p.output()
+	srv.Kill()
+	eventually(t, "/readyz failing", func() bool { return !ready(p.base) })
+	const attempts = 200
+	statuses := map[int]int{}
+	for range attempts {
+		req, _ := http.NewRequest(http.MethodGet, ctxURL+"/stream", nil)
+		req.Header.Set("Last-Event-ID", first.ID)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		statuses[resp.StatusCode]++
+		if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") == "" {
+			t.Error("a 503 without Retry-After")
+		}
+		_ = resp.Body.Close()
+	}
+	if statuses[http.StatusServiceUnavailable] != attempts {
+		t.Errorf("streams opened during the outage: %v, want %d answered 503", statuses, attempts)
+	}
+	srv.Restart(t)
+	eventually(t, "/readyz back", func() bool { return ready(p.base) })
+	resp, err = client.Post(ctxURL, "application/json", strings.NewReader(`{"kind":"log"}`))
+	if err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("append after the outage: %v, %v", resp, err)
+	}
+	_ = resp.Body.Close()
+	// A stream opened now starts, and ends the outage in the log.
+	req, _ := http.NewRequest(http.MethodGet, ctxURL+"/stream", nil)
+	req.Header.Set("Last-Event-ID", first.ID)
+	if resp, err = client.Do(req); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("a stream after the outage: %v, %v", resp, err)
+	}
+	_ = resp.Body.Close()
+	stored := readAll(t, ctxURL)
+	eventually(t, "the follower catching up", func() bool { return f.count() >= len(stored) })
+	f.check(t, "the follower", stored)
+	stopFollower()
+
+	out, _ := p.output()
+	var streamLines []string
+	for _, l := range out[len(before):] {
+		var m struct{ Level, Message string }
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Errorf("a log line that is not JSON: %q", l)
+		}
+		if m.Message != "request" && (strings.Contains(m.Message, "stream") || strings.Contains(m.Message, "backfill")) {
+			streamLines = append(streamLines, l)
+		}
+	}
+	if len(streamLines) > 2 {
+		t.Errorf("%d log lines about streams for %d refused, want the outage's start and end:\n%s",
+			len(streamLines), attempts, strings.Join(streamLines, "\n"))
+	}
+	t.Logf("statuses of streams opened in the outage %v; %d log lines about them:\n%s", statuses, len(streamLines), strings.Join(streamLines, "\n"))
+}
+
 // TestRedisUnreachableAtStart: nqd started on a Redis that does not answer
 // exits with one JSON line that says so.
 func TestRedisUnreachableAtStart(t *testing.T) {
