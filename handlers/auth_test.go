@@ -104,6 +104,7 @@ var routeScopes = map[string]auth.Scope{
 	"GET /api/_flows/{name}/schedules":                  auth.Read,
 	"DELETE /api/_flows/{name}/schedules/{id}":          auth.Write,
 	"GET /api/_scheduler/jobs/{id}/preview":             auth.Read,
+	"GET /api/_scheduler/schedules":                     auth.Read,
 	"POST /api/_scheduler/jobs/{id}/fire":               auth.Write,
 	"POST /api/_scheduler/jobs/{id}/backfill":           auth.Admin,
 	"POST /api/_flows/triggers/{id}":                    0,

@@ -3,6 +3,7 @@ package handlers
 import (
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -24,6 +25,7 @@ func (a *API) scheduleRoutes(r chi.Router) {
 	write.Post("/api/_flows/{name}/schedule", serve(a.createFlowSchedule))
 	read.Get("/api/_flows/{name}/schedules", serve(a.listFlowSchedules))
 	write.Delete("/api/_flows/{name}/schedules/{id}", serve(a.deleteFlowSchedule))
+	read.Get("/api/_scheduler/schedules", serve(a.listSchedules))
 	read.Get("/api/_scheduler/jobs/{id}/preview", serve(a.previewSchedule))
 	write.Post("/api/_scheduler/jobs/{id}/fire", serve(a.fireSchedule))
 	admin.Post("/api/_scheduler/jobs/{id}/backfill", serve(a.backfillSchedule))
@@ -195,7 +197,12 @@ func (a *API) scheduleID(r *http.Request) (store.Context, error) {
 	if a.scheduler == nil {
 		return store.Context{}, errNoScheduler
 	}
-	typ, id, _ := strings.Cut(chi.URLParam(r, "id"), ":")
+	// A client may escape the colon; chi leaves an escaped path as it came.
+	raw, err := url.PathUnescape(chi.URLParam(r, "id"))
+	if err != nil {
+		return store.Context{}, invalidField("id", "must be trigger:<name> or schedule:<id>")
+	}
+	typ, id, _ := strings.Cut(raw, ":")
 	c := store.Context{Type: typ, ID: id}
 	if (typ != scheduler.TriggerStream && typ != scheduler.FlowStream) || !c.Valid() {
 		return c, invalidField("id", "must be trigger:<name> or schedule:<id>")
@@ -273,5 +280,60 @@ func (a *API) backfillSchedule(w http.ResponseWriter, r *http.Request) error {
 		out[i] = d.UTC().Format(event.TimeFormat)
 	}
 	writeJSON(w, r, http.StatusOK, map[string]any{"success": true, "id": c.String(), "fired": out})
+	return nil
+}
+
+// scheduleView is a schedule as GET /api/_scheduler/schedules answers it.
+type scheduleView struct {
+	ID        string        `json:"id"`
+	Kind      string        `json:"kind"` // trigger or schedule (a v0.4 flow schedule)
+	Name      string        `json:"name"`
+	Spec      schedule.Spec `json:"spec"`
+	Flows     []string      `json:"flows"`
+	Paused    bool          `json:"paused"`
+	NextRun   string        `json:"nextRun,omitempty"`
+	NextRuns  []string      `json:"nextRuns"`
+	LastRun   string        `json:"lastRun,omitempty"`
+	RunCount  int           `json:"runCount"`
+	FailCount int           `json:"failCount"`
+}
+
+// scheduleNextRuns is how many fire times each listed schedule shows.
+const scheduleNextRuns = 3
+
+// listSchedules serves GET /api/_scheduler/schedules: every schedule,
+// schedule triggers first, with its next fire times.
+func (a *API) listSchedules(w http.ResponseWriter, r *http.Request) error {
+	if a.scheduler == nil {
+		return errNoScheduler
+	}
+	if err := onlyParams(r.URL.Query(), "_t"); err != nil {
+		return err
+	}
+	out := []scheduleView{}
+	for _, kind := range []string{scheduler.TriggerStream, scheduler.FlowStream} {
+		scs, err := a.scheduler.List(r.Context(), kind)
+		if err != nil {
+			return err
+		}
+		for _, sc := range scs {
+			v := scheduleView{ID: sc.Stream.String(), Kind: kind, Name: sc.Name(), Spec: sc.Spec, Flows: []string{}, Paused: sc.State.Paused,
+				NextRun: isoMillis(sc.NextRun), NextRuns: []string{}, LastRun: isoMillis(sc.LastRun), RunCount: sc.RunCount, FailCount: sc.FailCount}
+			for _, t := range sc.Targets {
+				v.Flows = append(v.Flows, t.Flow)
+			}
+			if !sc.State.Paused {
+				times, err := a.scheduler.Preview(r.Context(), sc.Stream, scheduleNextRuns)
+				if err != nil {
+					return err
+				}
+				for _, t := range times {
+					v.NextRuns = append(v.NextRuns, t.UTC().Format(event.TimeFormat))
+				}
+			}
+			out = append(out, v)
+		}
+	}
+	writeJSON(w, r, http.StatusOK, map[string]any{"schedules": out})
 	return nil
 }

@@ -1,9 +1,11 @@
-// The nqd dashboard: a router over six pages (flows, a flow, a run,
-// triggers, and the queues and a queue from queues.js). Each page renders into <main> and returns a function that
+// The nqd dashboard: a router over seven pages (flows, a flow, a run,
+// triggers, the queues and a queue from queues.js, and the schedules from
+// schedules.js). Each page renders into <main> and returns a function that
 // stops its timers and streams when the page is left.
 import {h, replace, api, ApiError, enc, onServerState, onAuthNeeded, token, setToken, shortId, duration, ago, clock, badge, json, parseInput, loading, failure, every, debounce, throttle} from './lib.js';
 import {diagram} from './diagram.js';
 import {queuesPage, queuePage} from './queues.js';
+import {schedulesPage} from './schedules.js';
 
 const base = new URL(document.baseURI).pathname; // "/" or "/ui/"
 const main = document.getElementById('main');
@@ -17,6 +19,7 @@ const routes = [
   [/^triggers$/, triggersPage, 'triggers'],
   [/^queues$/, queuesPage, 'queues'],
   [/^queues\/([^/]+)$/, queuePage, 'queues'],
+  [/^schedules$/, schedulesPage, 'schedules'],
   [/^flows\/([^/]+)$/, flowPage, 'flows'],
   [/^runs\/([^/]+)$/, runPage, 'flows'],
 ];
