@@ -21,7 +21,7 @@ step files) and runs their handlers against nqd until SIGINT or SIGTERM.
   --grace            milliseconds stop takes at most on a signal: running steps finish
                      within it, the rest are reported as retriable (default 10000)
   --store-flows      store the flow definitions the files describe (PUT /api/_flows/<name>,
-                     scope admin) before serving
+                     scope admin) and register the triggers they define before serving
   --log-level        debug, info, warn or error (default $NQD_LOG_LEVEL, else info)`
 
 const levels = ['debug', 'info', 'warn', 'error'] as const

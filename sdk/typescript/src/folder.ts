@@ -6,6 +6,7 @@ import { buildFlows, queueOf, type FlowDefinition } from './flows.js'
 import { AuthError } from './errors.js'
 import { Http } from './http.js'
 import { loadStepFiles } from './loader.js'
+import { registerTriggers } from './triggers.js'
 import { createWorker, type Logger, type Worker } from './worker.js'
 
 export interface FolderOptions {
@@ -65,12 +66,18 @@ export async function loadFolder(opts: FolderOptions): Promise<FolderWorker> {
     return def.entry !== ''
   })
   if (opts.storeFlows === true) {
-    flows = await storeFlows(new Http({ url: opts.url, token: opts.token }), flows, refused, log)
-  }
-  if (built.triggers.length > 0) {
-    // nqd's trigger registry has no routes yet: the triggers are named so
-    // that whoever starts the flows knows what the files expected.
-    log.warn(`triggers in the step files are not registered in nqd: ${built.triggers.map(t => t.name).join(', ')}; start their flows with POST /api/_flows/<name>/start`)
+    const http = new Http({ url: opts.url, token: opts.token })
+    try {
+      flows = await storeFlows(http, flows, refused, log)
+      // A trigger subscribes only flows nqd took.
+      const names = new Set(flows.map(f => f.name))
+      const triggers = built.triggers.map(t => ({ ...t, subscriptions: t.subscriptions.filter(s => names.has(s.flow)) }))
+      await registerTriggers(http, triggers, log)
+    } finally {
+      http.close()
+    }
+  } else if (built.triggers.length > 0) {
+    log.info(`the step files name triggers (${built.triggers.map(t => t.name).join(', ')}); --store-flows registers them`)
   }
   // One worker per queue, with the handlers of the steps on it.
   const byQueue = new Map<string, { handlers: Record<string, Handler>, concurrency: number }>()
@@ -128,23 +135,19 @@ export async function loadFolder(opts: FolderOptions): Promise<FolderWorker> {
  */
 async function storeFlows(http: Http, defs: FlowDefinition[], refused: { name: string, reason: string }[], log: Logger): Promise<FlowDefinition[]> {
   const stored: FlowDefinition[] = []
-  try {
-    for (const def of defs) {
-      try {
-        await http.put(`/api/_flows/${encodeURIComponent(def.name)}`, def, { timeoutMs: 15_000 })
-        stored.push(def)
-        log.info(`stored flow ${def.name}: ${Object.keys(def.steps).join(', ')}`)
-      } catch (err) {
-        if (err instanceof AuthError) {
-          throw err
-        }
-        const reason = err instanceof Error ? err.message : String(err)
-        refused.push({ name: def.name, reason })
-        log.error(`flow ${def.name} not stored: ${reason}`)
+  for (const def of defs) {
+    try {
+      await http.put(`/api/_flows/${encodeURIComponent(def.name)}`, def, { timeoutMs: 10_000 })
+      stored.push(def)
+      log.info(`stored flow ${def.name}: ${Object.keys(def.steps).join(', ')}`)
+    } catch (err) {
+      if (err instanceof AuthError) {
+        throw err
       }
+      const reason = err instanceof Error ? err.message : String(err)
+      refused.push({ name: def.name, reason })
+      log.error(`flow ${def.name} not stored: ${reason}`)
     }
-  } finally {
-    http.close()
   }
   return stored
 }

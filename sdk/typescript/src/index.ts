@@ -12,3 +12,5 @@ export type { BuiltFlows, FlowDefinition, FlowTrigger, StepDefinition, StepSourc
 export { loadFolder, subscribedInput } from './folder.js'
 export type { FolderOptions, FolderWorker } from './folder.js'
 export { loadStepFiles, installGlobals } from './loader.js'
+export { registerTriggers, triggerSpec } from './triggers.js'
+export type { TriggerSpec } from './triggers.js'

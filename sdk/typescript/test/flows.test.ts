@@ -5,7 +5,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { describe, it } from 'node:test'
-import { buildFlows, loadStepFiles, subscribedInput, type StepSource } from '../src/index.js'
+import { buildFlows, loadStepFiles, subscribedInput, triggerSpec, type StepSource } from '../src/index.js'
 import { pkgDir } from './nqd.js'
 
 /** The mapping's cases every SDK shares: configs in, definitions and triggers out. */
@@ -22,6 +22,22 @@ describe('the shared Nuxt Queue config cases', () => {
       assert.deepEqual(JSON.parse(JSON.stringify({ flows, triggers: built.triggers })), want)
     })
   }
+
+  it('makes the registrations of the triggers v0.5 files define', () => {
+    const input = JSON.parse(readFileSync(join(casesDir, 'v0.5.in.json'), 'utf8')) as { files: StepSource[] }
+    const warnings: string[] = []
+    const specs = buildFlows(input.files).triggers.map(t => triggerSpec(t, (w) => { warnings.push(w) }))
+    assert.deepEqual(specs, [
+      { name: 'manual.notification-test', type: 'manual', scope: 'flow', source: 'code', config: {}, subscriptions: [] },
+      {
+        name: 'manual.order-test', type: 'manual', scope: 'flow', source: 'code', config: {}, subscriptions: ['order-processing-flow'],
+        displayName: 'Manual Order Test', description: 'Manually trigger order processing flow for testing',
+      },
+      { name: 'nightly', type: 'schedule', scope: 'flow', source: 'code', config: { cron: '0 3 * * *', timezone: 'Europe/Berlin' }, subscriptions: ['test-flow'] },
+      { name: 'stripe.paid', type: 'webhook', scope: 'flow', source: 'code', config: { path: '/api/webhooks/stripe', method: 'POST' }, subscriptions: ['webhook-approval-flow'] },
+    ])
+    assert.equal(warnings.filter(w => /manual mode/.test(w)).length, 2, warnings.join('\n'))
+  })
 
   it('says what v0.5 configs nqd cannot take', () => {
     const input = JSON.parse(readFileSync(join(casesDir, 'v0.5.in.json'), 'utf8')) as { files: StepSource[] }
