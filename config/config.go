@@ -62,6 +62,9 @@ type Config struct {
 
 	FlowsDir string // flow definitions (*.json, *.yaml) loaded at start
 	WebBase  string // path the dashboard is served at
+	// UIUpstream is a Nuxt app (http://host:port) that every request nqd
+	// does not serve is forwarded to, WebSocket upgrades included; "": none.
+	UIUpstream string
 
 	CacheEntries    int   // contexts whose reduced state is cached
 	CacheBytes      int64 // approximate bytes of cached states
@@ -158,6 +161,7 @@ func settings(c *Config) []setting {
 		{"sse-heartbeat", "NQ_SSE_HEARTBEAT", "longest silence on an SSE connection before a comment line; also how often a WebSocket is pinged", durText(stream.DefaultHeartbeat), dur(&c.SSEHeartbeat)},
 		{"sse-max-backfill", "NQ_SSE_MAX_BACKFILL", "most events an SSE backfill sends (the newest, after an 'event: truncated' notice)", itoa(stream.DefaultMaxBackfill), integer(&c.SSEMaxBackfill)},
 		{"web-base", "NQ_WEB_BASE", "path the browser dashboard is served at (empty: /)", "", str(&c.WebBase)},
+		{"ui-upstream", "NQ_UI_UPSTREAM", "a Nuxt app, e.g. http://127.0.0.1:3000, that every request not for nqd's API is forwarded to, WebSocket upgrades included, so that the Nuxt Queue UI and nqd share one origin (empty: none)", "", str(&c.UIUpstream)},
 		{"flows-dir", "NQ_FLOWS_DIR", "directory of flow definitions (*.json, *.yaml, *.yml) stored at start (empty: none)", "", str(&c.FlowsDir)},
 		{"cache-entries", "NQ_CACHE_ENTRIES", "contexts whose reduced state is cached", itoa(snapshots.DefaultMaxEntries), integer(&c.CacheEntries)},
 		{"cache-bytes", "NQ_CACHE_BYTES", "approximate bytes of cached reduced states", itoa(snapshots.DefaultMaxBytes), i64(&c.CacheBytes)},
@@ -452,6 +456,11 @@ func (c Config) validate() error {
 	}
 	if c.WebBase != "" && (!strings.HasPrefix(c.WebBase, "/") || strings.HasPrefix(c.WebBase, "/api") || strings.ContainsAny(c.WebBase, "*{}? ")) {
 		bad("NQ_WEB_BASE", "want a path such as /ui, not under /api, got %q", c.WebBase)
+	}
+	if c.UIUpstream != "" {
+		if u, err := url.Parse(c.UIUpstream); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+			bad("NQ_UI_UPSTREAM", "want the app's origin, such as http://127.0.0.1:3000, got %q", c.UIUpstream)
+		}
 	}
 	if c.CacheEntries < 1 {
 		bad("NQ_CACHE_ENTRIES", "want at least 1, got %d", c.CacheEntries)

@@ -7,6 +7,8 @@ import (
 	"context"
 	"io/fs"
 	"net/http"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -157,6 +159,11 @@ type Deps struct {
 	Web fs.FS
 	// WebBase is the dashboard's path, "" or "/" for the root.
 	WebBase string
+	// UIUpstream, when set, is a Nuxt app every request that is not nqd's
+	// is forwarded to, WebSocket upgrades included (NQ_UI_UPSTREAM): the
+	// v0.5 UI and nqd's API then share one origin. The dashboard is served
+	// only at a WebBase of its own.
+	UIUpstream *url.URL
 }
 
 // API serves nqd's HTTP routes. Build it with New and mount Routes.
@@ -198,6 +205,7 @@ type API struct {
 	validate  *validator.Validate
 	web       fs.FS
 	webBase   string
+	upstream  *url.URL
 }
 
 // New builds the API from d, filling in defaults for zero limits and clock.
@@ -240,7 +248,7 @@ func New(d Deps) *API {
 	a := &API{guard: g, inFlight: &inFlight{}, closing: closing, stopPolls: stopPolls,
 		store: d.Store, state: d.State, stream: d.Stream, engine: d.Engine, scheduler: d.Scheduler, kv: d.KV, archive: d.Archive, restorer: d.Restorer, compact: d.Compactor, history: d.History, metrics: d.Metrics, ready: d.Ready, cors: d.CORSOrigins,
 		log: d.Log, now: now, limits: lim, access: newAccess(d.Access, now), validate: newValidator(),
-		web: d.Web, webBase: d.WebBase, keyPrefix: keyPrefix,
+		web: d.Web, webBase: d.WebBase, keyPrefix: keyPrefix, upstream: d.UIUpstream,
 		feeds: d.Feeds, sockets: socket.New(so), triggerList: d.TriggerList,
 		triggers: d.Triggers, refusals: d.WebhookRefusals, openWebhooks: d.OpenWebhooks,
 	}
@@ -329,10 +337,14 @@ func (a *API) Routes() http.Handler {
 	}
 
 	// The dashboard is public files; the API calls it makes carry the auth.
-	if a.web != nil {
+	// Before a UI upstream it keeps only a path of its own.
+	if a.web != nil && (a.upstream == nil || strings.Trim(a.webBase, "/") != "") {
 		a.webRoutes(r)
 	}
 
+	if a.upstream != nil {
+		return a.passThrough(r, a.upstream)
+	}
 	return r
 }
 

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -175,6 +176,13 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 			RequestTimeout: cfg.RequestTimeout,
 		},
 		Access: access,
+	}
+	if cfg.UIUpstream != "" {
+		// Checked by the config already.
+		if deps.UIUpstream, err = url.Parse(cfg.UIUpstream); err != nil {
+			return nil, errors.Join(fmt.Errorf("NQ_UI_UPSTREAM: %w", err), a.Close())
+		}
+		log.Info().Str("upstream", deps.UIUpstream.Redacted()).Msg("forwarding what is not nqd's API to the UI app")
 	}
 	if compactor != nil { // a nil pointer in an interface would not read as off
 		deps.Compactor, deps.History = compactor, history
