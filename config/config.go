@@ -98,6 +98,7 @@ type Config struct {
 	RatePerToken        Rate           // appends, starts and trigger POSTs per token
 	RatePerAddr         Rate           // the same per client address
 	MaxEventBytes       int64          // largest event in an append
+	LargeDataBytes      int64          // step data over this goes to the archive's bucket by reference
 	MaxStreamsPerClient int            // open streams per token and per address; 0: no cap
 	MetricsPublic       bool           // serve /metrics without a token
 	TrustedProxies      []netip.Prefix // peers whose forwarding headers name the client; none by default
@@ -187,6 +188,7 @@ func settings(c *Config) []setting {
 		{"rate-per-token", "NQ_RATE_PER_TOKEN", "appends, starts and trigger POSTs per API token, as requests/window (0: no limit)", rateText(handlers.DefaultRatePerToken), rate(&c.RatePerToken)},
 		{"rate-per-addr", "NQ_RATE_PER_ADDR", "appends, starts and trigger POSTs without a token, per client address, as requests/window (0: no limit)", rateText(handlers.DefaultRatePerAddr), rate(&c.RatePerAddr)},
 		{"max-event-bytes", "NQ_MAX_EVENT_BYTES", "largest event in an append", itoa(handlers.DefaultMaxEventBytes), i64(&c.MaxEventBytes)},
+		{"large-data-bytes", "NQ_LARGE_DATA_BYTES", "a step result or emit payload larger than this is kept in the archive's bucket and its event carries a reference (needs NQ_ARCHIVE_URL or NQ_ARCHIVE_DIR; 0: NQ_MAX_EVENT_BYTES)", "0", i64(&c.LargeDataBytes)},
 		{"max-streams-per-client", "NQ_MAX_STREAMS_PER_CLIENT", "open SSE streams and WebSockets per token and per address (0: no cap)", "100", integer(&c.MaxStreamsPerClient)},
 		{"metrics-public", "NQ_METRICS_PUBLIC", "serve /metrics without a token", "false", boolean(&c.MetricsPublic)},
 		{"trusted-proxies", "NQ_TRUSTED_PROXIES", "comma-separated CIDRs (or addresses) of proxies whose X-Forwarded-For or Forwarded header names the client (empty: none)", "", prefixes(&c.TrustedProxies)},
@@ -365,6 +367,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxEventBytes < 256 || c.MaxEventBytes > c.MaxBodyBytes {
 		bad("NQ_MAX_EVENT_BYTES", "want 256 to NQ_MAX_BODY_BYTES (%d), got %d", c.MaxBodyBytes, c.MaxEventBytes)
+	}
+	if c.LargeDataBytes < 0 || c.LargeDataBytes > c.MaxEventBytes {
+		bad("NQ_LARGE_DATA_BYTES", "want 0 to NQ_MAX_EVENT_BYTES (%d), got %d", c.MaxEventBytes, c.LargeDataBytes)
 	}
 	if c.MaxStreamsPerClient < 0 {
 		bad("NQ_MAX_STREAMS_PER_CLIENT", "must not be negative")

@@ -81,6 +81,7 @@ func TestLoadRejects(t *testing.T) {
 		{env: map[string]string{"NQ_UI_UPSTREAM": "ws://127.0.0.1:3000"}, want: "NQ_UI_UPSTREAM"},
 		{env: map[string]string{"NQ_UI_UPSTREAM": "http://127.0.0.1:3000/app"}, want: "NQ_UI_UPSTREAM"},
 		{env: map[string]string{"NQ_ARCHIVE_URL": "gs://bucket"}, want: "NQ_ARCHIVE_URL"},
+		{env: map[string]string{"NQ_LARGE_DATA_BYTES": "300000"}, want: "NQ_LARGE_DATA_BYTES"},
 		{env: map[string]string{"NQ_ARCHIVE_URL": "s3://?region=eu-west-1"}, want: "NQ_ARCHIVE_URL"},
 		{env: map[string]string{"NQ_ARCHIVE_URL": "s3://runs", "NQ_ARCHIVE_DIR": "/var/lib/nqd/archive"}, want: "NQ_ARCHIVE_DIR and NQ_ARCHIVE_URL"},
 	}

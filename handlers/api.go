@@ -72,6 +72,7 @@ type Limits struct {
 	MaxBodyBytes   int64         // request body size
 	MaxBatch       int           // events in one append
 	MaxEventBytes  int64         // one event as sent, in an append
+	LargeDataBytes int64         // a result or emit payload over it goes to Deps.Data by reference (data.go); default MaxEventBytes
 	RequestTimeout time.Duration // time an API route may take
 }
 
@@ -128,6 +129,9 @@ type Deps struct {
 	KV KV
 	// Archive is optional: without it `source=archive` answers 404.
 	Archive ArchiveReader
+	// Data is optional: with it large step data travels by reference
+	// (data.go); without it data over MaxEventBytes is refused with 413.
+	Data DataStore
 	// Restorer takes archived runs back into the store; the restore route
 	// answers 404 without an Archive to take them from.
 	Restorer Restorer
@@ -187,6 +191,7 @@ type API struct {
 	keyPrefix    string
 	kv           KV
 	archive      ArchiveReader
+	data         DataStore
 	restorer     Restorer
 	compact      Compactor
 	history      History
@@ -223,6 +228,9 @@ func New(d Deps) *API {
 	if lim.MaxEventBytes <= 0 {
 		lim.MaxEventBytes = DefaultMaxEventBytes
 	}
+	if lim.LargeDataBytes <= 0 {
+		lim.LargeDataBytes = lim.MaxEventBytes
+	}
 	now := d.Now
 	if now == nil {
 		now = time.Now
@@ -252,6 +260,7 @@ func New(d Deps) *API {
 		feeds: d.Feeds, sockets: socket.New(so), triggerList: d.TriggerList,
 		triggers: d.Triggers, refusals: d.WebhookRefusals, openWebhooks: d.OpenWebhooks,
 	}
+	a.data = d.Data
 	a.flowStats = newWatch("flow stats", a.readFlowStats, interval, d.Log)
 	a.queueCounts = newWatch("queue counts", a.readQueueCounts, interval, d.Log)
 	a.triggerStats = newWatch("trigger stats", a.readTriggerStats, interval, d.Log)
@@ -301,6 +310,7 @@ func (a *API) Routes() http.Handler {
 			r.With(write, a.limitRate).Post("/{id}", serve(a.appendEvents))
 			r.With(read).Get("/{id}/state", serve(a.getState))
 			r.With(read).Get("/{id}/state/diff", serve(a.getStateDiff))
+			r.With(read).Get("/{id}/data/{sha256}", serve(a.getData))
 			r.With(admin).Post("/{id}/restore", serve(a.restoreContext))
 			r.With(admin).Post("/{id}/compact", serve(a.compactContext))
 		})

@@ -75,6 +75,7 @@ var routeScopes = map[string]auth.Scope{
 	"POST /api/_events/{type}/{id}":                     auth.Write,
 	"GET /api/_events/{type}/{id}/state":                auth.Read,
 	"GET /api/_events/{type}/{id}/state/diff":           auth.Read,
+	"GET /api/_events/{type}/{id}/data/{sha256}":        auth.Read,
 	"POST /api/_events/{type}/{id}/restore":             auth.Admin,
 	"POST /api/_events/{type}/{id}/compact":             auth.Admin,
 	"GET /api/_events/{type}/{id}/stream":               auth.Read,

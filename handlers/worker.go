@@ -61,6 +61,9 @@ func (a *API) claimJobs(w http.ResponseWriter, r *http.Request) error {
 	}
 	wait := min(time.Duration(req.WaitMs)*time.Millisecond, maxClaimWait)
 	jobs, err := a.claim(r.Context(), a.engine.Claim, req.Queues, req.Max, wait)
+	if err == nil {
+		err = a.resolveInputs(r.Context(), jobs)
+	}
 	if err != nil {
 		return err
 	}
@@ -183,7 +186,7 @@ func (a *API) reportJob(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	evs, err := a.decodeEvents(ack, req.Events)
+	evs, err := a.decodeEvents(r.Context(), ack, req.Events)
 	if err != nil {
 		return err
 	}
@@ -199,21 +202,40 @@ func (a *API) reportJob(w http.ResponseWriter, r *http.Request) error {
 }
 
 // decodeEvents reads the events a worker reports about the job of ack,
-// each within the size limit of an appended event.
-func (a *API) decodeEvents(ack store.JobAck, raws []json.RawMessage) ([]event.Event, error) {
+// each within the size limit of an appended event once a large emit
+// payload went by reference (data.go).
+func (a *API) decodeEvents(ctx context.Context, ack store.JobAck, raws []json.RawMessage) ([]event.Event, error) {
 	run, _, _ := strings.Cut(ack.ID, ":")
 	evs := make([]event.Event, 0, len(raws))
 	for i, raw := range raws {
-		if int64(len(raw)) > a.limits.MaxEventBytes {
-			return nil, eventTooLarge("events["+strconv.Itoa(i)+"]", a.limits.MaxEventBytes)
+		name := "events[" + strconv.Itoa(i) + "]"
+		big := int64(len(raw)) > a.limits.MaxEventBytes
+		if big && a.data == nil {
+			return nil, a.dataTooLarge(name)
 		}
-		ev, err := a.decodeEvent(raw, run, "events["+strconv.Itoa(i)+"].")
+		ev, err := a.decodeEvent(raw, run, name+".")
+		if err == nil {
+			ev, err = a.offloadEmit(ctx, run, ev)
+		}
 		if err != nil {
 			return nil, err
+		}
+		if big {
+			if b, err := ev.MarshalJSON(); err != nil || int64(len(b)) > a.limits.MaxEventBytes {
+				return nil, eventTooLarge(name, a.limits.MaxEventBytes)
+			}
 		}
 		evs = append(evs, ev)
 	}
 	return evs, nil
+}
+
+// dataTooLarge is the 413 of step data over the event limit on a server
+// that cannot keep it by reference.
+func (a *API) dataTooLarge(what string) *nqd.Error {
+	e := eventTooLarge(what, a.limits.MaxEventBytes)
+	e.Message += " Set NQ_ARCHIVE_URL (or NQ_ARCHIVE_DIR) to pass larger step data by reference."
+	return e
 }
 
 // completeRequest and failRequest may carry the job's last progress events
@@ -254,10 +276,14 @@ func (a *API) completeJob(w http.ResponseWriter, r *http.Request) error {
 	ack, err := a.decodeJob(w, r, &req)
 	var evs []event.Event
 	if err == nil {
-		evs, err = a.decodeEvents(ack, req.Events)
+		evs, err = a.decodeEvents(r.Context(), ack, req.Events)
+	}
+	if err == nil {
+		run, _, _ := strings.Cut(ack.ID, ":")
+		req.Result, err = a.offload(r.Context(), run, req.Result)
 	}
 	if err == nil && int64(len(req.Result)) > a.limits.MaxEventBytes {
-		err = eventTooLarge("The result", a.limits.MaxEventBytes)
+		err = a.dataTooLarge("The result")
 	}
 	if err != nil {
 		return err
@@ -284,6 +310,12 @@ func (a *API) completeJob(w http.ResponseWriter, r *http.Request) error {
 	}
 	if !claimed || len(jobs) == 0 {
 		jobs = a.claimNext(r, *req.Claim)
+	}
+	if err := a.resolveInputs(r.Context(), jobs); err != nil {
+		// The completion stands; the jobs go back to their queues when
+		// their leases run out.
+		hlog.FromRequest(r).Error().Err(err).Msg("the input of a claimed job could not be read from the bucket")
+		jobs = []store.Job{}
 	}
 	writeJSON(w, r, http.StatusOK, completeBody{Status: "ok", Jobs: jobs})
 	return nil
@@ -318,7 +350,7 @@ func (a *API) failJob(w http.ResponseWriter, r *http.Request) error {
 	ack, err := a.decodeJob(w, r, &req)
 	var evs []event.Event
 	if err == nil {
-		evs, err = a.decodeEvents(ack, req.Events)
+		evs, err = a.decodeEvents(r.Context(), ack, req.Events)
 	}
 	if err == nil {
 		err = a.engine.Fail(r.Context(), ack, req.Error, req.Retriable, evs...)

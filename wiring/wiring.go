@@ -173,6 +173,7 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 			MaxBodyBytes:   cfg.MaxBodyBytes,
 			MaxBatch:       cfg.MaxBatch,
 			MaxEventBytes:  cfg.MaxEventBytes,
+			LargeDataBytes: cfg.LargeDataBytes,
 			RequestTimeout: cfg.RequestTimeout,
 		},
 		Access: access,
@@ -188,7 +189,7 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 		deps.Compactor, deps.History = compactor, history
 	}
 	if arch != nil {
-		deps.Archive = arch
+		deps.Archive, deps.Data = arch, arch
 	}
 	a.api = handlers.New(deps)
 	a.Handler = a.Metrics.Middleware(a.api.Routes())
