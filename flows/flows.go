@@ -11,6 +11,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/nqd-dev/nqd"
@@ -166,12 +167,18 @@ func (d *Definition) Subscribers(ev string) []string {
 	return out
 }
 
+// ReservedPrefix starts the names nqd keeps its own records under in the run
+// store (schedules), so no flow may take one.
+const ReservedPrefix = "nqd~"
+
 // Validate checks d and returns a *ValidationError naming every offending
 // field, or nil.
 func (d *Definition) Validate() error {
 	bad := map[string]string{}
 	if !event.ValidName(d.Name) {
 		bad["name"] = event.NameRule
+	} else if strings.HasPrefix(d.Name, ReservedPrefix) {
+		bad["name"] = "must not start with " + ReservedPrefix + ", which names nqd's own records"
 	}
 	if len(d.Steps) == 0 {
 		bad["steps"] = "required"

@@ -125,3 +125,12 @@ func TestRetryDelay(t *testing.T) {
 		t.Error("fixed backoff grew")
 	}
 }
+
+// A flow may not take a name nqd keeps its own records under.
+func TestValidateReservedName(t *testing.T) {
+	_, err := flows.Parse([]byte(`{"entry":"a","steps":{"a":{"queue":"q"}}}`), false, flows.ReservedPrefix+"trigger")
+	var ve *flows.ValidationError
+	if !errors.As(err, &ve) || ve.Fields["name"] == "" {
+		t.Fatalf("got %v, want a ValidationError naming name", err)
+	}
+}

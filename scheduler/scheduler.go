@@ -30,6 +30,7 @@ import (
 	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/flows"
 	"github.com/nqd-dev/nqd/schedule"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/triggers"
@@ -85,7 +86,7 @@ const (
 // run of the flow recordFlowPrefix+<stream type>, which has no definition,
 // so nothing that lists flows or sweeps runs sees it.
 const (
-	recordFlowPrefix = "nqd~"
+	recordFlowPrefix = flows.ReservedPrefix
 	timerKind        = "schedule"
 	timerStep        = "due"
 	maxRetries       = 100
@@ -476,10 +477,6 @@ func (s *Scheduler) settle(ctx context.Context, c store.Context) error {
 			return err
 		}
 	}
-	type outcome struct {
-		runs   []RunRef
-		failed bool
-	}
 	done := map[string]outcome{}
 	var transient error
 	for _, p := range sc.Pending {
@@ -537,12 +534,15 @@ func (s *Scheduler) settle(ctx context.Context, c store.Context) error {
 	return errors.Join(transient, err)
 }
 
-// fireTrigger fires the schedule trigger name for pending fire p, named
-// by its due time so that the fire and its runs happen once.
-func (s *Scheduler) fireTrigger(ctx context.Context, name string, spec schedule.Spec, p Pending) (o struct {
+// outcome is what carrying out one pending fire did.
+type outcome struct {
 	runs   []RunRef
 	failed bool
-}, err error) {
+}
+
+// fireTrigger fires the schedule trigger name for pending fire p, named
+// by its due time so that the fire and its runs happen once.
+func (s *Scheduler) fireTrigger(ctx context.Context, name string, spec schedule.Spec, p Pending) (o outcome, err error) {
 	if s.opts.Registry == nil {
 		o.failed = true
 		return o, nil
