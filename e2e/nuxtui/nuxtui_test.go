@@ -230,7 +230,7 @@ func startWorker(t *testing.T, root, nqd string) *exec.Cmd {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return start(t, sdk, nil, "node", "dist/cli.js", functions, "--url", nqd, "--store-flows", "--concurrency", "2", "--grace", "2")
+	return start(t, sdk, nil, "node", "dist/cli.js", functions, "--url", nqd, "--store-flows", "--concurrency", "2", "--grace", "2000")
 }
 
 // buildUI checks the tagged UI out, adds the host app of testdata/ui-host
