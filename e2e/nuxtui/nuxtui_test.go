@@ -194,7 +194,7 @@ func TestNuxtQueueV05UI(t *testing.T) {
 // test ends and returns its base URL.
 func startNqd(t *testing.T) string {
 	t.Helper()
-	args := []string{"-addr", "127.0.0.1:0", "-data-dir", t.TempDir(), "-log-level", "warn", "-allow-open-webhooks"}
+	args := []string{"-addr", "127.0.0.1:0", "-data-dir", t.TempDir(), "-log-level", "warn", "-allow-open-webhooks", "true"}
 	cfg, err := config.Load(args, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
