@@ -126,7 +126,11 @@ func (e Event) AppendV05(b []byte) ([]byte, error) {
 	b = strconv.AppendUint(b, e.ID.Seq, 10)
 	b = append(b, `","ts":`...)
 	b = strconv.AppendUint(b, e.ID.MS, 10)
-	b = appendMember(b, `,"type":`, e.Kind)
+	kind := e.Kind
+	if kind == "flow.cancelled" {
+		kind = "flow.canceled" // the v0.5 UI's spelling; its timeline knows no other
+	}
+	b = appendMember(b, `,"type":`, kind)
 	if e.RunID != "" {
 		b = appendMember(b, `,"runId":`, e.RunID)
 	}

@@ -98,6 +98,8 @@ func TestAppendV05(t *testing.T) {
 			`{"id":"1764106747116-2","ts":1764106747116,"type":"step.completed","runId":"r1","flowName":"f","stepName":"s","stepId":"r1__s__attempt-2","attempt":2,"data":{"ok":true}}`},
 		{"stepId sent", Event{ID: ID{MS: 5}, Kind: "step.started", RunID: "r1", Step: "s", Meta: json.RawMessage(`{"stepId":"own"}`)},
 			`{"id":"5-0","ts":5,"type":"step.started","runId":"r1","stepName":"s","stepId":"own","data":{}}`},
+		{"a cancelled run in the UI's spelling", Event{ID: ID{MS: 9}, Kind: "flow.cancelled", RunID: "r1", FlowName: "f"},
+			`{"id":"9-0","ts":9,"type":"flow.canceled","runId":"r1","flowName":"f","data":{}}`},
 		{"trigger event", Event{ID: ID{MS: 7, Seq: 1}, Kind: "trigger.fired", Trigger: "t<1>"},
 			`{"id":"7-1","ts":7,"type":"trigger.fired","triggerName":"t\u003c1\u003e","data":{}}`},
 	} {

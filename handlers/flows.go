@@ -181,6 +181,10 @@ func (a *API) startFlow(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// uiCancelled is how the Nuxt Queue UIs spell a cancelled run on the runs
+// page, which takes it as a status filter too.
+const uiCancelled = "canceled"
+
 // runsBody is the runs page the v0.4/v0.5 UI reads (RunPage in
 // openapi.yaml); total counts the runs of the status asked for.
 type runsBody struct {
@@ -220,6 +224,9 @@ func (a *API) listRuns(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if q.Get("status") == uiCancelled {
+		q.Set("status", store.RunCancelled)
+	}
 	status, err := enumParam(q, "status", store.RunStatuses)
 	if err != nil {
 		return err
@@ -234,8 +241,11 @@ func (a *API) listRuns(w http.ResponseWriter, r *http.Request) error {
 			ID: m.Run, FlowName: name, Status: m.Status, CreatedAt: isoMS(m.StartedAt), StartedAt: isoMS(m.StartedAt),
 			StepCount: m.StepCount, CompletedSteps: m.CompletedSteps,
 		}
-		if it.Status == "" {
+		switch it.Status {
+		case "":
 			it.Status = "unknown"
+		case store.RunCancelled:
+			it.Status = uiCancelled
 		}
 		if m.CompletedAt > 0 {
 			it.CompletedAt = isoMS(m.CompletedAt)

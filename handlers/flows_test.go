@@ -143,6 +143,21 @@ func TestWorkerProtocolHTTP(t *testing.T) {
 	if code := call(t, srv, "GET", "/api/_flows/f1/runs?status=completed", "", "", &runs); code != 200 || runs.Total != 1 || runs.Items[0].ID != started.FlowID {
 		t.Errorf("completed runs: %d %+v", code, runs)
 	}
+	// The runs page spells a cancelled run as the Nuxt Queue UIs do, and
+	// takes that spelling as a filter.
+	var second struct{ FlowID string }
+	if code := call(t, srv, "POST", "/api/_flows/f1/start", "application/json", `{}`, &second); code != 200 {
+		t.Fatalf("second start: %d", code)
+	}
+	if code := call(t, srv, "POST", "/api/_flows/f1/runs/"+second.FlowID+"/cancel", "", "", nil); code != 200 {
+		t.Fatalf("cancel: %d", code)
+	}
+	for _, status := range []string{"canceled", "cancelled"} {
+		if code := call(t, srv, "GET", "/api/_flows/f1/runs?status="+status, "", "", &runs); code != 200 || runs.Total != 1 ||
+			runs.Items[0].ID != second.FlowID || runs.Items[0].Status != "canceled" {
+			t.Errorf("runs?status=%s: %d %+v, want the second run, canceled", status, code, runs)
+		}
+	}
 	var list struct{ Total int }
 	if code := call(t, srv, "GET", "/api/_events/flow/list?name=f1&status=running", "", "", &list); code != 200 || list.Total != 0 {
 		t.Errorf("running list: %d %+v", code, list)

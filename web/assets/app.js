@@ -141,10 +141,18 @@ function flowsPage(root) {
   });
 }
 
+// runsPage reads a flow's runs page, which spells a cancelled run the
+// Nuxt Queue UIs' way ('canceled'), in the spelling of the rest of nqd.
+async function runsPage(path) {
+  const page = await api(path);
+  for (const r of page.items || []) if (r.status === 'canceled') r.status = 'cancelled';
+  return page;
+}
+
 async function flowCard(f) {
   const name = f.id;
   const [last, ...counts] = await Promise.all([
-    api(`_flows/${enc(name)}/runs?limit=1`).catch(() => null),
+    runsPage(`_flows/${enc(name)}/runs?limit=1`).catch(() => null),
     ...RUN_STATUSES.map(s => api(`_flows/${enc(name)}/runs?status=${s}&limit=1`).then(p => p.total).catch(() => 0)),
   ]);
   const steps = f.diagram?.nodes?.length ?? (Object.keys(f.steps || {}).length + 1);
@@ -210,7 +218,7 @@ function flowPage(root, name) {
   async function refresh() {
     let page;
     try {
-      page = await api(`_flows/${enc(name)}/runs?limit=${limit}&offset=${offset}${status ? `&status=${status}` : ''}`);
+      page = await runsPage(`_flows/${enc(name)}/runs?limit=${limit}&offset=${offset}${status ? `&status=${status}` : ''}`);
     } catch (err) {
       replace(runsBox, failure(err, `The flow ${name}`));
       throw err;
