@@ -1,11 +1,12 @@
-// The nqd dashboard: a router over seven pages (flows, a flow, a run,
-// triggers, the queues and a queue from queues.js, and the schedules from
-// schedules.js). Each page renders into <main> and returns a function that
+// The nqd dashboard: a router over eight pages (flows, a flow, a run,
+// triggers and a registered trigger from registry.js, the queues and a queue
+// from queues.js, and the schedules from schedules.js). Each page renders into <main> and returns a function that
 // stops its timers and streams when the page is left.
 import {h, replace, api, ApiError, enc, onServerState, onAuthNeeded, token, setToken, shortId, duration, ago, clock, badge, json, parseInput, loading, failure, every, debounce, throttle} from './lib.js';
 import {diagram} from './diagram.js';
 import {queuesPage, queuePage} from './queues.js';
 import {schedulesPage} from './schedules.js';
+import {registryPanel, triggerPage} from './registry.js';
 
 const base = new URL(document.baseURI).pathname; // "/" or "/ui/"
 const main = document.getElementById('main');
@@ -17,6 +18,7 @@ const ENDED = new Set(['completed', 'failed', 'cancelled']);
 const routes = [
   [/^$/, flowsPage, 'flows'],
   [/^triggers$/, triggersPage, 'triggers'],
+  [/^triggers\/([^/]+)$/, triggerPage, 'triggers'],
   [/^queues$/, queuesPage, 'queues'],
   [/^queues\/([^/]+)$/, queuePage, 'queues'],
   [/^schedules$/, schedulesPage, 'schedules'],
@@ -765,8 +767,10 @@ function triggersPage(root) {
   h('div', {class: 'row'}, h('button', {type: 'submit', class: 'primary'}, 'Fire'), msg));
   const waits = h('div', {}, loading('Loading awaits'));
   const waitsPanel = h('section', {class: 'panel', 'aria-labelledby': 'waits-h'}, h('header', {}, h('h2', {id: 'waits-h'}, 'Waiting now')), waits);
+  const [registry, stopRegistry] = registryPanel();
   replace(root,
-    h('div', {class: 'page-head'}, h('h1', {}, 'Triggers'), h('p', {class: 'muted'}, 'What runs wait for, and the triggers registered with nqd, newest first.')),
+    h('div', {class: 'page-head'}, h('h1', {}, 'Triggers'), h('p', {class: 'muted'}, 'The trigger registry, what runs wait for, and the triggers of awaits, newest first.')),
+    registry,
     waitsPanel,
     h('section', {class: 'panel', 'aria-labelledby': 'trig-h'}, h('header', {}, h('h2', {id: 'trig-h'}, 'Registered triggers')), list), form);
   const fill = id => { idInput.value = id; area.focus(); form.scrollIntoView({behavior: 'smooth', block: 'center'}); };
@@ -807,10 +811,11 @@ function triggersPage(root) {
       return;
     }
     const states = await Promise.all(page.items.map(t => api(`_events/trigger/${enc(t.id)}/state`).then(r => r.state).catch(() => null)));
+    // The registry's triggers share the type; the panel above shows them.
+    const awaited = page.items.map((t, i) => [t, states[i] || {}]).filter(([, s]) => !s.spec);
     replace(list, h('div', {class: 'table-wrap'}, h('table', {},
       h('thead', {}, h('tr', {}, h('th', {}, 'Trigger'), h('th', {}, 'Type'), h('th', {}, 'Status'), h('th', {}, 'Fired'), h('th', {}, 'Run'), h('th', {}, 'Registered'))),
-      h('tbody', {}, page.items.map((t, i) => {
-        const s = states[i] || {};
+      h('tbody', {}, awaited.map(([t, s]) => {
         return h('tr', {'data-trigger': t.id},
           h('td', {}, h('code', {}, t.id)), h('td', {}, s.type || '—'), h('td', {}, badge(s.status)),
           h('td', {}, String(s.fired ?? 0)),
@@ -818,7 +823,7 @@ function triggersPage(root) {
           h('td', {}, ago(t.createdAt)));
       })))));
   });
-  return () => { stopWaits(); stopList(); };
+  return () => { stopRegistry(); stopWaits(); stopList(); };
 }
 
 function notFoundPage(root) {
