@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/rs/zerolog"
 
 	"github.com/nqd-dev/nqd/config"
@@ -378,5 +379,37 @@ func TestIdleConnectionsClose(t *testing.T) {
 	}
 	if n, err := br.Read(make([]byte, 1)); err != io.EOF {
 		t.Fatalf("idle connection: read %d bytes, %v; want the server to close it", n, err)
+	}
+}
+
+// TestShutdownClosesSockets: through the assembled server (its metrics and
+// access log around the router), a WebSocket opens, and shutting down tells
+// it the server restarts and closes it with 1001.
+func TestShutdownClosesSockets(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.ShutdownTimeout = 5 * time.Second
+	base, stop := mustStartApp(t, cfg)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(base, "http")+"/api/_flows/ws", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	if _, data, err := c.Read(ctx); err != nil || !strings.Contains(string(data), `"type":"connected"`) {
+		t.Fatalf("first message %s, %v", data, err)
+	}
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	if _, data, err := c.Read(ctx); err != nil || !strings.Contains(string(data), `"type":"server-restart"`) {
+		t.Fatalf("on shutdown: %s, %v", data, err)
+	}
+	if _, _, err := c.Read(ctx); websocket.CloseStatus(err) != websocket.StatusGoingAway {
+		t.Fatalf("then %v, want close 1001", err)
+	}
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		t.Fatal("shutdown did not finish with a socket open")
 	}
 }
