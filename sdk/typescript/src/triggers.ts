@@ -84,6 +84,9 @@ export function triggerSpec(t: FlowTrigger, warn: (w: string) => void): TriggerS
       if (typeof event === 'string') {
         spec.config.event = event
       }
+      if (d.config?.filter !== undefined) {
+        spec.config.filter = d.config.filter
+      }
       break
     }
     default:

@@ -11,7 +11,7 @@ describe('triggers defined in step files', () => {
   let nqd: Nqd
   let registry = false
   before(async () => {
-    nqd = await startNqd()
+    nqd = await startNqd({ env: { NQ_ALLOW_OPEN_WEBHOOKS: 'true' } })
     registry = (await fetch(nqd.url + '/api/_triggers')).status !== 404
   })
   after(async () => { await nqd.close() })
@@ -49,5 +49,30 @@ describe('triggers defined in step files', () => {
       }
       assert.equal(await cli.exited, 0, cli.out())
     }
+  })
+
+  it('a webhook trigger defined in a step file starts its flow when its webhook is called', { timeout: 60_000 }, async (t) => {
+    if (!registry) {
+      t.skip('this nqd has no trigger registry routes')
+      return
+    }
+    const cli = runCli([join(pkgDir, 'test', 'fixtures', 'webhook-trigger'), '--url', nqd.url, '--store-flows'], undefined)
+    try {
+      await waitFor('the CLI to serve its queues', () => cli.out().includes('serving queues'), 30_000)
+      assert.match(cli.out(), /registered trigger shop\.paid \(webhook\) for hooked/)
+      const res = await fetch(nqd.url + '/api/_webhook/trigger/shop.paid', {
+        method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ order: 9 }),
+      })
+      const fired = await res.json() as { runs?: Record<string, string> }
+      assert.equal(res.status, 200, JSON.stringify(fired))
+      const runId = fired.runs?.hooked
+      assert.ok(runId !== undefined, JSON.stringify(fired))
+      const run = await nqd.finished(runId)
+      assert.equal(run.state.status, 'completed', cli.out())
+      assert.deepEqual(run.state.state, { paid: { order: 9 } })
+    } finally {
+      cli.proc.kill('SIGTERM')
+    }
+    assert.equal(await cli.exited, 0, cli.out())
   })
 })
