@@ -11,9 +11,11 @@ import (
 	"github.com/nqd-dev/nqd/flows"
 	"github.com/nqd-dev/nqd/handlers"
 	"github.com/nqd-dev/nqd/internal/pgtest"
+	"github.com/nqd-dev/nqd/internal/redistest"
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store/boltstore"
 	"github.com/nqd-dev/nqd/store/pgstore"
+	"github.com/nqd-dev/nqd/store/redisstore"
 	"github.com/nqd-dev/nqd/triggers"
 )
 
@@ -40,6 +42,7 @@ func (c *countedRefusals) count(key string) int {
 type triggerAPI struct {
 	*testAPI
 	eng      *engine.Engine
+	reg      *triggers.Registry
 	refusals *countedRefusals
 }
 
@@ -47,30 +50,53 @@ var triggerBackends = []string{"bolt", "redis", "postgres"}
 
 func newTriggerAPI(t *testing.T, backend string, opts ...func(*handlers.Deps)) triggerAPI {
 	t.Helper()
+	return triggerAPIOn(t, openTriggerStore(t, backend, ""), opts...)
+}
+
+// openTriggerStore opens a store of backend; on Redis and PostgreSQL, two
+// opened with the same shared (a key prefix, a URL) are two instances on
+// one server, and an empty shared is a place of the test's own.
+func openTriggerStore(t *testing.T, backend, shared string) engine.Store {
+	t.Helper()
 	log := testkit.Logger(t)
-	var st engine.Store
 	switch backend {
 	case "redis":
-		st = newRedisStore(t)
+		if shared == "" {
+			return newRedisStore(t)
+		}
+		st, err := redisstore.New(redistest.Client(t), redisstore.Options{Prefix: shared, Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		return st
 	case "postgres":
-		pg, err := pgstore.Open(t.Context(), pgtest.URL(t), pgstore.Options{Logger: log})
+		if shared == "" {
+			shared = pgtest.URL(t)
+		}
+		pg, err := pgstore.Open(t.Context(), shared, pgstore.Options{Logger: log})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = pg.Close() })
-		st = pg
-	default:
-		st = testkit.Bolt(t, boltstore.Options{Logger: log})
+		return pg
 	}
+	return testkit.Bolt(t, boltstore.Options{Logger: log})
+}
+
+// triggerAPIOn builds the API with a trigger registry on st.
+func triggerAPIOn(t *testing.T, st engine.Store, opts ...func(*handlers.Deps)) triggerAPI {
+	t.Helper()
+	log := testkit.Logger(t)
 	states := newStates(t, st)
 	eng := engine.New(st, engine.Options{Logger: log})
 	refusals := &countedRefusals{n: map[string]int{}}
-	deps := handlers.Deps{Store: st, State: states, Engine: eng, Log: log,
-		Triggers: triggers.New(st, states, eng, triggers.Options{Logger: log}), WebhookRefusals: refusals}
+	reg := triggers.New(st, states, eng, triggers.Options{Logger: log})
+	deps := handlers.Deps{Store: st, State: states, Engine: eng, Log: log, Triggers: reg, WebhookRefusals: refusals}
 	for _, opt := range opts {
 		opt(&deps)
 	}
-	return triggerAPI{testAPI: &testAPI{h: handlers.New(deps).Routes(), store: st}, eng: eng, refusals: refusals}
+	return triggerAPI{testAPI: &testAPI{h: handlers.New(deps).Routes(), store: st}, eng: eng, reg: reg, refusals: refusals}
 }
 
 func (a triggerAPI) define(t *testing.T, name, body string) {
@@ -358,5 +384,67 @@ func TestSchedulerListsScheduleTriggers(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("scheduler jobs %s lack %s", body, want)
 		}
+	}
+}
+
+// TestTriggerRegistryOnTwoInstances: what one instance registers, changes
+// and fires, another serves the same, on Redis and on PostgreSQL.
+func TestTriggerRegistryOnTwoInstances(t *testing.T) {
+	for _, backend := range []string{"redis", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			shared := redistest.Prefix(t)
+			if backend == "postgres" {
+				shared = pgtest.URL(t)
+			}
+			a := triggerAPIOn(t, openTriggerStore(t, backend, shared))
+			b := triggerAPIOn(t, openTriggerStore(t, backend, shared))
+			a.define(t, "f", `{"entry":"a","steps":{"a":{"queue":"q1"}}}`)
+			wantStatus(t, a.do(t, post("/api/_triggers", `{"name":"shared","type":"manual","subscriptions":["f"]}`)), http.StatusOK)
+			wantStatus(t, b.do(t, jsonRequest(http.MethodPatch, "/api/_triggers/shared", `{"description":"changed on b"}`)), http.StatusOK)
+			wantStatus(t, b.do(t, post("/api/_triggers/shared/fire", `{"n":1}`)), http.StatusOK)
+			rec := b.do(t, post("/api/_triggers", `{"name":"shared","type":"manual"}`))
+			wantRefusal(t, rec, rec.Body.Bytes(), 409)
+			for _, target := range []string{"/api/_triggers", "/api/_triggers/shared", "/api/_triggers/shared/events", "/api/_triggers/stats"} {
+				fromA, fromB := a.do(t, get(target)).Body.String(), b.do(t, get(target)).Body.String()
+				if fromA != fromB {
+					t.Errorf("%s: a answers\n%s\nb answers\n%s", target, fromA, fromB)
+				}
+			}
+			got := decode[triggers.Trigger](t, a.do(t, get("/api/_triggers/shared")))
+			if got.Description != "changed on b" || got.Stats.TotalFires != 1 || got.Stats.TotalFlowsStarted != 1 {
+				t.Errorf("a serves %+v", got)
+			}
+		})
+	}
+}
+
+// TestEventTriggerThroughTheAPI: an event appended through the API fires
+// the event trigger that waits for it, which starts its flow, once.
+func TestEventTriggerThroughTheAPI(t *testing.T) {
+	for _, backend := range triggerBackends {
+		t.Run(backend, func(t *testing.T) {
+			api := newTriggerAPI(t, backend)
+			api.define(t, "f", `{"entry":"a","steps":{"a":{"queue":"q1"}}}`)
+			wantStatus(t, api.do(t, post("/api/_triggers", `{"name":"paid","type":"event","config":{"event":"invoice.paid","filter":"event.data.amount >= 100"},"subscriptions":["f"]}`)), http.StatusOK)
+			wantStatus(t, api.do(t, post("/api/_events/invoice/i-1", `{"events":[{"kind":"invoice.paid","data":{"amount":50}},{"kind":"invoice.paid","data":{"amount":150}}]}`)), http.StatusCreated)
+			w := triggers.NewWatcher()
+			for range 2 {
+				if err := api.reg.Look(t.Context(), w); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := decode[triggers.Trigger](t, api.do(t, get("/api/_triggers/paid")))
+			if got.Stats.TotalFires != 1 || got.Stats.TotalFlowsStarted != 1 {
+				t.Fatalf("stats %+v, want one fire that started f", got.Stats)
+			}
+			runs, err := api.eng.Runs(t.Context(), "f", "", 0, 10)
+			if err != nil || len(runs.Runs) != 1 {
+				t.Fatalf("runs of f: %+v, %v", runs, err)
+			}
+			page := decode[triggers.EventPage](t, api.do(t, get("/api/_triggers/paid/events?types=trigger.fired")))
+			if page.Count != 1 || !strings.Contains(string(page.Events[0].Data), `"amount":150`) {
+				t.Errorf("fires %+v", page.Events)
+			}
+		})
 	}
 }
