@@ -15,6 +15,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"gocloud.dev/blob"
@@ -38,9 +39,44 @@ import (
 // half an archive. Several nqd instances may share one bucket: each reads
 // and restores what any of them archived.
 type Bucket struct {
-	b    *blob.Bucket
-	now  func() time.Time
-	name string // the bucket's URL without its query, for errors
+	b     *blob.Bucket
+	now   func() time.Time
+	name  string // the bucket's URL without its query, for errors
+	stats stats
+}
+
+// Stats count a Bucket's traffic since it was opened, for metrics.
+type Stats struct {
+	ObjectsWritten int64 // objects committed: archives, manifests, segments, step data
+	BytesWritten   int64 // their bytes
+	WriteFailures  int64 // writes that committed nothing
+	ReadFailures   int64 // reads the bucket failed (not found excepted)
+	Corrupt        int64 // reads that found an object unlike its manifest or reference
+}
+
+type stats struct {
+	objects, bytes, writeFailures, readFailures, corrupt atomic.Int64
+}
+
+// Stats reads the counts.
+func (a *Bucket) Stats() Stats {
+	return Stats{
+		ObjectsWritten: a.stats.objects.Load(), BytesWritten: a.stats.bytes.Load(),
+		WriteFailures: a.stats.writeFailures.Load(), ReadFailures: a.stats.readFailures.Load(),
+		Corrupt: a.stats.corrupt.Load(),
+	}
+}
+
+// readDone counts err, the outcome of a read, and hands it back.
+func (a *Bucket) readDone(err error) error {
+	switch {
+	case err == nil, errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrInvalid), errors.Is(err, context.Canceled):
+	case errors.Is(err, ErrCorrupt):
+		a.stats.corrupt.Add(1)
+	default:
+		a.stats.readFailures.Add(1)
+	}
+	return err
 }
 
 var _ Archive = (*Bucket)(nil)
@@ -173,7 +209,16 @@ func (a *Bucket) write(ctx context.Context, c store.Context, dataKey, manifestKe
 // putObject writes the object key from fill. The object appears whole when
 // fill and the commit succeed, or not at all: a failed fill cancels the
 // writer's context, which aborts the upload instead of committing it.
-func (a *Bucket) putObject(ctx context.Context, key, contentType string, fill func(io.Writer) error) error {
+func (a *Bucket) putObject(ctx context.Context, key, contentType string, fill func(io.Writer) error) (err error) {
+	var n int64
+	defer func() {
+		if err != nil {
+			a.stats.writeFailures.Add(1)
+			return
+		}
+		a.stats.objects.Add(1)
+		a.stats.bytes.Add(n)
+	}()
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var file *os.File // set by a directory's driver, so the data reaches the disk before the rename
@@ -184,7 +229,9 @@ func (a *Bucket) putObject(ctx context.Context, key, contentType string, fill fu
 	if err != nil {
 		return err
 	}
-	err = fill(w)
+	counted := &countWriter{w: w}
+	err = fill(counted)
+	n = counted.n
 	if err == nil && file != nil {
 		err = file.Sync()
 	}
@@ -287,10 +334,11 @@ func (a *Bucket) read(ctx context.Context, c store.Context, fn func(event.Event)
 	}
 	m, err := a.manifest(ctx, c)
 	if err != nil {
-		return Manifest{}, err
+		return Manifest{}, a.readDone(err)
 	}
 	dataKey, _ := keys(c)
-	return a.readData(ctx, c, m, dataKey, func(e event.Event) bool { fn(e); return true })
+	m, err = a.readData(ctx, c, m, dataKey, func(e event.Event) bool { fn(e); return true })
+	return m, a.readDone(err)
 }
 
 // readData decodes the events of m's object at key in order, handing each to

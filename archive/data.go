@@ -83,6 +83,11 @@ func (a *Bucket) PutData(ctx context.Context, run string, value []byte) (Ref, er
 // GetData reads the value ref names, checked against its size and hash.
 // Errors: store.ErrInvalid, store.ErrNotFound, ErrCorrupt, the bucket's.
 func (a *Bucket) GetData(ctx context.Context, ref Ref) ([]byte, error) {
+	v, err := a.getData(ctx, ref)
+	return v, a.readDone(err)
+}
+
+func (a *Bucket) getData(ctx context.Context, ref Ref) ([]byte, error) {
 	if err := ref.check(); err != nil {
 		return nil, err
 	}

@@ -38,6 +38,9 @@ func TestDataByReference(t *testing.T) {
 		if _, err := d.GetData(ctx, ref); !errors.Is(err, archive.ErrCorrupt) {
 			t.Errorf("a changed value: %v, want ErrCorrupt", err)
 		}
+		if st := d.Stats(); st.ObjectsWritten != 1 || st.BytesWritten != int64(len(value)) || st.Corrupt != 1 || st.ReadFailures != 0 || st.WriteFailures != 0 {
+			t.Errorf("Stats = %+v; want one object of %d bytes written and one corrupt read", st, len(value))
+		}
 		// The data folder is not a context type.
 		if types, err := d.Types(ctx); err != nil || len(types) != 0 {
 			t.Errorf("Types = %v, %v; want none", types, err)

@@ -148,12 +148,13 @@ func (a *Bucket) ReadSegment(ctx context.Context, c store.Context, r SegmentRef,
 	dataKey, manifestKey := segmentKeys(c, r)
 	m, err := a.readManifest(ctx, c, manifestKey)
 	if err != nil {
-		return Manifest{}, err
+		return Manifest{}, a.readDone(err)
 	}
 	if m.FirstID != r.FirstID.String() || m.LastID != r.LastID.String() {
-		return Manifest{}, fmt.Errorf("archive: segment %s of %s: manifest holds %s..%s: %w", r.base(), c, m.FirstID, m.LastID, ErrCorrupt)
+		return Manifest{}, a.readDone(fmt.Errorf("archive: segment %s of %s: manifest holds %s..%s: %w", r.base(), c, m.FirstID, m.LastID, ErrCorrupt))
 	}
-	return a.readData(ctx, c, m, dataKey, fn)
+	m, err = a.readData(ctx, c, m, dataKey, fn)
+	return m, a.readDone(err)
 }
 
 // VerifySegment reads c's segment r to the end and checks it against its

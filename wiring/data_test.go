@@ -113,6 +113,18 @@ func TestLargeStepDataByReference(t *testing.T) {
 	if code != http.StatusBadGateway || fmt.Sprint(body["error"]) == "" || !strings.Contains(fmt.Sprint(body["error"]), "archive_corrupt") {
 		t.Errorf("a changed value: got %d %v, want 502 archive_corrupt", code, body)
 	}
+
+	res, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scrape, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	for _, want := range []string{"nqd_archive_objects_written_total 2", "nqd_archive_corrupt_total 1", "nqd_archive_write_failures_total 0"} {
+		if !strings.Contains(string(scrape), want+"\n") {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
 }
 
 // TestLargeStepDataWithoutABucket: without an archive a result over the

@@ -79,6 +79,7 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 	}
 	if arch != nil {
 		a.closers = append(a.closers, arch.Close)
+		a.Metrics.WatchArchive(arch.Stats)
 		log.Info().Str("archive", arch.String()).Msg("archiving to a bucket")
 	}
 	history, compactor := Compaction(st, arch)
