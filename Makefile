@@ -16,7 +16,7 @@ GOBUILD   := CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)"
 NQ_ADDR   ?= 127.0.0.1:8080
 BENCHTIME ?= 2s
 
-.PHONY: run build test test-tools test-py test-ts test-short lint fuzz bench bench-e2e noop-worker bench-pg bench-go bench-appends bench-sdks screenshots golden tidy-check vuln clean
+.PHONY: run build release release-check test test-tools test-py test-ts test-short lint fuzz bench bench-e2e noop-worker bench-pg bench-go bench-appends bench-sdks screenshots golden tidy-check vuln clean
 
 ## run: build bin/nqd, then start it on the embedded store in ./data (set NQ_REDIS_URL to use Redis)
 run: build
@@ -26,6 +26,15 @@ run: build
 build:
 	@echo "building bin/nqd $(VERSION) (the first build compiles every dependency and takes a few minutes)"
 	$(GOBUILD) -o bin/nqd ./cmd/server
+
+## release: the release artifacts in dist/: static nqd binaries for linux and darwin on amd64 and arm64,
+## the npm and Python packages, the container image when Docker answers, and SHA256SUMS (scripts/release.sh)
+release:
+	VERSION=$(VERSION) GO=$(GO) PYTHON=$(PYTHON) scripts/release.sh
+
+## release-check: the release build of this machine's platform alone, and its -version
+release-check:
+	VERSION=$(VERSION) GO=$(GO) scripts/release.sh --check
 
 ## test: every test with the race detector; Redis and PostgreSQL tests start their own servers.
 ## One package at a time: several packages start servers, browsers and load of
@@ -152,7 +161,7 @@ vuln:
 	$(GO) run golang.org/x/vuln/cmd/govulncheck@latest $(PKGS)
 
 clean:
-	rm -rf bin
+	rm -rf bin dist
 
 .PHONY: demo
 ## demo: nqd with the example flows (examples/flows), the demo worker, and a run of each flow; Ctrl-C stops both.
