@@ -48,10 +48,6 @@ const (
 	pnpmPkg = "pnpm@10.20.0"
 )
 
-// uiPrefixes are the API prefixes the UI calls; everything else (the page,
-// its assets, /api/_nuxt_icon) is the Nuxt app's.
-var uiPrefixes = []string{"/api/_flows", "/api/_triggers", "/api/_queues", "/api/_scheduler", "/api/_webhook"}
-
 func TestNuxtQueueV05UI(t *testing.T) {
 	repo := os.Getenv("NQD_NUXT_QUEUE_REPO")
 	if repo == "" {
@@ -67,16 +63,20 @@ func TestNuxtQueueV05UI(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	nqd := startNqd(t)
-	worker := startWorker(t, root, nqd)
+	// nqd forwards what is not its API to the Nuxt app (NQ_UI_UPSTREAM), so
+	// the UI and its sockets share one origin; the app starts after the
+	// build, which reads the flows from nqd, so its port is chosen now.
+	nuxtPort := freePort(t)
+	nqd := startNqd(t, "http://127.0.0.1:"+nuxtPort)
+	startWorker(t, root, nqd)
 	wait.For(t, 30*time.Second, 100*time.Millisecond, "the step files' flows stored", func() bool {
 		var listed []struct{ ID string }
 		return getJSON(nqd+"/api/_flows", &listed) == nil && len(listed) == 2
 	})
 
 	build := buildUI(t, repo, nqd)
-	nuxt := startNuxt(t, build)
-	front := newFrontProxy(t, nqd, nuxt)
+	startNuxt(t, build, nuxtPort)
+	front := newFrontProxy(t, nqd)
 	b := newBrowser(t)
 	page := func(p string) string { return front.URL + "/_nvent" + p }
 
@@ -187,14 +187,15 @@ func TestNuxtQueueV05UI(t *testing.T) {
 	})
 
 	b.logConsole(t)
-	_ = worker
 }
 
-// startNqd runs nqd on the embedded store in a temporary folder until the
-// test ends and returns its base URL.
-func startNqd(t *testing.T) string {
+// startNqd runs nqd on the embedded store in a temporary folder, passing
+// what is not its API through to upstream, until the test ends and returns
+// its base URL.
+func startNqd(t *testing.T, upstream string) string {
 	t.Helper()
-	args := []string{"-addr", "127.0.0.1:0", "-data-dir", t.TempDir(), "-log-level", "warn", "-allow-open-webhooks", "true"}
+	args := []string{"-addr", "127.0.0.1:0", "-data-dir", t.TempDir(), "-log-level", "warn",
+		"-allow-open-webhooks", "true", "-ui-upstream", upstream}
 	cfg, err := config.Load(args, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -219,7 +220,7 @@ func startNqd(t *testing.T) string {
 
 // startWorker builds the TypeScript SDK and runs nqd-worker on the v0.5 step
 // files in testdata, storing their flows.
-func startWorker(t *testing.T, root, nqd string) *exec.Cmd {
+func startWorker(t *testing.T, root, nqd string) {
 	t.Helper()
 	sdk := filepath.Join(root, "sdk", "typescript")
 	if _, err := os.Stat(filepath.Join(sdk, "node_modules")); err != nil {
@@ -230,7 +231,7 @@ func startWorker(t *testing.T, root, nqd string) *exec.Cmd {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return start(t, sdk, nil, "node", "dist/cli.js", functions, "--url", nqd, "--store-flows", "--concurrency", "2", "--grace", "2000")
+	start(t, sdk, nil, "node", "dist/cli.js", functions, "--url", nqd, "--store-flows", "--concurrency", "2", "--grace", "2000")
 }
 
 // buildUI checks the tagged UI out, adds the host app of testdata/ui-host
@@ -286,10 +287,9 @@ func buildUI(t *testing.T, repo, nqd string) string {
 	return dir
 }
 
-// startNuxt runs the built host app on a free port and returns its URL.
-func startNuxt(t *testing.T, dir string) string {
+// startNuxt runs the built host app on port until the test ends.
+func startNuxt(t *testing.T, dir, port string) {
 	t.Helper()
-	port := freePort(t)
 	start(t, dir, []string{"HOST=127.0.0.1", "PORT=" + port, "NUXT_TELEMETRY_DISABLED=1"}, "node", "ui-host/.output/server/index.mjs")
 	u := "http://127.0.0.1:" + port
 	wait.For(t, 30*time.Second, 100*time.Millisecond, "the Nuxt app up", func() bool {
@@ -300,12 +300,11 @@ func startNuxt(t *testing.T, dir string) string {
 		res.Body.Close()
 		return res.StatusCode == http.StatusOK
 	})
-	return u
 }
 
-// frontProxy keeps the UI and nqd on one origin, as the UI needs: the API
-// prefixes, WebSocket upgrades included, go to nqd, the rest to Nuxt. It
-// keeps the upgraded connections so that a test can break them.
+// frontProxy stands for the network between the browser and nqd: it
+// forwards everything to nqd and keeps the upgraded connections so that a
+// test can break them.
 type frontProxy struct {
 	*httptest.Server
 	mu       sync.Mutex
@@ -313,25 +312,16 @@ type frontProxy struct {
 	upgraded int
 }
 
-func newFrontProxy(t *testing.T, nqd, nuxt string) *frontProxy {
+func newFrontProxy(t *testing.T, nqd string) *frontProxy {
 	t.Helper()
-	to := func(raw string) *httputil.ReverseProxy {
-		u, err := url.Parse(raw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return httputil.NewSingleHostReverseProxy(u)
+	u, err := url.Parse(nqd)
+	if err != nil {
+		t.Fatal(err)
 	}
-	api, app := to(nqd), to(nuxt)
+	to := httputil.NewSingleHostReverseProxy(u)
 	p := &frontProxy{}
 	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		for _, prefix := range uiPrefixes {
-			if strings.HasPrefix(r.URL.Path, prefix) {
-				api.ServeHTTP(&hijackWatch{ResponseWriter: w, p: p}, r)
-				return
-			}
-		}
-		app.ServeHTTP(w, r)
+		to.ServeHTTP(&hijackWatch{ResponseWriter: w, p: p}, r)
 	}))
 	t.Cleanup(p.Close)
 	return p
@@ -483,6 +473,7 @@ func tail(b []byte) string {
 	return string(b)
 }
 
+// freePort finds a port free now, for a server started later.
 func freePort(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
