@@ -446,7 +446,7 @@ func TestGracefulStop(t *testing.T) {
 	entered := make(chan string, 2)
 	testDone := make(chan struct{})
 	t.Cleanup(func() { close(testDone) })
-	stop, result := runWorker(t, n.base, worker.Config{Queues: []string{"q1"}, Concurrency: 1, Grace: 200 * time.Millisecond}, map[string]worker.Handler{
+	stop, result := runWorker(t, n.base, worker.Config{Queues: []string{"q1"}, Concurrency: 1, Grace: 2 * time.Second}, map[string]worker.Handler{
 		"work": func(_ context.Context, sc *worker.StepContext) (any, error) {
 			entered <- sc.Job.Run
 			<-testDone // a step that ignores its context
@@ -462,7 +462,7 @@ func TestGracefulStop(t *testing.T) {
 		if err != nil {
 			t.Errorf("Run returned %v, want nil", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after the grace period")
 	}
 	evs := n.events(running)
