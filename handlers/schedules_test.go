@@ -11,6 +11,8 @@ import (
 	"github.com/nqd-dev/nqd/scheduler"
 )
 
+// withScheduler stores the test flows and gives the API a scheduler, kept
+// in step with the API's trigger registry when it has one.
 func withScheduler(t *testing.T) func(*handlers.Deps) {
 	return func(d *handlers.Deps) {
 		defs, err := flows.LoadDir("../flows/testdata")
@@ -22,7 +24,11 @@ func withScheduler(t *testing.T) func(*handlers.Deps) {
 				t.Fatal(err)
 			}
 		}
-		d.Scheduler = scheduler.New(d.Engine, d.Store.(scheduler.Store), scheduler.Options{Logger: testkit.Logger(t)})
+		opts := scheduler.Options{Logger: testkit.Logger(t)}
+		if d.Triggers != nil {
+			opts.Registry = d.Triggers
+		}
+		d.Scheduler = scheduler.New(d.Engine, d.Store.(scheduler.Store), opts)
 	}
 }
 
@@ -84,5 +90,39 @@ func TestFlowSchedules(t *testing.T) {
 	rec = api.do(t, request{method: http.MethodGet, target: "/api/_flows/example-flow/schedules"})
 	if rec.Body.String() != "[]\n" {
 		t.Errorf("list after delete: %q", rec.Body)
+	}
+}
+
+// The scheduler page takes a schedule trigger's next and last run and its
+// counts from the schedule's state, and lists the v0.4 flow schedules too.
+func TestSchedulerJobsCarryScheduleState(t *testing.T) {
+	var sch *scheduler.Scheduler
+	api := newTriggerAPI(t, "bolt", withScheduler(t), func(d *handlers.Deps) { sch = d.Scheduler })
+	wantStatus(t, api.do(t, post("/api/_triggers", `{"name":"hourly","type":"schedule","config":{"cron":"0 * * * *","timezone":"Europe/Berlin"},"subscriptions":["example-flow"]}`)), http.StatusOK)
+	if err := sch.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, api.do(t, post("/api/_flows/example-flow/schedule", `{"cron":"0 2 * * *","jobId":"nightly"}`)), http.StatusOK)
+	wantStatus(t, api.do(t, post("/api/_scheduler/jobs/trigger:hourly/fire", ``)), http.StatusOK)
+	var page struct {
+		Jobs []struct {
+			ID       string `json:"id"`
+			NextRun  int64  `json:"nextRun"`
+			LastRun  int64  `json:"lastRun"`
+			RunCount int64  `json:"runCount"`
+		} `json:"jobs"`
+	}
+	if err := json.Unmarshal(api.do(t, get("/api/_scheduler/jobs")).Body.Bytes(), &page); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, j := range page.Jobs {
+		if j.NextRun <= 0 {
+			t.Errorf("job %s has no nextRun", j.ID)
+		}
+		got[j.ID] = j.RunCount
+	}
+	if len(got) != 2 || got["trigger:hourly"] != 1 || got["schedule:nightly"] != 0 {
+		t.Errorf("jobs %+v, want trigger:hourly fired once and schedule:nightly", page.Jobs)
 	}
 }

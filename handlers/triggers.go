@@ -17,6 +17,8 @@ import (
 	"github.com/nqd-dev/nqd/auth"
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/schedule"
+	"github.com/nqd-dev/nqd/scheduler"
 	"github.com/nqd-dev/nqd/triggers"
 )
 
@@ -547,6 +549,10 @@ func (a *API) schedulerJobs(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	body := schedulerBody{Jobs: []scheduledJob{}}
+	fired, flowSchedules, err := a.scheduleStates(r)
+	if err != nil {
+		return err
+	}
 	for _, t := range ts {
 		if t.Type != triggers.TypeSchedule || t.Schedule == nil {
 			continue
@@ -557,8 +563,12 @@ func (a *API) schedulerJobs(w http.ResponseWriter, r *http.Request) error {
 		if t.Schedule.Cron == "" {
 			j.Type, j.Interval = "interval", int64(t.Schedule.Interval*1000)
 		}
+		if sc := fired[t.Name]; sc != nil {
+			j.NextRun, j.LastRun, j.RunCount, j.FailCount = sc.NextRun, sc.LastRun, int64(sc.RunCount), int64(sc.FailCount)
+		}
 		body.Jobs = append(body.Jobs, j)
 	}
+	body.Jobs = append(body.Jobs, flowSchedules...)
 	waits, err := a.engine.Waits(r.Context(), engine.WaitQuery{Kind: "time"})
 	if err != nil {
 		return err
@@ -579,4 +589,39 @@ func (a *API) schedulerJobs(w http.ResponseWriter, r *http.Request) error {
 	slices.SortStableFunc(body.Jobs, func(x, y scheduledJob) int { return strings.Compare(x.Type, y.Type) })
 	writeJSON(w, r, http.StatusOK, body)
 	return nil
+}
+
+// scheduleStates reads the scheduler's schedules for the scheduler page:
+// the schedule triggers' by name, and the v0.4 flow schedules as jobs of
+// their own. Without a scheduler there are none.
+func (a *API) scheduleStates(r *http.Request) (map[string]*scheduler.Schedule, []scheduledJob, error) {
+	if a.scheduler == nil {
+		return nil, nil, nil
+	}
+	scs, err := a.scheduler.List(r.Context(), scheduler.TriggerStream)
+	if err != nil {
+		return nil, nil, err
+	}
+	byName := make(map[string]*scheduler.Schedule, len(scs))
+	for _, sc := range scs {
+		byName[sc.Name()] = sc
+	}
+	if scs, err = a.scheduler.List(r.Context(), scheduler.FlowStream); err != nil {
+		return nil, nil, err
+	}
+	jobs := make([]scheduledJob, 0, len(scs))
+	for _, sc := range scs {
+		flows := make([]string, len(sc.Targets))
+		for i, t := range sc.Targets {
+			flows[i] = t.Flow
+		}
+		tz := sc.Spec.Timezone
+		if tz == "" {
+			tz = schedule.DefaultTimezone
+		}
+		jobs = append(jobs, scheduledJob{ID: sc.Stream.String(), Name: sc.Name(), Type: "cron", Cron: sc.Spec.Cron, Timezone: tz,
+			Enabled: !sc.State.Paused, NextRun: sc.NextRun, LastRun: sc.LastRun, RunCount: int64(sc.RunCount), FailCount: int64(sc.FailCount),
+			Metadata: map[string]any{"flowNames": flows, "scheduleId": sc.Name()}})
+	}
+	return byName, jobs, nil
 }

@@ -13,16 +13,14 @@ import (
 )
 
 // StartScheduler builds the scheduler on eng's timers and st, with the
-// schedule triggers of the registry kept in st (folded by states), and keeps
-// them in step until stop is called. Every instance runs one; the engine's
+// schedule triggers of reg, and keeps them in step until stop is called. Every instance runs one; the engine's
 // timers let one instance fire each due time.
-func StartScheduler(ctx context.Context, eng *engine.Engine, st engine.Store, states triggers.States, m *metrics.Metrics, log zerolog.Logger) (sch *scheduler.Scheduler, stop func(), err error) {
+func StartScheduler(ctx context.Context, eng *engine.Engine, st engine.Store, reg *triggers.Registry, m *metrics.Metrics, log zerolog.Logger) (sch *scheduler.Scheduler, stop func(), err error) {
 	log = log.With().Str("component", "scheduler").Logger()
 	obs, err := m.Scheduler()
 	if err != nil {
 		return nil, nil, err
 	}
-	reg := triggers.New(st, states, eng, triggers.Options{Logger: log})
 	sch = scheduler.New(eng, st, scheduler.Options{Logger: log, Observer: obs, Registry: reg})
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup

@@ -136,7 +136,7 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 	}
 	stopReaper := StartRetention(ctx, st, cfg, arch, log)
 	a.closers = append(a.closers, func() error { stopReaper(); return nil })
-	sch, stopScheduler, err := StartScheduler(ctx, eng, st, states, a.Metrics, log)
+	sch, stopScheduler, err := StartScheduler(ctx, eng, st, registry, a.Metrics, log)
 	if err != nil {
 		return nil, errors.Join(err, a.Close())
 	}
