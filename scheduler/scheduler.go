@@ -276,9 +276,32 @@ func (s *Scheduler) update(ctx context.Context, c store.Context, f change) (*Sch
 		for _, t := range u.SetTimers {
 			s.wake(t.Due)
 		}
+		s.observe(evs)
 		return sc, nil
 	}
 	return nil, fmt.Errorf("scheduler: %s changed %d times while deciding: %w", c, maxRetries, store.ErrConflict)
+}
+
+// observe tells the observer of the fires and skips a write recorded; a
+// decision retried after a lost race counts once, when it is written.
+func (s *Scheduler) observe(evs []event.Event) {
+	for _, ev := range evs {
+		var d struct {
+			Source     string `json:"source"`
+			LatenessMs int64  `json:"latenessMs"`
+			Reason     string `json:"reason"`
+			Count      int    `json:"count"`
+		}
+		if json.Unmarshal(ev.Data, &d) != nil {
+			continue
+		}
+		switch ev.Kind {
+		case "schedule.fired":
+			s.opts.Observer.Fired(d.Source, time.Duration(d.LatenessMs)*time.Millisecond)
+		case "schedule.skipped":
+			s.opts.Observer.Skipped(d.Reason, d.Count)
+		}
+	}
 }
 
 // compile compiles sc's spec, seeded by its stream so two schedules'
@@ -299,9 +322,8 @@ func (s *Scheduler) Put(ctx context.Context, c store.Context, spec schedule.Spec
 	if _, err := schedule.Compile(spec, c.String()); err != nil {
 		return nil, err
 	}
-	var fresh bool
 	sc, err := s.update(ctx, c, func(sc *Schedule, found bool, now time.Time) ([]event.Event, error) {
-		fresh = !found
+		fresh := !found
 		if fresh {
 			*sc = Schedule{Stream: c, CreatedAt: now.UnixMilli(), State: schedule.Start(now)}
 		} else if !sameSpec(sc.Spec, spec) {
@@ -345,7 +367,6 @@ func (s *Scheduler) record(sc *Schedule, cs *schedule.Schedule, due, planned, no
 	sc.RunCount++
 	sc.LastRun = now.UnixMilli()
 	late := max(now.Sub(planned), 0)
-	s.opts.Observer.Fired(source, late)
 	flows := make([]string, len(sc.Targets))
 	for i, t := range sc.Targets {
 		flows[i] = t.Flow
@@ -407,7 +428,6 @@ func (s *Scheduler) fire(ctx context.Context, t store.Timer) error {
 			sc.Cancel = sc.LastRuns
 		}
 		for _, sk := range p.Skips {
-			s.opts.Observer.Skipped(sk.Reason, sk.Count)
 			evs = append(evs, s.event(sc, "schedule.skipped", map[string]any{
 				"reason": sk.Reason, "from": isoMS(sk.From.UnixMilli()), "through": isoMS(sk.Through.UnixMilli()),
 				"count": sk.Count, "counted": sk.Counted, "decidedAt": isoMS(now.UnixMilli()),

@@ -57,10 +57,24 @@ type instance struct {
 	sch *scheduler.Scheduler
 }
 
-func newInstance(t *testing.T, st engine.Store, c *testkit.Clock) instance {
+func newInstance(t *testing.T, st engine.Store, c *testkit.Clock, obs ...scheduler.Observer) instance {
 	e := engine.New(st, engine.Options{Now: c.Now, Lease: 10 * time.Second, Logger: testkit.Logger(t)})
-	return instance{eng: e, sch: scheduler.New(e, st, scheduler.Options{Now: c.Now, Logger: testkit.Logger(t)})}
+	opts := scheduler.Options{Now: c.Now, Logger: testkit.Logger(t)}
+	if len(obs) > 0 {
+		opts.Observer = obs[0]
+	}
+	return instance{eng: e, sch: scheduler.New(e, st, opts)}
 }
+
+// countingObserver counts what the scheduler instances sharing it recorded.
+type countingObserver struct{ fired, skipped atomic.Int64 }
+
+func (o *countingObserver) Fired(source string, _ time.Duration) {
+	if source == "schedule" {
+		o.fired.Add(1)
+	}
+}
+func (o *countingObserver) Skipped(_ string, n int) { o.skipped.Add(int64(n)) }
 
 func mustDefine(t *testing.T, e *engine.Engine) {
 	t.Helper()
@@ -155,7 +169,8 @@ func TestThreeInstancesFireEachDueTimeOnce(t *testing.T) {
 			st := newStore(t)
 			c := testkit.NewClock(t0)
 			victim := &crashing{Store: st}
-			nodes := []instance{newInstance(t, victim, c), newInstance(t, st, c), newInstance(t, st, c)}
+			obs := &countingObserver{}
+			nodes := []instance{newInstance(t, victim, c, obs), newInstance(t, st, c, obs), newInstance(t, st, c, obs)}
 			mustDefine(t, nodes[1].eng)
 			sc := store.Context{Type: scheduler.FlowStream, ID: "every-second"}
 			spec := schedule.Spec{Interval: 1, Overlap: schedule.OverlapAllow}
@@ -204,6 +219,11 @@ func TestThreeInstancesFireEachDueTimeOnce(t *testing.T) {
 				if r.Kind == "schedule.skipped" {
 					t.Errorf("skipped %d due times: %s", r.Data.Count, r.Data.Reason)
 				}
+			}
+			// The victim's last fire was written but its instance died
+			// before it could count it.
+			if n := obs.fired.Load(); n != int64(len(dues))-1 || obs.skipped.Load() != 0 {
+				t.Errorf("observed %d fires and %d skips, want %d fires", n, obs.skipped.Load(), len(dues)-1)
 			}
 			page, err := st.ListRuns(ctx, "example-flow", "", 0, 1)
 			if err != nil {
