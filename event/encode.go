@@ -126,11 +126,7 @@ func (e Event) AppendV05(b []byte) ([]byte, error) {
 	b = strconv.AppendUint(b, e.ID.Seq, 10)
 	b = append(b, `","ts":`...)
 	b = strconv.AppendUint(b, e.ID.MS, 10)
-	kind := e.Kind
-	if kind == "flow.cancelled" {
-		kind = "flow.canceled" // the v0.5 UI's spelling; its timeline knows no other
-	}
-	b = appendMember(b, `,"type":`, kind)
+	b = appendMember(b, `,"type":`, KindV05(e.Kind))
 	if e.RunID != "" {
 		b = appendMember(b, `,"runId":`, e.RunID)
 	}
@@ -160,6 +156,15 @@ func (e Event) AppendV05(b []byte) ([]byte, error) {
 		}
 	}
 	return append(b, '}'), nil
+}
+
+// KindV05 is kind as the v0.5 UI spells it: its timeline knows a
+// cancelled run only as flow.canceled.
+func KindV05(kind string) string {
+	if kind == "flow.cancelled" {
+		return "flow.canceled"
+	}
+	return kind
 }
 
 // stepID is the step attempt's id the v0.5 UI reads: the one the event was

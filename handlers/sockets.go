@@ -211,10 +211,11 @@ func appendString(b []byte, s string) []byte {
 	return append(b, q...)
 }
 
-// appendEnvelope appends the v0.5 run event envelope {v:1, eventType, record}.
+// appendEnvelope appends the v0.5 run event envelope {v:1, eventType, record},
+// eventType spelled as the record's type.
 func appendEnvelope(b []byte, ev event.Event) ([]byte, error) {
 	b = append(b, `{"v":1,"eventType":`...)
-	b = appendString(b, ev.Kind)
+	b = appendString(b, event.KindV05(ev.Kind))
 	b = append(b, `,"record":`...)
 	b, err := ev.AppendV05(b)
 	return append(b, '}'), err

@@ -303,6 +303,10 @@ func TestFlowSocketMessages(t *testing.T) {
 					t.Fatalf("live %v, want %s", m, ev.ID)
 				}
 			}
+			appendTo(t, n.st, run, event.Event{Kind: "flow.cancelled", RunID: "r1", Subject: "r1", FlowName: "sf"})
+			if r := recordsOf(t, ws.expect("event")); r[0]["type"] != "flow.canceled" {
+				t.Errorf("a cancelled run's record %v, want type flow.canceled, the v0.5 UI's spelling", r[0])
+			}
 			ws.send(`{"type":"unsubscribe","flowName":"sf","runId":"r1"}`)
 			ws.expect("unsubscribed")
 			appendTo(t, n.st, run, stepEvent("r1", 5))
