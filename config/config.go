@@ -90,9 +90,9 @@ type Config struct {
 	// StreamTokenKeys unexported secrets, so printing a Config leaks neither.
 	Tokens              []auth.Token // NQ_TOKENS then NQ_TOKENS_FILE; none: every route is open
 	TokensFile          string
-	StreamTokenKeys     []auth.Key     // the first signs; none: a key per process
+	StreamTokenKeys     []auth.Key     // the first signs; none: a key the store keeps
 	StreamTokenMaxTTL   time.Duration  // longest life of a stream token
-	TriggerKeys         []auth.Key     // sign trigger ids, the first signs; none: a key per process
+	TriggerKeys         []auth.Key     // sign trigger ids, the first signs; none: a key the store keeps
 	AllowInsecureBind   bool           // serve a non-loopback address without tokens
 	AllowOpenWebhooks   bool           // take webhook calls that carry no credential
 	RatePerToken        Rate           // appends, starts and trigger POSTs per token
@@ -180,7 +180,7 @@ func settings(c *Config) []setting {
 		{"sse-max-lifetime", "NQ_SSE_MAX_LIFETIME", "rotate SSE connections after this long, with jitter (0: never)", "0", dur(&c.SSEMaxLifetime)},
 		{"", "NQ_TOKENS", "API tokens name:scope:secret or name:scope:sha256:<hex>, comma-separated", "", tokens(&c.Tokens)},
 		{"tokens-file", "NQ_TOKENS_FILE", "file of API tokens, one name:scope:sha256:<hex> a line", "", str(&c.TokensFile)},
-		{"", "NQ_STREAM_TOKEN_KEYS", "stream token signing keys id:secret, comma-separated; the first signs (empty: a key of this process)", "", keys(&c.StreamTokenKeys)},
+		{"", "NQ_STREAM_TOKEN_KEYS", "stream token signing keys id:secret, comma-separated; the first signs (empty: a key the store keeps, made by the first instance)", "", keys(&c.StreamTokenKeys)},
 		{"", "NQ_TRIGGER_KEYS", "trigger id signing keys id:secret, comma-separated; the first signs (empty: a key the store keeps, made by the first instance)", "", keys(&c.TriggerKeys)},
 		{"stream-token-max-ttl", "NQ_STREAM_TOKEN_MAX_TTL", "longest life of a stream token", durText(handlers.DefaultMaxStreamTokenTTL), dur(&c.StreamTokenMaxTTL)},
 		{"allow-insecure-bind", "NQ_ALLOW_INSECURE_BIND", "serve a non-loopback address with no tokens configured", "false", boolean(&c.AllowInsecureBind)},

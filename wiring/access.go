@@ -1,6 +1,8 @@
 package wiring
 
 import (
+	"context"
+	"fmt"
 	"net"
 	"time"
 
@@ -12,7 +14,7 @@ import (
 // access builds the API's access control and abuse limits from the config,
 // and says at start how exposed the server is. Token secrets never reach the
 // log: the config holds only their hashes.
-func (a *App) access() (handlers.Access, error) {
+func (a *App) access(ctx context.Context) (handlers.Access, error) {
 	cfg := a.cfg
 	host, _, _ := net.SplitHostPort(cfg.Addr)
 	switch {
@@ -24,14 +26,23 @@ func (a *App) access() (handlers.Access, error) {
 		a.log.Info().Int("tokens", len(cfg.Tokens)).Msg("API tokens required")
 	}
 
+	// Without configured keys, stream tokens are signed with a key kept in
+	// the store, so that a token one instance issued opens a stream on any.
+	// Without API tokens no stream needs a token.
+	keys := cfg.StreamTokenKeys
+	if len(keys) == 0 && len(cfg.Tokens) > 0 {
+		k, err := keptKey(ctx, a.secrets, streamTokenKeyName, keptKeyID(cfg))
+		if err != nil {
+			return handlers.Access{}, fmt.Errorf("stream token key: %w", err)
+		}
+		keys = []auth.Key{k}
+	}
 	var signer *auth.Signer
-	if len(cfg.StreamTokenKeys) > 0 {
+	if len(keys) > 0 {
 		var err error
-		if signer, err = auth.NewSigner(cfg.StreamTokenKeys...); err != nil {
+		if signer, err = auth.NewSigner(keys...); err != nil {
 			return handlers.Access{}, err
 		}
-	} else if len(cfg.Tokens) > 0 && cfg.Backend() != "embedded" {
-		a.log.Warn().Msg("NQ_STREAM_TOKEN_KEYS is unset: stream tokens are signed with a key of this process and open streams on this instance only")
 	}
 	return handlers.Access{
 		Auth:              auth.New(auth.NewTokens(cfg.Tokens), signer, time.Now),

@@ -15,9 +15,12 @@ import (
 	"github.com/nqd-dev/nqd/config"
 )
 
-// triggerKeyName names the trigger key among a store's secrets; on the
-// embedded store it is the file trigger.key beside the data.
-const triggerKeyName = "trigger"
+// The names of the keys among a store's secrets; on the embedded store
+// each is a file <name>.key beside the data.
+const (
+	triggerKeyName     = "trigger"
+	streamTokenKeyName = "stream-token"
+)
 
 // secretKeeper keeps the secrets nqd makes for itself where every instance
 // of one store finds them: Secret returns the one stored under name,
@@ -35,16 +38,20 @@ func TriggerSigner(ctx context.Context, cfg config.Config, secrets secretKeeper)
 	if len(cfg.TriggerKeys) > 0 {
 		return auth.NewTriggerSigner(cfg.TriggerKeys...)
 	}
-	// The id shows in every trigger id (tg1.<id>.…): where its key lives.
-	id := "store"
-	if cfg.Backend() == "embedded" {
-		id = "local"
-	}
-	k, err := keptKey(ctx, secrets, triggerKeyName, id)
+	k, err := keptKey(ctx, secrets, triggerKeyName, keptKeyID(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("trigger key: %w", err)
 	}
 	return auth.NewTriggerSigner(k)
+}
+
+// keptKeyID is the id of a key the store keeps, which shows in what it
+// signs (tg1.<id>.… for a trigger id): where the key lives.
+func keptKeyID(cfg config.Config) string {
+	if cfg.Backend() == "embedded" {
+		return "local"
+	}
+	return "store"
 }
 
 // keptKey is the `id:secret` key secrets keeps under name, a new random one

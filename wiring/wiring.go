@@ -142,7 +142,7 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 	}
 	a.closers = append(a.closers, func() error { stopScheduler(); return nil })
 
-	access, err := a.access()
+	access, err := a.access(ctx)
 	if err != nil {
 		return nil, errors.Join(err, a.Close())
 	}
