@@ -108,6 +108,8 @@ var routeScopes = map[string]auth.Scope{
 	"GET /api/_scheduler/schedules":                     auth.Read,
 	"POST /api/_scheduler/jobs/{id}/fire":               auth.Write,
 	"POST /api/_scheduler/jobs/{id}/backfill":           auth.Admin,
+	"POST /api/_scheduler/jobs/{id}/pause":              auth.Admin,
+	"POST /api/_scheduler/jobs/{id}/resume":             auth.Admin,
 	"POST /api/_flows/triggers/{id}":                    0,
 	"GET /api/_flows/ws":                                auth.Read,
 	"GET /api/_queues/ws":                               auth.Read,

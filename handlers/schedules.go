@@ -29,6 +29,8 @@ func (a *API) scheduleRoutes(r chi.Router) {
 	read.Get("/api/_scheduler/jobs/{id}/preview", serve(a.previewSchedule))
 	write.Post("/api/_scheduler/jobs/{id}/fire", serve(a.fireSchedule))
 	admin.Post("/api/_scheduler/jobs/{id}/backfill", serve(a.backfillSchedule))
+	admin.Post("/api/_scheduler/jobs/{id}/pause", serve(a.pauseSchedule(true)))
+	admin.Post("/api/_scheduler/jobs/{id}/resume", serve(a.pauseSchedule(false)))
 }
 
 // errNoScheduler answers the schedule routes of an API built without one.
@@ -336,4 +338,34 @@ func (a *API) listSchedules(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, r, http.StatusOK, map[string]any{"schedules": out})
 	return nil
+}
+
+// errTriggerPause refuses to pause a schedule trigger's schedule by itself:
+// the registry's status decides it, and the scheduler keeps it in step.
+var errTriggerPause = &nqd.Error{Code: nqd.CodeConflict,
+	Message: "A schedule trigger is paused and resumed with its status: PATCH /api/_triggers/{name} with status inactive or active."}
+
+// pauseSchedule serves POST /api/_scheduler/jobs/{id}/pause and /resume of
+// a v0.4 flow schedule. A resumed schedule goes on with its first due time
+// after now.
+func (a *API) pauseSchedule(paused bool) handler {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		c, err := a.scheduleID(r)
+		if err != nil {
+			return err
+		}
+		if c.Type == scheduler.TriggerStream {
+			return errTriggerPause
+		}
+		sc, err := a.scheduler.SetPaused(r.Context(), c, paused)
+		if err != nil {
+			return err
+		}
+		out := map[string]any{"success": true, "id": c.String(), "paused": sc.State.Paused}
+		if sc.NextRun > 0 {
+			out["nextRun"] = isoMillis(sc.NextRun)
+		}
+		writeJSON(w, r, http.StatusOK, out)
+		return nil
+	}
 }

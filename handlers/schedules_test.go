@@ -78,6 +78,21 @@ func TestFlowSchedules(t *testing.T) {
 	if rec := api.do(t, request{method: http.MethodPost, target: "/api/_scheduler/jobs/schedule:nightly/fire"}); rec.Code != http.StatusOK {
 		t.Fatalf("fire: %d %s", rec.Code, rec.Body)
 	}
+	var paused struct {
+		Paused  bool   `json:"paused"`
+		NextRun string `json:"nextRun"`
+	}
+	rec = api.do(t, request{method: http.MethodPost, target: "/api/_scheduler/jobs/schedule:nightly/pause"})
+	if err := json.Unmarshal(rec.Body.Bytes(), &paused); err != nil || !paused.Paused || paused.NextRun != "" {
+		t.Fatalf("pause: %d %s", rec.Code, rec.Body)
+	}
+	rec = api.do(t, request{method: http.MethodPost, target: "/api/_scheduler/jobs/schedule:nightly/resume"})
+	if err := json.Unmarshal(rec.Body.Bytes(), &paused); err != nil || paused.Paused || paused.NextRun != list[0].NextRun {
+		t.Fatalf("resume: %d %s", rec.Code, rec.Body)
+	}
+	if rec := api.do(t, request{method: http.MethodPost, target: "/api/_scheduler/jobs/trigger:nightly/pause"}); rec.Code != http.StatusConflict {
+		t.Errorf("pause of a trigger's schedule: %d", rec.Code)
+	}
 	if rec := api.do(t, request{method: http.MethodGet, target: "/api/_scheduler/jobs/bogus/preview"}); rec.Code != http.StatusBadRequest {
 		t.Errorf("preview of a bad id: %d", rec.Code)
 	}
