@@ -705,3 +705,46 @@ func TestTriggerSocketStats(t *testing.T) {
 		})
 	}
 }
+
+// TestSocketCapAndExpiry: a socket holds one of its client's stream slots,
+// shared with the SSE streams, until it ends; one opened with a stream
+// token is closed (1008) when the token expires.
+func TestSocketCapAndExpiry(t *testing.T) {
+	st := openSocketStores(t, "bolt", 1)[0]
+	n := startSocketNode(t, st, withTokens(t, handlers.Access{MaxStreams: 1}))
+	auth := http.Header{"Authorization": {"Bearer " + readSecret}}
+	first := dialSocket(t, n.url, "/api/_flows/ws", auth)
+	first.expect("connected")
+	if _, err := dialSocketErr(t, n.url, "/api/_queues/ws", auth); err == nil || !strings.Contains(err.Error(), "status 429") {
+		t.Fatalf("a second socket over the cap: %v, want 429", err)
+	}
+	_ = first.c.Close(websocket.StatusNormalClosure, "")
+	first.closed()
+
+	req, _ := http.NewRequest("POST", n.url+"/api/_auth/stream-token", strings.NewReader(`{"type":"flow","id":"*","ttl":3}`))
+	req.Header = auth.Clone()
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tok struct{ Token string }
+	if err := json.NewDecoder(res.Body).Decode(&tok); err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	// The slot comes back once the server has seen the first socket end.
+	deadline := time.Now().Add(5 * time.Second)
+	ws, err := dialSocketErr(t, n.url, "/api/_flows/ws?access_token="+tok.Token, nil)
+	for err != nil && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // a poll for the slot, bounded by the deadline
+		ws, err = dialSocketErr(t, n.url, "/api/_flows/ws?access_token="+tok.Token, nil)
+	}
+	if err != nil {
+		t.Fatalf("the slot never came back: %v", err)
+	}
+	ws.expect("connected")
+	if err := ws.closed(); websocket.CloseStatus(err) != websocket.StatusPolicyViolation {
+		t.Fatalf("at the token's expiry: %v, want close 1008", err)
+	}
+}
