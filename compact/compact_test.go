@@ -12,6 +12,7 @@ import (
 	"github.com/nqd-dev/nqd/archive"
 	"github.com/nqd-dev/nqd/compact"
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/s3test"
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/reducers"
 	"github.com/nqd-dev/nqd/snapshots"
@@ -128,13 +129,30 @@ func ids(evs []event.Event) []string {
 // compacted, answers time travel to an early point as the uncompacted run
 // did, while the live stream keeps only its tail and the process's heap
 // stays within a fixed budget.
+// TestCompactLongRun compacts a 200,000-event run into a directory and into
+// a bucket of a real S3-compatible server: time travel answers exactly as an
+// uncompacted fold, within a fixed heap.
 func TestCompactLongRun(t *testing.T) {
+	t.Run("dir", func(t *testing.T) {
+		st, dir := openStores(t)
+		testCompactLongRun(t, st, dir)
+	})
+	t.Run("s3", func(t *testing.T) {
+		arch, err := archive.Open(t.Context(), s3test.Start(t).Bucket(t, "segments"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer arch.Close()
+		testCompactLongRun(t, testkit.Bolt(t, boltstore.Options{}), arch)
+	})
+}
+
+func testCompactLongRun(t *testing.T, st *boltstore.Store, dir *archive.Bucket) {
 	total := 200_000
 	if testing.Short() {
 		total = 20_000
 	}
 	const tail = 1000
-	st, dir := openStores(t)
 	c := store.Context{Type: "batch", ID: "long"}
 
 	// The reference folds as the run is written, keeping the states at a
