@@ -31,6 +31,7 @@ import (
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/flows"
+	"github.com/nqd-dev/nqd/internal/outage"
 	"github.com/nqd-dev/nqd/schedule"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/triggers"
@@ -759,17 +760,24 @@ func (s *Scheduler) Run(ctx context.Context) {
 	nextSync := time.Now()
 	t := time.NewTimer(0)
 	defer t.Stop()
+	// A store outage fails every sync and tick until it ends; it is logged
+	// in a handful of lines, not one per attempt.
+	syncing, ticking := outage.New(s.log, "schedule sync"), outage.New(s.log, "schedule tick")
 	for {
 		if now := time.Now(); !now.Before(nextSync) {
 			if err := s.Sync(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn().Err(err).Msg("schedule triggers not in step")
+				syncing.Failed(err)
+			} else if err == nil {
+				syncing.Succeeded()
 			}
 			s.refresh(ctx)
 			nextSync = now.Add(s.opts.SyncEvery)
 		}
 		if s.due(time.Now()) {
 			if err := s.eng.Tick(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn().Err(err).Msg("schedule tick failed")
+				ticking.Failed(err)
+			} else if err == nil {
+				ticking.Succeeded()
 			}
 		}
 		next := nextSync

@@ -15,6 +15,7 @@ import (
 	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/cond"
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/outage"
 	"github.com/nqd-dev/nqd/reducers"
 	"github.com/nqd-dev/nqd/store"
 )
@@ -144,9 +145,14 @@ func (g *Registry) Run(ctx context.Context) error {
 	w := NewWatcher()
 	tick := time.NewTicker(g.opts.Poll)
 	defer tick.Stop()
+	// A store outage fails every look until it ends; it is logged in a
+	// handful of lines, not one per poll.
+	failing := outage.New(g.log, "event triggers' look")
 	for {
 		if err := g.Look(ctx, w); err != nil && ctx.Err() == nil {
-			g.log.Warn().Err(err).Msg("event triggers: look failed")
+			failing.Failed(err)
+		} else if err == nil {
+			failing.Succeeded()
 		}
 		select {
 		case <-ctx.Done():
