@@ -63,7 +63,9 @@ type flowSchedule struct {
 func (a *API) flowSchedule(name string, sc *scheduler.Schedule, queue, step string) flowSchedule {
 	out := flowSchedule{ID: sc.Name(), FlowName: name, Queue: queue, Step: step, RunCount: sc.RunCount,
 		Schedule: map[string]any{"cron": sc.Spec.Cron}, CreatedAt: isoMillis(sc.CreatedAt), NextRun: isoMillis(sc.NextRun)}
-	if sc.Spec.Timezone != "" {
+	if sc.Once {
+		out.Schedule = map[string]any{"delay": int64(sc.Spec.Interval * 1000)}
+	} else if sc.Spec.Timezone != "" {
 		out.Schedule["timezone"] = sc.Spec.Timezone
 	}
 	return out
@@ -93,9 +95,9 @@ func (a *API) createFlowSchedule(w http.ResponseWriter, r *http.Request) error {
 	switch {
 	case body.Delay != nil && body.Cron != "":
 		return badRequest("Cannot specify both cron and delay")
-	case body.Delay != nil:
-		return invalidField("delay", "a one-time delay is not a schedule in nqd; give cron, or start the flow with a time await")
-	case body.Cron == "":
+	case body.Delay != nil && (*body.Delay <= 0 || time.Duration(*body.Delay)*time.Millisecond > schedule.MaxInterval):
+		return invalidField("delay", "must be milliseconds from 1 to a year")
+	case body.Cron == "" && body.Delay == nil:
 		return badRequest("Must specify either cron or delay")
 	}
 	d, err := a.engine.Definition(r.Context(), name)
@@ -113,10 +115,15 @@ func (a *API) createFlowSchedule(w http.ResponseWriter, r *http.Request) error {
 	if len(input) == 0 || string(input) == "null" {
 		input = json.RawMessage(`{}`)
 	}
-	spec := body.Spec
-	spec.Cron = body.Cron
-	sc, err := a.scheduler.Put(r.Context(), store.Context{Type: scheduler.FlowStream, ID: id}, spec,
-		[]scheduler.Target{{Flow: name, Input: input}}, body.Metadata)
+	c, targets := store.Context{Type: scheduler.FlowStream, ID: id}, []scheduler.Target{{Flow: name, Input: input}}
+	var sc *scheduler.Schedule
+	if body.Delay != nil {
+		sc, err = a.scheduler.PutOnce(r.Context(), c, time.Duration(*body.Delay)*time.Millisecond, targets, body.Metadata)
+	} else {
+		spec := body.Spec
+		spec.Cron = body.Cron
+		sc, err = a.scheduler.Put(r.Context(), c, spec, targets, body.Metadata)
+	}
 	if err != nil {
 		return err
 	}
@@ -132,7 +139,8 @@ func (a *API) flowSchedules(r *http.Request, name string) ([]*scheduler.Schedule
 	}
 	var out []*scheduler.Schedule
 	for _, sc := range all {
-		if len(sc.Targets) == 1 && sc.Targets[0].Flow == name {
+		// A one-time schedule that fired is done, as a delayed job is.
+		if len(sc.Targets) == 1 && sc.Targets[0].Flow == name && !(sc.Once && sc.RunCount > 0) {
 			out = append(out, sc)
 		}
 	}

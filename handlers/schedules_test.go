@@ -38,7 +38,7 @@ func TestFlowSchedules(t *testing.T) {
 		`{"cron":"61 * * * *"}`:                          "cron",
 		`{"cron":"0 2 * * *","timezone":"Mars/Olympus"}`: "timezone",
 		`{"cron":"0 2 * * *","overlap":"queue"}`:         "overlap",
-		`{"delay":1000}`:                                 "delay",
+		`{"delay":-5}`:                                   "delay",
 	} {
 		rec := api.do(t, request{method: http.MethodPost, target: "/api/_flows/example-flow/schedule", body: body})
 		var e struct {
@@ -139,5 +139,24 @@ func TestSchedulerJobsCarryScheduleState(t *testing.T) {
 	}
 	if len(got) != 2 || got["trigger:hourly"] != 1 || got["schedule:nightly"] != 0 {
 		t.Errorf("jobs %+v, want trigger:hourly fired once and schedule:nightly", page.Jobs)
+	}
+}
+
+// A delay schedules one run, as v0.4's delayed job did: the schedule fires
+// once, its due time rounded to a whole second.
+func TestFlowScheduleDelay(t *testing.T) {
+	api := newTestAPI(t, withScheduler(t))
+	rec := api.do(t, request{method: http.MethodPost, target: "/api/_flows/example-flow/schedule", body: `{"delay":1500,"jobId":"later"}`})
+	var created struct {
+		Schedule map[string]any `json:"schedule"`
+		NextRun  string         `json:"nextRun"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &created); err != nil || rec.Code != http.StatusOK || created.Schedule["delay"] != float64(2000) || created.NextRun == "" {
+		t.Fatalf("create: %d %s", rec.Code, rec.Body)
+	}
+	rec = api.do(t, request{method: http.MethodGet, target: "/api/_flows/example-flow/schedules"})
+	var list []struct{ ID string }
+	if err := json.Unmarshal(rec.Body.Bytes(), &list); err != nil || len(list) != 1 || list[0].ID != "later" {
+		t.Fatalf("list: %s", rec.Body)
 	}
 }

@@ -611,6 +611,9 @@ func (a *API) scheduleStates(r *http.Request) (map[string]*scheduler.Schedule, [
 	}
 	jobs := make([]scheduledJob, 0, len(scs))
 	for _, sc := range scs {
+		if sc.Once && sc.RunCount > 0 {
+			continue
+		}
 		flows := make([]string, len(sc.Targets))
 		for i, t := range sc.Targets {
 			flows[i] = t.Flow
@@ -622,6 +625,10 @@ func (a *API) scheduleStates(r *http.Request) (map[string]*scheduler.Schedule, [
 		jobs = append(jobs, scheduledJob{ID: sc.Stream.String(), Name: sc.Name(), Type: "cron", Cron: sc.Spec.Cron, Timezone: tz,
 			Enabled: !sc.State.Paused, NextRun: sc.NextRun, LastRun: sc.LastRun, RunCount: int64(sc.RunCount), FailCount: int64(sc.FailCount),
 			Metadata: map[string]any{"flowNames": flows, "scheduleId": sc.Name()}})
+		if sc.Once {
+			j := &jobs[len(jobs)-1]
+			j.Type, j.Cron, j.Timezone, j.ExecuteAt = "one-time", "", "", sc.NextRun
+		}
 	}
 	return byName, jobs, nil
 }

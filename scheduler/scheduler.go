@@ -189,6 +189,9 @@ type Schedule struct {
 	Pending []Pending `json:"pending,omitempty"`
 	// Cancel are runs cancel_previous cancels before Pending start.
 	Cancel []RunRef `json:"cancel,omitempty"`
+	// Once marks a one-time schedule (v0.4's delay): it fires its first
+	// due time and then stays paused.
+	Once bool `json:"once,omitempty"`
 	// wake is when the timer is due.
 	Wake    int64 `json:"wake,omitempty"`
 	Deleted bool  `json:"deleted,omitempty"`
@@ -317,6 +320,21 @@ func compile(sc *Schedule) (*schedule.Schedule, error) {
 // fires at once. Errors: an *nqd.Error naming a bad field of spec, store
 // errors.
 func (s *Scheduler) Put(ctx context.Context, c store.Context, spec schedule.Spec, targets []Target, metadata json.RawMessage) (*Schedule, error) {
+	return s.put(ctx, c, spec, targets, metadata, false)
+}
+
+// PutOnce creates the one-time schedule c, which fires once, after delay
+// (at least a second; a fraction of a second is rounded up), and then stays
+// paused. Errors: as Put's.
+func (s *Scheduler) PutOnce(ctx context.Context, c store.Context, delay time.Duration, targets []Target, metadata json.RawMessage) (*Schedule, error) {
+	spec := schedule.Spec{Interval: delay.Round(time.Second).Seconds(), Overlap: schedule.OverlapAllow}
+	if delay > 0 && delay < time.Second {
+		spec.Interval = 1
+	}
+	return s.put(ctx, c, spec, targets, metadata, true)
+}
+
+func (s *Scheduler) put(ctx context.Context, c store.Context, spec schedule.Spec, targets []Target, metadata json.RawMessage, once bool) (*Schedule, error) {
 	if !c.Valid() {
 		return nil, fmt.Errorf("scheduler: schedule %s: %w", c, store.ErrInvalid)
 	}
@@ -332,7 +350,7 @@ func (s *Scheduler) Put(ctx context.Context, c store.Context, spec schedule.Spec
 			sc.State = schedule.Start(now)
 			sc.State.Paused = paused
 		}
-		sc.Spec, sc.Targets, sc.Metadata = spec, targets, metadata
+		sc.Spec, sc.Targets, sc.Metadata, sc.Once = spec, targets, metadata, once
 		cs, err := compile(sc)
 		if err != nil {
 			return nil, err
@@ -423,6 +441,10 @@ func (s *Scheduler) fire(ctx context.Context, t store.Timer) error {
 			return nil, err
 		}
 		p := cs.Step(sc.State, now, running)
+		if sc.Once && len(p.Fires) > 0 {
+			p.Fires, p.Skips, p.Wake, p.WaitsForRun = p.Fires[:1], nil, time.Time{}, false
+			p.State = schedule.Pause(p.State)
+		}
 		sc.State = p.State
 		var evs []event.Event
 		if p.Cancel {

@@ -380,3 +380,28 @@ func TestScheduleTriggersFireThroughTheRegistry(t *testing.T) {
 		t.Fatalf("deleted trigger's schedule: %v", err)
 	}
 }
+
+// A one-time schedule fires its one due time and then stays paused.
+func TestOneTimeScheduleFiresOnce(t *testing.T) {
+	ctx := t.Context()
+	st := testkit.Bolt(t, boltstore.Options{})
+	c := testkit.NewClock(t0)
+	n := newInstance(t, st, c)
+	mustDefine(t, n.eng)
+	sc := store.Context{Type: scheduler.FlowStream, ID: "later"}
+	if _, err := n.sch.PutOnce(ctx, sc, 5*time.Second, []scheduler.Target{{Flow: "example-flow"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for range 60 {
+		c.Add(time.Second)
+		must(t, n.eng.Tick(ctx))
+	}
+	if got := firedDues(t, st, sc); !slices.Equal(got, []int{5}) {
+		t.Errorf("fired due times %v, want [5]", got)
+	}
+	got, err := n.sch.Get(ctx, sc)
+	must(t, err)
+	if !got.State.Paused || got.NextRun != 0 || got.RunCount != 1 {
+		t.Errorf("after its fire: paused %v, nextRun %d, runCount %d", got.State.Paused, got.NextRun, got.RunCount)
+	}
+}
