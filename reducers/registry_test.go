@@ -3,6 +3,8 @@ package reducers_test
 import (
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/reducers"
 )
@@ -60,4 +62,32 @@ func TestRegistryTriggerApply(t *testing.T) {
 			want:  `{"deleted":null,"subscriptions":null,"spec":{"name":"t","type":"manual","scope":"run","status":"active"},"version":1}`,
 		},
 	})
+}
+
+// TestRegistryTriggerCheckpoint: a registry trigger's state survives a
+// checkpoint, so a fold continued from it gives the same state.
+func TestRegistryTriggerCheckpoint(t *testing.T) {
+	evs := []event.Event{
+		ev(1000, "trigger.registered", data(`{"name":"t","type":"event","scope":"flow","status":"active","config":{"event":"a.b"}}`)),
+		ev(1001, "subscription.added", data(`{"flowName":"f","mode":"auto"}`)),
+		ev(1002, "trigger.fired", data(`{"fireId":"x"}`)),
+		ev(1003, "trigger.flow.started", data(`{"flowName":"f","runId":"r"}`)),
+	}
+	whole := mustFold(t, reducers.Trigger{}, evs...)
+	half := mustFold(t, reducers.Trigger{}, evs[:2]...)
+	b, err := reducers.MarshalCheckpoint(half)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := reducers.UnmarshalCheckpoint(reducers.Trigger{}, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cont, err := reducers.Trigger{}.Fold(back, evs[2:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(fieldsOf(t, whole), fieldsOf(t, cont)); diff != "" {
+		t.Errorf("continued from a checkpoint (-whole +continued):\n%s", diff)
+	}
 }
