@@ -173,6 +173,44 @@ func TestNuxtQueueV05UI(t *testing.T) {
 		b.waitText(t, `/trigger\.fired/`)
 	})
 
+	t.Run("a trigger made, edited and deleted through its pages", func(t *testing.T) {
+		b.nav(t, page("?p=/triggers/new"))
+		b.click(t, "button", "Manual Trigger")
+		b.click(t, "button", "Next")
+		b.fill(t, "Trigger Name", "ui-made")
+		b.fill(t, "Display Name", "Made in the UI")
+		for range 3 { // info, config, flows, then the review
+			b.click(t, "button", "Next")
+		}
+		b.click(t, "button", "Create Trigger")
+		var got struct{ Name, DisplayName, Type string }
+		wait.For(t, 20*time.Second, 100*time.Millisecond, "the trigger stored", func() bool {
+			return getJSON(nqd+"/api/_triggers/ui-made", &got) == nil
+		})
+		if got.Type != "manual" || got.DisplayName != "Made in the UI" {
+			t.Errorf("stored trigger = %+v", got)
+		}
+
+		b.nav(t, page("?p=/triggers/ui-made/edit"))
+		b.waitText(t, `/Edit Trigger/`)
+		b.fill(t, "Display Name", "Renamed in the UI")
+		b.click(t, "button", "Save Changes")
+		wait.For(t, 20*time.Second, 100*time.Millisecond, "the new display name stored", func() bool {
+			return getJSON(nqd+"/api/_triggers/ui-made", &got) == nil && got.DisplayName == "Renamed in the UI"
+		})
+
+		b.click(t, "button", "Delete")
+		b.click(t, "button", "Delete Trigger")
+		wait.For(t, 20*time.Second, 100*time.Millisecond, "the trigger gone", func() bool {
+			res, err := http.Get(nqd + "/api/_triggers/ui-made")
+			if err != nil {
+				return false
+			}
+			res.Body.Close()
+			return res.StatusCode == http.StatusNotFound
+		})
+	})
+
 	t.Run("queues and jobs", func(t *testing.T) {
 		b.nav(t, page("?p=/queues"))
 		b.waitText(t, `/\bhello\b/`)
@@ -184,6 +222,18 @@ func TestNuxtQueueV05UI(t *testing.T) {
 	t.Run("scheduler", func(t *testing.T) {
 		b.nav(t, page("?p=/settings/scheduler"))
 		b.waitText(t, `/Scheduler/i`)
+	})
+
+	t.Run("clear history", func(t *testing.T) {
+		b.nav(t, page("?p=/flows/hello"))
+		b.waitText(t, `/\b2 runs\b/`)
+		b.click(t, `button[aria-haspopup="menu"]`, "")
+		b.click(t, `[role="menuitem"]`, "Clear History")
+		b.click(t, "button", "Clear History")
+		wait.For(t, 20*time.Second, 100*time.Millisecond, "hello's runs cleared", func() bool {
+			return len(flowRuns(t, nqd, "hello")) == 0
+		})
+		b.waitText(t, `/No runs yet/`)
 	})
 
 	b.logConsole(t)
@@ -574,6 +624,26 @@ func (b *browser) click(t *testing.T, selector, text string) {
   inner[0].click();
   return true;
 })()`, w, q))
+}
+
+// fill types value into the input of the form field labelled label, as a
+// person would: the page sees an input event.
+func (b *browser) fill(t *testing.T, label, value string) {
+	t.Helper()
+	l, _ := json.Marshal(label)
+	v, _ := json.Marshal(value)
+	b.waitJS(t, fmt.Sprintf(`(() => {
+  const label = [...document.querySelectorAll('label')].find((e) => e.offsetParent !== null && e.innerText.trim().startsWith(%s));
+  if (!label) return false;
+  let box = label.parentElement;
+  while (box && !box.querySelector('input, textarea')) box = box.parentElement;
+  const input = box && box.querySelector('input, textarea');
+  if (!input) return false;
+  const proto = input instanceof HTMLTextAreaElement ? HTMLTextAreaElement.prototype : HTMLInputElement.prototype;
+  Object.getOwnPropertyDescriptor(proto, 'value').set.call(input, %s);
+  input.dispatchEvent(new Event('input', {bubbles: true}));
+  return true;
+})()`, l, v))
 }
 
 func (b *browser) waitJS(t *testing.T, expr string) {
