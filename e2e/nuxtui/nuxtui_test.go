@@ -200,7 +200,7 @@ func TestNuxtQueueV05UI(t *testing.T) {
 		})
 
 		b.click(t, "button", "Delete")
-		b.click(t, "button", "Delete Trigger")
+		b.click(t, `[role="dialog"] button`, "Delete Trigger")
 		wait.For(t, 20*time.Second, 100*time.Millisecond, "the trigger gone", func() bool {
 			res, err := http.Get(nqd + "/api/_triggers/ui-made")
 			if err != nil {
@@ -229,7 +229,7 @@ func TestNuxtQueueV05UI(t *testing.T) {
 		b.waitText(t, `/\b2 runs\b/`)
 		b.click(t, `button[aria-haspopup="menu"]`, "")
 		b.click(t, `[role="menuitem"]`, "Clear History")
-		b.click(t, "button", "Clear History")
+		b.click(t, `[role="dialog"] button`, "Clear History")
 		wait.For(t, 20*time.Second, 100*time.Millisecond, "hello's runs cleared", func() bool {
 			return len(flowRuns(t, nqd, "hello")) == 0
 		})
