@@ -107,6 +107,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzMarshal -fuzztime=30s ./event
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeAppend -fuzztime=30s ./handlers
 	$(GO) test -run='^$$' -fuzz=FuzzStrictJSON -fuzztime=30s ./handlers
+	$(GO) test -run='^$$' -fuzz=FuzzCompile -fuzztime=30s ./schedule
 	$(GO) test -run='^$$' -fuzz=FuzzResumePlan -fuzztime=30s ./stream
 	$(GO) test -run='^$$' -fuzz=FuzzTriggerID -fuzztime=30s ./auth
 	$(GO) test -run='^$$' -fuzz=FuzzParseTokens -fuzztime=30s ./auth
