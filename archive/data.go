@@ -5,8 +5,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
+	"strings"
+
+	"gocloud.dev/blob"
 
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/store"
@@ -113,4 +117,25 @@ func (a *Bucket) getData(ctx context.Context, ref Ref) ([]byte, error) {
 		return nil, fmt.Errorf("archive: data %s of %s does not match its reference: %w", ref.SHA256, ref.Run, ErrCorrupt)
 	}
 	return value, nil
+}
+
+// ListData returns the references of every value kept, by run and hash.
+// Errors: the bucket's.
+func (a *Bucket) ListData(ctx context.Context) ([]Ref, error) {
+	it := a.b.List(&blob.ListOptions{Prefix: dataFolder})
+	var out []Ref
+	for {
+		o, err := it.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("archive: list data: %w", err)
+		}
+		run, sum, ok := strings.Cut(strings.TrimPrefix(o.Key, dataFolder), "/")
+		ref := Ref{Run: run, SHA256: sum, Bytes: o.Size}
+		if ok && ref.check() == nil {
+			out = append(out, ref)
+		}
+	}
 }

@@ -65,11 +65,14 @@ func TestVerifyBucket(t *testing.T) {
 	if _, err := a.PutSegment(t.Context(), store.Context{Type: "flow", ID: "long"}, evs[:1]); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := a.PutData(t.Context(), "done", []byte(`{"rows":42}`)); err != nil {
+		t.Fatal(err)
+	}
 	var out, errOut bytes.Buffer
 	if code := run(t.Context(), []string{"verify", u}, &out, &errOut); code != 0 {
 		t.Fatalf("intact bucket: exit %d, %s%s", code, out.String(), errOut.String())
 	}
-	for _, want := range []string{"ok      flow:done: 2 events", "ok      flow:long segment: 1 events"} {
+	for _, want := range []string{"ok      flow:done: 2 events", "ok      flow:long segment: 1 events", "ok      data done/"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
