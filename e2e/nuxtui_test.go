@@ -1,4 +1,4 @@
-// Package nuxtui_test walks the Nuxt Queue v0.5 UI, built from its public
+// TestNuxtQueueV05UI walks the Nuxt Queue v0.5 UI, built from its public
 // source, page by page in headless Chromium with nqd serving its API and
 // its WebSockets, and nqd-worker running plain v0.5 step files.
 //
@@ -9,7 +9,8 @@
 // minutes. Without the variable the test is skipped.
 // NQD_NUXT_QUEUE_BUILD names a folder to build in and keep instead, so that a
 // second run reuses the installed packages and the build.
-package nuxtui_test
+
+package e2e_test
 
 import (
 	"bufio"
@@ -26,6 +27,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -33,13 +35,8 @@ import (
 
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
-	"github.com/rs/zerolog"
 
-	"github.com/nqd-dev/nqd/config"
-	"github.com/nqd-dev/nqd/internal/spawn"
-	"github.com/nqd-dev/nqd/internal/testkit"
-	"github.com/nqd-dev/nqd/internal/wait"
-	"github.com/nqd-dev/nqd/wiring"
+	testspawn "github.com/nqd-dev/nqd/internal/spawn"
 )
 
 // The release whose UI is walked, and the pnpm its lockfile was made with.
@@ -58,7 +55,7 @@ func TestNuxtQueueV05UI(t *testing.T) {
 			t.Fatalf("the v0.5 UI test needs %s: %v", tool, err)
 		}
 	}
-	root, err := filepath.Abs("../..")
+	root, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,12 +63,13 @@ func TestNuxtQueueV05UI(t *testing.T) {
 	// nqd forwards what is not its API to the Nuxt app (NQ_UI_UPSTREAM), so
 	// the UI and its sockets share one origin; the app starts after the
 	// build, which reads the flows from nqd, so its port is chosen now.
-	nuxtPort := freePort(t)
-	nqd := startNqd(t, "http://127.0.0.1:"+nuxtPort)
-	startWorker(t, root, nqd)
-	wait.For(t, 30*time.Second, 100*time.Millisecond, "the step files' flows stored", func() bool {
-		var listed []struct{ ID string }
-		return getJSON(nqd+"/api/_flows", &listed) == nil && len(listed) == 2
+	nuxtAddr := freeAddr(t)
+	_, nuxtPort, _ := net.SplitHostPort(nuxtAddr)
+	nqd := startServer(t, []string{"-data-dir", t.TempDir(), "-allow-open-webhooks", "true", "-ui-upstream", "http://" + nuxtAddr})
+	startStepFiles(t, root, nqd)
+	var listed []struct{ ID string }
+	waitFor(t, 30*time.Second, "the step files' flows stored", func() bool {
+		return getJSON(nqd+"/api/_flows", &listed) == nil && slices.ContainsFunc(listed, func(f struct{ ID string }) bool { return f.ID == "approval" })
 	})
 
 	build := buildUI(t, repo, nqd)
@@ -83,7 +81,7 @@ func TestNuxtQueueV05UI(t *testing.T) {
 	t.Run("dashboard", func(t *testing.T) {
 		b.nav(t, page(""))
 		b.waitText(t, `/Registered Flows/`)
-		b.waitText(t, `/\b2\s*flows\b/`)
+		b.waitText(t, fmt.Sprintf(`/\b%d\s*flows\b/`, len(listed)))
 	})
 
 	t.Run("flows list with live stats", func(t *testing.T) {
@@ -126,7 +124,7 @@ func TestNuxtQueueV05UI(t *testing.T) {
 			t.Fatalf("await webhook: %d %s", res.status, res.body)
 		}
 		b.waitText(t, `/Completed/i`)
-		wait.For(t, 20*time.Second, 100*time.Millisecond, "the approval run completed", func() bool {
+		waitFor(t, 20*time.Second, "the approval run completed", func() bool {
 			runs := flowRuns(t, nqd, "approval")
 			return len(runs) == 1 && runs[0].Status == "completed"
 		})
@@ -145,12 +143,12 @@ func TestNuxtQueueV05UI(t *testing.T) {
 		b.click(t, "*", "Run "+started.FlowID[:8])
 		b.waitText(t, `/awaiting/i`)
 		b.click(t, "button", "Cancel")
-		wait.For(t, 20*time.Second, 100*time.Millisecond, "the run canceled", func() bool {
+		waitFor(t, 20*time.Second, "the run canceled", func() bool {
 			return runStatus(t, nqd, "approval", started.FlowID) == "canceled"
 		})
 		b.waitText(t, `/cancel/i`)
 		b.click(t, "button", "Restart")
-		wait.For(t, 20*time.Second, 100*time.Millisecond, "a restarted run", func() bool {
+		waitFor(t, 20*time.Second, "a restarted run", func() bool {
 			return len(flowRuns(t, nqd, "approval")) == 3
 		})
 	})
@@ -166,7 +164,7 @@ func TestNuxtQueueV05UI(t *testing.T) {
 		if fired.status != http.StatusOK || !strings.Contains(fired.body, `"success":true`) {
 			t.Fatalf("fire trigger: %d %s", fired.status, fired.body)
 		}
-		wait.For(t, 20*time.Second, 100*time.Millisecond, "the hook's hello run", func() bool {
+		waitFor(t, 20*time.Second, "the hook's hello run", func() bool {
 			return len(flowRuns(t, nqd, "hello")) == 2
 		})
 		b.nav(t, page("?p=/triggers/greet-hook"))
@@ -184,7 +182,7 @@ func TestNuxtQueueV05UI(t *testing.T) {
 		}
 		b.click(t, "button", "Create Trigger")
 		var got struct{ Name, DisplayName, Type string }
-		wait.For(t, 20*time.Second, 100*time.Millisecond, "the trigger stored", func() bool {
+		waitFor(t, 20*time.Second, "the trigger stored", func() bool {
 			return getJSON(nqd+"/api/_triggers/ui-made", &got) == nil
 		})
 		if got.Type != "manual" || got.DisplayName != "Made in the UI" {
@@ -195,13 +193,13 @@ func TestNuxtQueueV05UI(t *testing.T) {
 		b.waitText(t, `/Edit Trigger/`)
 		b.fill(t, "Display Name", "Renamed in the UI")
 		b.click(t, "button", "Save Changes")
-		wait.For(t, 20*time.Second, 100*time.Millisecond, "the new display name stored", func() bool {
+		waitFor(t, 20*time.Second, "the new display name stored", func() bool {
 			return getJSON(nqd+"/api/_triggers/ui-made", &got) == nil && got.DisplayName == "Renamed in the UI"
 		})
 
 		b.click(t, "button", "Delete")
 		b.click(t, `[role="dialog"] button`, "Delete Trigger")
-		wait.For(t, 20*time.Second, 100*time.Millisecond, "the trigger gone", func() bool {
+		waitFor(t, 20*time.Second, "the trigger gone", func() bool {
 			res, err := http.Get(nqd + "/api/_triggers/ui-made")
 			if err != nil {
 				return false
@@ -230,7 +228,7 @@ func TestNuxtQueueV05UI(t *testing.T) {
 		b.click(t, `button[aria-haspopup="menu"]`, "")
 		b.click(t, `[role="menuitem"]`, "Clear History")
 		b.click(t, `[role="dialog"] button`, "Clear History")
-		wait.For(t, 20*time.Second, 100*time.Millisecond, "hello's runs cleared", func() bool {
+		waitFor(t, 20*time.Second, "hello's runs cleared", func() bool {
 			return len(flowRuns(t, nqd, "hello")) == 0
 		})
 		b.waitText(t, `/No runs yet/`)
@@ -239,52 +237,23 @@ func TestNuxtQueueV05UI(t *testing.T) {
 	b.logConsole(t)
 }
 
-// startNqd runs nqd on the embedded store in a temporary folder, passing
-// what is not its API through to upstream, until the test ends and returns
-// its base URL.
-func startNqd(t *testing.T, upstream string) string {
-	t.Helper()
-	args := []string{"-addr", "127.0.0.1:0", "-data-dir", t.TempDir(), "-log-level", "warn",
-		"-allow-open-webhooks", "true", "-ui-upstream", upstream}
-	cfg, err := config.Load(args, func(string) string { return "" }, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	app, err := wiring.New(context.Background(), cfg, testkit.Logger(t).Level(zerolog.WarnLevel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- app.Serve() }()
-	t.Cleanup(func() {
-		if err := app.Shutdown(context.Background()); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		<-done
-		if err := app.Close(); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	return "http://" + app.Addr()
-}
-
-// startWorker builds the TypeScript SDK and runs nqd-worker on the v0.5 step
-// files in testdata, storing their flows.
-func startWorker(t *testing.T, root, nqd string) {
+// startStepFiles builds the TypeScript SDK and runs nqd-worker on the v0.5
+// step files in testdata, storing their flows.
+func startStepFiles(t *testing.T, root, nqd string) {
 	t.Helper()
 	sdk := filepath.Join(root, "sdk", "typescript")
 	if _, err := os.Stat(filepath.Join(sdk, "node_modules")); err != nil {
-		run(t, sdk, nil, "npm", "ci", "--no-audit", "--no-fund")
+		runCmd(t, sdk, nil, "npm", "ci", "--no-audit", "--no-fund")
 	}
-	run(t, sdk, nil, "npm", "run", "build")
-	functions, err := filepath.Abs(filepath.Join("testdata", "functions"))
+	runCmd(t, sdk, nil, "npm", "run", "build")
+	functions, err := filepath.Abs(filepath.Join("testdata", "nuxtui", "functions"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	start(t, sdk, nil, "node", "dist/cli.js", functions, "--url", nqd, "--store-flows", "--concurrency", "2", "--grace", "2000")
+	startCmd(t, sdk, nil, "node", "dist/cli.js", functions, "--url", nqd, "--store-flows", "--concurrency", "2", "--grace", "2000")
 }
 
-// buildUI checks the tagged UI out, adds the host app of testdata/ui-host
+// buildUI checks the tagged UI out, adds the host app of testdata/nuxtui/ui-host
 // and builds it, returning the folder that holds ui-host.
 func buildUI(t *testing.T, repo, nqd string) string {
 	t.Helper()
@@ -318,7 +287,7 @@ func buildUI(t *testing.T, repo, nqd string) string {
 	if err := extract.Wait(); err != nil {
 		t.Fatalf("extract: %v: %s", err, stderr.String())
 	}
-	if err := os.CopyFS(filepath.Join(dir, "ui-host"), os.DirFS(filepath.Join("testdata", "ui-host"))); err != nil {
+	if err := os.CopyFS(filepath.Join(dir, "ui-host"), os.DirFS(filepath.Join("testdata", "nuxtui", "ui-host"))); err != nil {
 		t.Fatal(err)
 	}
 	ws, err := os.OpenFile(filepath.Join(dir, "pnpm-workspace.yaml"), os.O_APPEND|os.O_WRONLY, 0)
@@ -332,17 +301,17 @@ func buildUI(t *testing.T, repo, nqd string) string {
 		t.Fatal(err)
 	}
 	env := []string{"NUXT_TELEMETRY_DISABLED=1", "CI=", "NQD_URL=" + nqd}
-	run(t, dir, env, "npx", "-y", pnpmPkg, "install", "--no-frozen-lockfile")
-	run(t, dir, env, "npx", "-y", pnpmPkg, "-C", "ui-host", "exec", "nuxi", "build")
+	runCmd(t, dir, env, "npx", "-y", pnpmPkg, "install", "--no-frozen-lockfile")
+	runCmd(t, dir, env, "npx", "-y", pnpmPkg, "-C", "ui-host", "exec", "nuxi", "build")
 	return dir
 }
 
 // startNuxt runs the built host app on port until the test ends.
 func startNuxt(t *testing.T, dir, port string) {
 	t.Helper()
-	start(t, dir, []string{"HOST=127.0.0.1", "PORT=" + port, "NUXT_TELEMETRY_DISABLED=1"}, "node", "ui-host/.output/server/index.mjs")
+	startCmd(t, dir, []string{"HOST=127.0.0.1", "PORT=" + port, "NUXT_TELEMETRY_DISABLED=1"}, "node", "ui-host/.output/server/index.mjs")
 	u := "http://127.0.0.1:" + port
-	wait.For(t, 30*time.Second, 100*time.Millisecond, "the Nuxt app up", func() bool {
+	waitFor(t, 30*time.Second, "the Nuxt app up", func() bool {
 		res, err := http.Get(u + "/_nvent")
 		if err != nil {
 			return false
@@ -465,9 +434,9 @@ func post(t *testing.T, u, body string) answer {
 	return answer{res.StatusCode, string(raw)}
 }
 
-// run runs a command to its end, failing the test with the end of its
+// runCmd runs a command to its end, failing the test with the end of its
 // output when it fails.
-func run(t *testing.T, dir string, env []string, name string, args ...string) {
+func runCmd(t *testing.T, dir string, env []string, name string, args ...string) {
 	t.Helper()
 	cmd := exec.Command(name, args...)
 	cmd.Dir, cmd.Env = dir, append(os.Environ(), env...)
@@ -477,15 +446,15 @@ func run(t *testing.T, dir string, env []string, name string, args ...string) {
 	}
 }
 
-// start starts a command that lives until the test ends; its output goes
+// startCmd starts a command that lives until the test ends; its output goes
 // to the test's log when the test fails.
-func start(t *testing.T, dir string, env []string, name string, args ...string) *exec.Cmd {
+func startCmd(t *testing.T, dir string, env []string, name string, args ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(name, args...)
 	cmd.Dir, cmd.Env = dir, append(os.Environ(), env...)
 	var out syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := spawn.Start(cmd, nil); err != nil {
+	if err := testspawn.Start(cmd, nil); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
 	t.Cleanup(func() {
@@ -521,18 +490,6 @@ func tail(b []byte) string {
 		b = b[len(b)-n:]
 	}
 	return string(b)
-}
-
-// freePort finds a port free now, for a server started later.
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	return port
 }
 
 // browser is one headless Chromium tab and what its console said.
