@@ -222,9 +222,30 @@ func TestNuxtQueueV05UI(t *testing.T) {
 		b.waitText(t, `/Scheduler/i`)
 	})
 
+	t.Run("runs paged", func(t *testing.T) {
+		earlier := flowRuns(t, nqd, "hello")
+		if len(earlier) != 2 {
+			t.Fatalf("runs of hello = %+v, want two", earlier)
+		}
+		oldest := "Run " + earlier[len(earlier)-1].ID[:8]
+		for range 21 {
+			if res := post(t, nqd+"/api/_flows/hello/start", `{}`); res.status != http.StatusOK {
+				t.Fatalf("start: %d %s", res.status, res.body)
+			}
+		}
+		b.nav(t, page("?p=/flows/hello"))
+		b.waitText(t, `/\b23 runs\b/`)
+		b.waitJS(t, fmt.Sprintf(`!document.body.innerText.includes(%q)`, oldest))
+		b.click(t, "button", "2")
+		b.waitText(t, fmt.Sprintf(`/%s/`, oldest))
+		waitFor(t, 30*time.Second, "every hello run completed", func() bool {
+			return !slices.ContainsFunc(flowRuns(t, nqd, "hello"), func(r run1) bool { return r.Status != "completed" })
+		})
+	})
+
 	t.Run("clear history", func(t *testing.T) {
 		b.nav(t, page("?p=/flows/hello"))
-		b.waitText(t, `/\b2 runs\b/`)
+		b.waitText(t, `/\b23 runs\b/`)
 		b.click(t, `button[aria-haspopup="menu"]`, "")
 		b.click(t, `[role="menuitem"]`, "Clear History")
 		b.click(t, `[role="dialog"] button`, "Clear History")
