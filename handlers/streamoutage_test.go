@@ -10,11 +10,13 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/handlers"
+	"github.com/nqd-dev/nqd/internal/wait"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/stream"
 )
@@ -81,6 +83,11 @@ func TestStreamsRefusedDuringAnOutage(t *testing.T) {
 		t.Fatalf("backfill once the store is back: %q, %v", sc.Text(), sc.Err())
 	}
 	cancel()
+	// The backfill may reach the client before the handler notes that the
+	// start worked again.
+	wait.For(t, 5*time.Second, 10*time.Millisecond, "the stream start back in the log", func() bool {
+		return strings.Contains(logs.String(), "works again")
+	})
 
 	var loud []string
 	for line := range strings.Lines(logs.String()) {
