@@ -69,7 +69,16 @@ func TestNuxtQueueV05UI(t *testing.T) {
 	startStepFiles(t, root, nqd)
 	var listed []struct{ ID string }
 	waitFor(t, 30*time.Second, "the step files' flows stored", func() bool {
-		return getJSON(nqd+"/api/_flows", &listed) == nil && slices.ContainsFunc(listed, func(f struct{ ID string }) bool { return f.ID == "approval" })
+		if getJSON(nqd+"/api/_flows", &listed) != nil {
+			return false
+		}
+		stored := 0
+		for _, f := range listed {
+			if f.ID == "hello" || f.ID == "approval" {
+				stored++
+			}
+		}
+		return stored == 2
 	})
 
 	build := buildUI(t, repo, nqd)
@@ -227,7 +236,10 @@ func TestNuxtQueueV05UI(t *testing.T) {
 		if len(earlier) != 2 {
 			t.Fatalf("runs of hello = %+v, want two", earlier)
 		}
-		oldest := "Run " + earlier[len(earlier)-1].ID[:8]
+		// Run ids begin with their start time, so the list tells them
+		// apart by the end it shows.
+		id := earlier[len(earlier)-1].ID
+		oldest := id[len(id)-8:]
 		for range 21 {
 			if res := post(t, nqd+"/api/_flows/hello/start", `{}`); res.status != http.StatusOK {
 				t.Fatalf("start: %d %s", res.status, res.body)
