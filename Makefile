@@ -6,7 +6,9 @@ GO        ?= go
 # directive: its tests are in workertest/, and lint and tidy-check look at it
 # apart.
 PKGS       = $(shell $(GO) list ./... | grep -v /node_modules/)
-VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The server's release tags are v1.2.3; the Go worker SDK's, worker/v1.2.3, may
+# name the same commit and are not nqd's version.
+VERSION   ?= $(shell git describe --tags --match 'v[0-9]*' --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 # Every binary is built with the same flags, so that make run, make build and
 # make demo share one build cache: a flag that differs (-trimpath, CGO_ENABLED)

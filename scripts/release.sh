@@ -3,15 +3,16 @@
 #   nqd_<version>_<os>_<arch>.tar.gz  a static nqd for linux and darwin on amd64
 #                                     and arm64, with LICENSE and README.md
 #   nqd-worker-<version>.tgz          the TypeScript SDK (npm pack)
-#   nqd_worker-<version>.tar.gz, nqd_worker-<version>-py3-none-any.whl
-#                                     the Python SDK (Debian's python3-build)
+#   nqd-worker-<version>.tar.gz, nqd_worker-<version>-py3-none-any.whl
+#                                     the Python SDK's sdist and wheel
+#                                     (Debian's python3-build)
 #   nqd_<version>_image.tar.gz        the container image (docker save), only
 #                                     when a Docker engine answers
 #   SHA256SUMS                        the checksums of all of the above
 #
 # The version is VERSION when set (make release passes the Makefile's), else
-# git describe; a tag v1.2.3 gives 1.2.3 in the file names and v1.2.3 in
-# nqd -version.
+# git describe of the tags v*; a tag v1.2.3 gives 1.2.3 in the file names and
+# v1.2.3 in nqd -version.
 #
 # With --check it builds only the binary of this machine's platform, runs its
 # -version and leaves dist/ alone: a quick proof that the release build works.
@@ -20,7 +21,7 @@ cd "$(dirname "$0")/.."
 
 GO=${GO:-go}
 PYTHON=${PYTHON:-/usr/bin/python3}
-VERSION=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
+VERSION=${VERSION:-$(git describe --tags --match 'v[0-9]*' --always --dirty 2>/dev/null || echo dev)}
 # File names carry the version without the tag's leading v.
 file_version=${VERSION#v}
 platforms=(linux/amd64 linux/arm64 darwin/amd64 darwin/arm64)
