@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/wait"
 	"github.com/nqd-dev/nqd/store"
 )
 
@@ -129,6 +130,10 @@ func testOverflow(t *testing.T, s store.Store) {
 
 	diffEvents(t, "fast subscriber", want, receive(t, fast, total))
 
+	// A store may deliver after the append returns (PostgreSQL reads the new
+	// events when notified), so the slow subscriber overflows once its feed
+	// catches up; reading it before then would make room and hide that.
+	wait.For(t, waitTimeout, 5*time.Millisecond, "the slow subscriber overflowed", func() bool { return slow.Err() != nil })
 	got := drainUntilEnd(t, slow)
 	if err := slow.Err(); !errors.Is(err, store.ErrOverflow) {
 		t.Errorf("slow subscriber: Err = %v, want ErrOverflow", err)
