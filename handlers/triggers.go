@@ -96,6 +96,16 @@ func (a *API) registry() (*triggers.Registry, error) {
 	return a.triggers, nil
 }
 
+// namedTrigger is the registry and the name of the trigger a route names.
+func (a *API) namedTrigger(r *http.Request) (*triggers.Registry, string, error) {
+	g, err := a.registry()
+	if err != nil {
+		return nil, "", err
+	}
+	name, err := triggerName(r)
+	return g, name, err
+}
+
 func triggerName(r *http.Request) (string, error) {
 	name := chi.URLParam(r, "name")
 	if !triggers.ValidName(name) {
@@ -118,11 +128,7 @@ func (a *API) listTriggers(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *API) getTrigger(w http.ResponseWriter, r *http.Request) error {
-	g, err := a.registry()
-	if err != nil {
-		return err
-	}
-	name, err := triggerName(r)
+	g, name, err := a.namedTrigger(r)
 	if err != nil {
 		return err
 	}
@@ -163,11 +169,7 @@ func (a *API) summarizeTriggers(w http.ResponseWriter, r *http.Request) error {
 const maxEventTypes = 32
 
 func (a *API) triggerEvents(w http.ResponseWriter, r *http.Request) error {
-	g, err := a.registry()
-	if err != nil {
-		return err
-	}
-	name, err := triggerName(r)
+	g, name, err := a.namedTrigger(r)
 	if err != nil {
 		return err
 	}
@@ -250,11 +252,7 @@ func (a *API) createTrigger(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *API) patchTrigger(w http.ResponseWriter, r *http.Request) error {
-	g, err := a.registry()
-	if err != nil {
-		return err
-	}
-	name, err := triggerName(r)
+	g, name, err := a.namedTrigger(r)
 	if err != nil {
 		return err
 	}
@@ -276,11 +274,7 @@ type deletedBody struct {
 }
 
 func (a *API) deleteTrigger(w http.ResponseWriter, r *http.Request) error {
-	g, err := a.registry()
-	if err != nil {
-		return err
-	}
-	name, err := triggerName(r)
+	g, name, err := a.namedTrigger(r)
 	if err != nil {
 		return err
 	}
@@ -347,11 +341,7 @@ func (a *API) source(r *http.Request, secretHeader string) map[string]any {
 // fireRegistered fires any active trigger by hand, with an API token's
 // write scope as its credential.
 func (a *API) fireRegistered(w http.ResponseWriter, r *http.Request) error {
-	g, err := a.registry()
-	if err != nil {
-		return err
-	}
-	name, err := triggerName(r)
+	g, name, err := a.namedTrigger(r)
 	if err != nil {
 		return err
 	}
@@ -391,11 +381,7 @@ func (a *API) refuseWebhook(r *http.Request, webhook, reason, message string) er
 // does not is fired only by an API token's write scope, unless the
 // operator opened webhooks (NQ_ALLOW_OPEN_WEBHOOKS).
 func (a *API) webhookTrigger(w http.ResponseWriter, r *http.Request) error {
-	g, err := a.registry()
-	if err != nil {
-		return err
-	}
-	name, err := triggerName(r)
+	g, name, err := a.namedTrigger(r)
 	if err != nil {
 		return err
 	}
