@@ -10,14 +10,11 @@ import (
 // then live, and the flows' stats live (docs/websockets.md). Its methods
 // run on the socket's read loop, one at a time.
 type flowSession struct {
-	*socketClient
-	subs  map[string]*subscription // by flow:<name>:<run>
-	stats *subscription
+	feeds // subs by flow:<name>:<run>
 }
 
 func (a *API) newFlowSession(sc *socketClient) socket.Session {
-	sc.send("connected")
-	return &flowSession{socketClient: sc, subs: map[string]*subscription{}}
+	return &flowSession{newFeeds(sc)}
 }
 
 // runMessage is what subscribe and unsubscribe name.
@@ -42,29 +39,11 @@ func (s *flowSession) Message(typ string, raw []byte) bool {
 		if !s.decode(raw, &m) {
 			return true
 		}
-		key := "flow:" + m.FlowName + ":" + m.RunID
-		sub := s.subs[key]
-		delete(s.subs, key)
-		if sub != nil {
-			sub.stop()
+		if s.unfollow("flow:" + m.FlowName + ":" + m.RunID) {
 			_ = s.conn.Send(runReply{Type: "unsubscribed", FlowName: m.FlowName, RunID: m.RunID})
 		}
-	case "subscribe.stats":
-		if s.stats != nil {
-			s.conn.Error("Already subscribed to stats")
-			return true
-		}
-		s.stats = followStats(s.api.flowStats, s.socketClient)
-	case "unsubscribe.stats":
-		if s.stats != nil {
-			s.stats.stop()
-			s.stats = nil
-		}
-		s.send("stats.unsubscribed")
-	case "ping":
-		s.send("pong")
 	default:
-		return false
+		return s.shared(typ, func() *subscription { return followStats(s.api.flowStats, s.socketClient) })
 	}
 	return true
 }
@@ -129,13 +108,4 @@ func (s *flowSession) subscribe(raw []byte) {
 		_ = s.conn.Send(runReply{Type: "subscribed", FlowName: m.FlowName, RunID: m.RunID})
 	})
 	s.subs[key] = sub
-}
-
-func (s *flowSession) Close() {
-	for _, sub := range s.subs {
-		sub.stop()
-	}
-	if s.stats != nil {
-		s.stats.stop()
-	}
 }

@@ -97,58 +97,41 @@ func (s *queueSession) Message(typ string, raw []byte) bool {
 // of its counts, an event per state that gained jobs (waiting, active,
 // completed, failed) and the new counts.
 func (s *queueSession) followQueue(name string) *subscription {
-	ctx, cancel := context.WithCancel(s.conn.Context())
-	sub := &subscription{cancel: cancel, done: make(chan struct{})}
-	w := s.api.queueCounts
-	l := w.join()
-	go func() {
-		defer close(sub.done)
-		defer w.leave(l)
-		var sent *engine.QueueCounts
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-l.wake:
-			}
-			snap := w.snapshot()
-			if snap == nil {
-				continue
-			}
-			c := snap[name] // an unknown queue is empty
-			if sent == nil {
-				if s.sendCounts(name, c) != nil {
-					return
-				}
-				_ = s.conn.Send(queueReply{Type: "subscribed", QueueName: name})
-				sent = &c
-				continue
-			}
-			if c == *sent {
-				continue
-			}
-			for _, e := range []struct {
-				typ       string
-				now, then int64
-			}{
-				{"waiting", c.Waiting, sent.Waiting},
-				{"active", c.Active, sent.Active},
-				{"completed", c.Completed, sent.Completed},
-				{"failed", c.Failed, sent.Failed},
-			} {
-				if e.now > e.then {
-					if s.conn.Send(queueEvent{Type: "event", QueueName: name, Event: queueEventBody{EventType: e.typ}}) != nil {
-						return
-					}
-				}
-			}
+	var sent *engine.QueueCounts
+	return s.api.queueCounts.each(s.socketClient, func(snap map[string]engine.QueueCounts) bool {
+		c := snap[name] // an unknown queue is empty
+		if sent == nil {
 			if s.sendCounts(name, c) != nil {
-				return
+				return false
 			}
-			*sent = c
+			_ = s.conn.Send(queueReply{Type: "subscribed", QueueName: name})
+			sent = &c
+			return true
 		}
-	}()
-	return sub
+		if c == *sent {
+			return true
+		}
+		for _, e := range []struct {
+			typ       string
+			now, then int64
+		}{
+			{"waiting", c.Waiting, sent.Waiting},
+			{"active", c.Active, sent.Active},
+			{"completed", c.Completed, sent.Completed},
+			{"failed", c.Failed, sent.Failed},
+		} {
+			if e.now > e.then {
+				if s.conn.Send(queueEvent{Type: "event", QueueName: name, Event: queueEventBody{EventType: e.typ}}) != nil {
+					return false
+				}
+			}
+		}
+		if s.sendCounts(name, c) != nil {
+			return false
+		}
+		*sent = c
+		return true
+	})
 }
 
 func (s *queueSession) sendCounts(name string, c engine.QueueCounts) error {

@@ -220,3 +220,62 @@ func appendEnvelope(b []byte, ev event.Event) ([]byte, error) {
 	b, err := ev.AppendV05(b)
 	return append(b, '}'), err
 }
+
+// feeds is what a flows or a triggers socket follows: streams by key and
+// the stats, each stopped when the socket closes.
+type feeds struct {
+	*socketClient
+	subs  map[string]*subscription
+	stats *subscription
+}
+
+func newFeeds(sc *socketClient) feeds {
+	sc.send("connected")
+	return feeds{socketClient: sc, subs: map[string]*subscription{}}
+}
+
+// shared answers the messages the flows and triggers sockets take alike,
+// the stats on and off and ping; follow starts the socket's stats. It
+// reports whether typ was one of them.
+func (f *feeds) shared(typ string, follow func() *subscription) bool {
+	switch typ {
+	case "subscribe.stats":
+		if f.stats != nil {
+			f.conn.Error("Already subscribed to stats")
+			return true
+		}
+		f.stats = follow()
+	case "unsubscribe.stats":
+		if f.stats != nil {
+			f.stats.stop()
+			f.stats = nil
+		}
+		f.send("stats.unsubscribed")
+	case "ping":
+		f.send("pong")
+	default:
+		return false
+	}
+	return true
+}
+
+// unfollow stops the stream followed under key and reports whether there
+// was one.
+func (f *feeds) unfollow(key string) bool {
+	sub := f.subs[key]
+	if sub == nil {
+		return false
+	}
+	sub.stop()
+	delete(f.subs, key)
+	return true
+}
+
+func (f *feeds) Close() {
+	for _, sub := range f.subs {
+		sub.stop()
+	}
+	if f.stats != nil {
+		f.stats.stop()
+	}
+}

@@ -16,14 +16,11 @@ import (
 // UI sorts by (docs/websockets.md). Its methods run on the socket's read
 // loop, one at a time.
 type triggerSession struct {
-	*socketClient
-	subs  map[string]*subscription // by trigger name
-	stats *subscription
+	feeds // subs by trigger name
 }
 
 func (a *API) newTriggerSession(sc *socketClient) socket.Session {
-	sc.send("connected")
-	return &triggerSession{socketClient: sc, subs: map[string]*subscription{}}
+	return &triggerSession{newFeeds(sc)}
 }
 
 type triggerMessage struct {
@@ -44,27 +41,11 @@ func (s *triggerSession) Message(typ string, raw []byte) bool {
 		if !s.decode(raw, &m) {
 			return true
 		}
-		if sub := s.subs[m.TriggerName]; sub != nil {
-			sub.stop()
-			delete(s.subs, m.TriggerName)
+		if s.unfollow(m.TriggerName) {
 			_ = s.conn.Send(triggerReply{Type: "unsubscribed", TriggerName: m.TriggerName})
 		}
-	case "subscribe.stats":
-		if s.stats != nil {
-			s.conn.Error("Already subscribed to stats")
-			return true
-		}
-		s.stats = followTriggerStats(s.api.triggerStats, s.socketClient)
-	case "unsubscribe.stats":
-		if s.stats != nil {
-			s.stats.stop()
-			s.stats = nil
-		}
-		s.send("stats.unsubscribed")
-	case "ping":
-		s.send("pong")
 	default:
-		return false
+		return s.shared(typ, func() *subscription { return followTriggerStats(s.api.triggerStats, s.socketClient) })
 	}
 	return true
 }
@@ -127,15 +108,6 @@ func (s *triggerSession) subscribe(raw []byte) {
 	s.subs[m.TriggerName] = s.follow(s.conn.Context(), c, out, func() {
 		_ = s.conn.Send(triggerReply{Type: "subscribed", TriggerName: m.TriggerName})
 	})
-}
-
-func (s *triggerSession) Close() {
-	for _, sub := range s.subs {
-		sub.stop()
-	}
-	if s.stats != nil {
-		s.stats.stop()
-	}
 }
 
 // TriggerLister lists the trigger registry; see triggers.Registry.List.

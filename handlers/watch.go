@@ -124,36 +124,44 @@ const storeCallTimeout = 10 * time.Second
 // unset), until the subscription is stopped: the stats subscriptions of
 // the flows and triggers sockets.
 func (w *watch[V]) follow(sc *socketClient, send func(name string, v V, initial bool) error) *subscription {
+	var sent map[string]V
+	return w.each(sc, func(snap map[string]V) bool {
+		for _, name := range slices.Sorted(maps.Keys(snap)) {
+			v := snap[name]
+			if old, ok := sent[name]; ok && old == v {
+				continue
+			}
+			if send(name, v, sent == nil) != nil {
+				return false
+			}
+		}
+		if sent == nil {
+			sc.send("stats.subscribed")
+		}
+		sent = snap
+		return true
+	})
+}
+
+// each calls got, on a goroutine of its own, with every snapshot the watch
+// reads while the socket listens, until the subscription is stopped or got
+// returns false.
+func (w *watch[V]) each(sc *socketClient, got func(snap map[string]V) bool) *subscription {
 	ctx, cancel := context.WithCancel(sc.conn.Context())
 	s := &subscription{cancel: cancel, done: make(chan struct{})}
 	l := w.join()
 	go func() {
 		defer close(s.done)
 		defer w.leave(l)
-		var sent map[string]V
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-l.wake:
 			}
-			snap := w.snapshot()
-			if snap == nil {
-				continue
+			if snap := w.snapshot(); snap != nil && !got(snap) {
+				return
 			}
-			for _, name := range slices.Sorted(maps.Keys(snap)) {
-				v := snap[name]
-				if old, ok := sent[name]; ok && old == v {
-					continue
-				}
-				if send(name, v, sent == nil) != nil {
-					return
-				}
-			}
-			if sent == nil {
-				sc.send("stats.subscribed")
-			}
-			sent = snap
 		}
 	}()
 	return s
