@@ -10,6 +10,9 @@ import (
 	"github.com/nqd-dev/nqd/store"
 )
 
+// This file checks the lease a worker names when it reports about a job,
+// and answers a report repeated after the job is gone.
+
 // held returns the job if ack's lease still holds it.
 func (e *Engine) held(ctx context.Context, ack store.JobAck) (store.Job, error) {
 	j, err := e.st.Job(ctx, store.JobRef{Queue: ack.Queue, ID: ack.ID})

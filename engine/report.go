@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/nqd-dev/nqd"
@@ -159,19 +158,6 @@ func (e *Engine) stamp(ctx context.Context, j store.Job, evs []event.Event, with
 		return err
 	}
 	return checkState(d, evs)
-}
-
-// jobMeta is the meta of an event about attempt of job id,
-// {"attempt":…,"jobId":…}, as json.Marshal writes the map of the two,
-// without the map: every report and completion makes one or more.
-func jobMeta(attempt int, id string) json.RawMessage {
-	b := strconv.AppendInt(append(make([]byte, 0, 32+len(id)), `{"attempt":`...), int64(attempt), 10)
-	b = append(b, `,"jobId":`...)
-	q, err := json.Marshal(id)
-	if err != nil {
-		panic(err) // a string always encodes
-	}
-	return append(append(b, q...), '}')
 }
 
 // emitName reads an emit's event name and payload in either shape the

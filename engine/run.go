@@ -10,7 +10,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/store"
 )
 
@@ -265,32 +264,3 @@ func (e *Engine) commit(ctx context.Context, r *run, u store.RunUpdate) (store.A
 	}
 	return res, err
 }
-
-// flowEvent is an event of run r's stream.
-func flowEvent(r *run, kind, step string, data any) event.Event {
-	ev := event.Event{Kind: kind, Subject: r.meta.Run, RunID: r.meta.Run, FlowName: r.meta.Flow, Step: step}
-	if data != nil {
-		ev.Data = mustJSON(data)
-	}
-	return ev
-}
-
-func withAttempt(ev event.Event, attempt int, extra map[string]any) event.Event {
-	m := map[string]any{"attempt": attempt}
-	for k, v := range extra {
-		m[k] = v
-	}
-	ev.Attempt = attempt
-	ev.Meta = mustJSON(m)
-	return ev
-}
-
-func mustJSON(v any) json.RawMessage {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err) // only for values built here from JSON-safe types
-	}
-	return b
-}
-
-func isoMS(ms int64) string { return time.UnixMilli(ms).UTC().Format(event.TimeFormat) }
