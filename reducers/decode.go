@@ -35,6 +35,9 @@ func MarshalCheckpoint(s State) ([]byte, error) {
 	case *TriggerState:
 		cp.Kind = "trigger"
 		cp.State, err = json.Marshal(triggerCheckpointOf(st))
+	case *RegistryState:
+		cp.Kind = "registry"
+		cp.State, err = json.Marshal(registryCheckpointOf(st))
 	default:
 		return nil, fmt.Errorf("%w: %T", ErrStateType, s)
 	}
@@ -65,6 +68,8 @@ func UnmarshalCheckpoint(r Reducer, b []byte) (State, error) {
 		s, err = decodeCheckpoint(cp, "generic", (*genericCheckpoint).state)
 	case *TriggerState:
 		s, err = decodeCheckpoint(cp, "trigger", (*triggerCheckpoint).state)
+	case *RegistryState:
+		s, err = decodeCheckpoint(cp, "registry", (*registryCheckpoint).state)
 	default:
 		return nil, fmt.Errorf("%w: reducer %T", ErrCheckpoint, r)
 	}

@@ -1,6 +1,7 @@
 // Package reducers turns a context's events into its state: one pure reducer
-// per context type (flow, trigger, and a generic one for the rest), shaped like
-// raft's Step, so that folding the same events always gives the same state.
+// per context type (flow, trigger, the worker registry, and a generic one for
+// the rest), shaped like raft's Step, so that folding the same events always
+// gives the same state.
 //
 // Reducers do no IO and read no clock, logger or randomness: an event's time is
 // its stream id's (event.Event.Time).
@@ -70,6 +71,8 @@ func For(contextType string) Reducer {
 		return Flow{}
 	case "trigger":
 		return Trigger{}
+	case "registry":
+		return Registry{}
 	}
 	return Generic{}
 }

@@ -146,6 +146,8 @@ func (sc *scenario) reducer() reducers.Reducer {
 		return reducers.Flow{Limits: sc.limits}
 	case "trigger":
 		return reducers.Trigger{}
+	case "registry":
+		return reducers.Registry{}
 	}
 	return reducers.Generic{Limits: sc.limits}
 }

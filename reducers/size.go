@@ -35,6 +35,8 @@ func ApproxSize(s State) int {
 			n += sizeEntry + len(k)
 		}
 		return n
+	case *RegistryState:
+		return st.approxSize()
 	case *TriggerState:
 		if st.Registry != nil {
 			return st.Registry.approxSize()

@@ -104,9 +104,12 @@ type Hello struct {
 // was first seen and its in-flight count; on worker.left, why it left.
 type Record struct {
 	Hello
-	FirstSeen int64  `json:"firstSeen"` // epoch ms
-	InFlight  int    `json:"inFlight"`
-	Reason    string `json:"reason,omitempty"`
+	FirstSeen int64 `json:"firstSeen"` // epoch ms
+	// LastSeen, on worker.left, is when the worker was last seen (epoch
+	// ms): for a lost worker, well before the event.
+	LastSeen int64  `json:"lastSeen,omitempty"`
+	InFlight int    `json:"inFlight"`
+	Reason   string `json:"reason,omitempty"`
 }
 
 // Store is what the registry needs of the event store.
@@ -341,14 +344,15 @@ func (r *Registry) Leave(ctx context.Context, id, reason string) error {
 	if err != nil {
 		return err
 	}
-	return r.depart(ctx, key, rec, reason, store.Condition{Field: "status", Value: statusActive})
+	return r.depart(ctx, key, rec, reason, store.Condition{Field: "status", Value: statusActive}, r.opts.Now())
 }
 
 // depart writes a worker's departure once: the instance whose
 // compare-and-swap from cond wins appends worker.left, under an idempotency
 // key naming the worker's stay so that a retry after a crash appends no
-// second one, and then drops the record.
-func (r *Registry) depart(ctx context.Context, key string, rec store.Record, reason string, cond store.Condition) error {
+// second one, and then drops the record. A worker that is not lost was last
+// seen now.
+func (r *Registry) depart(ctx context.Context, key string, rec store.Record, reason string, cond store.Condition, now time.Time) error {
 	if rec.Fields["status"] == statusActive {
 		if _, err := r.kv.CompareAndSwap(ctx, key, cond, map[string]string{"status": statusLeaving, "reason": reason}); err != nil {
 			if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
@@ -361,6 +365,9 @@ func (r *Registry) depart(ctx context.Context, key string, rec store.Record, rea
 	}
 	out := recordOf(rec.Fields)
 	out.Reason = reason
+	if reason != ReasonLost {
+		out.LastSeen = now.UnixMilli()
+	}
 	if err := r.append(ctx, KindLeft, out, "left."+rec.Fields["first"]); err != nil {
 		return err
 	}
@@ -386,20 +393,20 @@ func (r *Registry) Sweep(ctx context.Context) error {
 	cutoff := now.Add(-r.LostAfter())
 	r.mu.Lock()
 	for id, l := range r.local {
-		if l.seen.Before(cutoff) {
+		if !l.seen.After(cutoff) {
 			delete(r.local, id)
 		}
 	}
 	r.mu.Unlock()
 	silent, err := r.kv.Scan(ctx, store.ScanQuery{Prefix: kvPrefix,
-		Filter: &store.Filter{Field: "seen", Op: store.OpLt, Value: ms(cutoff)}})
+		Filter: &store.Filter{Field: "seen", Op: store.OpLt, Value: strconv.FormatInt(cutoff.UnixMilli()+1, 10)}})
 	var errs []error
 	if err != nil {
 		errs = append(errs, err)
 	}
 	for _, e := range silent {
 		cond := store.Condition{Version: e.Record.Version}
-		if err := r.depart(ctx, e.Key, e.Record, ReasonLost, cond); err != nil {
+		if err := r.depart(ctx, e.Key, e.Record, ReasonLost, cond, now); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -526,6 +533,7 @@ func recordOf(f map[string]string) Record {
 	rec.Concurrency, _ = strconv.Atoi(f["concurrency"])
 	rec.InFlight, _ = strconv.Atoi(f["inFlight"])
 	rec.FirstSeen, _ = strconv.ParseInt(f["first"], 10, 64)
+	rec.LastSeen, _ = strconv.ParseInt(f["seen"], 10, 64)
 	return rec
 }
 
