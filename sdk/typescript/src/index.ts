@@ -14,3 +14,8 @@ export type { FolderOptions, FolderWorker } from './folder.js'
 export { loadStepFiles, installGlobals } from './loader.js'
 export { registerTriggers, triggerSpec } from './triggers.js'
 export type { TriggerSpec } from './triggers.js'
+export { createClient, result, RunCancelledError, RunFailedError, WaitTimeoutError } from './client.js'
+export type {
+  CallOptions, Client, ClientOptions, EventsOptions, FlowTypes, RunEvent, RunState, RunStatus, RunStep, StartOptions,
+  StartedRun as StartedClientRun, StreamItem, WaitOptions,
+} from './client.js'
