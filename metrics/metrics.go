@@ -1,4 +1,4 @@
-// Package metrics exports nqd's Prometheus series (listed in README.md): one
+// Package metrics exports nqd's Prometheus series (listed in docs/operations.md): one
 // registry per process, built by wiring and never global, fed by decorators
 // (a store wrapper, an HTTP middleware), by observers of the SSE streams and
 // of the flow engine, and by the stores' count of the events they store.
