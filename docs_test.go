@@ -7,6 +7,7 @@ package nqd_test
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -14,6 +15,7 @@ import (
 )
 
 var (
+	backticked = regexp.MustCompile("`([^`]*)`")
 	mdLink     = regexp.MustCompile(`\]\(([^)\s]+)\)`)
 	mdHeading  = regexp.MustCompile(`^#{1,6}\s+(.*)$`)
 	slugDelete = regexp.MustCompile(`[^\p{L}\p{N}_\- ]`)
@@ -85,6 +87,61 @@ func TestDocLinks(t *testing.T) {
 				if frag != "" && strings.HasSuffix(path, ".md") && !anchors(t, path)[frag] {
 					t.Errorf("%s: the link %s names no heading of %s", page, target, path)
 				}
+			}
+		}
+	}
+}
+
+// TestArchitectureImports: the package table of docs/architecture.md lists
+// every package of the module, and a package imports only packages listed
+// at or below its own row, as `go list` reads the code.
+func TestArchitectureImports(t *testing.T) {
+	const module = "github.com/nqd-dev/nqd"
+	row := map[string]int{} // package path: its row, from 1 at the top
+	rows, inTable := 0, false
+	for _, line := range mdLines(t, "docs/architecture.md") {
+		switch {
+		case strings.HasPrefix(line, "## "):
+			inTable = strings.TrimSpace(line) == "## Packages"
+		case inTable && strings.HasPrefix(line, "| `"):
+			rows++
+			first, _, _ := strings.Cut(strings.TrimPrefix(line, "| "), " | ")
+			for _, m := range backticked.FindAllStringSubmatch(first, -1) {
+				if strings.HasSuffix(m[1], ".go") {
+					continue
+				}
+				path := module + "/" + m[1]
+				if m[1] == "nqd" {
+					path = module
+				}
+				row[path] = rows
+			}
+		}
+	}
+	if len(row) == 0 {
+		t.Fatal("docs/architecture.md has no package table under ## Packages")
+	}
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for line := range strings.Lines(string(out)) {
+		fields := strings.Fields(line)
+		pkg := fields[0]
+		if strings.Contains(pkg, "/node_modules/") {
+			continue
+		}
+		r, ok := row[pkg]
+		if !ok {
+			t.Errorf("docs/architecture.md does not list the package %s", strings.TrimPrefix(pkg, module+"/"))
+			continue
+		}
+		for _, imp := range fields[1:] {
+			if imp != module && !strings.HasPrefix(imp, module+"/") {
+				continue
+			}
+			if ir, ok := row[imp]; ok && ir < r {
+				t.Errorf("%s imports %s, which docs/architecture.md lists above it", pkg, imp)
 			}
 		}
 	}
