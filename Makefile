@@ -115,16 +115,19 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzParseTokens -fuzztime=30s ./auth
 	$(GO) test -run='^$$' -fuzz=FuzzFilterOrder -fuzztime=30s ./store
 
-## bench: load profiles on Redis against a plain-Redis baseline, and flow runs end to end against the
-## Node original's figures (about 4 minutes); rewrites BENCHMARKS.md
+## bench: load profiles on Redis against a plain-Redis baseline, and flow runs end to end raced in the
+## same run against a running Node original named by NODE_ORIGINAL (a KEY=value file with NODE_URL,
+## SERVER_PID, REDIS_PID; without it nqd alone) (about 4 minutes); rewrites BENCHMARKS.md
 bench: build noop-worker
 	$(GO) run ./cmd/nqbench -nqd bin/nqd -duration 20s -json bin/bench.json -markdown BENCHMARKS.md \
-		-version $(VERSION) -command "make bench"
+		$(if $(NODE_ORIGINAL),-node-env $(NODE_ORIGINAL)) -version $(VERSION) -command "make bench$(if $(NODE_ORIGINAL), NODE_ORIGINAL=<its env file>)"
 
 ## bench-e2e: the e2e profile alone (closed-loop flow runs with the noop worker in its own process, on the
-## embedded store and Redis, C = 8 and 32), with nqd's CPU and allocation profiles in bin/pprof; prints its table
+## embedded store and Redis, C = 8 and 32, raced against the Node original NODE_ORIGINAL names as for bench),
+## with nqd's CPU and allocation profiles in bin/pprof; prints its table
 bench-e2e: build noop-worker
-	$(GO) run ./cmd/nqbench -nqd bin/nqd -profiles e2e -pprof-dir bin/pprof -json bin/e2e.json
+	$(GO) run ./cmd/nqbench -nqd bin/nqd -profiles e2e -pprof-dir bin/pprof -json bin/e2e.json \
+		$(if $(NODE_ORIGINAL),-node-env $(NODE_ORIGINAL))
 
 noop-worker:
 	$(GOBUILD) -o bin/noop-worker ./cmd/noop-worker

@@ -24,10 +24,12 @@ import (
 
 // The e2e profile drives whole flow runs the way an application does: C
 // closed-loop starters, each posting a start and reading the new run's
-// event stream until flow.completed, then starting the next. The flow is one
-// step that does nothing, served by cmd/noop-worker (the Go worker SDK) in
-// a process of its own, so what is measured is nqd's path per run: the
-// start, a claim, the step's completion, and the stream.
+// event stream until the run is done, then starting the next. The flow is
+// one step that does nothing, served by cmd/noop-worker (the Go worker SDK)
+// in a process of its own, so what is measured is nqd's path per run: the
+// start, a claim, the step's completion, and the stream. Given a running
+// Node original (node.go), every nqd row is raced against it in the same
+// round, the two alternating which goes first.
 
 // e2eFlow is the one-step flow the profile stores, and its queue.
 const (
@@ -36,44 +38,85 @@ const (
 	e2eDef   = "entry: noop\nsteps:\n  noop: {queue: " + e2eQueue + "}\n"
 )
 
-// nodeE2E are the Node original's figures at the same load (production
-// build, BullMQ running the step inside its server, its own Redis), measured
-// 2026-11-26 on the same machine kind with the same closed-loop driver: 3 ×
-// 3,000 runs, alternating with nqd. CPU per run counts all its processes.
-var nodeE2E = map[int]struct {
-	RunsPerSec, FirstFrameP50 float64
-}{8: {601, 11.8}, 32: {644, 12.5}}
+// The systems of a row.
+const (
+	sysNQD  = "nqd"
+	sysNode = "node"
+)
 
-// nodeCPUPerRun is the Node original's CPU-ms per run over all its
-// processes, the range over the four measurements.
-const nodeCPUPerRun = "1.9–2.2"
-
-// e2eRow is one measurement: a store, a concurrency, many runs.
+// e2eRow is one measurement: a system, the nqd store it is paired with, a
+// concurrency, many runs.
 type e2eRow struct {
-	Store       string  `json:"store"`
-	Concurrency int     `json:"concurrency"`
-	Runs        int64   `json:"runs"`
-	Errors      int64   `json:"errors"`
-	RunsPerSec  float64 `json:"runs_per_sec"`
-	FirstP50ms  float64 `json:"first_frame_p50_ms"`
-	FirstP99ms  float64 `json:"first_frame_p99_ms"`
-	DoneP50ms   float64 `json:"completed_p50_ms"`
-	DoneP99ms   float64 `json:"completed_p99_ms"`
-	StartP50ms  float64 `json:"start_p50_ms"`
-	NQDCPUms    float64 `json:"nqd_cpu_ms_per_run"`
-	WorkerCPUms float64 `json:"worker_cpu_ms_per_run"`
-	RedisCPUms  float64 `json:"redis_cpu_ms_per_run,omitempty"`
+	System      string `json:"system"`
+	Store       string `json:"store"`
+	Concurrency int    `json:"concurrency"`
+	Round       int    `json:"round"`
+	Runs        int64  `json:"runs"`
+	Errors      int64  `json:"errors"`
+	// Lost are runs whose stream stalled before showing them done (see
+	// target.stall). Seconds leaves out the time starters spent waiting
+	// on them, over C: a lost stream costs the rate nothing.
+	Lost       int64   `json:"lost"`
+	Seconds    float64 `json:"seconds"`
+	RunsPerSec float64 `json:"runs_per_sec"`
+	FirstP50ms float64 `json:"first_frame_p50_ms"`
+	FirstP99ms float64 `json:"first_frame_p99_ms"`
+	DoneP50ms  float64 `json:"done_p50_ms"`
+	DoneP99ms  float64 `json:"done_p99_ms"`
+	StartP50ms float64 `json:"start_p50_ms"`
+	// CPUms is CPU-ms per run of each of the system's processes: nqd,
+	// worker and redis (on Redis); node (the server) and redis.
+	CPUms map[string]float64 `json:"cpu_ms_per_run"`
 	// ClaimsPerRun is the worker's claim calls over the runs, from nqd's
 	// own request counter.
-	ClaimsPerRun float64 `json:"claims_per_run"`
-	// NodeRunsPerSec and NodeFirstP50ms are the Node original's at C.
-	NodeRunsPerSec float64 `json:"node_runs_per_sec"`
-	NodeFirstP50ms float64 `json:"node_first_frame_p50_ms"`
+	ClaimsPerRun float64 `json:"claims_per_run,omitempty"`
+
+	first, done *hdrhistogram.Histogram
+}
+
+// cpuAll is the CPU-ms per run of all the row's processes.
+func (x e2eRow) cpuAll() float64 {
+	var t float64
+	for _, v := range x.CPUms {
+		t += v
+	}
+	return t
+}
+
+// e2eSum is one system's rows of a store and concurrency over every round.
+type e2eSum struct {
+	Runs       int64              `json:"runs"`
+	Lost       int64              `json:"lost"`
+	RunsPerSec float64            `json:"runs_per_sec"`
+	FirstP50ms float64            `json:"first_frame_p50_ms"`
+	FirstP99ms float64            `json:"first_frame_p99_ms"`
+	DoneP50ms  float64            `json:"done_p50_ms"`
+	DoneP99ms  float64            `json:"done_p99_ms"`
+	CPUms      map[string]float64 `json:"cpu_ms_per_run"`
+	CPUAll     float64            `json:"cpu_ms_per_run_all"`
+}
+
+// e2ePair is nqd on one store at one concurrency, and the Node original
+// in the same rounds.
+type e2ePair struct {
+	Store       string  `json:"store"`
+	Concurrency int     `json:"concurrency"`
+	NQD         e2eSum  `json:"nqd"`
+	Node        *e2eSum `json:"node,omitempty"`
 }
 
 // e2eResult is the whole profile.
 type e2eResult struct {
-	Rows []e2eRow `json:"rows"`
+	Rows  []e2eRow  `json:"rows"`
+	Pairs []e2ePair `json:"pairs"`
+	// Node is the raced Node original; NoNode says why there is none.
+	Node   *nodeOriginal `json:"node,omitempty"`
+	NoNode string        `json:"no_node,omitempty"`
+	// LoadBefore and LoadAfter are the machine's load averages (1, 5 and
+	// 15 minutes) as the profile began and ended.
+	LoadBefore string `json:"load_before"`
+	LoadAfter  string `json:"load_after"`
+	Rounds     int    `json:"rounds"`
 }
 
 // e2eOptions are the profile's flags.
@@ -84,32 +127,182 @@ type e2eOptions struct {
 	stores   []string
 	rounds   int
 	pprofDir string // where nqd's CPU and allocation profiles go; empty takes none
+	node     nodeFlags
 }
 
-// runE2E measures every store × concurrency, rounds times, alternating, each
-// row on a fresh nqd and worker. Redis rows use the tool's redis-server;
-// embedded rows a fresh data directory under dir.
+// runE2E measures every store × concurrency, rounds times, each nqd row on
+// a fresh nqd and worker and, with a Node original, next to a row of it.
+// Redis rows use the tool's redis-server; embedded rows a fresh data
+// directory under dir.
 func runE2E(ctx context.Context, e env, dir string, nqdBin string, o e2eOptions) (e2eResult, error) {
-	var res e2eResult
+	res := e2eResult{LoadBefore: loadAverage(), Rounds: o.rounds}
+	res.Node, res.NoNode = o.node.resolve()
+	if res.Node == nil {
+		fmt.Fprintf(os.Stderr, "nqbench: e2e: %s; measuring nqd alone\n", res.NoNode)
+	}
 	for round := range o.rounds {
 		for _, c := range o.conc {
 			for _, st := range o.stores {
 				if ctx.Err() != nil {
 					return res, ctx.Err()
 				}
-				row, err := e2eOnce(ctx, e, filepath.Join(dir, fmt.Sprintf("e2e-%s-%d-%d", st, c, round)), nqdBin, st, c, o)
-				if err != nil {
-					return res, fmt.Errorf("%s C=%d: %w", st, c, err)
+				nqd := func() error {
+					row, err := e2eOnce(ctx, e, filepath.Join(dir, fmt.Sprintf("e2e-%s-%d-%d", st, c, round)), nqdBin, st, c, round, o)
+					res.Rows = append(res.Rows, row)
+					if err != nil {
+						return fmt.Errorf("%s C=%d: %w", st, c, err)
+					}
+					return nil
 				}
-				res.Rows = append(res.Rows, row)
+				node := func() error {
+					if res.Node == nil {
+						return nil
+					}
+					row, err := nodeOnce(ctx, res.Node, st, c, o.runs)
+					row.Round = round
+					res.Rows = append(res.Rows, row)
+					if err != nil {
+						return fmt.Errorf("the Node original beside %s C=%d: %w", st, c, err)
+					}
+					return nil
+				}
+				// Who goes first alternates, so that neither always
+				// follows the other's leftovers.
+				first, second := nqd, node
+				if (round+len(res.Rows))%2 == 1 {
+					first, second = node, nqd
+				}
+				if err := errors.Join(first(), second()); err != nil {
+					return res.summed(), err
+				}
 			}
 		}
 	}
-	return res, nil
+	return res.summed(), nil
 }
 
-func e2eOnce(ctx context.Context, e env, dir, nqdBin, storeName string, c int, o e2eOptions) (e2eRow, error) {
-	row := e2eRow{Store: storeName, Concurrency: c, NodeRunsPerSec: nodeE2E[c].RunsPerSec, NodeFirstP50ms: nodeE2E[c].FirstFrameP50}
+// summed fills Pairs from the rows: runs/s over the rows' summed time,
+// latencies from their merged histograms, CPU over their summed runs.
+func (r e2eResult) summed() e2eResult {
+	r.LoadAfter = loadAverage()
+	r.Pairs = nil
+	for _, c := range uniq(r.Rows, func(x e2eRow) int { return x.Concurrency }) {
+		for _, st := range uniq(r.Rows, func(x e2eRow) string { return x.Store }) {
+			p := e2ePair{Store: st, Concurrency: c}
+			var ok bool
+			if p.NQD, ok = r.sum(sysNQD, st, c); !ok {
+				continue
+			}
+			if s, ok := r.sum(sysNode, st, c); ok {
+				p.Node = &s
+			}
+			r.Pairs = append(r.Pairs, p)
+		}
+	}
+	return r
+}
+
+func (r e2eResult) sum(system, st string, c int) (e2eSum, bool) {
+	s := e2eSum{CPUms: map[string]float64{}}
+	first, done := newHist(), newHist()
+	var secs float64
+	for _, x := range r.Rows {
+		if x.System != system || x.Store != st || x.Concurrency != c || x.first == nil {
+			continue
+		}
+		s.Runs += x.Runs
+		s.Lost += x.Lost
+		secs += x.Seconds
+		first.Merge(x.first)
+		done.Merge(x.done)
+		for k, v := range x.CPUms {
+			s.CPUms[k] += v * float64(x.Runs)
+		}
+	}
+	if s.Runs == 0 {
+		return s, false
+	}
+	s.RunsPerSec = float64(s.Runs) / secs
+	s.FirstP50ms, s.FirstP99ms = histMS(first, 50), histMS(first, 99)
+	s.DoneP50ms, s.DoneP99ms = histMS(done, 50), histMS(done, 99)
+	for k, v := range s.CPUms {
+		s.CPUms[k] = v / float64(s.Runs)
+		s.CPUAll += s.CPUms[k]
+	}
+	return s, true
+}
+
+func uniq[T comparable](rows []e2eRow, f func(e2eRow) T) []T {
+	var out []T
+	seen := map[T]bool{}
+	for _, x := range rows {
+		if k := f(x); !seen[k] {
+			seen[k] = true
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func histMS(h *hdrhistogram.Histogram, q float64) float64 {
+	return float64(h.ValueAtQuantile(q)) / 1000
+}
+
+// loadAverage is the machine's load averages over 1, 5 and 15 minutes.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
+}
+
+// measure fills row from one closed loop's result.
+func (row *e2eRow) measure(m loopResult) {
+	row.Runs, row.Errors, row.Lost = m.runs, m.errors, m.lost
+	row.Seconds = (m.elapsed - m.lostWait/time.Duration(max(row.Concurrency, 1))).Seconds()
+	row.RunsPerSec = float64(m.runs) / row.Seconds
+	row.first, row.done = m.first, m.done
+	row.FirstP50ms, row.FirstP99ms = histMS(m.first, 50), histMS(m.first, 99)
+	row.DoneP50ms, row.DoneP99ms = histMS(m.done, 50), histMS(m.done, 99)
+	row.StartP50ms = histMS(m.start, 50)
+}
+
+// nodeOnce measures runs of the Node original's no-op flow at concurrency
+// c, after a warm-up as nqd's rows have.
+func nodeOnce(ctx context.Context, n *nodeOriginal, st string, c, runs int) (e2eRow, error) {
+	row := e2eRow{System: sysNode, Store: st, Concurrency: c}
+	hc := httpClient(2 * c)
+	defer hc.CloseIdleConnections()
+	t := n.target()
+	name := fmt.Sprintf("e2e Node original C=%d", c)
+	if _, err := closedLoop(ctx, hc, t, c, max(runs/10, 2*c), name+" warm-up"); err != nil {
+		return row, err
+	}
+	cpu0 := make([]float64, len(n.PIDs))
+	for i, pid := range n.PIDs {
+		cpu0[i], _ = treeCPUSeconds(pid)
+	}
+	m, err := closedLoop(ctx, hc, t, c, runs, name)
+	row.measure(m)
+	row.CPUms = map[string]float64{}
+	for i, pid := range n.PIDs {
+		v, _ := treeCPUSeconds(pid)
+		k := "node"
+		if i > 0 {
+			k = "redis"
+		}
+		row.CPUms[k] += (v - cpu0[i]) * 1000 / float64(max(m.runs, 1))
+	}
+	if err == nil && m.errors > 0 {
+		err = fmt.Errorf("%d of %d runs failed; first: %v", m.errors, m.runs+m.errors, m.firstErr)
+	}
+	return row, err
+}
+
+func e2eOnce(ctx context.Context, e env, dir, nqdBin, storeName string, c, round int, o e2eOptions) (e2eRow, error) {
+	row := e2eRow{System: sysNQD, Store: storeName, Concurrency: c, Round: round}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return row, err
 	}
@@ -136,6 +329,7 @@ func e2eOnce(ctx context.Context, e env, dir, nqdBin, storeName string, c int, o
 	}
 	defer nqd.stop()
 	hc := httpClient(2 * c)
+	defer hc.CloseIdleConnections()
 	if err := putFlow(ctx, hc, base); err != nil {
 		return row, err
 	}
@@ -148,21 +342,22 @@ func e2eOnce(ctx context.Context, e env, dir, nqdBin, storeName string, c int, o
 	}
 	defer w.stop()
 
+	t := nqdTarget(base)
 	name := fmt.Sprintf("e2e %s C=%d", storeName, c)
 	// The warm-up opens connections, fills the caches and lets the
 	// worker's claims settle into their loop.
-	if _, err := closedLoop(ctx, hc, base, c, max(o.runs/10, 2*c), name+" warm-up"); err != nil {
+	if _, err := closedLoop(ctx, hc, t, c, max(o.runs/10, 2*c), name+" warm-up"); err != nil {
 		return row, err
 	}
 	var prof *profileTaker
 	if pprofAddr != "" {
-		prof = takeProfiles(ctx, pprofAddr, filepath.Join(o.pprofDir, fmt.Sprintf("%s-c%d", storeName, c)))
+		prof = takeProfiles(ctx, pprofAddr, filepath.Join(o.pprofDir, fmt.Sprintf("%s-c%d-r%d", storeName, c, round)))
 	}
 	c0 := claimCalls(base)
 	n0, _ := cpuSeconds(nqd.pid())
 	w0, _ := cpuSeconds(w.pid())
 	r0, _ := cpuSeconds(e.redisPID)
-	m, err := closedLoop(ctx, hc, base, c, o.runs, name)
+	m, err := closedLoop(ctx, hc, t, c, o.runs, name)
 	n1, _ := cpuSeconds(nqd.pid())
 	w1, _ := cpuSeconds(w.pid())
 	r1, _ := cpuSeconds(e.redisPID)
@@ -175,20 +370,18 @@ func e2eOnce(ctx context.Context, e env, dir, nqdBin, storeName string, c int, o
 	if err != nil {
 		return row, err
 	}
-	ms := func(h *hdrhistogram.Histogram, q float64) float64 { return float64(h.ValueAtQuantile(q)) / 1000 }
-	row.Runs, row.Errors = m.runs, m.errors
-	row.RunsPerSec = float64(m.runs) / m.elapsed.Seconds()
-	row.FirstP50ms, row.FirstP99ms = ms(m.first, 50), ms(m.first, 99)
-	row.DoneP50ms, row.DoneP99ms = ms(m.done, 50), ms(m.done, 99)
-	row.StartP50ms = ms(m.start, 50)
+	row.measure(m)
 	perRun := func(a, b float64) float64 { return (b - a) * 1000 / float64(max(m.runs, 1)) }
-	row.NQDCPUms, row.WorkerCPUms = perRun(n0, n1), perRun(w0, w1)
-	row.ClaimsPerRun = (c1 - c0) / float64(max(m.runs, 1))
+	row.CPUms = map[string]float64{"nqd": perRun(n0, n1), "worker": perRun(w0, w1)}
 	if storeName == "redis" {
-		row.RedisCPUms = perRun(r0, r1)
+		row.CPUms["redis"] = perRun(r0, r1)
 	}
+	row.ClaimsPerRun = (c1 - c0) / float64(max(m.runs, 1))
 	if m.errors > 0 {
 		return row, fmt.Errorf("%d of %d runs failed; first: %v", m.errors, m.runs+m.errors, m.firstErr)
+	}
+	if m.lost > 0 {
+		return row, fmt.Errorf("%d of %d runs' streams stalled before showing them done", m.lost, m.runs+m.lost)
 	}
 	return row, nil
 }
@@ -242,20 +435,49 @@ func putFlow(ctx context.Context, hc *http.Client, base string) error {
 	return nil
 }
 
+// target is a system the closed loop drives: where a run starts, where its
+// stream is, and what a frame that says the run is done holds.
+type target struct {
+	start  string
+	stream func(runID string) string
+	done   []byte
+	// stall is how long a stream may go without showing the run done.
+	// When it runs out the run is lost: counted, and left out of the
+	// rate, rather than failing the row, so that a system under test that
+	// sometimes misses a live event is measured at the rate it keeps.
+	stall time.Duration
+}
+
+// errLost is a run whose stream stalled before showing it done.
+var errLost = errors.New("the run's stream stalled before showing it done")
+
+// nqdTarget is nqd's e2e flow, done at its flow.completed.
+func nqdTarget(base string) target {
+	return target{
+		start:  base + "/api/_flows/" + e2eFlow + "/start",
+		stream: func(id string) string { return base + "/api/_events/flow/" + id + "/stream" },
+		done:   []byte(`"event":"flow.completed"`),
+		stall:  30 * time.Second,
+	}
+}
+
 // loopResult is what one closed loop measured: latencies from each run's
 // start request to its start's answer, to the first event frame of its
-// stream, and to flow.completed on the stream.
+// stream, and to the frame that says it is done; and the lost runs and the
+// time starters spent waiting on their streams.
 type loopResult struct {
 	runs, errors       int64
+	lost               int64
+	lostWait           time.Duration
 	firstErr           error
 	elapsed            time.Duration
 	start, first, done *hdrhistogram.Histogram
 }
 
-// closedLoop runs n runs with c starters, each starting its next run as soon
-// as its last one completed on the stream.
-func closedLoop(ctx context.Context, hc *http.Client, base string, c, n int, name string) (loopResult, error) {
-	var next, ok, failed atomic.Int64
+// closedLoop runs n runs of t with c starters, each starting its next run
+// as soon as its last one is done on the stream.
+func closedLoop(ctx context.Context, hc *http.Client, t target, c, n int, name string) (loopResult, error) {
+	var next, ok, failed, lost, lostWait atomic.Int64
 	res := loopResult{start: newHist(), first: newHist(), done: newHist()}
 	var mu sync.Mutex
 	p := newProgress(name, int64(n), func() int64 { return ok.Load() + failed.Load() })
@@ -265,7 +487,13 @@ func closedLoop(ctx context.Context, hc *http.Client, base string, c, n int, nam
 		wg.Go(func() {
 			start, first, done := newHist(), newHist(), newHist()
 			for next.Add(1) <= int64(n) && ctx.Err() == nil {
-				s, f, d, err := oneRun(ctx, hc, base)
+				t0 := time.Now()
+				s, f, d, err := oneRun(ctx, hc, t)
+				if errors.Is(err, errLost) && ctx.Err() == nil {
+					lost.Add(1)
+					lostWait.Add(int64(time.Since(t0)))
+					continue
+				}
 				if err != nil {
 					if failed.Add(1) == 1 {
 						mu.Lock()
@@ -290,13 +518,14 @@ func closedLoop(ctx context.Context, hc *http.Client, base string, c, n int, nam
 	res.elapsed = time.Since(t0)
 	p.done()
 	res.runs, res.errors = ok.Load(), failed.Load()
+	res.lost, res.lostWait = lost.Load(), time.Duration(lostWait.Load())
 	return res, ctx.Err()
 }
 
-// oneRun starts a run and reads its stream until flow.completed.
-func oneRun(ctx context.Context, hc *http.Client, base string) (started, first, done time.Duration, err error) {
+// oneRun starts a run of t and reads its stream until the run is done.
+func oneRun(ctx context.Context, hc *http.Client, t target) (started, first, done time.Duration, err error) {
 	t0 := time.Now()
-	resp, err := hc.Post(base+"/api/_flows/"+e2eFlow+"/start", "application/json", strings.NewReader(`{}`))
+	resp, err := hc.Post(t.start, "application/json", strings.NewReader(`{}`))
 	if err != nil {
 		return 0, 0, 0, err
 	}
@@ -306,21 +535,21 @@ func oneRun(ctx context.Context, hc *http.Client, base string) (started, first, 
 	err = json.NewDecoder(resp.Body).Decode(&out)
 	_, _ = io.Copy(io.Discard, resp.Body)
 	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
+	if resp.StatusCode/100 != 2 {
 		return 0, 0, 0, fmt.Errorf("start: status %d", resp.StatusCode)
 	}
 	if err != nil {
 		return 0, 0, 0, err
 	}
 	started = time.Since(t0)
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	sctx, cancel := context.WithTimeout(ctx, t.stall)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(sctx, http.MethodGet, base+"/api/_events/flow/"+out.FlowID+"/stream", nil)
+	req, _ := http.NewRequestWithContext(sctx, http.MethodGet, t.stream(out.FlowID), nil)
 	sresp, err := hc.Do(req)
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	// The stream stays open after flow.completed: closing it unread ends
+	// The stream stays open after the run is done: closing it unread ends
 	// its connection, as a browser leaving the page does.
 	defer func() { _ = sresp.Body.Close() }()
 	if sresp.StatusCode != http.StatusOK {
@@ -329,8 +558,11 @@ func oneRun(ctx context.Context, hc *http.Client, base string) (started, first, 
 	br := bufio.NewReaderSize(sresp.Body, 8<<10)
 	for {
 		line, err := br.ReadSlice('\n')
+		if err != nil && sctx.Err() != nil && ctx.Err() == nil {
+			return 0, 0, 0, fmt.Errorf("stream of %s: %w", out.FlowID, errLost)
+		}
 		if err != nil {
-			return 0, 0, 0, fmt.Errorf("stream of %s ended before flow.completed: %w", out.FlowID, err)
+			return 0, 0, 0, fmt.Errorf("stream of %s ended before the run was done: %w", out.FlowID, err)
 		}
 		if !bytes.HasPrefix(line, []byte("data: ")) {
 			continue
@@ -338,7 +570,7 @@ func oneRun(ctx context.Context, hc *http.Client, base string) (started, first, 
 		if first == 0 {
 			first = time.Since(t0)
 		}
-		if bytes.Contains(line, []byte(`"event":"flow.completed"`)) {
+		if bytes.Contains(line, t.done) {
 			return started, first, time.Since(t0), nil
 		}
 	}
@@ -410,42 +642,92 @@ func (o options) e2eOpts() e2eOptions {
 	return e
 }
 
-// text is the e2e table printed at the end of a run.
+// text is the e2e tables printed at the end of a run: every row, then
+// each store and concurrency over the rounds.
 func (r e2eResult) text() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "e2e (closed loop, one no-op step, worker in its own process; Node original's figures in brackets):\n")
+	fmt.Fprintf(&b, "e2e (closed loop, one no-op step; load average %s before, %s after):\n", r.LoadBefore, r.LoadAfter)
+	if r.Node == nil {
+		fmt.Fprintf(&b, "  %s: nqd alone\n", r.NoNode)
+	}
 	for _, x := range r.Rows {
-		fmt.Fprintf(&b, "  %-8s C=%-2d %5d runs  %4.0f runs/s [%3.0f]  first frame p50 %5.1f [%4.1f] p99 %5.1f ms  completed p50 %5.1f p99 %5.1f ms  CPU-ms/run nqd %.2f worker %.2f redis %.2f [all %s]  claims/run %.2f\n",
-			x.Store, x.Concurrency, x.Runs, x.RunsPerSec, x.NodeRunsPerSec, x.FirstP50ms, x.NodeFirstP50ms, x.FirstP99ms,
-			x.DoneP50ms, x.DoneP99ms, x.NQDCPUms, x.WorkerCPUms, x.RedisCPUms, nodeCPUPerRun, x.ClaimsPerRun)
+		name := "nqd " + x.Store
+		if x.System == sysNode {
+			name = "Node original"
+		}
+		fmt.Fprintf(&b, "  round %d  %-13s C=%-2d %5d runs (%d lost)  %5.0f runs/s  first frame p50 %5.1f p99 %5.1f ms  done p50 %5.1f p99 %5.1f ms  CPU-ms/run %s\n",
+			x.Round+1, name, x.Concurrency, x.Runs, x.Lost, x.RunsPerSec, x.FirstP50ms, x.FirstP99ms, x.DoneP50ms, x.DoneP99ms, cpuText(x.CPUms, x.cpuAll()))
+	}
+	for _, p := range r.Pairs {
+		fmt.Fprintf(&b, "  %-8s C=%-2d nqd %5.0f runs/s, CPU-ms/run %.2f", p.Store, p.Concurrency, p.NQD.RunsPerSec, p.NQD.CPUAll)
+		if p.Node != nil {
+			fmt.Fprintf(&b, "  Node %5.0f runs/s, CPU-ms/run %.2f  nqd ÷ Node: runs/s %.2f×, CPU per run %.2f×",
+				p.Node.RunsPerSec, p.Node.CPUAll, safeDiv(p.NQD.RunsPerSec, p.Node.RunsPerSec), safeDiv(p.NQD.CPUAll, p.Node.CPUAll))
+		}
+		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// cpuText is CPU-ms per run by process and in all.
+func cpuText(m map[string]float64, all float64) string {
+	var parts []string
+	for _, k := range []string{"nqd", "worker", "node", "redis"} {
+		if v, ok := m[k]; ok {
+			parts = append(parts, fmt.Sprintf("%s %.2f", k, v))
+		}
+	}
+	return strings.Join(parts, " + ") + fmt.Sprintf(" = %.2f", all)
 }
 
 // section is the e2e part of BENCHMARKS.md.
 func (r e2eResult) section() string {
 	var b strings.Builder
 	b.WriteString("## Flow runs against the Node original (`e2e`)\n\n")
-	b.WriteString("C closed-loop starters, each `POST /api/_flows/" + e2eFlow + "/start` and at once the run's event stream (`GET /api/_events/flow/<runId>/stream`), read until `flow.completed`, then the next start. The flow is one step that does nothing, run by `cmd/noop-worker` (the Go worker SDK, concurrency C) in a process of its own; each row has a fresh nqd and worker, and measures its runs after a warm-up of a tenth as many. First frame is the first event (`data:`) line of the stream. CPU-ms per run is each process's user + system time over the measured runs (from /proc) divided by the runs. The Node original's figures (production build, BullMQ running the step inside its server, its own Redis; same driver, 3 × 3,000 runs alternating with nqd, measured 2026-11-26 on the same machine kind) are in brackets; its CPU per run counts all its processes.\n\n")
+	b.WriteString("C closed-loop starters, each `POST /api/_flows/<flow>/start` and at once the run's event stream (`GET /api/_events/flow/<runId>/stream`), read until the run is done, then the next start. nqd's flow is one step that does nothing, run by `cmd/noop-worker` (the Go worker SDK, concurrency C) in a process of its own, and is done at its `flow.completed`; each nqd row has a fresh nqd and worker. ")
+	b.WriteString("The Node original (Nuxt Queue's SSE generation, whose API nqd serves: its production build, BullMQ running the step inside its server, its own redis-server) runs its one-step no-op flow `" + nodeFlow + "`, which is done at the step's `step.completed` (that generation writes no `flow.completed`). ")
+	fmt.Fprintf(&b, "Both are driven by the same loop in the same run: every nqd row is measured next to a row of the Node original, %d round(s), the two taking turns at going first, so that both see the same load. Each row measures its runs after a warm-up of a tenth as many. A Node original's stream that has not shown its run done after a second is counted as lost, and the time starters spent waiting on lost streams, over C, is left out of that row's time (the table says how many were lost, if any); nqd's rows allow none. First frame is the first event (`data:`) line of the stream. CPU-ms per run is the user + system time of every process of the system (from /proc) over the measured runs, divided by the runs: nqd, its worker and, on Redis, its redis-server; the Node server and its redis-server. Load average (1, 5, 15 minutes) %s at the start, %s at the end.\n\n", r.Rounds, r.LoadBefore, r.LoadAfter)
+	if r.Node == nil {
+		fmt.Fprintf(&b, "**This run had no Node original** (%s): nqd alone.\n\n", r.NoNode)
+	}
 	b.WriteString(r.table())
 	b.WriteString("\n")
 	return b.String()
 }
 
-// table is the e2e rows as a Markdown table.
+// table is the e2e pairs as a Markdown table.
 func (r e2eResult) table() string {
 	var b strings.Builder
-	b.WriteString("| store | C | runs | runs/s (Node) | ÷ Node | start → first frame p50 / p99 (Node p50) | start → completed p50 / p99 | CPU-ms per run: nqd + worker (+ redis) = all (Node all) |\n")
-	b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
-	for _, x := range r.Rows {
-		all := x.NQDCPUms + x.WorkerCPUms + x.RedisCPUms
-		cpu := fmt.Sprintf("%.2f + %.2f", x.NQDCPUms, x.WorkerCPUms)
-		if x.Store == "redis" {
-			cpu += fmt.Sprintf(" + %.2f", x.RedisCPUms)
+	b.WriteString("| nqd store | C | runs/s nqd · Node | ÷ Node | start → first frame p50 / p99, nqd · Node | start → done p50 / p99, nqd · Node | CPU-ms per run, nqd: nqd + worker (+ redis) | CPU-ms per run, Node: server + redis | ÷ Node |\n")
+	b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, p := range r.Pairs {
+		n := p.Node
+		if n == nil {
+			n = &e2eSum{}
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d | %.0f (%.0f) | %.2f× | %.1f / %.1f ms (%.1f) | %.1f / %.1f ms | %s = %.2f (%s) |\n",
-			x.Store, x.Concurrency, x.Runs, x.RunsPerSec, x.NodeRunsPerSec, safeDiv(x.RunsPerSec, x.NodeRunsPerSec),
-			x.FirstP50ms, x.FirstP99ms, x.NodeFirstP50ms, x.DoneP50ms, x.DoneP99ms, cpu, all, nodeCPUPerRun)
+		fmt.Fprintf(&b, "| %s | %d | %.0f · %s | %s | %.1f / %.1f · %s ms | %.1f / %.1f · %s ms | %s | %s | %s |\n",
+			p.Store, p.Concurrency, p.NQD.RunsPerSec, orNone(p.Node, fmt.Sprintf("%.0f%s", n.RunsPerSec, lostText(n.Lost, n.Runs))),
+			orNone(p.Node, fmt.Sprintf("**%.2f×**", safeDiv(p.NQD.RunsPerSec, n.RunsPerSec))),
+			p.NQD.FirstP50ms, p.NQD.FirstP99ms, orNone(p.Node, fmt.Sprintf("%.1f / %.1f", n.FirstP50ms, n.FirstP99ms)),
+			p.NQD.DoneP50ms, p.NQD.DoneP99ms, orNone(p.Node, fmt.Sprintf("%.1f / %.1f", n.DoneP50ms, n.DoneP99ms)),
+			cpuText(p.NQD.CPUms, p.NQD.CPUAll), orNone(p.Node, cpuText(n.CPUms, n.CPUAll)),
+			orNone(p.Node, fmt.Sprintf("**%.2f×**", safeDiv(p.NQD.CPUAll, n.CPUAll))))
 	}
 	return b.String()
+}
+
+// lostText says how many of the runs were lost, if any.
+func lostText(lost, runs int64) string {
+	if lost == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%d of %d streams lost)", lost, lost+runs)
+}
+
+// orNone is s, or a dash when there is no Node original's figure.
+func orNone(n *e2eSum, s string) string {
+	if n == nil {
+		return "–"
+	}
+	return s
 }

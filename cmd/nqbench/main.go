@@ -11,7 +11,8 @@
 // carried out by the demo worker's handlers) and e2e (closed-loop runs of a
 // one-step flow, each start followed by its event stream until the run
 // completes, the step run by cmd/noop-worker in its own process, on the
-// embedded store and on Redis; see e2e.go), and, not run by default,
+// embedded store and on Redis, raced in the same run against a running Node
+// original when -node-env names one; see e2e.go and node.go), and, not run by default,
 // pg-appends (HTTP appends with nqd on a PostgreSQL the tool starts, against
 // INSERT + pg_notify in one round trip on the same server) and pg-flows (the
 // flows profile with nqd on that PostgreSQL; see pgflows.go). With -markdown it rewrites the
@@ -84,6 +85,9 @@ func main() {
 	flag.IntVar(&o.e2e.rounds, "e2e-rounds", 1, "times each e2e row is measured, alternating")
 	flag.StringVar(&o.e2eConc, "e2e-conc", "8,32", "closed-loop starters of the e2e rows")
 	flag.StringVar(&o.e2eStores, "e2e-stores", "embedded,redis", "stores of the e2e rows")
+	flag.StringVar(&o.e2e.node.envFile, "node-env", "", "a file of KEY=value lines naming a running Node original for the e2e profile to race: NODE_URL, SERVER_PID, REDIS_PID")
+	flag.StringVar(&o.e2e.node.url, "node-url", "", "the running Node original's base URL (overrides -node-env's)")
+	flag.StringVar(&o.e2e.node.pids, "node-pids", "", "comma-separated process ids of the Node original, its server and its redis-server (override -node-env's)")
 	flag.StringVar(&o.e2e.pprofDir, "pprof-dir", "", "write nqd's CPU and allocation profiles of each e2e row here")
 	flag.StringVar(&o.jsonOut, "json", "", "also write the results as JSON to this file")
 	flag.StringVar(&o.mdOut, "markdown", "", "rewrite the generated part of this Markdown file (BENCHMARKS.md)")
