@@ -208,10 +208,11 @@ func (s *Store) apply(tx *bolt.Tx, r *appendReq, nowMS uint64) error {
 		}
 	}
 
-	stream, err := tx.Bucket(bStreams).CreateBucketIfNotExists(r.ck)
+	stream, err := growing(tx.Bucket(bStreams)).CreateBucketIfNotExists(r.ck)
 	if err != nil {
 		return err
 	}
+	growing(stream)
 	var last event.ID
 	if k, _ := stream.Cursor().Last(); k != nil {
 		last = parseIDKey(k)
@@ -323,7 +324,7 @@ func rememberIdempotent(tx *bolt.Tx, ck []byte, key string, expiry uint64, fp [s
 	if err := b.Put([]byte(key), append(rec, ids...)); err != nil {
 		return err
 	}
-	return tx.Bucket(bIdemExp).Put(expiryKey(expiry, ck, key), []byte{})
+	return growing(tx.Bucket(bIdemExp)).Put(expiryKey(expiry, ck, key), []byte{})
 }
 
 // expiryKey orders idempotency records by expiry so the sweep reads only the

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/internal/testkit"
@@ -268,5 +270,52 @@ func TestCloseDuringAppends(t *testing.T) {
 		if d := cmp.Diff(o.acked, stored); d != "" {
 			t.Errorf("%s after reopen (-acknowledged +stored):\n%s", o.c, d)
 		}
+	}
+}
+
+// BenchmarkFileSize appends events of about 1.1 KB, ten at a time, and
+// reports the file's used size per event (the pages up to its high-water
+// mark; the file itself grows in doubling steps) and the time per commit:
+// long streams
+// (64 contexts taking turns) and short ones (each run's stream written once,
+// its ids in start order as the engine's run ids are).
+func BenchmarkFileSize(b *testing.B) {
+	payload, _ := json.Marshal(map[string]string{"blob": strings.Repeat("x", 1000)})
+	for _, shape := range []struct {
+		name     string
+		contexts int // 0: a new context for every batch
+	}{{"Long", 64}, {"Runs", 0}} {
+		b.Run(shape.name, func(b *testing.B) {
+			path := tempPath(b)
+			s := newTestStore(b, path, boltstore.Options{})
+			batch := make([]event.Event, 10)
+			n := 0
+			for b.Loop() {
+				id := fmt.Sprintf("run-%012d", n)
+				if shape.contexts > 0 {
+					id = fmt.Sprintf("run-%012d", n%shape.contexts)
+				}
+				c := store.Context{Type: "flow", ID: id}
+				for i := range batch {
+					batch[i] = event.Event{Kind: "step.log", Subject: id, Step: "work", Data: payload}
+				}
+				if _, err := s.Append(b.Context(), c, batch, store.AppendOptions{}); err != nil {
+					b.Fatal(err)
+				}
+				n++
+			}
+			b.StopTimer()
+			if err := s.Close(); err != nil {
+				b.Fatal(err)
+			}
+			db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() { _ = db.Close() }()
+			var size int64
+			_ = db.View(func(tx *bolt.Tx) error { size = tx.Size(); return nil })
+			b.ReportMetric(float64(size)/float64(n*len(batch)), "file-B/event")
+		})
 	}
 }

@@ -52,6 +52,7 @@ func (s *Store) indexKinds(tx *bolt.Tx, c store.Context, evs []event.Event, bodi
 		if err != nil {
 			return err
 		}
+		growing(b)
 		cur := b.Cursor()
 		pos := event.ID{MS: nowMS}
 		if k, _ := cur.Last(); k != nil {
