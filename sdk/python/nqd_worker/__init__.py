@@ -1,4 +1,5 @@
-"""nqd_worker: run Python step handlers of nqd flows.
+"""nqd_worker: run Python step handlers of nqd flows, and start and follow
+their runs from app code (Client).
 
     from nqd_worker import Worker
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from .client import Client, RunCanceled, RunError, RunFailed, RunResult, Started, StreamEvent, WaitTimeout
 from .context import Context, SyncContext
 from .errors import AuthError, EncodeError, JobCanceled, LeaseLost, NqdError, PermanentError
 from .worker import Backoff, Handler, Registration, Worker
@@ -25,6 +27,7 @@ from .worker import Backoff, Handler, Registration, Worker
 __all__ = [
     "AuthError",
     "Backoff",
+    "Client",
     "Context",
     "EncodeError",
     "Handler",
@@ -33,7 +36,14 @@ __all__ = [
     "NqdError",
     "PermanentError",
     "Registration",
+    "RunCanceled",
+    "RunError",
+    "RunFailed",
+    "RunResult",
+    "Started",
+    "StreamEvent",
     "SyncContext",
+    "WaitTimeout",
     "Worker",
     "registered",
     "step",

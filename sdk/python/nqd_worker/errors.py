@@ -39,8 +39,10 @@ class AuthError(Exception):
 class NqdError(Exception):
     """nqd answered a request with an error that retrying will not fix (4xx)."""
 
-    def __init__(self, status: int, message: str, fields: dict[str, str] | None = None) -> None:
+    def __init__(self, status: int, message: str, fields: dict[str, str] | None = None, code: str = "") -> None:
         self.status = status
+        # nqd's error code, e.g. "not_found" or "idempotency_key_reused".
+        self.code = code
         # The request fields nqd named, by their JSON path.
         self.fields: dict[str, str] = fields or {}
         super().__init__(f"nqd answered {status}: {message}")
