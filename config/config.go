@@ -188,7 +188,7 @@ func settings(c *Config) []setting {
 		{"rate-per-token", "NQ_RATE_PER_TOKEN", "appends, starts and trigger POSTs per API token, as requests/window (0: no limit)", rateText(handlers.DefaultRatePerToken), rate(&c.RatePerToken)},
 		{"rate-per-addr", "NQ_RATE_PER_ADDR", "appends, starts and trigger POSTs without a token, per client address, as requests/window (0: no limit)", rateText(handlers.DefaultRatePerAddr), rate(&c.RatePerAddr)},
 		{"max-event-bytes", "NQ_MAX_EVENT_BYTES", "largest event in an append", itoa(handlers.DefaultMaxEventBytes), i64(&c.MaxEventBytes)},
-		{"large-data-bytes", "NQ_LARGE_DATA_BYTES", "a step result or emit payload larger than this is kept in the archive's bucket and its event carries a reference (needs NQ_ARCHIVE_URL or NQ_ARCHIVE_DIR; 0: NQ_MAX_EVENT_BYTES)", "0", i64(&c.LargeDataBytes)},
+		{"large-data-bytes", "NQ_LARGE_DATA_BYTES", "a run's input, a step result or an emit payload larger than this is kept in the archive's bucket and its event carries a reference (needs NQ_ARCHIVE_URL or NQ_ARCHIVE_DIR; 0: NQ_MAX_EVENT_BYTES)", "0", i64(&c.LargeDataBytes)},
 		{"max-streams-per-client", "NQ_MAX_STREAMS_PER_CLIENT", "open SSE streams and WebSockets per token and per address (0: no cap)", "100", integer(&c.MaxStreamsPerClient)},
 		{"metrics-public", "NQ_METRICS_PUBLIC", "serve /metrics without a token", "false", boolean(&c.MetricsPublic)},
 		{"trusted-proxies", "NQ_TRUSTED_PROXIES", "comma-separated CIDRs (or addresses) of proxies whose X-Forwarded-For or Forwarded header names the client (empty: none)", "", prefixes(&c.TrustedProxies)},

@@ -29,35 +29,60 @@ type Started struct {
 // with the same non-empty idempotencyKey returns the first run. Errors:
 // store.ErrNotFound (no such flow), store.ErrInvalid.
 func (e *Engine) Start(ctx context.Context, flow string, input json.RawMessage, idempotencyKey string) (Started, error) {
+	return e.StartKeeping(ctx, flow, input, idempotencyKey, nil)
+}
+
+// InputKeeper may replace a run's input once the run's id is known, before
+// the run is written: the API keeps a large input in its bucket, and the
+// run holds a reference to it. It must give the same answer for the same
+// run and input, since an idempotent start compares the stored input with
+// the one it is asked for.
+type InputKeeper func(ctx context.Context, run string, input json.RawMessage) (json.RawMessage, error)
+
+// StartKeeping is Start with the input passed through keep, when set.
+func (e *Engine) StartKeeping(ctx context.Context, flow string, input json.RawMessage, idempotencyKey string, keep InputKeeper) (Started, error) {
 	if len(input) == 0 {
 		input = json.RawMessage(`{}`)
 	}
-	if body, d := e.checkedDefinition(flow); d != nil {
-		out, err := e.start(ctx, flow, d, body, input, idempotencyKey)
+	body, d := e.checkedDefinition(flow)
+	if d == nil {
+		var err error
+		if d, err = e.Definition(ctx, flow); err != nil {
+			return Started{}, err
+		}
+	}
+	// One id for both tries below, so a kept input names the run it is in.
+	id := e.newRunID()
+	if idempotencyKey != "" {
+		id = idempotentRunID(flow, idempotencyKey)
+	}
+	if keep != nil {
+		var err error
+		if input, err = keep(ctx, id, input); err != nil {
+			return Started{}, err
+		}
+	}
+	if body != nil {
+		out, err := e.start(ctx, flow, id, d, body, input, idempotencyKey)
 		if !errors.Is(err, errStaleDefinition) {
 			return out, err
 		}
 		// Refused: the definition changed since it was cached, or the
 		// run id is taken. Decide again on the stored definition, which
 		// tells the two apart.
+		if d, err = e.Definition(ctx, flow); err != nil {
+			return Started{}, err
+		}
 	}
-	d, err := e.Definition(ctx, flow)
-	if err != nil {
-		return Started{}, err
-	}
-	return e.start(ctx, flow, d, nil, input, idempotencyKey)
+	return e.start(ctx, flow, id, d, nil, input, idempotencyKey)
 }
 
 // errStaleDefinition is a start refused while it named a cached definition.
 var errStaleDefinition = errors.New("engine: start decided on a cached definition was refused")
 
-// start writes a run of d; body, when set, is d as cached, which the store
+// start writes run id of d; body, when set, is d as cached, which the store
 // checks is still the stored definition (see checkedDefinition).
-func (e *Engine) start(ctx context.Context, flow string, d *flows.Definition, body []byte, input json.RawMessage, idempotencyKey string) (Started, error) {
-	id := e.newRunID()
-	if idempotencyKey != "" {
-		id = idempotentRunID(flow, idempotencyKey)
-	}
+func (e *Engine) start(ctx context.Context, flow, id string, d *flows.Definition, body []byte, input json.RawMessage, idempotencyKey string) (Started, error) {
 	entry := d.Steps[d.Entry]
 	out := Started{ID: store.JobID(id, d.Entry), Queue: entry.Queue, Step: d.Entry, FlowID: id}
 	now := e.nowMS()

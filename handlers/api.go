@@ -72,16 +72,21 @@ type Limits struct {
 	MaxBodyBytes   int64         // request body size
 	MaxBatch       int           // events in one append
 	MaxEventBytes  int64         // one event as sent, in an append
-	LargeDataBytes int64         // a result or emit payload over it goes to Deps.Data by reference (data.go); default MaxEventBytes
+	LargeDataBytes int64         // a run's input, a result or an emit payload over it goes to Deps.Data by reference (data.go); default MaxEventBytes
+	ClaimBytes     int64         // a claim's answer stops taking jobs once their resolved inputs reach it (data.go)
 	RequestTimeout time.Duration // time an API route may take
 }
 
 // The default limits. The body limit, 1 MiB, is the one openapi.yaml states
 // for an append.
 const (
-	DefaultMaxBodyBytes   = 1 << 20
-	DefaultMaxBatch       = 1000
-	DefaultMaxEventBytes  = 256 << 10
+	DefaultMaxBodyBytes  = 1 << 20
+	DefaultMaxBatch      = 1000
+	DefaultMaxEventBytes = 256 << 10
+	// DefaultClaimBytes is half the answer the SDKs read (16 MiB), so
+	// that an answer of several jobs stays readable; a job over it goes
+	// alone.
+	DefaultClaimBytes     = 8 << 20
 	DefaultRequestTimeout = 10 * time.Second
 	// DefaultIdleTimeout is how long the server keeps a keep-alive
 	// connection that waits for its next request.
@@ -230,6 +235,9 @@ func New(d Deps) *API {
 	}
 	if lim.LargeDataBytes <= 0 {
 		lim.LargeDataBytes = lim.MaxEventBytes
+	}
+	if lim.ClaimBytes <= 0 {
+		lim.ClaimBytes = DefaultClaimBytes
 	}
 	now := d.Now
 	if now == nil {

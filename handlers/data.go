@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 
@@ -191,4 +192,42 @@ func (a *API) getData(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Content-Length", fmt.Sprint(len(v)))
 	_, _ = w.Write(v)
 	return nil
+}
+
+// claimResolved claims up to n jobs (one when n is 0) with claim, their
+// inputs resolved. With a DataStore it claims them one at a time and stops
+// adding jobs once their inputs reach Limits.ClaimBytes: an input kept by
+// reference may be as large as a request body, and an answer holds every
+// job's. A job over the budget still goes, alone. Only the first claim
+// waits.
+func (a *API) claimResolved(ctx context.Context, claim claimFunc, queues []string, n int, wait time.Duration) ([]store.Job, error) {
+	if a.data == nil {
+		return a.claim(ctx, claim, queues, n, wait)
+	}
+	jobs := []store.Job{}
+	var total int64
+	for len(jobs) < max(n, 1) && total < a.limits.ClaimBytes {
+		got, err := a.claim(ctx, claim, queues, 1, wait)
+		if err == nil {
+			err = a.resolveInputs(ctx, got)
+		}
+		if err != nil && len(jobs) == 0 {
+			return nil, err
+		}
+		if err != nil {
+			// The jobs claimed so far go out; this one returns to its
+			// queue when its lease runs out.
+			a.log.Warn().Err(err).Msg("a claim stopped early")
+			break
+		}
+		if len(got) == 0 {
+			break
+		}
+		jobs = append(jobs, got...)
+		for _, j := range got {
+			total += int64(len(j.Input))
+		}
+		wait = 0
+	}
+	return jobs, nil
 }

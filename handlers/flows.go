@@ -165,7 +165,7 @@ func (a *API) startFlow(w http.ResponseWriter, r *http.Request) error {
 		return errKeyInFlight
 	}
 	defer end()
-	s, err := a.engine.Start(r.Context(), name, input, key)
+	s, err := a.engine.StartKeeping(r.Context(), name, input, key, a.offload)
 	if errors.Is(err, store.ErrNotFound) {
 		// The flow's name is the one thing a start looks up.
 		return &nqd.Error{Code: nqd.CodeNotFound, Err: err, Message: fmt.Sprintf(

@@ -60,10 +60,7 @@ func (a *API) claimJobs(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	wait := min(time.Duration(req.WaitMs)*time.Millisecond, maxClaimWait)
-	jobs, err := a.claim(r.Context(), a.engine.Claim, req.Queues, req.Max, wait)
-	if err == nil {
-		err = a.resolveInputs(r.Context(), jobs)
-	}
+	jobs, err := a.claimResolved(r.Context(), a.engine.Claim, req.Queues, req.Max, wait)
 	if err != nil {
 		return err
 	}
@@ -301,6 +298,11 @@ func (a *API) completeJob(w http.ResponseWriter, r *http.Request) error {
 		// A job ready now is claimed in the completion's own write where
 		// the store can.
 		next := engine.Next{Queues: req.Claim.Queues, Max: req.Claim.Max}
+		if a.data != nil {
+			// One job in the completion's write; claimNext takes more
+			// within the answer's budget.
+			next.Max = 1
+		}
 		jobs, claimed, err = a.engine.CompleteClaiming(r.Context(), ack, req.Result, next, evs...)
 	} else {
 		err = a.engine.Complete(r.Context(), ack, req.Result, evs...)
@@ -308,14 +310,15 @@ func (a *API) completeJob(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if !claimed || len(jobs) == 0 {
+	if claimed && len(jobs) > 0 {
+		if err := a.resolveInputs(r.Context(), jobs); err != nil {
+			// The completion stands; the jobs go back to their queues when
+			// their leases run out.
+			hlog.FromRequest(r).Error().Err(err).Msg("the input of a claimed job could not be read from the bucket")
+			jobs = []store.Job{}
+		}
+	} else {
 		jobs = a.claimNext(r, *req.Claim)
-	}
-	if err := a.resolveInputs(r.Context(), jobs); err != nil {
-		// The completion stands; the jobs go back to their queues when
-		// their leases run out.
-		hlog.FromRequest(r).Error().Err(err).Msg("the input of a claimed job could not be read from the bucket")
-		jobs = []store.Job{}
 	}
 	writeJSON(w, r, http.StatusOK, completeBody{Status: "ok", Jobs: jobs})
 	return nil
@@ -326,7 +329,7 @@ func (a *API) completeJob(w http.ResponseWriter, r *http.Request) error {
 // jobs rather than an error: the worker claims on its own as before.
 func (a *API) claimNext(r *http.Request, c nextClaim) []store.Job {
 	wait := min(time.Duration(c.WaitMs)*time.Millisecond, a.limits.RequestTimeout/2)
-	jobs, err := a.claim(r.Context(), a.engine.ClaimHanded, c.Queues, c.Max, wait)
+	jobs, err := a.claimResolved(r.Context(), a.engine.ClaimHanded, c.Queues, c.Max, wait)
 	if err != nil {
 		if !errors.Is(err, errShuttingDown) {
 			hlog.FromRequest(r).Warn().Err(err).Msg("the claim of a completion failed; the completion stands")
