@@ -52,7 +52,7 @@ func Addr(t testing.TB) string {
 			sharedErr = err
 			return
 		}
-		if shared, sharedErr = launch(Options{}, dir, 0); sharedErr != nil {
+		if shared, sharedErr = launch(Options{}, dir, 0, nil); sharedErr != nil {
 			_ = os.RemoveAll(dir)
 		}
 	})
@@ -125,6 +125,8 @@ type Server struct {
 	port int
 	opts Options
 
+	args []string // more redis-server arguments, such as a cluster node's
+
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -134,7 +136,7 @@ type Server struct {
 // is killed when the test ends.
 func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
-	s, err := launch(opts, t.TempDir(), 0)
+	s, err := launch(opts, t.TempDir(), 0, nil)
 	if err != nil {
 		unavailable(t, err)
 	}
@@ -162,14 +164,14 @@ func (s *Server) Restart(t testing.TB) {
 	s.Kill()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cmd, done, err := run(s.opts, s.dir, s.port)
+	cmd, done, err := run(s.opts, s.dir, s.port, s.args)
 	if err != nil {
 		t.Fatalf("redistest: restart redis-server on port %d: %v", s.port, err)
 	}
 	s.cmd, s.done = cmd, done
 }
 
-func launch(opts Options, dir string, port int) (*Server, error) {
+func launch(opts Options, dir string, port int, extra []string) (*Server, error) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		return nil, errMissing
 	}
@@ -184,9 +186,9 @@ func launch(opts Options, dir string, port int) (*Server, error) {
 				return nil, err
 			}
 		}
-		cmd, done, err := run(opts, dir, p)
+		cmd, done, err := run(opts, dir, p, extra)
 		if err == nil {
-			return &Server{Addr: "127.0.0.1:" + strconv.Itoa(p), dir: dir, port: p, opts: opts, cmd: cmd, done: done}, nil
+			return &Server{Addr: "127.0.0.1:" + strconv.Itoa(p), dir: dir, port: p, opts: opts, args: extra, cmd: cmd, done: done}, nil
 		}
 		lastErr = err
 	}
@@ -194,7 +196,7 @@ func launch(opts Options, dir string, port int) (*Server, error) {
 }
 
 // run starts redis-server and waits until it answers PING.
-func run(opts Options, dir string, port int) (*exec.Cmd, chan struct{}, error) {
+func run(opts Options, dir string, port int, extra []string) (*exec.Cmd, chan struct{}, error) {
 	args := []string{
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--save", "", "--dir", dir, "--daemonize", "no", "--loglevel", "warning",
@@ -205,6 +207,7 @@ func run(opts Options, dir string, port int) (*exec.Cmd, chan struct{}, error) {
 	} else {
 		args = append(args, "--appendonly", "no")
 	}
+	args = append(args, extra...)
 	cmd := exec.Command("redis-server", args...)
 	cmd.Dir = dir
 	if err := spawn.Start(cmd, nil); err != nil {

@@ -2,6 +2,7 @@ package redistest_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -48,5 +49,25 @@ func TestRestartKeepsAOFData(t *testing.T) {
 	got, err := c.Get(ctx, "k").Result()
 	if err != nil || got != "v" {
 		t.Fatalf("after restart: got %q, %v, want v", got, err)
+	}
+}
+
+func TestClusterServesEverySlot(t *testing.T) {
+	ctx := context.Background()
+	c := redistest.ClusterClient(t)
+	p := redistest.ClusterPrefix(t)
+	// Keys of one tag share a slot, so a transaction over them is allowed.
+	_, err := c.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		pipe.Set(ctx, "{"+p+"}:a", "1", 0)
+		pipe.Set(ctx, "{"+p+"}:b", "2", 0)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var primaries atomic.Int32
+	err = c.ForEachMaster(ctx, func(context.Context, *redis.Client) error { primaries.Add(1); return nil })
+	if err != nil || primaries.Load() != 3 {
+		t.Fatalf("primaries: %d, %v; want 3", primaries, err)
 	}
 }

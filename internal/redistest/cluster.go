@@ -1,0 +1,281 @@
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/nqd-dev/nqd/internal/spawn"
+)
+
+// clusterTimeout bounds how long a fresh cluster may take to serve every
+// slot with every replica in sync.
+const clusterTimeout = 60 * time.Second
+
+// ClusterOptions configure a dedicated cluster.
+type ClusterOptions struct {
+	// NodeTimeout is cluster-node-timeout: how long a primary may stay
+	// unreachable before its replica takes its place; default 3s, long
+	// enough that a loaded machine does not fail nodes over by itself.
+	NodeTimeout time.Duration
+	// AOF is Options.AOF on every node.
+	AOF bool
+}
+
+// Cluster is a Redis Cluster of three primaries with one replica each,
+// every node a redis-server process on a free port.
+type Cluster struct {
+	// Nodes are the six servers; the first three started as primaries,
+	// Nodes[3+i] as the replica of Nodes[i].
+	Nodes []*Server
+}
+
+var (
+	sharedClusterOnce sync.Once
+	sharedCluster     *Cluster
+	sharedClusterErr  error
+)
+
+// ClusterURL returns a Redis URL of the cluster shared by every test of
+// this binary, starting it on first use: its first node, with the others as
+// go-redis addr parameters. Tests share it as they share Addr's server, each
+// under its own Prefix (a prefix is its own hash slot in nqd's layout).
+func ClusterURL(t testing.TB) string {
+	t.Helper()
+	sharedClusterOnce.Do(func() {
+		dir, err := spawn.OwnedTempDir("nqd-redistest-cluster-")
+		if err != nil {
+			sharedClusterErr = err
+			return
+		}
+		if sharedCluster, sharedClusterErr = launchCluster(ClusterOptions{}, dir); sharedClusterErr != nil {
+			_ = os.RemoveAll(dir)
+		}
+	})
+	if sharedClusterErr != nil {
+		unavailable(t, sharedClusterErr)
+	}
+	return sharedCluster.URL()
+}
+
+// ClusterClient returns a cluster client of the shared cluster, closed when
+// the test ends.
+func ClusterClient(t testing.TB) *redis.ClusterClient {
+	t.Helper()
+	c := NewClusterClient(t, ClusterURL(t))
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// NewClusterClient opens a client of the cluster at rawURL as nqd would:
+// no retries of its own beyond following MOVED and ASK.
+func NewClusterClient(t testing.TB, rawURL string) *redis.ClusterClient {
+	t.Helper()
+	opts, err := redis.ParseClusterURL(rawURL)
+	if err != nil {
+		t.Fatalf("redistest: cluster URL %s: %v", rawURL, err)
+	}
+	return redis.NewClusterClient(opts)
+}
+
+// ClusterPrefix is Prefix on the shared cluster: a key prefix no other test
+// uses, whose keys are deleted from every primary when the test ends.
+func ClusterPrefix(t testing.TB) string {
+	t.Helper()
+	rawURL := ClusterURL(t)
+	p := fmt.Sprintf("nqt%d%d", os.Getpid(), prefixSeq.Add(1))
+	t.Cleanup(func() {
+		opts, err := redis.ParseClusterURL(rawURL)
+		if err != nil {
+			t.Errorf("redistest: %v", err)
+			return
+		}
+		c := redis.NewClusterClient(opts)
+		defer func() { _ = c.Close() }()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		// nqd tags a prefix's keys {<prefix>}; an untagged key may sit on
+		// any primary.
+		err = c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			if err := DeleteKeys(ctx, node, "{"+p+"}:*"); err != nil {
+				return err
+			}
+			return DeleteKeys(ctx, node, p+":*")
+		})
+		if err != nil {
+			t.Errorf("redistest: delete keys of %s: %v", p, err)
+		}
+	})
+	return p
+}
+
+// StartCluster runs a dedicated cluster that the test may kill nodes of. Its
+// nodes are killed when the test ends.
+func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
+	t.Helper()
+	c, err := launchCluster(opts, t.TempDir())
+	if err != nil {
+		unavailable(t, err)
+	}
+	return c
+}
+
+// URL is a Redis URL naming every node: the first as host, the others as
+// addr parameters, as NQ_REDIS_URL names a cluster's seeds.
+func (c *Cluster) URL() string {
+	q := url.Values{}
+	for _, n := range c.Nodes[1:] {
+		q.Add("addr", n.Addr)
+	}
+	return "redis://" + c.Nodes[0].Addr + "?" + q.Encode()
+}
+
+// Close kills every node.
+func (c *Cluster) Close() {
+	for _, n := range c.Nodes {
+		n.Kill()
+	}
+}
+
+// WaitServing waits until every node of live reports cluster_state:ok with
+// every slot served, or fails the test at the deadline: after a primary was
+// killed, its replica has taken over.
+func (c *Cluster) WaitServing(t testing.TB, live []*Server) {
+	t.Helper()
+	if err := waitClusterOK(live, 0); err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+}
+
+// PrimaryOf returns the node that serves key's slot now.
+func (c *Cluster) PrimaryOf(ctx context.Context, key string) (*Server, error) {
+	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.addrs()})
+	defer func() { _ = cl.Close() }()
+	node, err := cl.MasterForKey(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	addr := node.Options().Addr
+	for _, n := range c.Nodes {
+		if n.Addr == addr {
+			return n, nil
+		}
+	}
+	return nil, fmt.Errorf("no node at %s", addr)
+}
+
+func (c *Cluster) addrs() []string {
+	addrs := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		addrs[i] = n.Addr
+	}
+	return addrs
+}
+
+func launchCluster(opts ClusterOptions, dir string) (*Cluster, error) {
+	if _, err := exec.LookPath("redis-cli"); err != nil {
+		return nil, errMissing
+	}
+	timeout := opts.NodeTimeout
+	if timeout <= 0 {
+		timeout = 3 * time.Second
+	}
+	c := &Cluster{}
+	for i := range 6 {
+		nodeDir := filepath.Join(dir, "node"+strconv.Itoa(i))
+		if err := os.MkdirAll(nodeDir, 0o750); err != nil {
+			c.Close()
+			return nil, err
+		}
+		s, err := launch(Options{AOF: opts.AOF}, nodeDir, 0, []string{
+			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", strconv.FormatInt(timeout.Milliseconds(), 10),
+			// A replica takes over however long it was cut off: the
+			// tests kill primaries, never whole shards.
+			"--cluster-replica-validity-factor", "0",
+			// A replica syncs at once rather than waiting for others.
+			"--repl-diskless-sync-delay", "0",
+		})
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		c.Nodes = append(c.Nodes, s)
+	}
+	args := append([]string{"--cluster", "create"}, c.addrs()...)
+	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
+	out, err := exec.Command("redis-cli", args...).CombinedOutput()
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("redis-cli --cluster create: %v: %s", err, out)
+	}
+	if err := waitClusterOK(c.Nodes, 3); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// waitClusterOK waits until every node of nodes reports cluster_state:ok
+// with every slot assigned, and at least primaries of them report an online
+// replica.
+func waitClusterOK(nodes []*Server, primaries int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
+	defer cancel()
+	var last string
+	for {
+		ok, why := clusterOK(ctx, nodes, primaries)
+		if ok {
+			return nil
+		}
+		last = why
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster not ready within %s: %s", clusterTimeout, last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func clusterOK(ctx context.Context, nodes []*Server, primaries int) (bool, string) {
+	synced := 0
+	for _, n := range nodes {
+		c := redis.NewClient(&redis.Options{Addr: n.Addr, MaxRetries: -1})
+		info, err := c.ClusterInfo(ctx).Result()
+		if err != nil {
+			_ = c.Close()
+			return false, n.Addr + ": " + err.Error()
+		}
+		if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_slots_assigned:16384") {
+			_ = c.Close()
+			return false, n.Addr + ": " + firstLine(info)
+		}
+		repl, err := c.Info(ctx, "replication").Result()
+		_ = c.Close()
+		if err != nil {
+			return false, n.Addr + ": " + err.Error()
+		}
+		if strings.Contains(repl, "role:master") && strings.Contains(repl, "connected_slaves:1") && strings.Contains(repl, "state=online") {
+			synced++
+		}
+	}
+	if synced < primaries {
+		return false, fmt.Sprintf("%d of %d primaries have an online replica", synced, primaries)
+	}
+	return true, ""
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return strings.TrimSpace(s)
+}
