@@ -33,6 +33,9 @@ var backends = []struct {
 	{"redis", func(t testing.TB) []string {
 		return []string{"-redis-url", "redis://" + redistest.Addr(t), "-prefix", redistest.Prefix(t)}
 	}},
+	{"redis-cluster", func(t testing.TB) []string {
+		return []string{"-redis-url", redistest.ClusterURL(t), "-prefix", redistest.ClusterPrefix(t)}
+	}},
 	{"postgres", func(t testing.TB) []string { return []string{"-postgres-url", pgtest.URL(t)} }},
 }
 

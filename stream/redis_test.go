@@ -19,7 +19,25 @@ import (
 func init() {
 	backends = append(backends, backend{name: "redis", open: func(t *testing.T) store.Store {
 		return newRedisStore(t, redistest.Prefix(t))
+	}}, backend{name: "redis-cluster", open: func(t *testing.T) store.Store {
+		return newClusterStore(t, redistest.ClusterPrefix(t))
 	}})
+}
+
+// newClusterStore is newRedisStore on the shared test cluster: the stream
+// is served through sharded Pub/Sub.
+func newClusterStore(t testing.TB, prefix string) *prefixed {
+	t.Helper()
+	client := redistest.NewClusterClient(t, redistest.ClusterURL(t))
+	s, err := redisstore.New(client, redisstore.Options{Prefix: prefix, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatalf("redis cluster store: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = s.Close()
+		_ = client.Close()
+	})
+	return &prefixed{Store: s, prefix: prefix}
 }
 
 // newRedisStore is one nqd instance's Redis store: its own client, so its

@@ -16,7 +16,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/nqd-dev/nqd/config"
@@ -216,7 +215,7 @@ func (a *App) watch(states *snapshots.Cache) {
 func (a *App) openStore(ctx context.Context) (store.Backend, error) {
 	switch a.cfg.Backend() {
 	case "redis":
-		client, err := redisClient(a.cfg.RedisURL)
+		client, mode, err := redisClient(ctx, a.cfg.RedisURL)
 		if err != nil {
 			return nil, fmt.Errorf("NQ_REDIS_URL: %w", err)
 		}
@@ -240,7 +239,7 @@ func (a *App) openStore(ctx context.Context) (store.Backend, error) {
 		}
 		a.closers = append(a.closers, st.Close)
 		a.secrets = st
-		a.log.Info().Str("store", "redis").Str("redis", redactURL(a.cfg.RedisURL)).Str("prefix", a.cfg.Prefix).Msg("using the Redis store")
+		a.log.Info().Str("store", "redis").Str("redis", redactURL(a.cfg.RedisURL)).Str("mode", mode).Str("prefix", a.cfg.Prefix).Msg("using the Redis store")
 		return st, nil
 	case "postgres":
 		if a.cfg.StreamMaxLen > 0 || len(a.cfg.StreamMaxLenByType) > 0 {
@@ -281,33 +280,6 @@ func (a *App) openStore(ctx context.Context) (store.Backend, error) {
 		a.log.Info().Str("store", "embedded").Str("path", path).Msg("using the embedded store (set NQ_REDIS_URL to use Redis)")
 		return st, nil
 	}
-}
-
-// redisClient builds a client for a plain or, with `master_name`, a Sentinel URL.
-//
-// The client never retries a command by itself: an append script whose reply
-// was lost may have run, and running it again would store the batch twice.
-// The store sends such an append again only under its idempotency key (see
-// redisstore.Store.Append), which makes the repeat exactly-once.
-//
-// Pipelines (the store's appends, sent together) share the main pool: a pool
-// of their own would recover from an outage apart from it, so reads could
-// still fail on a dead pool after appends work again.
-func redisClient(raw string) (redis.UniversalClient, error) {
-	if strings.Contains(raw, "master_name=") {
-		opts, err := redis.ParseFailoverURL(raw)
-		if err != nil {
-			return nil, err
-		}
-		opts.MaxRetries, opts.PipelinePoolSize = -1, -1
-		return redis.NewFailoverClient(opts), nil
-	}
-	opts, err := redis.ParseURL(raw)
-	if err != nil {
-		return nil, err
-	}
-	opts.MaxRetries, opts.PipelinePoolSize = -1, -1
-	return redis.NewClient(opts), nil
 }
 
 // redactURL hides the password of a Redis URL so it never reaches a log.

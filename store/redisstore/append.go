@@ -21,8 +21,6 @@ import (
 //go:embed scripts/append.lua
 var appendLua string
 
-var appendScript = withLib(appendLua)
-
 // Append stores evs atomically with their publication and index maintenance
 // (see scripts/append.lua). Errors: store.ErrInvalid, store.ErrUnavailable
 // and store.ErrClosed (nothing was stored), store.ErrKeyReused, or
@@ -105,7 +103,7 @@ func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, 
 	} else {
 		args = append(args, 0, "", "")
 	}
-	reply, err := s.pipe.run(ctx, appendScript, keys, args)
+	reply, err := s.pipe.run(ctx, s.scripts.append, keys, args)
 	if err != nil && mayHaveRun(err) {
 		reply, err = s.resolveAppend(ctx, keys, args, err)
 	}
@@ -162,7 +160,7 @@ func (s *Store) resolveAppend(ctx context.Context, keys []string, args []any, ca
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, time.Second)
-		reply, err := appendScript.Run(ctx, s.client, keys, args...).Slice()
+		reply, err := s.scripts.append.Run(ctx, s.client, keys, args...).Slice()
 		var rerr redis.Error
 		switch {
 		case err == nil:

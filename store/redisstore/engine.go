@@ -26,8 +26,6 @@ var (
 	//go:embed scripts/due_timers.lua
 	dueTimersLua string
 
-	runUpdateScript = withLib(runUpdateLua)
-	claimScript     = withLib(claimLua)
 	heartbeatScript = redis.NewScript(heartbeatLua)
 	dueTimersScript = redis.NewScript(dueTimersLua)
 )
@@ -35,16 +33,16 @@ var (
 // runStatuses are the statuses whose indexes DeleteRuns removes.
 var runStatuses = []string{store.RunRunning, store.RunAwaiting, store.RunCompleted, store.RunFailed, store.RunCancelled}
 
-func (s *Store) defsKey() string   { return s.opts.Prefix + ":engine:flows:defs" }
-func (s *Store) timersKey() string { return s.opts.Prefix + ":engine:timers:due" }
+func (s *Store) defsKey() string   { return s.prefix + ":engine:flows:defs" }
+func (s *Store) timersKey() string { return s.prefix + ":engine:timers:due" }
 func (s *Store) metaKey(flow, run string) string {
-	return s.opts.Prefix + ":flows:" + flow + ":meta:" + run
+	return s.prefix + ":flows:" + flow + ":meta:" + run
 }
 func (s *Store) statusKey(flow, status string) string {
-	return s.opts.Prefix + ":flows:" + flow + ":status:" + status
+	return s.prefix + ":flows:" + flow + ":status:" + status
 }
-func (s *Store) readyKey(queue string) string { return s.opts.Prefix + ":queue:" + queue + ":ready" }
-func (s *Store) jobsKey(queue string) string  { return s.opts.Prefix + ":queue:" + queue + ":jobs" }
+func (s *Store) readyKey(queue string) string { return s.prefix + ":queue:" + queue + ":ready" }
+func (s *Store) jobsKey(queue string) string  { return s.prefix + ":queue:" + queue + ":jobs" }
 
 func (s *Store) checkOpen(op string) error {
 	if s.closed.Load() {

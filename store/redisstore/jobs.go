@@ -91,7 +91,7 @@ func (s *Store) Claim(ctx context.Context, queues []string, now, leaseUntil int6
 	for _, q := range queues {
 		args = append(args, q)
 	}
-	vals, err := s.pipe.run(ctx, claimScript, keys, args)
+	vals, err := s.pipe.run(ctx, s.scripts.claim, keys, args)
 	if err != nil {
 		return nil, mapErr(ctx, "claim", err)
 	}

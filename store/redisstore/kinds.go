@@ -14,11 +14,11 @@ import (
 // kindKey is the kind index of kind, a stream append.lua writes beside each
 // appended event. The engine: prefix keeps it apart from context streams,
 // whose ids hold no colon.
-func (s *Store) kindKey(kind string) string { return s.opts.Prefix + ":engine:kind:" + kind }
+func (s *Store) kindKey(kind string) string { return s.prefix + ":engine:kind:" + kind }
 
 // watchedKey is the set of kinds append.lua indexes; other kinds cost it
 // one SISMEMBER per batch and kind.
-func (s *Store) watchedKey() string { return s.opts.Prefix + ":engine:kinds:watched" }
+func (s *Store) watchedKey() string { return s.prefix + ":engine:kinds:watched" }
 
 // WatchKinds adds kinds to the watched set, for every instance on this
 // Redis. Errors: store.ErrInvalid, store.ErrUnavailable, store.ErrClosed.
@@ -45,7 +45,7 @@ func (s *Store) WatchKinds(ctx context.Context, kinds ...string) error {
 // consumedKey marks an entry of the kind index consumed; run_update.lua
 // sets it, expiring with the window.
 func (s *Store) consumedKey(k store.KindRef) string {
-	return s.opts.Prefix + ":engine:consumed:" + k.Kind + ":" + formatID(k.Seq)
+	return s.prefix + ":engine:consumed:" + k.Kind + ":" + formatID(k.Seq)
 }
 
 func (s *Store) kindWindow() time.Duration {

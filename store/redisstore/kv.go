@@ -49,7 +49,7 @@ const versionField = "_v"
 // scanCount is the SCAN batch size: the keys read per pipeline.
 const scanCount = 500
 
-func (s *Store) kvPrefix() string        { return s.opts.Prefix + ":_kv:" }
+func (s *Store) kvPrefix() string        { return s.prefix + ":_kv:" }
 func (s *Store) kvKey(key string) string { return s.kvPrefix() + key }
 
 func checkKV(op, key string, fields map[string]string, needFields bool) error {
@@ -241,10 +241,14 @@ func (s *Store) Scan(ctx context.Context, q store.ScanQuery) ([]store.KVEntry, e
 	base := s.kvPrefix()
 	// Validation leaves no glob character in the prefix or the key prefix.
 	pattern := base + q.Prefix + "*"
+	node, err := s.keyspace(ctx)
+	if err != nil {
+		return nil, mapErr(ctx, "kv scan", err)
+	}
 	var out []store.KVEntry
 	var cursor uint64
 	for {
-		keys, next, err := s.client.Scan(ctx, cursor, pattern, scanCount).Result()
+		keys, next, err := node.Scan(ctx, cursor, pattern, scanCount).Result()
 		if err != nil {
 			return nil, mapErr(ctx, "kv scan", err)
 		}

@@ -14,7 +14,7 @@ import (
 
 // pausedKey is the set of paused queue names; claim.lua reads it in the
 // same script that hands out jobs.
-func (s *Store) pausedKey() string { return s.opts.Prefix + ":engine:queues:paused" }
+func (s *Store) pausedKey() string { return s.prefix + ":engine:queues:paused" }
 
 // SetQueuePaused pauses or resumes queue. Errors: store.ErrInvalid,
 // store.ErrUnavailable, store.ErrClosed.
@@ -53,9 +53,13 @@ func (s *Store) JobQueues(ctx context.Context) ([]string, error) {
 	if err := s.checkOpen("job queues"); err != nil {
 		return nil, err
 	}
-	head, tail := s.opts.Prefix+":queue:", ":ready"
+	head, tail := s.prefix+":queue:", ":ready"
+	node, err := s.keyspace(ctx)
+	if err != nil {
+		return nil, mapErr(ctx, "job queues", err)
+	}
 	out := []string{}
-	it := s.client.Scan(ctx, 0, head+"*"+tail, 1000).Iterator()
+	it := node.Scan(ctx, 0, head+"*"+tail, 1000).Iterator()
 	for it.Next(ctx) {
 		name := strings.TrimSuffix(strings.TrimPrefix(it.Val(), head), tail)
 		// Only names nqd could have written: a key another program put

@@ -113,10 +113,16 @@ const (
 type Store struct {
 	client redis.UniversalClient
 	opts   Options
-	log    zerolog.Logger
-	feed   *liveFeed
-	pipe   *pipeliner
-	closed atomic.Bool
+	// prefix starts every key: opts.Prefix, or on a Redis Cluster the hash
+	// tag {opts.Prefix}, which puts every key in one slot (see the package
+	// doc).
+	prefix  string
+	cluster bool
+	scripts *scriptSet
+	log     zerolog.Logger
+	feed    *liveFeed
+	pipe    *pipeliner
+	closed  atomic.Bool
 }
 
 var _ store.Backend = (*Store)(nil)
@@ -147,8 +153,14 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 	if opts.LiveProbeInterval == 0 {
 		opts.LiveProbeInterval = defaultLiveProbeInterval
 	}
-	s := &Store{client: client, opts: opts, log: opts.Logger}
+	s := &Store{client: client, opts: opts, log: opts.Logger, prefix: opts.Prefix, scripts: plainScripts}
+	if _, ok := client.(*redis.ClusterClient); ok {
+		s.cluster, s.prefix, s.scripts = true, "{"+opts.Prefix+"}", shardedScripts
+	}
 	s.feed = newLiveFeed(client, opts.LiveProbeInterval, s.log)
+	if s.cluster {
+		s.feed.anchor = s.prefix + ":engine:live"
+	}
 	s.pipe = newPipeliner(client)
 	return s, nil
 }
@@ -198,14 +210,23 @@ func (s *Store) Close() error {
 	return nil
 }
 
+// keyspace returns a client whose SCAN sees every key of the store: the
+// client itself, or on a cluster the primary that serves the prefix's slot.
+func (s *Store) keyspace(ctx context.Context) (redis.UniversalClient, error) {
+	if cc, ok := s.client.(*redis.ClusterClient); ok {
+		return cc.MasterForKey(ctx, s.prefix)
+	}
+	return s.client, nil
+}
+
 func (s *Store) streamKey(c store.Context) string {
-	return s.opts.Prefix + ":" + c.Type + ":" + c.ID
+	return s.prefix + ":" + c.Type + ":" + c.ID
 }
 
 func (s *Store) channel(c store.Context) string { return s.streamKey(c) + ":live" }
 
 func (s *Store) indexKey(ix store.Index) string {
-	k := s.opts.Prefix + ":" + ix.Type + "s"
+	k := s.prefix + ":" + ix.Type + "s"
 	if ix.Name != "" {
 		k += ":" + ix.Name
 	}

@@ -18,7 +18,7 @@ var deleteRunLua string
 
 var deleteRunScript = redis.NewScript(deleteRunLua)
 
-func (s *Store) expiringKey() string { return s.opts.Prefix + ":engine:runs:expiring" }
+func (s *Store) expiringKey() string { return s.prefix + ":engine:runs:expiring" }
 
 // ExpiredRuns returns up to max runs due at now, earliest first. Errors:
 // store.ErrUnavailable, store.ErrClosed.

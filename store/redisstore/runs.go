@@ -208,7 +208,7 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 		args = append(args, 0)
 	}
 
-	reply, err := s.pipe.run(ctx, runUpdateScript, keys, args)
+	reply, err := s.pipe.run(ctx, s.scripts.runUpdate, keys, args)
 	if err != nil {
 		return store.AppendResult{}, mapWriteErr(ctx, "update run", err)
 	}

@@ -13,8 +13,25 @@ import (
 //go:embed scripts/lib.lua
 var luaLib string
 
-// withLib is a script whose source starts with luaLib. Redis knows a script
-// by the digest of its whole source, so each gets its own copy.
-func withLib(src string) *redis.Script {
-	return redis.NewScript(luaLib + src)
+// scriptSet holds the scripts built on luaLib, whose source names the
+// command append_events publishes with.
+type scriptSet struct {
+	append, runUpdate, claim *redis.Script
+}
+
+// plainScripts publish with PUBLISH; shardedScripts, for a Redis Cluster,
+// with SPUBLISH, so that a message goes to the shard of its channel's slot
+// only instead of to every node.
+var (
+	plainScripts   = newScriptSet("PUBLISH")
+	shardedScripts = newScriptSet("SPUBLISH")
+)
+
+func newScriptSet(publish string) *scriptSet {
+	// Redis knows a script by the digest of its whole source, so each
+	// script gets its own copy of the library.
+	withLib := func(src string) *redis.Script {
+		return redis.NewScript("local PUBLISH = '" + publish + "'\n" + luaLib + src)
+	}
+	return &scriptSet{append: withLib(appendLua), runUpdate: withLib(runUpdateLua), claim: withLib(claimLua)}
 }

@@ -10,7 +10,7 @@ import (
 
 // secretKey holds a secret nqd made for itself, such as the key that signs
 // trigger ids: <p>:engine:secret:<name>, a string written once.
-func (s *Store) secretKey(name string) string { return s.opts.Prefix + ":engine:secret:" + name }
+func (s *Store) secretKey(name string) string { return s.prefix + ":engine:secret:" + name }
 
 // Secret returns the secret stored under name, storing fresh first when
 // there is none, so that every instance on this Redis, and every restart,

@@ -64,6 +64,12 @@ type liveFeed struct {
 	probeEvery time.Duration
 	unsubDelay time.Duration // unsubscribeDelay; a test may set another before the first Subscribe
 	log        zerolog.Logger
+	// anchor, set on a Redis Cluster, is a channel in the slot of every
+	// channel of the store that nobody publishes on: the feed then uses
+	// sharded Pub/Sub (SSUBSCRIBE), subscribes anchor first so that the
+	// connection goes to the primary serving the slot, and takes Redis
+	// unsubscribing it as the slot moving elsewhere.
+	anchor string
 
 	mu     sync.Mutex
 	conn   *liveConn // nil until needed, and again after a break
@@ -178,9 +184,15 @@ func (f *liveFeed) connLocked() *liveConn {
 	if f.conn != nil {
 		return f.conn
 	}
+	// The PubSub connects lazily, on the first SUBSCRIBE, PING or read; a
+	// sharded one at once, to the primary of the anchor's slot. Should that
+	// fail, the receive loop's first read fails the connection.
+	ps := f.client.Subscribe(context.Background())
+	if f.anchor != "" {
+		ps = f.client.SSubscribe(context.Background(), f.anchor)
+	}
 	lc := &liveConn{
-		// The PubSub connects lazily, on the first SUBSCRIBE, PING or read.
-		ps:       f.client.Subscribe(context.Background()),
+		ps:       ps,
 		channels: map[string]*channelSubs{},
 		pending:  map[string]int{},
 		toUnsub:  map[string]struct{}{},
@@ -250,16 +262,35 @@ func (f *liveFeed) writeLoop(lc *liveConn) {
 		// order.
 		var err error
 		if len(subs) > 0 {
-			err = lc.ps.Subscribe(context.Background(), subs...)
+			err = f.sub(lc, subs)
 		}
 		if err == nil && len(unsubs) > 0 {
-			err = lc.ps.Unsubscribe(context.Background(), unsubs...)
+			err = f.unsub(lc, unsubs)
 		}
 		if err != nil {
 			f.fail(lc, err)
 			return
 		}
 	}
+}
+
+// errSlotMoved ends a sharded connection whose slot another primary now
+// serves: Redis unsubscribed its channels, so its subscribers resume from
+// the streams and later ones subscribe at the new primary.
+var errSlotMoved = errors.New("the live channels' slot moved to another primary")
+
+func (f *liveFeed) sub(lc *liveConn, channels []string) error {
+	if f.anchor != "" {
+		return lc.ps.SSubscribe(context.Background(), channels...)
+	}
+	return lc.ps.Subscribe(context.Background(), channels...)
+}
+
+func (f *liveFeed) unsub(lc *liveConn, channels []string) error {
+	if f.anchor != "" {
+		return lc.ps.SUnsubscribe(context.Background(), channels...)
+	}
+	return lc.ps.Unsubscribe(context.Background(), channels...)
 }
 
 // receive is the connection's only reader.
@@ -275,8 +306,12 @@ func (f *liveFeed) receive(lc *liveConn) {
 		case *redis.Message:
 			f.dispatch(lc, m)
 		case *redis.Subscription:
-			if m.Kind == "subscribe" {
+			switch {
+			case m.Kind == "subscribe" || m.Kind == "ssubscribe":
 				f.confirm(lc, m.Channel)
+			case m.Kind == "sunsubscribe" && m.Channel == f.anchor:
+				f.fail(lc, errSlotMoved)
+				return
 			}
 		case *redis.Pong:
 			f.pong(lc, m.Payload)

@@ -1,5 +1,6 @@
 -- lib.lua: what the scripts that append events share, prepended to each of
--- them when it is loaded (see scripts.go), so that an append and a run
+-- them when it is loaded (see scripts.go, which also defines PUBLISH, the
+-- command append_events publishes with), so that an append and a run
 -- update store, publish and index events the same way, and check a job's
 -- lease the same way.
 
@@ -56,7 +57,7 @@ local function append_events(stream, channel, member, maxlen, typeIndex, bodies,
     end
     ids[i] = id
     local ms = tonumber(string.match(id, '^(%d+)'))
-    redis.call('PUBLISH', channel, '{"id":"' .. id .. '",' .. prev .. '"ts":"' .. iso_ms(ms) .. '",' .. string.sub(body, 2))
+    redis.call(PUBLISH, channel, '{"id":"' .. id .. '",' .. prev .. '"ts":"' .. iso_ms(ms) .. '",' .. string.sub(body, 2))
     prev = '"prev":"' .. id .. '",'
     if i == 1 and fresh then
       redis.call('ZADD', typeIndex, 'NX', ms, member)
