@@ -68,6 +68,6 @@ func TestClusterServesEverySlot(t *testing.T) {
 	var primaries atomic.Int32
 	err = c.ForEachMaster(ctx, func(context.Context, *redis.Client) error { primaries.Add(1); return nil })
 	if err != nil || primaries.Load() != 3 {
-		t.Fatalf("primaries: %d, %v; want 3", primaries, err)
+		t.Fatalf("primaries: %d, %v; want 3", primaries.Load(), err)
 	}
 }
