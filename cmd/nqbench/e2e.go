@@ -70,6 +70,12 @@ type e2eRow struct {
 	// ClaimsPerRun is the worker's claim calls over the runs, from nqd's
 	// own request counter.
 	ClaimsPerRun float64 `json:"claims_per_run,omitempty"`
+	// Busy is the share of all the machine's cores busy over the row;
+	// DriverCPUms and OtherCPUms are CPU-ms per run of this tool (the
+	// driver) and of every process neither system nor the tool owns.
+	Busy        float64 `json:"machine_busy"`
+	DriverCPUms float64 `json:"driver_cpu_ms_per_run"`
+	OtherCPUms  float64 `json:"other_cpu_ms_per_run"`
 
 	first, done *hdrhistogram.Histogram
 }
@@ -85,15 +91,18 @@ func (x e2eRow) cpuAll() float64 {
 
 // e2eSum is one system's rows of a store and concurrency over every round.
 type e2eSum struct {
-	Runs       int64              `json:"runs"`
-	Lost       int64              `json:"lost"`
-	RunsPerSec float64            `json:"runs_per_sec"`
-	FirstP50ms float64            `json:"first_frame_p50_ms"`
-	FirstP99ms float64            `json:"first_frame_p99_ms"`
-	DoneP50ms  float64            `json:"done_p50_ms"`
-	DoneP99ms  float64            `json:"done_p99_ms"`
-	CPUms      map[string]float64 `json:"cpu_ms_per_run"`
-	CPUAll     float64            `json:"cpu_ms_per_run_all"`
+	Busy        float64            `json:"machine_busy"`
+	DriverCPUms float64            `json:"driver_cpu_ms_per_run"`
+	OtherCPUms  float64            `json:"other_cpu_ms_per_run"`
+	Runs        int64              `json:"runs"`
+	Lost        int64              `json:"lost"`
+	RunsPerSec  float64            `json:"runs_per_sec"`
+	FirstP50ms  float64            `json:"first_frame_p50_ms"`
+	FirstP99ms  float64            `json:"first_frame_p99_ms"`
+	DoneP50ms   float64            `json:"done_p50_ms"`
+	DoneP99ms   float64            `json:"done_p99_ms"`
+	CPUms       map[string]float64 `json:"cpu_ms_per_run"`
+	CPUAll      float64            `json:"cpu_ms_per_run_all"`
 }
 
 // e2ePair is nqd on one store at one concurrency, and the Node original
@@ -218,6 +227,9 @@ func (r e2eResult) sum(system, st string, c int) (e2eSum, bool) {
 		for k, v := range x.CPUms {
 			s.CPUms[k] += v * float64(x.Runs)
 		}
+		s.Busy += x.Busy * x.Seconds
+		s.DriverCPUms += x.DriverCPUms * float64(x.Runs)
+		s.OtherCPUms += x.OtherCPUms * float64(x.Runs)
 	}
 	if s.Runs == 0 {
 		return s, false
@@ -229,6 +241,9 @@ func (r e2eResult) sum(system, st string, c int) (e2eSum, bool) {
 		s.CPUms[k] = v / float64(s.Runs)
 		s.CPUAll += s.CPUms[k]
 	}
+	s.Busy /= secs
+	s.DriverCPUms /= float64(s.Runs)
+	s.OtherCPUms /= float64(s.Runs)
 	return s, true
 }
 
@@ -258,6 +273,25 @@ func loadAverage() string {
 	return strings.Join(f[:min(3, len(f))], " ")
 }
 
+// machineMeter measures, over a row, the machine's busy share and the CPU
+// of the tool and of everything else.
+type machineMeter struct{ busy, total, self float64 }
+
+func meterMachine() machineMeter {
+	b, t := machineCPU()
+	s, _ := cpuSeconds(os.Getpid())
+	return machineMeter{busy: b, total: t, self: s}
+}
+
+// fill fills row's machine figures from m to e; own is the CPU seconds of
+// the system's processes over the same time.
+func (m machineMeter) fill(e machineMeter, row *e2eRow, own float64) {
+	runs := float64(max(row.Runs, 1))
+	row.Busy = safeDiv(e.busy-m.busy, e.total-m.total)
+	row.DriverCPUms = (e.self - m.self) * 1000 / runs
+	row.OtherCPUms = max(0, (e.busy-m.busy)-(e.self-m.self)-own) * 1000 / runs
+}
+
 // measure fills row from one closed loop's result.
 func (row *e2eRow) measure(m loopResult) {
 	row.Runs, row.Errors, row.Lost = m.runs, m.errors, m.lost
@@ -284,7 +318,9 @@ func nodeOnce(ctx context.Context, n *nodeOriginal, st string, c, runs int) (e2e
 	for i, pid := range n.PIDs {
 		cpu0[i], _ = treeCPUSeconds(pid)
 	}
+	mach := meterMachine()
 	m, err := closedLoop(ctx, hc, t, c, runs, name)
+	machEnd := meterMachine()
 	row.measure(m)
 	row.CPUms = map[string]float64{}
 	for i, pid := range n.PIDs {
@@ -295,6 +331,7 @@ func nodeOnce(ctx context.Context, n *nodeOriginal, st string, c, runs int) (e2e
 		}
 		row.CPUms[k] += (v - cpu0[i]) * 1000 / float64(max(m.runs, 1))
 	}
+	mach.fill(machEnd, &row, row.cpuAll()*float64(row.Runs)/1000)
 	if err == nil && m.errors > 0 {
 		err = fmt.Errorf("%d of %d runs failed; first: %v", m.errors, m.runs+m.errors, m.firstErr)
 	}
@@ -357,7 +394,9 @@ func e2eOnce(ctx context.Context, e env, dir, nqdBin, storeName string, c, round
 	n0, _ := cpuSeconds(nqd.pid())
 	w0, _ := cpuSeconds(w.pid())
 	r0, _ := cpuSeconds(e.redisPID)
+	mach := meterMachine()
 	m, err := closedLoop(ctx, hc, t, c, o.runs, name)
+	machEnd := meterMachine()
 	n1, _ := cpuSeconds(nqd.pid())
 	w1, _ := cpuSeconds(w.pid())
 	r1, _ := cpuSeconds(e.redisPID)
@@ -376,6 +415,7 @@ func e2eOnce(ctx context.Context, e env, dir, nqdBin, storeName string, c, round
 	if storeName == "redis" {
 		row.CPUms["redis"] = perRun(r0, r1)
 	}
+	mach.fill(machEnd, &row, row.cpuAll()*float64(row.Runs)/1000)
 	row.ClaimsPerRun = (c1 - c0) / float64(max(m.runs, 1))
 	if m.errors > 0 {
 		return row, fmt.Errorf("%d of %d runs failed; first: %v", m.errors, m.runs+m.errors, m.firstErr)
@@ -655,8 +695,9 @@ func (r e2eResult) text() string {
 		if x.System == sysNode {
 			name = "Node original"
 		}
-		fmt.Fprintf(&b, "  round %d  %-13s C=%-2d %5d runs (%d lost)  %5.0f runs/s  first frame p50 %5.1f p99 %5.1f ms  done p50 %5.1f p99 %5.1f ms  CPU-ms/run %s\n",
-			x.Round+1, name, x.Concurrency, x.Runs, x.Lost, x.RunsPerSec, x.FirstP50ms, x.FirstP99ms, x.DoneP50ms, x.DoneP99ms, cpuText(x.CPUms, x.cpuAll()))
+		fmt.Fprintf(&b, "  round %d  %-13s C=%-2d %5d runs (%d lost)  %5.0f runs/s  first frame p50 %5.1f p99 %5.1f ms  done p50 %5.1f p99 %5.1f ms  CPU-ms/run %s  machine %.0f%% busy, driver %.2f, others %.2f\n",
+			x.Round+1, name, x.Concurrency, x.Runs, x.Lost, x.RunsPerSec, x.FirstP50ms, x.FirstP99ms, x.DoneP50ms, x.DoneP99ms, cpuText(x.CPUms, x.cpuAll()),
+			100*x.Busy, x.DriverCPUms, x.OtherCPUms)
 	}
 	for _, p := range r.Pairs {
 		fmt.Fprintf(&b, "  %-8s C=%-2d nqd %5.0f runs/s, CPU-ms/run %.2f", p.Store, p.Concurrency, p.NQD.RunsPerSec, p.NQD.CPUAll)
@@ -691,7 +732,26 @@ func (r e2eResult) section() string {
 		fmt.Fprintf(&b, "**This run had no Node original** (%s): nqd alone.\n\n", r.NoNode)
 	}
 	b.WriteString(r.table())
+	b.WriteString("\nThe machine over the same rows: the share of all its cores busy, and CPU-ms per run of the system's own processes, of the driver (this tool, on the same cores) and of every other process (other work on the machine). Where the cores are near fully busy, runs/s is bound by the CPU left to each system rather than by the system alone.\n\n")
+	b.WriteString(r.machineTable())
 	b.WriteString("\n")
+	return b.String()
+}
+
+// machineTable is, for each pair, how busy the machine was and who used it.
+func (r e2eResult) machineTable() string {
+	var b strings.Builder
+	b.WriteString("| nqd store | C | system | cores busy | CPU-ms per run: system | driver | others |\n")
+	b.WriteString("| --- | ---: | --- | ---: | ---: | ---: | ---: |\n")
+	for _, p := range r.Pairs {
+		line := func(name string, x e2eSum) {
+			fmt.Fprintf(&b, "| %s | %d | %s | %.0f%% | %.2f | %.2f | %.2f |\n", p.Store, p.Concurrency, name, 100*x.Busy, x.CPUAll, x.DriverCPUms, x.OtherCPUms)
+		}
+		line("nqd", p.NQD)
+		if p.Node != nil {
+			line("Node original", *p.Node)
+		}
+	}
 	return b.String()
 }
 

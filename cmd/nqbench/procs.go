@@ -248,3 +248,26 @@ func statCPU(pid int, reaped bool) (float64, error) {
 	}
 	return (utime + stime) / 100, nil // USER_HZ is 100 on Linux
 }
+
+// machineCPU reads the seconds all cores spent busy and in all from
+// /proc/stat, so that a row can say how busy the machine was: runs/s on
+// cores that other work shares is bound by what is left of them.
+func machineCPU() (busy, total float64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 6 || f[0] != "cpu" {
+		return 0, 0
+	}
+	for i, s := range f[1:] {
+		v, _ := strconv.ParseFloat(s, 64)
+		total += v
+		if i != 3 && i != 4 { // idle, iowait
+			busy += v
+		}
+	}
+	return busy / 100, total / 100 // USER_HZ is 100 on Linux
+}
