@@ -732,7 +732,7 @@ func (r e2eResult) section() string {
 		fmt.Fprintf(&b, "**This run had no Node original** (%s): nqd alone.\n\n", r.NoNode)
 	}
 	b.WriteString(r.table())
-	b.WriteString("\nThe machine over the same rows: the share of all its cores busy, and CPU-ms per run of the system's own processes, of the driver (this tool, on the same cores) and of every other process (other work on the machine). Where the cores are near fully busy, runs/s is bound by the CPU left to each system rather than by the system alone.\n\n")
+	b.WriteString("\nThe machine over the same rows: the share of all its cores busy, and the cores used (CPU-seconds per second) by the system's own processes, by the driver (this tool, on the same cores) and by every other process (other work on the machine). Where the cores are fully busy, each system's runs/s is its cores over its CPU per run: bound by the CPU left to it, not by a wait of its own.\n\n")
 	b.WriteString(r.machineTable())
 	b.WriteString("\n")
 	return b.String()
@@ -741,11 +741,13 @@ func (r e2eResult) section() string {
 // machineTable is, for each pair, how busy the machine was and who used it.
 func (r e2eResult) machineTable() string {
 	var b strings.Builder
-	b.WriteString("| nqd store | C | system | cores busy | CPU-ms per run: system | driver | others |\n")
-	b.WriteString("| --- | ---: | --- | ---: | ---: | ---: | ---: |\n")
+	b.WriteString("| nqd store | C | system | machine busy | cores: system | driver | others | system's CPU-ms per run |\n")
+	b.WriteString("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, p := range r.Pairs {
 		line := func(name string, x e2eSum) {
-			fmt.Fprintf(&b, "| %s | %d | %s | %.0f%% | %.2f | %.2f | %.2f |\n", p.Store, p.Concurrency, name, 100*x.Busy, x.CPUAll, x.DriverCPUms, x.OtherCPUms)
+			cores := func(msPerRun float64) float64 { return msPerRun * x.RunsPerSec / 1000 }
+			fmt.Fprintf(&b, "| %s | %d | %s | %.0f%% | %.2f | %.2f | %.2f | %.2f |\n", p.Store, p.Concurrency, name, 100*x.Busy,
+				cores(x.CPUAll), cores(x.DriverCPUms), cores(x.OtherCPUms), x.CPUAll)
 		}
 		line("nqd", p.NQD)
 		if p.Node != nil {
