@@ -6,6 +6,8 @@ GO        ?= go
 # directive: its tests are in workertest/, and lint and tidy-check look at it
 # apart.
 PKGS       = $(shell $(GO) list ./... | grep -v /node_modules/)
+# E2E_ROUNDS: how many times the bench targets measure each e2e row, alternating with the Node original's
+E2E_ROUNDS ?= 2
 # The server's release tags are v1.2.3; the Go worker SDK's, worker/v1.2.3, may
 # name the same commit and are not nqd's version.
 VERSION   ?= $(shell git describe --tags --match 'v[0-9]*' --always --dirty 2>/dev/null || echo dev)
@@ -120,14 +122,15 @@ fuzz:
 ## SERVER_PID, REDIS_PID; without it nqd alone) (about 4 minutes); rewrites BENCHMARKS.md
 bench: build noop-worker
 	$(GO) run ./cmd/nqbench -nqd bin/nqd -duration 20s -json bin/bench.json -markdown BENCHMARKS.md \
-		$(if $(NODE_ORIGINAL),-node-env $(NODE_ORIGINAL)) -version $(VERSION) -command "make bench$(if $(NODE_ORIGINAL), NODE_ORIGINAL=<its env file>)"
+		-e2e-rounds $(E2E_ROUNDS) $(if $(NODE_ORIGINAL),-node-env $(NODE_ORIGINAL)) -version $(VERSION) \
+		-command "make bench$(if $(NODE_ORIGINAL), NODE_ORIGINAL=<its env file>)"
 
 ## bench-e2e: the e2e profile alone (closed-loop flow runs with the noop worker in its own process, on the
 ## embedded store and Redis, C = 8 and 32, raced against the Node original NODE_ORIGINAL names as for bench),
 ## with nqd's CPU and allocation profiles in bin/pprof; prints its table
 bench-e2e: build noop-worker
 	$(GO) run ./cmd/nqbench -nqd bin/nqd -profiles e2e -pprof-dir bin/pprof -json bin/e2e.json \
-		$(if $(NODE_ORIGINAL),-node-env $(NODE_ORIGINAL))
+		-e2e-rounds $(E2E_ROUNDS) $(if $(NODE_ORIGINAL),-node-env $(NODE_ORIGINAL))
 
 noop-worker:
 	$(GOBUILD) -o bin/noop-worker ./cmd/noop-worker
