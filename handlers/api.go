@@ -8,17 +8,12 @@ import (
 	"io/fs"
 	"net/http"
 	"net/url"
-	"strings"
 	"time"
 
-	"github.com/go-chi/chi/v5"
-	"github.com/go-chi/chi/v5/middleware"
-	"github.com/go-chi/cors"
 	"github.com/go-playground/validator/v10"
 	"github.com/rs/zerolog"
 	"github.com/rs/zerolog/hlog"
 
-	"github.com/nqd-dev/nqd/auth"
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/reducers"
@@ -273,97 +268,6 @@ func New(d Deps) *API {
 	a.queueCounts = newWatch("queue counts", a.readQueueCounts, interval, d.Log)
 	a.triggerStats = newWatch("trigger stats", a.readTriggerStats, interval, d.Log)
 	return a
-}
-
-// Routes is the whole HTTP API in one table. Each route names the scope it
-// needs (read, write or admin); the health checks and CORS preflights need
-// none.
-func (a *API) Routes() http.Handler {
-	r := chi.NewRouter()
-	r.Use(
-		a.access.requestScope(a.log),
-		hlog.AccessHandler(accessLog),
-		recoverer,
-		a.readBodies,
-		a.guard.checkHost,
-	)
-	if len(a.cors) > 0 {
-		r.Use(cors.Handler(cors.Options{
-			AllowedOrigins: a.cors,
-			AllowedMethods: []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete},
-			AllowedHeaders: []string{"Content-Type", "Idempotency-Key", "Last-Event-ID", "Authorization", "X-Request-ID"},
-			ExposedHeaders: []string{"X-Request-ID", "Idempotent-Replayed", "Retry-After"},
-			MaxAge:         600,
-		}))
-	}
-	r.Use(a.guard.checkBrowser, a.access.Auth.Middleware)
-	// Set before any sub-router exists so that every one inherits them.
-	r.NotFound(notFound)
-	r.MethodNotAllowed(methodNotAllowed(r))
-	read, write, admin := a.require(auth.Read), a.require(auth.Write), a.require(auth.Admin)
-
-	r.Group(func(r chi.Router) {
-		r.Use(middleware.Timeout(a.limits.RequestTimeout))
-
-		// HEAD too: probes such as curl -I and some load balancers use it.
-		r.Get("/healthz", serve(a.healthz))
-		r.Head("/healthz", serve(a.healthz))
-		r.Get("/readyz", serve(a.readyz))
-		r.Head("/readyz", serve(a.readyz))
-		r.With(read).Post("/api/_auth/stream-token", serve(a.issueStreamToken))
-
-		r.Route("/api/_events/{type}", func(r chi.Router) {
-			r.With(read).Get("/list", serve(a.listContexts))
-			r.With(read).Get("/{id}", serve(a.getContext))
-			r.With(write, a.limitRate).Post("/{id}", serve(a.appendEvents))
-			r.With(read).Get("/{id}/state", serve(a.getState))
-			r.With(read).Get("/{id}/state/diff", serve(a.getStateDiff))
-			r.With(read).Get("/{id}/data/{sha256}", serve(a.getData))
-			r.With(admin).Post("/{id}/restore", serve(a.restoreContext))
-			r.With(admin).Post("/{id}/compact", serve(a.compactContext))
-		})
-		// One segment after _events: a stream named by its storage key, the
-		// era A read. Registered after the route above, it takes GET there.
-		r.With(read).Get("/api/_events/{key}", serve(a.readRawStream))
-		a.awaitRoutes(r)
-		a.flowRoutes(r)
-		a.scheduleRoutes(r)
-		a.workerRoutes(r)
-		a.queueRoutes(r)
-		a.kvRoutes(r)
-		a.triggerRoutes(r)
-	})
-
-	// A claim long-polls for longer than the API timeout.
-	r.With(write).Post("/api/_workers/claim", serve(a.claimJobs))
-
-	// Streaming routes (SSE): a long-lived response must be neither cut by
-	// the API timeout nor buffered by compression, so they stay out of the
-	// group above.
-	r.Group(func(r chi.Router) {
-		r.Get("/api/_events/sse", a.serveStream)
-		r.Get("/api/_events/{type}/{id}/stream", a.serveStream)
-	})
-	// WebSockets, for the same reasons.
-	a.socketRoutes(r)
-
-	// A scrape of a large registry is bounded by the scraper's own timeout.
-	if a.access.PublicMetrics {
-		r.Method(http.MethodGet, "/metrics", a.metrics)
-	} else {
-		r.With(read).Method(http.MethodGet, "/metrics", a.metrics)
-	}
-
-	// The dashboard is public files; the API calls it makes carry the auth.
-	// Before a UI upstream it keeps only a path of its own.
-	if a.web != nil && (a.upstream == nil || strings.Trim(a.webBase, "/") != "") {
-		a.webRoutes(r)
-	}
-
-	if a.upstream != nil {
-		return a.passThrough(r, a.upstream)
-	}
-	return r
 }
 
 // StopLongPolls ends the worker claims waiting for jobs, at once and for

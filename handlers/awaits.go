@@ -11,19 +11,9 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/nqd-dev/nqd"
-	"github.com/nqd-dev/nqd/auth"
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
 )
-
-// awaitRoutes mounts the trigger webhook that resumes a step awaiting a
-// trigger, and the waits listing. A trigger POST carries no API token: its
-// signed, single-use trigger id is its credential, so it is mounted without
-// a scope, limited by the caller's address.
-func (a *API) awaitRoutes(r chi.Router) {
-	r.With(a.limitRate).Post("/api/_flows/triggers/{id}", serve(a.fireTrigger))
-	r.With(a.require(auth.Read)).Get("/api/_flows/waits", serve(a.listWaits))
-}
 
 // sourceHeaders are not recorded in trigger.fired: they may carry
 // credentials.

@@ -14,28 +14,10 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/nqd-dev/nqd"
-	"github.com/nqd-dev/nqd/auth"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/flows"
 	"github.com/nqd-dev/nqd/store"
 )
-
-// flowRoutes mounts the flow definition and run routes: the listing and the
-// start the v0.3 UI calls, and the runs page and run actions of the
-// v0.4/v0.5 UI (docs/compatibility.md; the shapes are in openapi.yaml).
-func (a *API) flowRoutes(r chi.Router) {
-	read, write, admin := r.With(a.require(auth.Read)), r.With(a.require(auth.Write)), r.With(a.require(auth.Admin))
-	read.Get("/api/_flows", serve(a.listFlows))
-	read.Get("/api/_flows/{name}", serve(a.getFlow))
-	admin.Put("/api/_flows/{name}", serve(a.putFlow))
-	admin.Delete("/api/_flows/{name}", serve(a.deleteFlow))
-	read.Get("/api/_flows/{name}/diagram", serve(a.flowDiagram))
-	write.With(a.limitRate).Post("/api/_flows/{name}/start", serve(a.startFlow))
-	read.Get("/api/_flows/{name}/runs", serve(a.listRuns))
-	admin.Post("/api/_flows/{name}/runs/{runId}/cancel", serve(a.cancelRun))
-	admin.Post("/api/_flows/{name}/runs/{runId}/restart", serve(a.restartRun))
-	admin.Delete("/api/_flows/{name}/clear-history", serve(a.clearHistory))
-}
 
 func flowName(r *http.Request) (string, error) {
 	name := chi.URLParam(r, "name")

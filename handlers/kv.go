@@ -7,7 +7,6 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/nqd-dev/nqd/auth"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/store"
 )
@@ -30,20 +29,6 @@ const (
 	defaultKVScan = 100
 	maxKVScan     = 1000
 )
-
-// kvRoutes mounts the KV state store (store/kv.go) for workers: records of
-// string fields with a TTL, field writes and compare-and-swap (e.g. a claim
-// that only one worker wins).
-func (a *API) kvRoutes(r chi.Router) {
-	read, write := r.With(a.require(auth.Read)), r.With(a.require(auth.Write))
-	read.Get("/api/_kv", serve(a.scanKV))
-	read.Get("/api/_kv/{key}", serve(a.getKV))
-	write.Put("/api/_kv/{key}", serve(a.putKV))
-	write.Delete("/api/_kv/{key}", serve(a.deleteKV))
-	read.Get("/api/_kv/{key}/fields/{field}", serve(a.getKVField))
-	write.Post("/api/_kv/{key}/fields", serve(a.setKVFields))
-	write.Post("/api/_kv/{key}/cas", serve(a.casKV))
-}
 
 // kvRecord is a record as the API shows it.
 type kvRecord struct {

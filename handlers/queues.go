@@ -12,7 +12,6 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/nqd-dev/nqd"
-	"github.com/nqd-dev/nqd/auth"
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/store"
@@ -27,21 +26,6 @@ const (
 	defaultLogLimit = 200
 	maxLogLimit     = 1000
 )
-
-// queueRoutes mounts the era A queue routes.
-func (a *API) queueRoutes(r chi.Router) {
-	read, write, admin := r.With(a.require(auth.Read)), r.With(a.require(auth.Write)), r.With(a.require(auth.Admin))
-	read.Get("/api/_queues", serve(a.listQueues))
-	read.Get("/api/_queues/metrics", serve(a.allQueueMetrics))
-	read.Get("/api/_queues/{queue}", serve(a.getQueue))
-	read.Get("/api/_queues/{queue}/metrics", serve(a.queueMetrics))
-	admin.Post("/api/_queues/{queue}/pause", serve(a.pauseQueue(true)))
-	admin.Post("/api/_queues/{queue}/resume", serve(a.pauseQueue(false)))
-	read.Get("/api/_queues/{queue}/job", serve(a.listJobs))
-	write.With(a.limitRate).Post("/api/_queues/{queue}/job", serve(a.addJob))
-	read.Get("/api/_queues/{queue}/job/{jobId}", serve(a.getJob))
-	read.Get("/api/_queues/{queue}/job/{jobId}/logs", serve(a.jobLogs))
-}
 
 type queueItem struct {
 	Name string `json:"name"`

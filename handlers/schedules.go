@@ -11,27 +11,11 @@ import (
 	"github.com/rs/xid"
 
 	"github.com/nqd-dev/nqd"
-	"github.com/nqd-dev/nqd/auth"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/schedule"
 	"github.com/nqd-dev/nqd/scheduler"
 	"github.com/nqd-dev/nqd/store"
 )
-
-// scheduleRoutes are the Nuxt Queue v0.4 flow schedule routes and nqd's
-// own routes of a schedule (docs/schedules.md).
-func (a *API) scheduleRoutes(r chi.Router) {
-	read, write, admin := r.With(a.require(auth.Read)), r.With(a.require(auth.Write)), r.With(a.require(auth.Admin))
-	write.Post("/api/_flows/{name}/schedule", serve(a.createFlowSchedule))
-	read.Get("/api/_flows/{name}/schedules", serve(a.listFlowSchedules))
-	write.Delete("/api/_flows/{name}/schedules/{id}", serve(a.deleteFlowSchedule))
-	read.Get("/api/_scheduler/schedules", serve(a.listSchedules))
-	read.Get("/api/_scheduler/jobs/{id}/preview", serve(a.previewSchedule))
-	write.Post("/api/_scheduler/jobs/{id}/fire", serve(a.fireSchedule))
-	admin.Post("/api/_scheduler/jobs/{id}/backfill", serve(a.backfillSchedule))
-	admin.Post("/api/_scheduler/jobs/{id}/pause", serve(a.pauseSchedule(true)))
-	admin.Post("/api/_scheduler/jobs/{id}/resume", serve(a.pauseSchedule(false)))
-}
 
 // errNoScheduler answers the schedule routes of an API built without one.
 var errNoScheduler = &nqd.Error{Code: nqd.CodeNotFound, Message: "This server has no scheduler."}

@@ -27,17 +27,6 @@ const MaxSocketSubscriptions = 32
 // while a socket listens to them.
 const DefaultStatsInterval = time.Second
 
-// socketRoutes registers the v0.5 UI's WebSockets (docs/websockets.md).
-// They take no API timeout: a socket lives as long as its client.
-// `/api/_flows/ws` is a literal and so is routed before `/api/_flows/{name}`.
-func (a *API) socketRoutes(r interface {
-	Get(string, http.HandlerFunc)
-}) {
-	r.Get("/api/_flows/ws", a.serveSocket(a.newFlowSession))
-	r.Get("/api/_queues/ws", a.serveSocket(a.newQueueSession))
-	r.Get("/api/_triggers/ws", a.serveSocket(a.newTriggerSession))
-}
-
 // DrainSockets tells every open socket the server restarts and closes it
 // (1001), and refuses new ones; see socket.Server.Drain.
 func (a *API) DrainSockets(ctx context.Context) error { return a.sockets.Drain(ctx) }

@@ -36,29 +36,6 @@ var webhookMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, h
 // webhook resolves: its credential.
 const TriggerIDHeader = "X-Nqd-Trigger-Id"
 
-// triggerRoutes mounts the trigger registry of the v0.5 UI, its webhooks
-// and the scheduler page. The registry's mutations answer their refusals
-// in a 200 as {error, statusCode}, where the UI looks for them; every
-// other route answers with a real status. The webhooks carry no scope: a
-// secret, a signed trigger id or an API token is their credential, checked
-// by the route.
-func (a *API) triggerRoutes(r chi.Router) {
-	read, write := r.With(a.require(auth.Read)), r.With(a.require(auth.Write))
-	read.Get("/api/_triggers", serve(a.listTriggers))
-	write.Post("/api/_triggers", serveInBody(a.createTrigger))
-	read.Get("/api/_triggers/stats", serve(a.summarizeTriggers))
-	read.Get("/api/_triggers/{name}", serve(a.getTrigger))
-	write.Patch("/api/_triggers/{name}", serveInBody(a.patchTrigger))
-	write.Delete("/api/_triggers/{name}", serveInBody(a.deleteTrigger))
-	read.Get("/api/_triggers/{name}/events", serve(a.triggerEvents))
-	write.With(a.limitRate).Post("/api/_triggers/{name}/fire", serve(a.fireRegistered))
-	for _, m := range webhookMethods {
-		r.With(a.limitRate).Method(m, "/api/_webhook/trigger/{name}", serve(a.webhookTrigger))
-		r.With(a.limitRate).Method(m, "/api/_webhook/await/{flow}/{runId}/{step}", serve(a.webhookAwait))
-	}
-	read.Get("/api/_scheduler/jobs", serve(a.schedulerJobs))
-}
-
 // inBodyError is a refusal the v0.5 UI reads from a 200: it tests
 // `'error' in response`.
 type inBodyError struct {

@@ -71,23 +71,24 @@ func newWebSite(fsys fs.FS, base string) (*webSite, error) {
 	return s, nil
 }
 
-// webRoutes mounts the dashboard at its base path: the assets, and
-// index.html for every other path below the base so that the page's own
-// routes survive a reload. Paths under /api/ never get the page: an unknown
-// API route answers the JSON 404 a client expects.
-func (a *API) webRoutes(r chi.Router) {
+// dashboard is the dashboard's site, or nil when there is none: no files,
+// unreadable files, or a UI upstream that takes every path the dashboard
+// has not one of its own for.
+func (a *API) dashboard() *webSite {
+	if a.web == nil || (a.upstream != nil && strings.Trim(a.webBase, "/") == "") {
+		return nil
+	}
 	s, err := newWebSite(a.web, a.webBase)
 	if err != nil {
 		a.log.Error().Err(err).Msg("the dashboard's files are unreadable: the dashboard is off")
-		return
+		return nil
 	}
-	if s.base != "" {
-		r.Get(s.base, func(w http.ResponseWriter, r *http.Request) {
-			http.Redirect(w, r, s.base+"/", http.StatusMovedPermanently)
-		})
-	}
-	r.Get(s.base+"/assets/*", s.serveAsset)
-	r.Get(s.base+"/*", s.serveIndex)
+	return s
+}
+
+// redirectToBase sends the base path without its slash to the base.
+func (s *webSite) redirectToBase(w http.ResponseWriter, r *http.Request) {
+	http.Redirect(w, r, s.base+"/", http.StatusMovedPermanently)
 }
 
 func (s *webSite) serveIndex(w http.ResponseWriter, r *http.Request) {

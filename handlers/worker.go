@@ -14,7 +14,6 @@ import (
 	"github.com/rs/zerolog/hlog"
 
 	"github.com/nqd-dev/nqd"
-	"github.com/nqd-dev/nqd/auth"
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/store"
@@ -26,17 +25,6 @@ import (
 
 // maxClaimWait bounds a long-polling claim.
 const maxClaimWait = 30 * time.Second
-
-// workerRoutes mounts the worker protocol. The claim long-polls, so it is
-// mounted outside the API timeout by the caller.
-func (a *API) workerRoutes(r chi.Router) {
-	const job = "/api/_workers/jobs/{queue}/{jobId}"
-	write := r.With(a.require(auth.Write))
-	write.Post(job+"/heartbeat", serve(a.heartbeatJob))
-	write.Post(job+"/events", serve(a.reportJob))
-	write.Post(job+"/complete", serve(a.completeJob))
-	write.Post(job+"/fail", serve(a.failJob))
-}
 
 type claimRequest struct {
 	Queues []string `json:"queues" validate:"required,min=1,max=32,dive,key_name"`
