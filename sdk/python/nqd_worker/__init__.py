@@ -19,7 +19,16 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .client import Client, RunCanceled, RunError, RunFailed, RunResult, Started, StreamEvent, WaitTimeout
+from .client import (
+    Client,
+    RunCancelledError,
+    RunError,
+    RunFailedError,
+    Started,
+    StreamEvent,
+    WaitTimeoutError,
+    result,
+)
 from .context import Context, SyncContext
 from .errors import AuthError, EncodeError, JobCanceled, LeaseLost, NqdError, PermanentError
 from .worker import Backoff, Handler, Registration, Worker
@@ -36,16 +45,16 @@ __all__ = [
     "NqdError",
     "PermanentError",
     "Registration",
-    "RunCanceled",
+    "RunCancelledError",
     "RunError",
-    "RunFailed",
-    "RunResult",
+    "RunFailedError",
     "Started",
     "StreamEvent",
     "SyncContext",
-    "WaitTimeout",
+    "WaitTimeoutError",
     "Worker",
     "registered",
+    "result",
     "step",
 ]
 

@@ -5,8 +5,9 @@ state and follow its events, over nqd's HTTP API.
 
     nqd = Client("http://127.0.0.1:8080", token)
     run = nqd.start("pipeline", {"url": "https://example.com"}, idempotency_key="order-42")
-    done = nqd.wait(run.run_id, timeout=60)   # RunFailed, RunCanceled, WaitTimeout
-    print(done.results["publish"])
+    result = nqd.wait(run.run_id, timeout=60)   # RunFailedError, RunCancelledError, WaitTimeoutError
+
+The calls and their names follow the TypeScript SDK's createClient.
 
 Blocking and standard library only (http.client), so it fits a web handler,
 a script or a thread; every call opens its own connection, so one Client
@@ -20,6 +21,7 @@ import http.client
 import json
 import random
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
@@ -56,24 +58,6 @@ class Started:
     replayed: bool = False
 
 
-@dataclass(frozen=True)
-class RunResult:
-    """A completed run."""
-
-    run_id: str
-    # Each completed step's result, values kept by reference fetched.
-    results: dict[str, Any]
-    # The run's whole state as GET .../state answers it (references kept).
-    state: dict[str, Any] = field(repr=False)
-
-    @property
-    def result(self) -> Any:
-        """The result of the step that completed last: a flow's final step."""
-        steps = self.state.get("steps") or {}
-        done = [(str(s.get("completedAt") or ""), name) for name, s in steps.items() if name in self.results]
-        return self.results[max(done)[1]] if done else None
-
-
 class RunError(Exception):
     """The run ended without completing, or did not end in time."""
 
@@ -85,7 +69,7 @@ class RunError(Exception):
         super().__init__(message)
 
 
-class RunFailed(RunError):
+class RunFailedError(RunError):
     """The run failed: `error` is its reason."""
 
     def __init__(self, run_id: str, state: dict[str, Any]) -> None:
@@ -93,15 +77,15 @@ class RunFailed(RunError):
         super().__init__(run_id, f"run {run_id} failed: {self.error or 'no reason given'}", state)
 
 
-class RunCanceled(RunError):
-    """The run was canceled: `reason` says why, when one was given."""
+class RunCancelledError(RunError):
+    """The run was cancelled: `reason` says why, when one was given."""
 
     def __init__(self, run_id: str, state: dict[str, Any]) -> None:
         self.reason = str(state.get("reason") or "")
-        super().__init__(run_id, f"run {run_id} was canceled" + (f": {self.reason}" if self.reason else ""), state)
+        super().__init__(run_id, f"run {run_id} was cancelled" + (f": {self.reason}" if self.reason else ""), state)
 
 
-class WaitTimeout(RunError, TimeoutError):
+class WaitTimeoutError(RunError, TimeoutError):
     """The run had not ended when wait's timeout passed; it goes on."""
 
 
@@ -109,7 +93,7 @@ class WaitTimeout(RunError, TimeoutError):
 class StreamEvent:
     """One message of a run's event stream."""
 
-    # "message" for an event of the run; "reset" when the position resumed
+    # "event" for an event of the run; "reset" when the position resumed
     # from is no longer in the stream (data holds the run's state and the
     # position); "truncated" when the backfill holds only the newest events.
     type: str
@@ -159,7 +143,7 @@ class Client:
         token: str | None = None,
         *,
         timeout: float = 30.0,
-        retries: int = 4,
+        retries: int = 5,
         max_delay: float = 30.0,
     ) -> None:
         u = urlsplit(url.rstrip("/"))
@@ -181,18 +165,17 @@ class Client:
     def start(self, flow: str, input: Mapping[str, Any] | None = None, idempotency_key: str | None = None) -> Started:
         """Starts a run of flow with input (a JSON object; None is {}).
 
-        With an idempotency_key a start that is repeated (by this call's
-        retries or by the caller, within the server's idempotency window)
-        finds the run the first one started instead of starting another.
-        Without one, this call repeats only answers that say nothing was
-        stored (429, 503, a refused connection); any other failure raises.
+        Starts of flow with the same idempotency_key start one run: a repeat
+        (by the caller, within the server's idempotency window) finds the
+        run the first one started, and the key with another input is a 422.
+        Without one the call makes a key of its own, so that its retries
+        never start a second run.
         """
         body = json.dumps(dict(input or {}), separators=(",", ":")).encode()
-        headers = {"Content-Type": "application/json"}
-        if idempotency_key is not None:
-            headers["Idempotency-Key"] = idempotency_key
+        key = idempotency_key if idempotency_key is not None else uuid.uuid4().hex
+        headers = {"Content-Type": "application/json", "Idempotency-Key": key}
         path = f"/api/_flows/{quote(flow, safe='')}/start"
-        ans = self._call("POST", path, body, headers, safe=idempotency_key is not None)
+        ans = self._call("POST", path, body, headers, safe=True)
         doc = ans.json()
         return Started(
             run_id=str(doc["flowId"]),
@@ -203,6 +186,23 @@ class Client:
             replayed=ans.headers.get("Idempotent-Replayed") == "true",
         )
 
+    def run(
+        self,
+        flow: str,
+        input: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """start and wait in one call: the run's result."""
+        return self.wait(self.start(flow, input, idempotency_key).run_id, timeout)
+
+    def cancel(self, flow: str, run_id: str) -> str:
+        """Cancels the run (admin scope); nothing more of it is dispatched.
+        Returns the status it had."""
+        path = f"/api/_flows/{quote(flow, safe='')}/runs/{quote(run_id, safe='')}/cancel"
+        doc = self._call("POST", path, b"{}", {"Content-Type": "application/json"}, safe=True).json()
+        return str(doc.get("previousStatus", ""))
+
     def state(self, run_id: str) -> dict[str, Any]:
         """The run's state now: status, input, steps with their results,
         state, logs, emits; values kept by reference stay references (see
@@ -210,11 +210,14 @@ class Client:
         doc = self._call("GET", self._run_path(run_id) + "/state", safe=True).json()
         return dict(doc["state"])
 
-    def wait(self, run_id: str, timeout: float = 60.0) -> RunResult:
-        """Waits up to timeout seconds for the run to end and returns it
-        when it completed. Raises RunFailed, RunCanceled or WaitTimeout (the
-        run goes on); NqdError (404) when nqd has no such run."""
-        deadline = time.monotonic() + timeout
+    def wait(self, run_id: str, timeout: float | None = None) -> Any:
+        """Waits for the run to end (up to timeout seconds; None: as long as
+        it takes) and returns its result: the result its flow.completed
+        carried, else that of the step that completed last; a value kept by
+        reference is fetched. Raises RunFailedError, RunCancelledError or
+        WaitTimeoutError (the run goes on); NqdError (404) when nqd has no
+        such run."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             st = self.state(run_id)
             if st.get("status") in _ENDED:
@@ -229,24 +232,19 @@ class Client:
                     break
         status = st.get("status")
         if status == "failed":
-            raise RunFailed(run_id, st)
+            raise RunFailedError(run_id, st)
         if status == "cancelled":
-            raise RunCanceled(run_id, st)
-        results = {
-            name: self.resolve(s["result"])
-            for name, s in (st.get("steps") or {}).items()
-            if s.get("status") == "completed" and "result" in s
-        }
-        return RunResult(run_id=run_id, results=results, state=st)
+            raise RunCancelledError(run_id, st)
+        return self.resolve(result(st))
 
-    def events(self, run_id: str, *, last_event_id: str | None = None, until_end: bool = True) -> Iterator[StreamEvent]:
-        """The run's events: every event from its start (or after
-        last_event_id), then each new one as it is stored. A dropped
-        connection resumes from the last event read (Last-Event-ID), so
-        nothing is missed or repeated. With until_end the iteration ends
-        after the run's flow.completed, flow.failed or flow.cancelled;
-        otherwise it goes on until the caller stops it."""
-        for ev in self._stream(run_id, last_event_id or "0", None):
+    def events(self, run_id: str, *, after: str | None = None, until_end: bool = False) -> Iterator[StreamEvent]:
+        """The run's events: every event from its start (or after the event
+        id after), then each new one as it is stored. A dropped connection
+        resumes from the last event read (Last-Event-ID), so nothing is
+        missed or repeated. It goes on until the caller stops, or with
+        until_end after the run's flow.completed, flow.failed or
+        flow.cancelled."""
+        for ev in self._stream(run_id, after or "0", None):
             yield ev
             if until_end and ev.kind in _ENDED_KINDS:
                 return
@@ -332,7 +330,7 @@ class Client:
 
     def _stream(self, run_id: str, last_id: str, deadline: float | None) -> Iterator[StreamEvent]:
         """The run's event stream from after last_id, reconnecting after a
-        drop; raises WaitTimeout once deadline (a monotonic time) passes."""
+        drop; raises WaitTimeoutError once deadline (a monotonic time) passes."""
         failures = 0
         while True:
             conn: http.client.HTTPConnection | None = None
@@ -349,7 +347,7 @@ class Client:
                 pause = self._pause(failures, r.after)
                 failures += 1
                 if deadline is not None and time.monotonic() + pause >= deadline:
-                    raise WaitTimeout(run_id, f"run {run_id} did not end in time") from None
+                    raise WaitTimeoutError(run_id, f"run {run_id} did not end in time") from None
                 self._sleep(pause)
             finally:
                 if conn is not None:
@@ -366,7 +364,7 @@ class Client:
         except (OSError, http.client.HTTPException) as e:
             conn.close()
             if deadline is not None and time.monotonic() >= deadline:
-                raise WaitTimeout(run_id, f"run {run_id} did not end in time") from None
+                raise WaitTimeoutError(run_id, f"run {run_id} did not end in time") from None
             raise _Retry(e) from e
         if resp.status != 200:
             ans = _Answer(resp.status, resp.headers, resp.read(64 << 10))
@@ -386,7 +384,7 @@ class Client:
             return self.idle_timeout
         left = deadline - time.monotonic()
         if left <= 0:
-            raise WaitTimeout(run_id, f"run {run_id} did not end in time")
+            raise WaitTimeoutError(run_id, f"run {run_id} did not end in time")
         return min(left, self.idle_timeout)
 
     def _idle_timeout(self, conn: http.client.HTTPConnection | None, deadline: float | None, run_id: str) -> None:
@@ -394,9 +392,22 @@ class Client:
             conn.sock.settimeout(self._read_timeout(deadline, run_id))
 
 
+def result(state: Mapping[str, Any]) -> Any:
+    """The result a run ended with, from its state: the result its
+    flow.completed carried, else that of the step that completed last (the
+    step whose completion ended the run); None when no step completed."""
+    if state.get("result") is not None:
+        return state["result"]
+    last: Mapping[str, Any] | None = None
+    for s in (state.get("steps") or {}).values():
+        if s.get("status") == "completed" and (last is None or str(s.get("completedAt") or "") >= str(last.get("completedAt") or "")):
+            last = s
+    return None if last is None else last.get("result")
+
+
 def _read_sse(resp: http.client.HTTPResponse, before_read: Callable[[], None]) -> Iterator[StreamEvent]:
     """The messages of an event stream until it ends; a drop raises _Retry."""
-    typ, ev_id, data = "message", "", list[str]()
+    typ, ev_id, data = "event", "", list[str]()
     while True:
         before_read()
         try:
@@ -415,11 +426,11 @@ def _read_sse(resp: http.client.HTTPResponse, before_read: Callable[[], None]) -
                 yield StreamEvent(
                     type=typ,
                     id=ev_id,
-                    kind=str(doc.get("event", "")) if typ == "message" else "",
+                    kind=str(doc.get("event", "")) if typ == "event" else "",
                     record=record if isinstance(record, dict) else {},
                     data=doc,
                 )
-            typ, ev_id, data = "message", "", list[str]()
+            typ, ev_id, data = "event", "", list[str]()
             continue
         if line.startswith(":"):
             continue
@@ -428,7 +439,7 @@ def _read_sse(resp: http.client.HTTPResponse, before_read: Callable[[], None]) -
         if name == "data":
             data.append(value)
         elif name == "event":
-            typ = value
+            typ = "event" if value == "message" else value
         elif name == "id":
             ev_id = value
 
@@ -456,14 +467,14 @@ def _error(ans: _Answer) -> Exception:
 
 def _repeatable(status: int, err: Exception, safe: bool) -> bool:
     """Whether an error answer may be repeated: 429 and 503 store nothing;
-    any other 5xx (but a corrupt archive), and a key still being served,
+    any other 5xx (but a corrupt archive), 408 and a key still being served
     only where a repeat cannot store twice."""
     if status in (429, 503):
         return True
     code = err.code if isinstance(err, NqdError) else ""
     if not safe or code == "archive_corrupt":
         return False
-    return status >= 500 or code == "idempotency_key_in_flight"
+    return status >= 500 or status == 408 or code == "idempotency_key_in_flight"
 
 
 def _retry_after(value: str | None) -> float | None:

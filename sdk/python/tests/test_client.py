@@ -19,10 +19,10 @@ from nqd_worker import (
     Context,
     NqdError,
     PermanentError,
-    RunCanceled,
-    RunFailed,
+    RunCancelledError,
+    RunFailedError,
     StreamEvent,
-    WaitTimeout,
+    WaitTimeoutError,
     Worker,
 )
 
@@ -180,13 +180,13 @@ def test_start_wait_state(nqd: Nqd) -> None:
     with Running(two_steps(nqd, q)):
         run = client.start(q, {"n": 1})
         assert (run.flow, run.step, run.queue, run.job_id, run.replayed) == (q, "first", q, f"{run.run_id}:first", False)
-        done = client.wait(run.run_id, timeout=30)
-    assert done.results == {"first": {"n": 1}, "second": {"n": 2}}
-    assert done.result == {"n": 2}
+        assert client.wait(run.run_id, timeout=30) == {"n": 2}  # the last step's result
+        assert client.run(q, {"n": 5}, timeout=30) == {"n": 6}
     st = client.state(run.run_id)
     assert st["status"] == "completed" and st["input"] == {"n": 1}
+    assert st["steps"]["first"]["result"] == {"n": 1}
     # A run that has ended answers at once.
-    assert client.wait(run.run_id, timeout=1).results == done.results
+    assert client.wait(run.run_id, timeout=1) == {"n": 2}
 
 
 def test_wait_raises_for_failed_canceled_and_late_runs(nqd: Nqd) -> None:
@@ -195,13 +195,13 @@ def test_wait_raises_for_failed_canceled_and_late_runs(nqd: Nqd) -> None:
     w = two_steps(nqd, q)
     with Running(w):
         failed = client.start(q, {"fail": True})
-        with pytest.raises(RunFailed) as fe:
+        with pytest.raises(RunFailedError) as fe:
             client.wait(failed.run_id, timeout=30)
     assert fe.value.run_id == failed.run_id and "asked to fail" in fe.value.error
 
     # No worker now: the run waits for one.
     late = client.start(q, {"n": 1})
-    with pytest.raises(WaitTimeout):
+    with pytest.raises(WaitTimeoutError):
         client.wait(late.run_id, timeout=0.3)
 
     got: list[BaseException] = []
@@ -218,9 +218,9 @@ def test_wait_raises_for_failed_canceled_and_late_runs(nqd: Nqd) -> None:
         t.start()
         # The cancel reaches the waiter live, on the stream it follows.
         wait_for("the waiter to follow the stream", lambda: proxy.count("GET", "/stream"))
-        nqd.ok("POST", f"/api/_flows/{q}/runs/{late.run_id}/cancel", {})
+        assert client.cancel(q, late.run_id) == "running"
         t.join(30)
-    assert len(got) == 1 and isinstance(got[0], RunCanceled), got
+    assert len(got) == 1 and isinstance(got[0], RunCancelledError), got
 
     with pytest.raises(NqdError) as ne:
         client.wait("no-such-run", timeout=1)
@@ -262,12 +262,12 @@ def test_retries_respect_retry_after_and_never_start_twice(nqd: Nqd) -> None:
         assert pauses[:2] == [1.5, 1.0]  # Retry-After, capped at max_delay
         assert len(starts) == 4 and runs_of(nqd, q) == 1
 
-        # Without a key an answer lost after the start is not repeated.
+        # Without a key the call makes one of its own: an answer lost after
+        # the start is repeated, and finds the run.
         starts.clear()
         starts.extend(["", ""])
-        with pytest.raises(NqdError) as e:
-            client.start(q, {"n": 2})
-        assert e.value.status == 504 and len(starts) == 3
+        again = client.start(q, {"n": 2})
+        assert again.replayed and len(starts) == 4
         assert runs_of(nqd, q) == 2
 
     # Bounded: a server that stays busy is tried retries + 1 times.
@@ -285,7 +285,7 @@ def test_events_backfill_then_live_and_resume_after_a_drop(nqd: Nqd) -> None:
     client = Client(nqd.url)
     run = client.start(q, {"n": 1})
     with FaultProxy(nqd.url, lambda m, p: "pass", cut_stream_after=2) as proxy:
-        events = Client(proxy.url).events(run.run_id)
+        events = Client(proxy.url).events(run.run_id, until_end=True)
         first = next(events)  # backfill: the run waits for a worker
         assert first.kind == "flow.started" and first.record["data"]["input"] == {"n": 1}
         seen: list[StreamEvent] = [first]
