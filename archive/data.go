@@ -139,3 +139,36 @@ func (a *Bucket) ListData(ctx context.Context) ([]Ref, error) {
 		}
 	}
 }
+
+// DeleteData deletes the values kept for run, unless an archive of the run
+// (type flow) refers to them: then they stay with it. It reports how many
+// it deleted. Errors: store.ErrInvalid, the bucket's.
+func (a *Bucket) DeleteData(ctx context.Context, run string) (int, error) {
+	if !event.ValidContextID(run) {
+		return 0, fmt.Errorf("archive: data of %q: %w", run, store.ErrInvalid)
+	}
+	_, manifest := keys(store.Context{Type: "flow", ID: run})
+	archived, err := a.b.Exists(ctx, manifest)
+	if err != nil {
+		return 0, fmt.Errorf("archive: data of %s: %w", run, err)
+	}
+	if archived {
+		return 0, nil
+	}
+	prefix := dataFolder + run + "/"
+	names, err := a.list(ctx, prefix)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, name := range names {
+		if strings.HasSuffix(name, "/") {
+			continue
+		}
+		if err := a.b.Delete(ctx, prefix+name); err != nil && !isNotFound(err) {
+			return n, fmt.Errorf("archive: delete data of %s: %w", run, err)
+		}
+		n++
+	}
+	return n, nil
+}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/nqd-dev/nqd/archive"
+	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/store"
 )
 
@@ -44,6 +45,45 @@ func TestDataByReference(t *testing.T) {
 		// The data folder is not a context type.
 		if types, err := d.Types(ctx); err != nil || len(types) != 0 {
 			t.Errorf("Types = %v, %v; want none", types, err)
+		}
+	})
+}
+
+// TestDeleteData: a run's values go, unless an archive of the run refers
+// to them; other runs' values stay.
+func TestDeleteData(t *testing.T) {
+	eachBucket(t, func(t *testing.T, d testBucket) {
+		ctx := t.Context()
+		put := func(run, v string) archive.Ref {
+			ref, err := d.PutData(ctx, run, []byte(v))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ref
+		}
+		a1, a2, b, c := put("run-a", `"one"`), put("run-a", `"two"`), put("run-b", `"three"`), put("run-c", `"four"`)
+		evs := []event.Event{{ID: event.ID{MS: 1}, Kind: "flow.started", Data: []byte(`{}`)}}
+		if _, err := d.Put(ctx, store.Context{Type: "flow", ID: "run-c"}, nil, archive.Slice(evs)); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := d.DeleteData(ctx, "run-a"); n != 2 || err != nil {
+			t.Fatalf("DeleteData(run-a) = %d, %v; want its 2 values", n, err)
+		}
+		if n, err := d.DeleteData(ctx, "run-c"); n != 0 || err != nil {
+			t.Fatalf("DeleteData(run-c) = %d, %v; want none: its archive refers to them", n, err)
+		}
+		for _, ref := range []archive.Ref{a1, a2} {
+			if _, err := d.GetData(ctx, ref); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("a deleted value: %v, want ErrNotFound", err)
+			}
+		}
+		for _, ref := range []archive.Ref{b, c} {
+			if _, err := d.GetData(ctx, ref); err != nil {
+				t.Errorf("a value kept: %v", err)
+			}
+		}
+		if _, err := d.DeleteData(ctx, "../x"); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("a bad run id: %v, want ErrInvalid", err)
 		}
 	})
 }

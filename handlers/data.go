@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/rs/zerolog"
 
 	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/archive"
@@ -39,6 +40,12 @@ type DataStore interface {
 	// GetData reads what ref names, checked against its hash. Errors:
 	// store.ErrNotFound, archive.ErrCorrupt, store.ErrInvalid, IO errors.
 	GetData(ctx context.Context, ref archive.Ref) ([]byte, error)
+	// ListData lists every value kept. Errors: IO errors.
+	ListData(ctx context.Context) ([]archive.Ref, error)
+	// DeleteData deletes run's values unless an archive of the run refers
+	// to them, and says how many it deleted. Errors: store.ErrInvalid, IO
+	// errors.
+	DeleteData(ctx context.Context, run string) (int, error)
 }
 
 // refKey is the one member of a reference object.
@@ -230,4 +237,56 @@ func (a *API) claimResolved(ctx context.Context, claim claimFunc, queues []strin
 		wait = 0
 	}
 	return jobs, nil
+}
+
+// runsWithData lists the runs of flow, before a clear deletes them, when
+// their values could be kept by reference. Nil without a DataStore.
+func (a *API) runsWithData(ctx context.Context, flow string) (map[string]bool, error) {
+	if a.data == nil {
+		return nil, nil
+	}
+	const page = 1000
+	runs := map[string]bool{}
+	for offset := 0; ; offset += page {
+		p, err := a.engine.Runs(ctx, flow, "", offset, page)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range p.Runs {
+			runs[m.Run] = true
+		}
+		if len(p.Runs) < page {
+			return runs, nil
+		}
+	}
+}
+
+// dropData deletes the values of runs that a clear deleted from the store
+// without archiving them: no event refers to them any more. A run whose
+// stream has events again (a keyed start of the same run since) keeps its
+// values, and so does one with an archive (DeleteData). Failures are
+// logged: the clear stands, and the values are only space.
+func (a *API) dropData(ctx context.Context, log *zerolog.Logger, runs map[string]bool) {
+	if len(runs) == 0 {
+		return
+	}
+	refs, err := a.data.ListData(ctx)
+	if err != nil {
+		log.Warn().Err(err).Msg("the values of the cleared runs stay in the bucket: it could not be listed")
+		return
+	}
+	done := map[string]bool{}
+	for _, ref := range refs {
+		if !runs[ref.Run] || done[ref.Run] {
+			continue
+		}
+		done[ref.Run] = true
+		evs, err := a.store.Range(ctx, store.Context{Type: "flow", ID: ref.Run}, store.RangeQuery{Limit: 1})
+		if err != nil || len(evs) > 0 {
+			continue
+		}
+		if _, err := a.data.DeleteData(ctx, ref.Run); err != nil {
+			log.Warn().Err(err).Str("run", ref.Run).Msg("the values of a cleared run stay in the bucket")
+		}
+	}
 }

@@ -128,3 +128,42 @@ func putDemoFlowOpen(t *testing.T, api *testAPI) {
 	rec := api.do(t, request{method: http.MethodPut, target: "/api/_flows/demo", body: `{"entry":"a","steps":{"a":{"queue":"q1"}}}`})
 	wantStatus(t, rec, http.StatusOK)
 }
+
+// TestClearHistoryDeletesValues: clearing a flow's history deletes the
+// values its runs kept by reference (nothing refers to them any more),
+// and no other flow's.
+func TestClearHistoryDeletesValues(t *testing.T) {
+	api := newTestAPI(t, withState(t), withData(t, 1024, 0))
+	putDemoFlowOpen(t, api)
+	rec := api.do(t, request{method: http.MethodPut, target: "/api/_flows/other", body: `{"entry":"a","steps":{"a":{"queue":"q2"}}}`})
+	wantStatus(t, rec, http.StatusOK)
+	inputURL := func(flow, input string) string {
+		t.Helper()
+		rec := api.do(t, post("/api/_flows/"+flow+"/start", input))
+		wantStatus(t, rec, http.StatusOK)
+		run := decode[struct{ FlowID string }](t, rec).FlowID
+		rec = api.do(t, get("/api/_events/flow/"+run+"/state"))
+		var st struct {
+			State struct {
+				Input struct {
+					Ref struct {
+						URL string `json:"url"`
+					} `json:"$nqdRef"`
+				} `json:"input"`
+			} `json:"state"`
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil || st.State.Input.Ref.URL == "" {
+			t.Fatalf("state %s: want the input by reference (%v)", rec.Body, err)
+		}
+		return st.State.Input.Ref.URL
+	}
+	cleared := []string{inputURL("demo", bigInput(4096, "a")), inputURL("demo", bigInput(4096, "b"))}
+	kept := inputURL("other", bigInput(4096, "c"))
+
+	rec = api.do(t, request{method: http.MethodDelete, target: "/api/_flows/demo/clear-history"})
+	wantStatus(t, rec, http.StatusOK)
+	for _, u := range cleared {
+		wantStatus(t, api.do(t, get(u)), http.StatusNotFound)
+	}
+	wantStatus(t, api.do(t, get(kept)), http.StatusOK)
+}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/rs/zerolog/hlog"
 
 	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/event"
@@ -296,10 +297,15 @@ func (a *API) clearHistory(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	runs, err := a.runsWithData(r.Context(), flow)
+	if err != nil {
+		return err
+	}
 	n, err := a.engine.ClearHistory(r.Context(), flow)
 	if err != nil {
 		return err
 	}
+	a.dropData(r.Context(), hlog.FromRequest(r), runs)
 	writeJSON(w, r, http.StatusOK, clearBody{Success: true, FlowName: flow, DeletedStreams: n, DeletedIndex: n})
 	return nil
 }
