@@ -295,8 +295,8 @@ func (m machineMeter) fill(e machineMeter, row *e2eRow, own float64) {
 // measure fills row from one closed loop's result.
 func (row *e2eRow) measure(m loopResult) {
 	row.Runs, row.Errors, row.Lost = m.runs, m.errors, m.lost
-	row.Seconds = (m.elapsed - m.lostWait/time.Duration(max(row.Concurrency, 1))).Seconds()
-	row.RunsPerSec = float64(m.runs) / row.Seconds
+	row.Seconds = max(0, (m.elapsed - m.lostWait/time.Duration(max(row.Concurrency, 1))).Seconds())
+	row.RunsPerSec = safeDiv(float64(m.runs), row.Seconds)
 	row.first, row.done = m.first, m.done
 	row.FirstP50ms, row.FirstP99ms = histMS(m.first, 50), histMS(m.first, 99)
 	row.DoneP50ms, row.DoneP99ms = histMS(m.done, 50), histMS(m.done, 99)
