@@ -18,12 +18,13 @@ import (
 	"github.com/nqd-dev/nqd/worker"
 )
 
-// TestLargeDataThroughTheGoSDK runs the pipeline flow with a 10 MB result
-// and a 10 MB emit payload (2 MB each under the race detector, which would
+// TestLargeDataThroughTheGoSDK runs the pipeline flow with a 10 MB input,
+// result and emit payload (2 MB each under the race detector, which would
 // take minutes over 10) through the Go worker SDK, unchanged, on a server
-// whose archive is a bucket of a real S3-compatible server: the next step's
-// input is the payload itself, and an SSE client gets the completion with a
-// reference whose url answers the result.
+// whose archive is a bucket of a real S3-compatible server: the entry
+// step's input is the run's input itself, the next step's the payload, and
+// an SSE client gets the completion with a reference whose url answers the
+// result.
 func TestLargeDataThroughTheGoSDK(t *testing.T) {
 	bucket := s3test.Start(t).Bucket(t, "data")
 	base := startServer(t, []string{"-data-dir", t.TempDir(), "-archive-url", bucket, "-max-body-bytes", fmt.Sprint(48 << 20)})
@@ -37,6 +38,13 @@ func TestLargeDataThroughTheGoSDK(t *testing.T) {
 	got := make(chan string, 1)
 	startWorker(t, base, 1, map[string]worker.Handler{
 		"ingest": func(ctx context.Context, sc *worker.StepContext) (any, error) {
+			var in struct{ Blob string }
+			if err := sc.Input(&in); err != nil {
+				return nil, err
+			}
+			if in.Blob != big {
+				return nil, fmt.Errorf("ingest's input holds %d bytes, want the %d-byte run input", len(in.Blob), len(big))
+			}
 			if err := sc.Emit("ingested", map[string]string{"blob": big}); err != nil {
 				return nil, err
 			}
@@ -55,7 +63,8 @@ func TestLargeDataThroughTheGoSDK(t *testing.T) {
 		"publish": func(ctx context.Context, sc *worker.StepContext) (any, error) { return "ok", nil },
 	})
 
-	run := startRun(t, base, "pipeline", nil)
+	began := time.Now()
+	run := startRun(t, base, "pipeline", map[string]string{"blob": big})
 	select {
 	case blob := <-got:
 		if blob != big {
@@ -65,6 +74,7 @@ func TestLargeDataThroughTheGoSDK(t *testing.T) {
 		t.Fatal("transform never ran")
 	}
 	waitFor(t, 60*time.Second, "pipeline to complete", func() bool { return runs(t, base, "pipeline", "completed", 0, 1).Total == 1 })
+	t.Logf("%d-byte input, result and emit through the Go SDK: %v", len(big), time.Since(began).Round(time.Millisecond))
 
 	// An SSE client reads the run from its start: ingest's completion
 	// carries the reference, not 10 MB.
