@@ -17,6 +17,7 @@ import (
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/reducers"
+	"github.com/nqd-dev/nqd/registry"
 	"github.com/nqd-dev/nqd/scheduler"
 	"github.com/nqd-dev/nqd/socket"
 	"github.com/nqd-dev/nqd/store"
@@ -110,6 +111,10 @@ type Deps struct {
 	WatchInterval time.Duration
 	// Engine runs flows: the flow, trigger, worker and queue routes call it.
 	Engine *engine.Engine
+	// Workers is the worker registry: HTTP workers' claims register them and
+	// GET /api/_workers lists what its stream holds. Without it claims
+	// register no one.
+	Workers *registry.Registry
 	// Scheduler serves the schedule routes; without it they answer 404.
 	Scheduler *scheduler.Scheduler
 	// Triggers is the trigger registry the /api/_triggers, webhook and
@@ -183,6 +188,7 @@ type API struct {
 	triggerStats *watch[string]
 	triggerList  TriggerLister
 	engine       *engine.Engine
+	workers      *registry.Registry
 	scheduler    *scheduler.Scheduler
 	triggers     *triggers.Registry
 	refusals     WebhookRefusals
@@ -261,7 +267,7 @@ func New(d Deps) *API {
 		log: d.Log, now: now, limits: lim, access: newAccess(d.Access, now), validate: newValidator(),
 		web: d.Web, webBase: d.WebBase, keyPrefix: keyPrefix, upstream: d.UIUpstream,
 		feeds: d.Feeds, sockets: socket.New(so), triggerList: d.TriggerList,
-		triggers: d.Triggers, refusals: d.WebhookRefusals, openWebhooks: d.OpenWebhooks,
+		triggers: d.Triggers, workers: d.Workers, refusals: d.WebhookRefusals, openWebhooks: d.OpenWebhooks,
 	}
 	a.data = d.Data
 	a.flowStats = newWatch("flow stats", a.readFlowStats, interval, d.Log)

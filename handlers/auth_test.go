@@ -82,6 +82,7 @@ var routeScopes = map[string]auth.Scope{
 	"GET /api/_events/sse":                              auth.Read,
 	"GET /api/_events/{key}":                            auth.Read,
 	"GET /api/_queues":                                  auth.Read,
+	"GET /api/_workers":                                 auth.Read,
 	"GET /api/_queues/metrics":                          auth.Read,
 	"GET /api/_queues/{queue}":                          auth.Read,
 	"GET /api/_queues/{queue}/metrics":                  auth.Read,

@@ -14,6 +14,7 @@ import (
 	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/registry"
 	"github.com/nqd-dev/nqd/store"
 )
 
@@ -38,6 +39,33 @@ type queueListItem struct {
 	Counts   countsBody  `json:"counts"`
 	IsPaused bool        `json:"isPaused"`
 	Config   queueConfig `json:"config"`
+	served
+}
+
+// served is nqd's own addition to a queue's counts: how many connected
+// workers serve it, and whether jobs wait with none to take them.
+type served struct {
+	Workers  int  `json:"workers"`
+	Unserved bool `json:"unserved"`
+}
+
+// servedBy is what workers (nil when nqd keeps no registry) say of queue.
+func servedBy(workers map[string]int, queue string, c engine.QueueCounts) served {
+	n := workers[queue]
+	return served{Workers: n, Unserved: workers != nil && n == 0 && c.Waiting > 0}
+}
+
+// queueWorkers counts the connected workers of each queue, from the worker
+// registry's stream; nil without a state reader.
+func (a *API) queueWorkers(ctx context.Context) (map[string]int, error) {
+	if a.state == nil {
+		return nil, nil
+	}
+	s, err := registry.State(ctx, a.state, event.MaxID)
+	if err != nil {
+		return nil, err
+	}
+	return s.QueueWorkers(a.now().Add(-a.staleAfter())), nil
 }
 
 // queueConfig is BullMQ's queue and worker options as the v0.5 UI shows
@@ -69,12 +97,14 @@ func toCounts(c engine.QueueCounts) countsBody {
 type metricsItem struct {
 	Counts countsBody `json:"counts"`
 	Paused bool       `json:"paused"`
+	served
 }
 
 type queueMetricsBody struct {
 	Name   string     `json:"name"`
 	Counts countsBody `json:"counts"`
 	Paused bool       `json:"paused"`
+	served
 }
 
 // jobBody is a job in the shape of the UI's jobs table (BullMQ's names),
@@ -155,6 +185,10 @@ func (a *API) listQueues(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	workers, err := a.queueWorkers(r.Context())
+	if err != nil {
+		return err
+	}
 	out := make([]queueListItem, 0, len(names))
 	for _, n := range names {
 		q, err := a.engine.Queue(r.Context(), n)
@@ -165,7 +199,7 @@ func (a *API) listQueues(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		out = append(out, queueListItem{Name: n, Counts: toCounts(q.Counts), IsPaused: q.Paused,
-			Config: queueConfig{Queue: queueOptions{Name: n, Prefix: a.keyPrefix}}})
+			Config: queueConfig{Queue: queueOptions{Name: n, Prefix: a.keyPrefix}}, served: servedBy(workers, n, q.Counts)})
 	}
 	writeJSON(w, r, http.StatusOK, out)
 	return nil
@@ -176,13 +210,17 @@ func (a *API) allQueueMetrics(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	workers, err := a.queueWorkers(r.Context())
+	if err != nil {
+		return err
+	}
 	out := make(map[string]metricsItem, len(names))
 	for _, n := range names {
 		q, err := a.engine.Queue(r.Context(), n)
 		if err != nil {
 			return err
 		}
-		out[n] = metricsItem{Counts: toCounts(q.Counts), Paused: q.Paused}
+		out[n] = metricsItem{Counts: toCounts(q.Counts), Paused: q.Paused, served: servedBy(workers, n, q.Counts)}
 	}
 	writeJSON(w, r, http.StatusOK, out)
 	return nil
@@ -211,7 +249,12 @@ func (a *API) queueMetrics(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, r, http.StatusOK, queueMetricsBody{Name: q.Name, Counts: toCounts(q.Counts), Paused: q.Paused})
+	workers, err := a.queueWorkers(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, r, http.StatusOK, queueMetricsBody{Name: q.Name, Counts: toCounts(q.Counts), Paused: q.Paused,
+		served: servedBy(workers, q.Name, q.Counts)})
 	return nil
 }
 

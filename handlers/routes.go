@@ -111,10 +111,11 @@ func (a *API) Routes() http.Handler {
 	// the API timeout.
 	const job = "/api/_workers/jobs/{queue}/{jobId}"
 	r.With(write).Post("/api/_workers/claim", serve(a.claimJobs))
-	api.With(write).Post(job+"/heartbeat", serve(a.heartbeatJob))
-	api.With(write).Post(job+"/events", serve(a.reportJob))
-	api.With(write).Post(job+"/complete", serve(a.completeJob))
-	api.With(write).Post(job+"/fail", serve(a.failJob))
+	api.With(write, a.touchWorker).Post(job+"/heartbeat", serve(a.heartbeatJob))
+	api.With(write, a.touchWorker).Post(job+"/events", serve(a.reportJob))
+	api.With(write, a.touchWorker).Post(job+"/complete", serve(a.completeJob))
+	api.With(write, a.touchWorker).Post(job+"/fail", serve(a.failJob))
+	api.With(read).Get("/api/_workers", serve(a.listWorkers))
 
 	// queues, as the v0.3 UI reads them
 	api.With(read).Get("/api/_queues", serve(a.listQueues))

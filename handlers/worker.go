@@ -47,6 +47,9 @@ func (a *API) claimJobs(w http.ResponseWriter, r *http.Request) error {
 	if err := a.decodeBody(w, r, &req); err != nil {
 		return err
 	}
+	if err := a.noteClaim(r, req.Queues, req.Max); err != nil {
+		return err
+	}
 	wait := min(time.Duration(req.WaitMs)*time.Millisecond, maxClaimWait)
 	jobs, err := a.claimResolved(r.Context(), a.engine.Claim, req.Queues, req.Max, wait)
 	if err != nil {

@@ -24,7 +24,8 @@ func (f fakeQueueStats) QueueDepth(_ context.Context, q string, _ int64) (store.
 func TestWatchQueues(t *testing.T) {
 	m := New()
 	stats := fakeQueueStats{"default": {Jobs: 5, Due: 2}, "gpu": {}}
-	err := m.WatchQueues(stats, func(context.Context) ([]string, error) { return []string{"default", "gpu", "broken"}, nil })
+	err := m.WatchQueues(stats, func(context.Context) ([]string, error) { return []string{"default", "gpu", "broken"}, nil },
+		func(context.Context) (map[string]int, error) { return map[string]int{"gpu": 2}, nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,6 +36,11 @@ func TestWatchQueues(t *testing.T) {
 		`nqd_queue_jobs{queue="default"} 5`,
 		`nqd_queue_due{queue="default"} 2`,
 		`nqd_queue_jobs{queue="gpu"} 0`,
+		// default has jobs due and no worker; gpu has workers and no jobs.
+		`nqd_queue_workers{queue="default"} 0`,
+		`nqd_queue_unserved{queue="default"} 1`,
+		`nqd_queue_workers{queue="gpu"} 2`,
+		`nqd_queue_unserved{queue="gpu"} 0`,
 		`nqd_queue_stats_errors_total 1`,
 	} {
 		if !strings.Contains(string(body), want) {

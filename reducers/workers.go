@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/nqd-dev/nqd/event"
 )
@@ -87,6 +88,34 @@ func (s *RegistryState) Workers() []Worker {
 	out := make([]Worker, 0, len(s.workers))
 	for _, id := range slices.Sorted(maps.Keys(s.workers)) {
 		out = append(out, *s.workers[id])
+	}
+	return out
+}
+
+// WorkersSeen returns the workers ordered by id, with each active worker
+// last seen before since reported lost. A fold knows no clock, and a stream
+// trimmed past a departure, or an nqd down when a worker went, would
+// otherwise show a worker active that is long gone.
+func (s *RegistryState) WorkersSeen(since time.Time) []Worker {
+	out := s.Workers()
+	for i := range out {
+		if w := &out[i]; w.Status == WorkerActive && w.LastSeen.Before(since) {
+			w.Status, w.Reason = WorkerLost, WorkerLost
+		}
+	}
+	return out
+}
+
+// QueueWorkers counts the active workers serving each queue, those last
+// seen before since not counted (see WorkersSeen).
+func (s *RegistryState) QueueWorkers(since time.Time) map[string]int {
+	out := map[string]int{}
+	for _, w := range s.workers {
+		if w.Status == WorkerActive && !w.LastSeen.Before(since) {
+			for _, q := range w.Queues {
+				out[q]++
+			}
+		}
 	}
 	return out
 }

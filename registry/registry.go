@@ -29,6 +29,7 @@ import (
 
 	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/reducers"
 	"github.com/nqd-dev/nqd/store"
 )
 
@@ -38,9 +39,9 @@ var Stream = store.Context{Type: "registry", ID: "workers"}
 
 // The registry's event kinds.
 const (
-	KindRegistered = "worker.registered"
-	KindHeartbeat  = "worker.heartbeat"
-	KindLeft       = "worker.left"
+	KindRegistered = reducers.KindWorkerRegistered
+	KindHeartbeat  = reducers.KindWorkerHeartbeat
+	KindLeft       = reducers.KindWorkerLeft
 )
 
 // Transports a worker reaches nqd by.
@@ -54,7 +55,7 @@ const (
 	// ReasonClosed: the worker said goodbye or closed its channel.
 	ReasonClosed = "closed"
 	// ReasonLost: the worker was not seen for LostAfter.
-	ReasonLost = "lost"
+	ReasonLost = reducers.WorkerLost
 )
 
 // Defaults of Options.
@@ -192,6 +193,23 @@ func (r *Registry) LostAfter() time.Duration {
 	return time.Duration(r.opts.LostBeats) * r.opts.Interval
 }
 
+// StaleAfter is how long after its last registry event an active worker
+// is shown lost though no departure was written: LostAfter, plus the
+// Interval a heartbeat event may lag behind the worker's last call.
+func (r *Registry) StaleAfter() time.Duration { return StaleAfter(r.opts.Interval, r.opts.LostBeats) }
+
+// StaleAfter is Registry.StaleAfter for an interval and lost beats, the
+// defaults when zero.
+func StaleAfter(interval time.Duration, lostBeats int) time.Duration {
+	if interval <= 0 {
+		interval = DefaultInterval
+	}
+	if lostBeats <= 0 {
+		lostBeats = DefaultLostBeats
+	}
+	return time.Duration(lostBeats+1) * interval
+}
+
 // errTooMany refuses a worker beyond MaxWorkers.
 var errTooMany = &nqd.Error{Code: nqd.CodeUnavailable,
 	Message: "This nqd instance tracks as many workers as it may; connect to another instance or retry later."}
@@ -200,7 +218,10 @@ var errTooMany = &nqd.Error{Code: nqd.CodeUnavailable,
 // worker.registered; a hello of a worker already registered (a reconnect,
 // or another instance's) updates its record and writes nothing. Errors: a
 // validation *nqd.Error for a bad hello, the store's.
-func (r *Registry) Arrive(ctx context.Context, h Hello) error {
+func (r *Registry) Arrive(ctx context.Context, h Hello) error { return r.arrive(ctx, h, -1) }
+
+// arrive is Arrive with the worker's in-flight count, when not negative.
+func (r *Registry) arrive(ctx context.Context, h Hello, inFlight int) error {
 	if err := Check(h); err != nil {
 		return err
 	}
@@ -216,7 +237,10 @@ func (r *Registry) Arrive(ctx context.Context, h Hello) error {
 		r.local[h.ID] = l
 	}
 	l.hello, l.seen, l.synced = h, now, now
-	inFlight := l.inFlight
+	if inFlight >= 0 {
+		l.inFlight = min(inFlight, maxInFlight)
+	}
+	inFlight = l.inFlight
 	r.mu.Unlock()
 	return r.register(ctx, h, inFlight, now)
 }
@@ -246,10 +270,11 @@ func (r *Registry) register(ctx context.Context, h Hello, inFlight int, now time
 }
 
 // Beat records that worker id, which arrived on this instance, is alive
-// with inFlight jobs running. It writes to the store at most once per
-// Interval per worker: a heartbeat event when no instance has written one
-// for this worker within the Interval. Errors: store.ErrNotFound when the
-// worker has not arrived here, the store's.
+// with inFlight jobs running (a negative inFlight keeps the last count). It
+// writes to the store at most once per Interval per worker: a heartbeat
+// event when no instance has written one for this worker within the
+// Interval. Errors: store.ErrNotFound when the worker has not arrived here,
+// the store's.
 func (r *Registry) Beat(ctx context.Context, id string, inFlight int) error {
 	now := r.opts.Now()
 	r.mu.Lock()
@@ -258,7 +283,10 @@ func (r *Registry) Beat(ctx context.Context, id string, inFlight int) error {
 		r.mu.Unlock()
 		return fmt.Errorf("worker %q: %w", id, store.ErrNotFound)
 	}
-	l.seen, l.inFlight = now, min(max(inFlight, 0), maxInFlight)
+	l.seen = now
+	if inFlight >= 0 {
+		l.inFlight = min(inFlight, maxInFlight)
+	}
 	due := now.Sub(l.synced) >= r.opts.Interval
 	if due {
 		l.synced = now
@@ -271,15 +299,16 @@ func (r *Registry) Beat(ctx context.Context, id string, inFlight int) error {
 	return r.sync(ctx, h, n, now)
 }
 
-// Seen records a call of a worker that speaks the HTTP protocol: it arrives
-// on its first call to this instance and beats on the others.
+// Seen records a claim of a worker that speaks the HTTP protocol: it
+// arrives on its first claim to this instance, or when its hello changed,
+// and beats on the others.
 func (r *Registry) Seen(ctx context.Context, h Hello, inFlight int) error {
 	r.mu.Lock()
 	l, ok := r.local[h.ID]
 	same := ok && sameHello(l.hello, h)
 	r.mu.Unlock()
 	if !same {
-		return r.Arrive(ctx, h)
+		return r.arrive(ctx, h, inFlight)
 	}
 	return r.Beat(ctx, h.ID, inFlight)
 }
@@ -430,6 +459,24 @@ func (r *Registry) Run(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// StateReader reads reduced states, such as the snapshot cache.
+type StateReader interface {
+	StateAt(ctx context.Context, c store.Context, at event.ID) (reducers.State, error)
+}
+
+// State is the registry's state as of at (event.MaxID for now) in states.
+func State(ctx context.Context, states StateReader, at event.ID) (*reducers.RegistryState, error) {
+	s, err := states.StateAt(ctx, Stream, at)
+	if err != nil {
+		return nil, err
+	}
+	rs, ok := s.(*reducers.RegistryState)
+	if !ok {
+		return nil, fmt.Errorf("registry state: %w", reducers.ErrStateType)
+	}
+	return rs, nil
 }
 
 // append writes one registry event carrying rec.

@@ -127,7 +127,9 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 		return nil, errors.Join(err, a.Close())
 	}
 	a.closers = append(a.closers, func() error { stopSweeper(); return nil })
-	if err := a.Metrics.WatchQueues(st, engineQueues(eng)); err != nil {
+	workers, stopWorkers := StartWorkers(ctx, st, log)
+	a.closers = append(a.closers, func() error { stopWorkers(); return nil })
+	if err := a.Metrics.WatchQueues(st, engineQueues(eng), queueWorkers(states, workers)); err != nil {
 		return nil, errors.Join(err, a.Close())
 	}
 	if err := a.Metrics.WatchAwaits(eng.PendingAwaits); err != nil {
@@ -151,6 +153,7 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 		Engine:          eng,
 		Scheduler:       sch,
 		Triggers:        registry,
+		Workers:         workers,
 		TriggerList:     registry,
 		WebhookRefusals: a.Metrics,
 		OpenWebhooks:    cfg.AllowOpenWebhooks,
