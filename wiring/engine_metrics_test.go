@@ -95,6 +95,13 @@ func TestEngineMetrics(t *testing.T) {
 		}
 		stored += len(evs)
 	}
+	// The worker's arrival in the worker registry is stored too.
+	code, body := do(t, "GET", base+"/api/_events/registry/workers", "")
+	if n, _ := body["eventCount"].(float64); code != http.StatusOK || n < 1 {
+		t.Fatalf("read the worker registry: %d, %v events", code, body["eventCount"])
+	} else {
+		stored += int(n)
+	}
 	m := scrapeApp(t, base)
 	for _, line := range []string{
 		// Every event the engine and the worker wrote; nothing came through the append route.
@@ -113,6 +120,8 @@ func TestEngineMetrics(t *testing.T) {
 		`nqd_engine_awaits_pending{type="trigger"} 0`,
 		`nqd_queue_jobs{queue="default"} 0`,
 		`nqd_queue_leased{queue="default"} 0`,
+		`nqd_queue_workers{queue="default"} 1`,
+		`nqd_queue_unserved{queue="default"} 0`,
 	} {
 		if !strings.Contains(m, "\n"+line+"\n") {
 			t.Errorf("/metrics lacks %q", line)
