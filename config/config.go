@@ -26,6 +26,7 @@ import (
 	"github.com/nqd-dev/nqd/internal/gcfloor"
 	"github.com/nqd-dev/nqd/snapshots"
 	"github.com/nqd-dev/nqd/store"
+	"github.com/nqd-dev/nqd/store/redisstore"
 	"github.com/nqd-dev/nqd/stream"
 	"github.com/nqd-dev/nqd/sweeper"
 )
@@ -51,6 +52,8 @@ type Config struct {
 	IdleTimeout        time.Duration // a keep-alive connection's longest wait for its next request
 	ShutdownTimeout    time.Duration
 	IdempotencyWindow  time.Duration
+	RedisWaitReplicas  int              // 0: a write is acknowledged once the primary has it
+	RedisWaitTimeout   time.Duration    // how long a write waits for RedisWaitReplicas
 	StreamMaxLen       int64            // 0: streams are not trimmed
 	StreamMaxLenByType map[string]int64 // overrides StreamMaxLen per context type
 
@@ -144,6 +147,8 @@ func settings(c *Config) []setting {
 	return []setting{
 		{"addr", "NQ_ADDR", "listen address", "127.0.0.1:8080", str(&c.Addr)},
 		{"redis-url", "NQ_REDIS_URL", "Redis URL (redis://, rediss://; add ?master_name= for Sentinel); empty uses the embedded store", "", str(&c.RedisURL)},
+		{"redis-wait-replicas", "NQ_REDIS_WAIT_REPLICAS", "acknowledge a write on Redis once this many replicas have it (WAIT); 0: once the primary has it", "0", integer(&c.RedisWaitReplicas)},
+		{"redis-wait-timeout", "NQ_REDIS_WAIT_TIMEOUT", "how long a write waits for NQ_REDIS_WAIT_REPLICAS before its outcome is unknown", durText(redisstore.DefaultWaitTimeout), dur(&c.RedisWaitTimeout)},
 		{"postgres-url", "NQ_POSTGRES_URL", "PostgreSQL URL (postgres://user:pass@host/db?sslmode=...); empty uses the embedded store", "", str(&c.PostgresURL)},
 		{"data-dir", "NQ_DATA_DIR", "directory of the embedded store", "./data", str(&c.DataDir)},
 		{"prefix", "NQ_PREFIX", "storage key prefix", store.DefaultPrefix, str(&c.Prefix)},
@@ -430,6 +435,12 @@ func (c Config) validate() error {
 	}
 	if c.StreamMaxLen < 0 {
 		bad("NQ_STREAM_MAXLEN", "must not be negative")
+	}
+	if c.RedisWaitReplicas < 0 {
+		bad("NQ_REDIS_WAIT_REPLICAS", "must not be negative")
+	}
+	if c.RedisWaitTimeout <= 0 {
+		bad("NQ_REDIS_WAIT_TIMEOUT", "must be positive")
 	}
 	for name, d := range map[string]time.Duration{"NQ_RETAIN_COMPLETED": c.RetainCompleted, "NQ_RETAIN_FAILED": c.RetainFailed, "NQ_RETAIN_CANCELLED": c.RetainCancelled} {
 		if d < 0 {

@@ -233,6 +233,8 @@ func (a *App) openStore(ctx context.Context) (store.Backend, error) {
 			IdempotencyWindow: a.cfg.IdempotencyWindow,
 			MaxLen:            a.cfg.StreamMaxLen,
 			MaxLenByType:      a.cfg.StreamMaxLenByType,
+			WaitReplicas:      a.cfg.RedisWaitReplicas,
+			WaitTimeout:       a.cfg.RedisWaitTimeout,
 			Logger:            a.log,
 			Retention:         RetentionPolicy(a.cfg),
 			Appended:          a.Metrics.EventsAppended,

@@ -279,3 +279,89 @@ func firstLine(s string) string {
 	s, _, _ = strings.Cut(s, "\n")
 	return strings.TrimSpace(s)
 }
+
+// WaitFailover waits until a node other than old serves key's slot, as the
+// live nodes see it, and every live node reports cluster_state:ok: after old
+// was killed, its replica has taken over. It returns the new primary.
+func (c *Cluster) WaitFailover(t testing.TB, key string, old *Server) *Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
+	defer cancel()
+	var live []*Server
+	for _, n := range c.Nodes {
+		if n != old {
+			live = append(live, n)
+		}
+	}
+	probe := redis.NewClient(&redis.Options{Addr: live[0].Addr, MaxRetries: -1})
+	want, err := probe.ClusterKeySlot(ctx, key).Result()
+	_ = probe.Close()
+	if err != nil {
+		t.Fatalf("redistest: slot of %s: %v", key, err)
+	}
+	for {
+		if n := servingPrimary(ctx, live, int(want)); n != nil && n != old {
+			if err := waitClusterOK(live, 0); err != nil {
+				t.Fatalf("redistest: %v", err)
+			}
+			return n
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("redistest: no failover of %s within %s", old.Addr, clusterTimeout)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// servingPrimary is the node that every one of live names as the primary of
+// slot, or nil while they disagree or cannot say.
+func servingPrimary(ctx context.Context, live []*Server, slot int) *Server {
+	var found *Server
+	for _, n := range live {
+		c := redis.NewClient(&redis.Options{Addr: n.Addr, MaxRetries: -1})
+		slots, err := c.ClusterSlots(ctx).Result()
+		_ = c.Close()
+		if err != nil {
+			return nil
+		}
+		var addr string
+		for _, s := range slots {
+			if int(s.Start) <= slot && slot <= int(s.End) && len(s.Nodes) > 0 {
+				addr = s.Nodes[0].Addr
+			}
+		}
+		var node *Server
+		for _, m := range live {
+			if m.Addr == addr {
+				node = m
+			}
+		}
+		if node == nil || found != nil && found != node {
+			return nil
+		}
+		found = node
+	}
+	return found
+}
+
+// WaitReplicaOf waits until n, restarted after a failover, is a replica in
+// sync with its primary again.
+func (c *Cluster) WaitReplicaOf(t testing.TB, n *Server) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
+	defer cancel()
+	cl := redis.NewClient(&redis.Options{Addr: n.Addr, MaxRetries: -1})
+	defer func() { _ = cl.Close() }()
+	for {
+		info, err := cl.Info(ctx, "replication").Result()
+		if err == nil && strings.Contains(info, "role:slave") && strings.Contains(info, "master_link_status:up") {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("redistest: %s did not rejoin as a replica within %s: %v %s", n.Addr, clusterTimeout, err, info)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

@@ -151,7 +151,7 @@ func newToken() string {
 func (s *Store) resolveAppend(ctx context.Context, keys []string, args []any, cause error) ([]any, error) {
 	ctx, cancel := context.WithTimeout(ctx, maxResolve)
 	defer cancel()
-	s.log.Warn().Err(cause).Msg("append: the reply was lost; asking again with its idempotency key")
+	s.log.Warn().Err(cause).Msg("append: its outcome is not known yet; asking again with its idempotency key")
 	wait := 50 * time.Millisecond
 	for {
 		select {
@@ -160,7 +160,9 @@ func (s *Store) resolveAppend(ctx context.Context, keys []string, args []any, ca
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, time.Second)
-		reply, err := s.scripts.append.Run(ctx, s.client, keys, args...).Slice()
+		// Through the pipeline, so that with Options.WaitReplicas the
+		// answer waits for the replicas as the first call did.
+		reply, err := s.pipe.run(ctx, s.scripts.append, keys, args)
 		var rerr redis.Error
 		switch {
 		case err == nil:

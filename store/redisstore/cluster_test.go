@@ -1,8 +1,12 @@
 package redisstore_test
 
 import (
+	"context"
+	"errors"
 	"testing"
+	"time"
 
+	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/internal/redistest"
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
@@ -28,4 +32,34 @@ func TestConformanceOnCluster(t *testing.T) {
 		// Reopen is a second instance on the same cluster and prefix.
 		return storetest.Harness{Store: open(), Reopen: open}
 	})
+}
+
+// TestWaitReplicas: with WaitReplicas an append is acknowledged once the
+// replica of its shard has it, and one that cannot reach as many replicas
+// as asked for fails as outcome unknown (it is stored on the primary only).
+func TestWaitReplicas(t *testing.T) {
+	ctx := context.Background()
+	client := redistest.ClusterClient(t)
+	open := func(replicas int) *redisstore.Store {
+		s, err := redisstore.New(client, redisstore.Options{
+			Prefix: redistest.ClusterPrefix(t), Logger: testkit.Logger(t),
+			WaitReplicas: replicas, WaitTimeout: 200 * time.Millisecond,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	c := store.Context{Type: "flow", ID: "r1"}
+	ev := []event.Event{{Kind: "log", Subject: "r1"}}
+	if _, err := open(1).Append(ctx, c, ev, store.AppendOptions{}); err != nil {
+		t.Fatalf("append waiting for the one replica: %v", err)
+	}
+	short, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err := open(2).Append(short, c, ev, store.AppendOptions{IdempotencyKey: "k"})
+	if !errors.Is(err, store.ErrOutcomeUnknown) {
+		t.Fatalf("append waiting for two replicas of a shard that has one: %v, want outcome unknown", err)
+	}
 }

@@ -3,8 +3,10 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -51,6 +53,16 @@ var errNotSent = errors.New("not sent to Redis")
 // have run.
 type pipeliner struct {
 	client redis.UniversalClient
+	// waitReplicas, when above 0, ends every pipeline with WAIT (see
+	// Options.WaitReplicas). WAIT counts the replicas that have the writes
+	// of its own connection, so on a cluster a pipeline goes to node, the
+	// primary of the store's one slot, rather than through the cluster
+	// client, which could send WAIT elsewhere; reload refreshes the slot map
+	// when that primary answers MOVED.
+	waitReplicas int
+	waitTimeout  time.Duration
+	node         func(context.Context) (*redis.Client, error)
+	reload       func(context.Context)
 
 	mu sync.Mutex
 	// free is how many pipelines may still go out now. Calls wait only
@@ -181,30 +193,129 @@ func (p *pipeliner) close() {
 // client's read and write timeouts bound the round trip.
 func (p *pipeliner) send(batch []*scriptCall) {
 	ctx := context.Background()
-	cmds := make([]*redis.Cmd, len(batch))
-	pipe := p.client.Pipeline()
-	for i, c := range batch {
-		cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+	todo := make([]int, len(batch))
+	for i := range batch {
+		todo[i] = i
 	}
-	_, _ = pipe.Exec(ctx) // each command carries its own error
+	// A primary that no longer serves the slot answers MOVED without
+	// running anything; a few attempts cover the slot map catching up.
+	for attempt := 0; len(todo) > 0; attempt++ {
+		todo = p.sendOnce(ctx, batch, todo)
+		if len(todo) == 0 || attempt == 2 || p.reload == nil {
+			break
+		}
+		p.reload(ctx)
+	}
+}
+
+// sendOnce sends the calls of batch at todo and returns those answered
+// MOVED or ASK, when sent to one node itself (p.node).
+func (p *pipeliner) sendOnce(ctx context.Context, batch []*scriptCall, todo []int) []int {
+	var client redis.Cmdable = p.client
+	if p.node != nil {
+		node, err := p.node(ctx)
+		if err != nil {
+			for _, i := range todo {
+				batch[i].err = errors.Join(errNotSent, err)
+			}
+			return nil
+		}
+		client = node
+	}
+	cmds := make([]*redis.Cmd, len(batch))
+	waitErr := make([]error, len(batch))
+	unreplicated := p.exec(ctx, client, func(pipe redis.Pipeliner) {
+		for _, i := range todo {
+			c := batch[i]
+			cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+		}
+	})
 	// Redis refuses EVALSHA of a script it does not hold (restarted, or
 	// its scripts flushed) before running anything: those calls go again
 	// with the script's source, as redis.Script.Run does.
 	var again []int
-	for i, cmd := range cmds {
-		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+	for _, i := range todo {
+		waitErr[i] = unreplicated
+		if err := cmds[i].Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			again = append(again, i)
 		}
 	}
 	if len(again) > 0 {
-		pipe := p.client.Pipeline()
+		unreplicated := p.exec(ctx, client, func(pipe redis.Pipeliner) {
+			for _, i := range again {
+				c := batch[i]
+				cmds[i] = c.script.Eval(ctx, pipe, c.keys, c.args...)
+			}
+		})
 		for _, i := range again {
-			c := batch[i]
-			cmds[i] = c.script.Eval(ctx, pipe, c.keys, c.args...)
+			waitErr[i] = unreplicated
 		}
-		_, _ = pipe.Exec(ctx)
 	}
-	for i, c := range batch {
+	var moved []int
+	lost := false
+	for _, i := range todo {
+		c := batch[i]
 		c.reply, c.err = cmds[i].Slice()
+		if c.err == nil {
+			c.err = waitErr[i]
+		}
+		var rerr redis.Error
+		switch {
+		case p.node == nil || c.err == nil:
+		case isRedirect(c.err):
+			moved = append(moved, i)
+		case !errors.As(c.err, &rerr) && !errors.As(c.err, new(*notReplicatedError)):
+			// The primary did not answer: a failover may be under way,
+			// and the next pipeline should find its successor.
+			lost = true
+		}
 	}
+	if lost {
+		p.reload(ctx)
+	}
+	return moved
+}
+
+// exec runs a pipeline that add fills, ended with WAIT when replicas are
+// waited for, and returns the error of the calls that succeeded but that
+// too few replicas have (nil without WAIT, or when enough have them).
+func (p *pipeliner) exec(ctx context.Context, client redis.Cmdable, add func(redis.Pipeliner)) error {
+	pipe := client.Pipeline()
+	add(pipe)
+	var wait *redis.Cmd
+	if p.waitReplicas > 0 {
+		wait = pipe.Do(ctx, "wait", p.waitReplicas, p.waitTimeout.Milliseconds())
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	if wait == nil {
+		return nil
+	}
+	switch n, err := wait.Int64(); {
+	case err != nil:
+		return &notReplicatedError{want: p.waitReplicas, cause: err}
+	case int(n) < p.waitReplicas:
+		return &notReplicatedError{want: p.waitReplicas, got: int(n)}
+	}
+	return nil
+}
+
+// notReplicatedError is the error of a write that ran on the primary but
+// that fewer than the replicas asked for acknowledged in time: a failover
+// now could lose it, so its outcome is unknown, as when a reply is lost.
+type notReplicatedError struct {
+	want, got int
+	cause     error
+}
+
+func (e *notReplicatedError) Error() string {
+	if e.cause != nil {
+		return fmt.Sprintf("written on the primary, but waiting for %d replicas failed: %v", e.want, e.cause)
+	}
+	return fmt.Sprintf("written on the primary, but %d of %d replicas acknowledged it in time", e.got, e.want)
+}
+
+// isRedirect reports a reply saying another node serves the slot: the call
+// did not run.
+func isRedirect(err error) bool {
+	return redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")
 }

@@ -97,12 +97,26 @@ type Options struct {
 	// Retention sets when finished runs become due for the reaper; the
 	// zero value keeps every run.
 	Retention store.Retention
+	// WaitReplicas, when above 0, acknowledges a pipelined write (an
+	// append, a run update, a claim, a heartbeat) only once that many
+	// replicas have it (WAIT), so that a failover to one of them loses no
+	// acknowledged write. A write that does not reach them within
+	// WaitTimeout fails as one whose outcome is unknown.
+	WaitReplicas int
+	// WaitTimeout bounds the wait for replicas; default DefaultWaitTimeout.
+	WaitTimeout time.Duration
 	// Appended, when set, is told how many events each Append or
 	// UpdateRun stored (a replay stores none), for the appended-events
 	// metric: every write of events passes here, whoever makes it. It must
 	// return quickly.
 	Appended func(events int)
 }
+
+// DefaultWaitTimeout is how long a write waits for Options.WaitReplicas
+// replicas unless told otherwise: a replica on a healthy network acknowledges
+// within milliseconds, and a request's deadline must leave room for the
+// retry that a failover takes.
+const DefaultWaitTimeout = time.Second
 
 const (
 	defaultLiveProbeInterval = 15 * time.Second
@@ -147,6 +161,12 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("redisstore: MaxLenByType %q=%d: %w", typ, n, store.ErrInvalid)
 		}
 	}
+	if opts.WaitReplicas < 0 || opts.WaitTimeout < 0 {
+		return nil, fmt.Errorf("redisstore: negative WaitReplicas or WaitTimeout: %w", store.ErrInvalid)
+	}
+	if opts.WaitTimeout == 0 {
+		opts.WaitTimeout = DefaultWaitTimeout
+	}
 	if opts.SubscriptionBuffer <= 0 {
 		opts.SubscriptionBuffer = store.DefaultSubscriptionBuffer
 	}
@@ -162,6 +182,13 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 		s.feed.anchor = s.prefix + ":engine:live"
 	}
 	s.pipe = newPipeliner(client)
+	if opts.WaitReplicas > 0 {
+		s.pipe.waitReplicas, s.pipe.waitTimeout = opts.WaitReplicas, opts.WaitTimeout
+		if cc, ok := client.(*redis.ClusterClient); ok {
+			s.pipe.node = func(ctx context.Context) (*redis.Client, error) { return cc.MasterForKey(ctx, s.prefix) }
+			s.pipe.reload = cc.ReloadState
+		}
+	}
 	return s, nil
 }
 

@@ -90,6 +90,11 @@ if idem > 0 then
         if f[i] == 'e' then bodies[entry[1]] = f[i + 1] end
       end
     end
+    -- A write, though it changes nothing: a WAIT after this call then
+    -- waits for the replicas to have everything up to here, the first
+    -- append included (see Options.WaitReplicas).
+    local ttl = redis.call('PTTL', KEYS[idem])
+    if ttl > 0 then redis.call('PEXPIRE', KEYS[idem], ttl) end
     local out = {1}
     for _, id in ipairs(ids) do
       out[#out + 1] = id
