@@ -12,10 +12,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
@@ -126,6 +128,11 @@ type e2eResult struct {
 	LoadBefore string `json:"load_before"`
 	LoadAfter  string `json:"load_after"`
 	Rounds     int    `json:"rounds"`
+	// SyncP50ms and SyncP99ms are how long a 4 KB write and fdatasync took
+	// in the embedded store's directory, measured as the profile began: a
+	// commit of the embedded store syncs twice.
+	SyncP50ms float64 `json:"sync_p50_ms,omitempty"`
+	SyncP99ms float64 `json:"sync_p99_ms,omitempty"`
 }
 
 // e2eOptions are the profile's flags.
@@ -145,6 +152,13 @@ type e2eOptions struct {
 // directory under dir.
 func runE2E(ctx context.Context, e env, dir string, nqdBin string, o e2eOptions) (e2eResult, error) {
 	res := e2eResult{LoadBefore: loadAverage(), Rounds: o.rounds}
+	if slices.Contains(o.stores, "embedded") {
+		h, err := syncLatency(dir, 200)
+		if err != nil {
+			return res, fmt.Errorf("measure the disk's sync: %w", err)
+		}
+		res.SyncP50ms, res.SyncP99ms = histMS(h, 50), histMS(h, 99)
+	}
 	res.Node, res.NoNode = o.node.resolve()
 	if res.Node == nil {
 		fmt.Fprintf(os.Stderr, "nqbench: e2e: %s; measuring nqd alone\n", res.NoNode)
@@ -261,6 +275,30 @@ func uniq[T comparable](rows []e2eRow, f func(e2eRow) T) []T {
 
 func histMS(h *hdrhistogram.Histogram, q float64) float64 {
 	return float64(h.ValueAtQuantile(q)) / 1000
+}
+
+// syncLatency writes 4 KB and syncs it n times in a file in dir, and
+// returns how long each took.
+func syncLatency(dir string, n int) (*hdrhistogram.Histogram, error) {
+	f, err := os.CreateTemp(dir, "sync-probe-")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = os.Remove(f.Name()) }()
+	defer func() { _ = f.Close() }()
+	page := make([]byte, 4096)
+	h := newHist()
+	for i := range n {
+		t0 := time.Now()
+		if _, err := f.WriteAt(page, int64(i%16)*int64(len(page))); err != nil {
+			return nil, err
+		}
+		if err := syscall.Fdatasync(int(f.Fd())); err != nil {
+			return nil, err
+		}
+		_ = h.RecordValue(max(time.Since(t0).Microseconds(), 1))
+	}
+	return h, nil
 }
 
 // loadAverage is the machine's load averages over 1, 5 and 15 minutes.
@@ -686,7 +724,7 @@ func (o options) e2eOpts() e2eOptions {
 // each store and concurrency over the rounds.
 func (r e2eResult) text() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "e2e (closed loop, one no-op step; load average %s before, %s after):\n", r.LoadBefore, r.LoadAfter)
+	fmt.Fprintf(&b, "e2e (closed loop, one no-op step; load average %s before, %s after; 4 KB write + fdatasync p50 %.2f ms, p99 %.2f ms):\n", r.LoadBefore, r.LoadAfter, r.SyncP50ms, r.SyncP99ms)
 	if r.Node == nil {
 		fmt.Fprintf(&b, "  %s: nqd alone\n", r.NoNode)
 	}
@@ -730,6 +768,9 @@ func (r e2eResult) section() string {
 	fmt.Fprintf(&b, "Both are driven by the same loop in the same run: every nqd row is measured next to a row of the Node original, %d round(s), the two taking turns at going first, so that both see the same load. Each row measures its runs after a warm-up of a tenth as many. A Node original's stream that has not shown its run done after a second is counted as lost, and the time starters spent waiting on lost streams, over C, is left out of that row's time (the table says how many were lost, if any); nqd's rows allow none. First frame is the first event (`data:`) line of the stream. CPU-ms per run is the user + system time of every process of the system (from /proc) over the measured runs, divided by the runs: nqd, its worker and, on Redis, its redis-server; the Node server and its redis-server. Load average (1, 5, 15 minutes) %s at the start, %s at the end.\n\n", r.Rounds, r.LoadBefore, r.LoadAfter)
 	if r.Node == nil {
 		fmt.Fprintf(&b, "**This run had no Node original** (%s): nqd alone.\n\n", r.NoNode)
+	}
+	if r.SyncP50ms > 0 {
+		fmt.Fprintf(&b, "A 4 KB write and `fdatasync` in the embedded store's directory took %.2f ms at p50 and %.2f ms at p99 (200 of them as the profile began): an embedded commit syncs twice, and a run waits for two commits (its start and its completion).\n\n", r.SyncP50ms, r.SyncP99ms)
 	}
 	b.WriteString(r.table())
 	b.WriteString("\nThe machine over the same rows: the share of all its cores busy, and the cores used (CPU-seconds per second) by the system's own processes, by the driver (this tool, on the same cores) and by every other process (other work on the machine). Where the cores are fully busy, each system's runs/s is its cores over its CPU per run: bound by the CPU left to it, not by a wait of its own.\n\n")
