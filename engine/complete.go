@@ -38,17 +38,11 @@ type Next struct {
 // the call repeated a completion: then nothing was claimed, and the caller
 // claims on its own (ClaimHanded). Errors: as Complete's.
 func (e *Engine) CompleteClaiming(ctx context.Context, ack store.JobAck, result json.RawMessage, next Next, evs ...event.Event) (jobs []store.Job, claimed bool, err error) {
-	if !e.claimsInUpdate && !e.handsOver() {
+	if !e.features.ClaimsInUpdate && !e.handsOver() {
 		return nil, false, e.Complete(ctx, ack, result, evs...)
 	}
 	next.Max = max(next.Max, 1)
 	return e.completeNext(ctx, ack, result, &next, evs)
-}
-
-// updateClaimer is a store whose UpdateRun claims a RunUpdate's Claim in the
-// update's own write.
-type updateClaimer interface {
-	ClaimsInUpdate() bool
 }
 
 // completeNext is Complete, claiming next in the completion's write when set;
@@ -156,7 +150,7 @@ func (e *Engine) complete(ctx context.Context, j store.Job, ack store.JobAck, re
 		if takes {
 			own = e.takeEnqueued(&u, *next, now)
 		}
-		if next != nil && e.claimsInUpdate && len(own) < next.Max {
+		if next != nil && e.features.ClaimsInUpdate && len(own) < next.Max {
 			u.Claim = &store.ClaimRequest{
 				Queues: next.Queues, Max: next.Max - len(own), Lease: e.newLease(),
 				Now: now, LeaseUntil: now + e.opts.Lease.Milliseconds(),

@@ -57,19 +57,14 @@ type cachedDef struct {
 	def  *flows.Definition
 }
 
-// definitionChecker is a store whose UpdateRun refuses an update naming a
-// Definition that is not the flow's stored one (store.RunUpdate.Definition).
-// On such a store a start may be decided on a cached definition without
-// reading it first: a definition changed meanwhile, on any instance, makes
-// the write fail and the start is decided again on the stored one.
-type definitionChecker interface {
-	ChecksDefinitions() bool
-}
-
 // checkedDefinition returns the cached definition of name and its body,
-// when the store checks definitions on update; nil otherwise.
+// when the store checks definitions on update (store.Features
+// ChecksDefinitions); nil otherwise. On such a store a start may be decided
+// on a cached definition without reading it first: a definition changed
+// meanwhile, on any instance, makes the write fail and the start is decided
+// again on the stored one.
 func (e *Engine) checkedDefinition(name string) ([]byte, *flows.Definition) {
-	if !e.checksDefs {
+	if !e.features.ChecksDefinitions {
 		return nil, nil
 	}
 	e.defsMu.Lock()

@@ -51,7 +51,7 @@ func forEachCheckingPair(t *testing.T, f func(t *testing.T, a, b engine.Store)) 
 func testDefinitionChangeSeen(t *testing.T, stA, stB engine.Store) {
 	ctx := t.Context()
 	for _, st := range []engine.Store{stA, stB} {
-		if c, ok := st.(interface{ ChecksDefinitions() bool }); !ok || !c.ChecksDefinitions() {
+		if !st.Features().ChecksDefinitions {
 			t.Fatalf("%T does not check definitions in its updates", st)
 		}
 	}
@@ -98,9 +98,9 @@ func (s *definitionReads) Definition(ctx context.Context, name string) ([]byte, 
 	return s.Store.Definition(ctx, name)
 }
 
-func (s *definitionReads) ChecksDefinitions() bool {
-	c, ok := s.Store.(interface{ ChecksDefinitions() bool })
-	return ok && c.ChecksDefinitions()
+// Features are the store's ability to check definitions, and nothing else.
+func (s *definitionReads) Features() store.Features {
+	return store.Features{ChecksDefinitions: s.Store.Features().ChecksDefinitions}
 }
 
 // An emit is decided on the instance's cached definition without reading

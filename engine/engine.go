@@ -32,6 +32,9 @@ type Store interface {
 	store.RunStore
 	store.QueueStore
 	store.KindIndex
+	// Features says where the store differs from others; the engine reads
+	// it once, in New.
+	Features() store.Features
 }
 
 // Errors the engine adds to the store's sentinels.
@@ -112,12 +115,11 @@ type Engine struct {
 
 	defsMu sync.Mutex
 	defs   map[string]cachedDef
-	// checksDefs: the store checks definitions on update (definitionChecker),
-	// so starts may be decided on defs.
-	checksDefs bool
-	// claimsInUpdate: the store claims in its run updates (updateClaimer),
-	// so completions may claim in their own write.
-	claimsInUpdate bool
+	// features are the store's, read once: whether starts may be decided
+	// on defs (ChecksDefinitions), completions claim in their own write
+	// (ClaimsInUpdate), and jobs are handed to waiting claims
+	// (EnqueuesLeased).
+	features store.Features
 
 	wakeMu sync.Mutex
 	wake   chan struct{}
@@ -166,10 +168,8 @@ func New(st Store, opts Options) *Engine {
 	if opts.Observer == nil {
 		opts.Observer = nopObserver{}
 	}
-	dc, ok := st.(definitionChecker)
-	uc, claims := st.(updateClaimer)
-	return &Engine{st: st, opts: opts, log: opts.Logger, defs: map[string]cachedDef{}, checksDefs: ok && dc.ChecksDefinitions(),
-		claimsInUpdate: claims && uc.ClaimsInUpdate(), wake: make(chan struct{}), recent: newRecent(),
+	return &Engine{st: st, opts: opts, log: opts.Logger, defs: map[string]cachedDef{}, features: st.Features(),
+		wake: make(chan struct{}), recent: newRecent(),
 		random: randomBytes{r: bufio.NewReaderSize(rand.Reader, randomBuffer)}}
 }
 

@@ -7,12 +7,6 @@ import (
 	"github.com/nqd-dev/nqd/store"
 )
 
-// leasedEnqueuer is a store whose run updates can enqueue a job already
-// claimed (the embedded and Redis stores; see their EnqueuesLeased): a job
-// with a Lease is stored as claimed under it until LeaseUntil, and the
-// update is refused with store.ErrConflict when the job's queue is paused.
-type leasedEnqueuer interface{ EnqueuesLeased() }
-
 // A start hands its run's first job straight to a claim long-polling on
 // this instance, when the store can enqueue it claimed, and so does an emit
 // that makes one step ready: the job is then written claimed in the start's
@@ -85,11 +79,11 @@ func (ws *waiters) committed() {
 }
 
 // handsOver reports whether a start or an emit can hand its job to a
-// waiting claim: whether the store can enqueue a job claimed.
-func (e *Engine) handsOver() bool {
-	_, ok := e.st.(leasedEnqueuer)
-	return ok
-}
+// waiting claim: whether the store can enqueue a job claimed (store.Features
+// EnqueuesLeased: a job with a Lease is stored as claimed under it until
+// LeaseUntil, and the update is refused with store.ErrConflict when the
+// job's queue is paused).
+func (e *Engine) handsOver() bool { return e.features.EnqueuesLeased }
 
 // Waiting is how many claims long-poll on this instance.
 func (e *Engine) Waiting() int {

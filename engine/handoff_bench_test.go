@@ -19,9 +19,9 @@ func BenchmarkRunOnWaitingClaim(b *testing.B) {
 	for _, mode := range []string{"claim", "handoff"} {
 		b.Run(mode, func(b *testing.B) {
 			ctx := b.Context()
-			var st engine.Store = &countingStore{Store: testkit.Bolt(b, boltstore.Options{})}
+			st := &countingStore{Store: testkit.Bolt(b, boltstore.Options{})}
 			if mode == "handoff" {
-				st = &leasingStore{st.(*countingStore)}
+				st.features = leasing
 			}
 			e := engine.New(st, engine.Options{Lease: 10 * time.Second, Logger: testkit.Logger(b)})
 			mustDefine(b, e, "one", "example-flow")

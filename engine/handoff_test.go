@@ -15,11 +15,9 @@ import (
 	"github.com/nqd-dev/nqd/store/boltstore"
 )
 
-// leasingStore is a countingStore over a store that can enqueue a job
-// claimed, and says so as the store itself does.
-type leasingStore struct{ *countingStore }
-
-func (leasingStore) EnqueuesLeased() {}
+// leasing is the one feature of the stores of the hand-over tests: they
+// enqueue a job claimed.
+var leasing = store.Features{EnqueuesLeased: true}
 
 type claimResult struct {
 	jobs []store.Job
@@ -42,8 +40,8 @@ func waitingClaim(t *testing.T, e *engine.Engine) <-chan claimResult {
 // newWaitingEngine is an engine on inner that counts its store's claims, and
 // whose claims look at the store again only when woken or handed a job: its
 // poll interval outlasts any test.
-func newWaitingEngine(t *testing.T, inner engine.Store) (*leasingStore, *engine.Engine) {
-	st := &leasingStore{&countingStore{Store: inner}}
+func newWaitingEngine(t *testing.T, inner engine.Store) (*countingStore, *engine.Engine) {
+	st := &countingStore{Store: inner, features: leasing}
 	return st, engine.New(st, engine.Options{Lease: 10 * time.Second, PollInterval: time.Hour, Logger: testkit.Logger(t)})
 }
 
@@ -74,7 +72,7 @@ func eachLeasingBackend(t *testing.T, test func(t *testing.T, inner engine.Store
 	for _, b := range leasingBackends {
 		t.Run(b.name, func(t *testing.T) {
 			inner := b.open(t)
-			if _, ok := inner.(interface{ EnqueuesLeased() }); !ok {
+			if !inner.Features().EnqueuesLeased {
 				t.Fatalf("%T does not enqueue jobs claimed", inner)
 			}
 			test(t, inner)
@@ -278,7 +276,7 @@ func TestHandedClaimWithoutHandOversDoesNotWait(t *testing.T) {
 // and its wait; and it holds each run update until release is closed, once
 // hold is set.
 type racingStore struct {
-	*leasingStore
+	*countingStore
 	once     sync.Once
 	next     func()
 	hold     atomic.Bool
@@ -288,15 +286,15 @@ type racingStore struct {
 
 func newRacingStore(inner engine.Store) *racingStore {
 	return &racingStore{
-		leasingStore: &leasingStore{&countingStore{Store: inner}},
-		next:         func() {},
-		updating:     make(chan struct{}, 1),
-		release:      make(chan struct{}),
+		countingStore: &countingStore{Store: inner, features: leasing},
+		next:          func() {},
+		updating:      make(chan struct{}, 1),
+		release:       make(chan struct{}),
 	}
 }
 
 func (s *racingStore) Claim(ctx context.Context, queues []string, now, leaseUntil int64, lease string, max int) ([]store.Job, error) {
-	jobs, err := s.leasingStore.Claim(ctx, queues, now, leaseUntil, lease, max)
+	jobs, err := s.countingStore.Claim(ctx, queues, now, leaseUntil, lease, max)
 	s.once.Do(s.next)
 	return jobs, err
 }
@@ -306,7 +304,7 @@ func (s *racingStore) UpdateRun(ctx context.Context, u store.RunUpdate) (store.A
 		s.updating <- struct{}{}
 		<-s.release
 	}
-	return s.leasingStore.UpdateRun(ctx, u)
+	return s.countingStore.UpdateRun(ctx, u)
 }
 
 // handedClaim starts a claim that takes only hand-overs, waiting up to a

@@ -16,11 +16,15 @@ import (
 	"github.com/nqd-dev/nqd/store/boltstore"
 )
 
-// countingStore counts the reads a decision can spare.
+// countingStore counts the reads a decision can spare. It reports the
+// features set in it, none unless a test gives it some of its store's.
 type countingStore struct {
 	engine.Store
+	features                               store.Features
 	runMeta, job, claims, appends, updates atomic.Int64
 }
+
+func (s *countingStore) Features() store.Features { return s.features }
 
 func (s *countingStore) Append(ctx context.Context, c store.Context, evs []event.Event, opts store.AppendOptions) (store.AppendResult, error) {
 	s.appends.Add(1)
@@ -276,12 +280,6 @@ func claimOf(t *testing.T, e *engine.Engine, run string) store.Job {
 	return store.Job{}
 }
 
-// updateClaimingStore counts the calls of a store that claims in its run
-// updates, and says so as the store itself does.
-type updateClaimingStore struct{ *countingStore }
-
-func (updateClaimingStore) ClaimsInUpdate() bool { return true }
-
 // A completion that takes its worker's next job does so in its own write,
 // without a claim of its own in the store, as long as jobs are ready; then
 // it answers none. On a store that cannot, the completion stands and the
@@ -289,7 +287,7 @@ func (updateClaimingStore) ClaimsInUpdate() bool { return true }
 func TestCompleteClaimingTakesTheNextJobInItsWrite(t *testing.T) {
 	ctx := t.Context()
 	inner := testkit.Bolt(t, boltstore.Options{})
-	st := updateClaimingStore{&countingStore{Store: inner}}
+	st := &countingStore{Store: inner, features: store.Features{ClaimsInUpdate: true}}
 	e := engine.New(st, engine.Options{Lease: 10 * time.Second, Logger: testkit.Logger(t)})
 	mustDefine(t, e, "diamond", "diamond")
 	runs := map[string]bool{}

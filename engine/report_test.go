@@ -230,23 +230,12 @@ func TestCompleteDecidesItsEmits(t *testing.T) {
 	t.Run("postgres", func(t *testing.T) { completeDecidesItsEmits(t, newPGStoreAt(t, pgtest.URL(t))) })
 }
 
-// leasingClaimingStore is a leasingStore that also keeps its store's
-// ability to claim in a run update.
-type leasingClaimingStore struct{ leasingStore }
-
-func (s leasingClaimingStore) ClaimsInUpdate() bool {
-	c, ok := s.Store.(interface{ ClaimsInUpdate() bool })
-	return ok && c.ClaimsInUpdate()
-}
-
 func completeDecidesItsEmits(t *testing.T, inner engine.Store) {
 	ctx := t.Context()
-	counting := &countingStore{Store: inner}
+	f := inner.Features()
+	leased := f.EnqueuesLeased
+	counting := &countingStore{Store: inner, features: store.Features{EnqueuesLeased: leased, ClaimsInUpdate: leased && f.ClaimsInUpdate}}
 	var st engine.Store = counting
-	_, leased := inner.(interface{ EnqueuesLeased() })
-	if leased {
-		st = leasingClaimingStore{leasingStore{counting}}
-	}
 	e := newEngine(t, st, testkit.NewClock(time.UnixMilli(1_700_000_000_000)))
 	mustDefine(t, e, "example-flow", "example-flow")
 	run, err := e.Start(ctx, "example-flow", nil, "")

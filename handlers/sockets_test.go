@@ -37,7 +37,6 @@ type socketStore interface {
 	engine.Store
 	handlers.Store
 	stream.Source
-	LiveReliable() bool
 }
 
 // openSocketStores opens n stores of backend on the same data, as n nqd
@@ -92,7 +91,7 @@ func startSocketNode(t *testing.T, st socketStore, opts ...func(*handlers.Deps))
 	if err := e.PutDefinition(t.Context(), d); err != nil {
 		t.Fatal(err)
 	}
-	sh := stream.NewHandler(stream.Options{Store: st, Log: log, TrustLive: st.LiveReliable(), CheckInterval: 50 * time.Millisecond})
+	sh := stream.NewHandler(stream.Options{Store: st, Log: log, TrustLive: st.Features().LiveReliable, CheckInterval: 50 * time.Millisecond})
 	t.Cleanup(sh.Close)
 	deps := handlers.Deps{Store: st, Engine: e, KV: (*boltstore.Store)(nil), Feeds: sh, Log: log, WatchInterval: 20 * time.Millisecond}
 	for _, opt := range opts {

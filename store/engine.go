@@ -144,7 +144,7 @@ type RunUpdate struct {
 	Consume []KindRef
 	// Claim, when set, claims jobs as RunStore.Claim would, in the same
 	// atomic step once the rest of the update is written, on a backend
-	// whose ClaimsInUpdate method reports true (others ignore it): a
+	// whose Features say ClaimsInUpdate (others ignore it): a
 	// completion that takes its worker's next job. The jobs are in the
 	// result's Claimed.
 	Claim *ClaimRequest
@@ -157,8 +157,8 @@ type RunUpdate struct {
 	// update it causes so keeps its retries from storing its events twice.
 	IdempotencyKey string
 	// Definition, when set, is the body of the flow's definition the update
-	// was decided on, taken from a cache. A backend whose
-	// ChecksDefinitions method reports true refuses the update with
+	// was decided on, taken from a cache. A backend whose Features say
+	// ChecksDefinitions refuses the update with
 	// ErrConflict unless it is the stored definition; others ignore it.
 	Definition []byte
 }

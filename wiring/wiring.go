@@ -99,7 +99,7 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 		Heartbeat:   cfg.SSEHeartbeat,
 		MaxBackfill: cfg.SSEMaxBackfill,
 		MaxLifetime: cfg.SSEMaxLifetime,
-		TrustLive:   st.LiveReliable(),
+		TrustLive:   st.Features().LiveReliable,
 		State:       states.StateJSON,
 		Observer:    a.Metrics.Stream(),
 	})

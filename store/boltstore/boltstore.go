@@ -176,9 +176,14 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// LiveReliable is true: subscriptions are served in-process, and one that
-// falls behind is ended with ErrOverflow, never skipped past silently.
-func (s *Store) LiveReliable() bool { return true }
+// Features: the live feed is reliable, as subscriptions are served
+// in-process and one that falls behind is ended with ErrOverflow, never
+// skipped past silently; a run update claims in its own commit and may
+// enqueue a job claimed. Definitions are not checked in the update: one
+// instance has the only cache.
+func (s *Store) Features() store.Features {
+	return store.Features{LiveReliable: true, ClaimsInUpdate: true, EnqueuesLeased: true}
+}
 
 // LiveHealthy is always nil: the in-process feed has no connection to lose.
 func (s *Store) LiveHealthy(context.Context) error { return nil }

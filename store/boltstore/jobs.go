@@ -146,15 +146,6 @@ func putJob(tx *bolt.Tx, j store.Job) error {
 	return writeJob(tx, storedJob{Job: j, Score: j.ReadyAt})
 }
 
-// EnqueuesLeased says that a run update may enqueue a job already claimed:
-// a job of RunUpdate.Enqueue with a Lease is stored as a claim under that
-// lease until its LeaseUntil, and the update is refused with ErrConflict,
-// writing nothing, when the job's queue is paused. The engine hands a
-// run's first job, or the step an emit makes ready, to a claim waiting on
-// this instance that way, in the start's or emit's own commit rather than
-// in a commit of the claim's after it.
-func (s *Store) EnqueuesLeased() {}
-
 // checkLeasedEnqueue refuses a claimed job's enqueue into a paused queue.
 func checkLeasedEnqueue(tx *bolt.Tx, jobs []store.Job) error {
 	for _, j := range jobs {

@@ -68,10 +68,6 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 	return res, err
 }
 
-// ClaimsInUpdate reports that UpdateRun takes a RunUpdate's Claim in the
-// update's own commit.
-func (s *Store) ClaimsInUpdate() bool { return true }
-
 var errConflict = fmt.Errorf("boltstore: %w", store.ErrConflict)
 
 // applyRunUpdate checks everything before writing anything, so a conflict

@@ -147,10 +147,16 @@ func (s *Store) Ping(ctx context.Context) error {
 	return dbErr(s.pool.Ping(ctx))
 }
 
-// LiveReliable is false: a notification lost while the listener reconnects
-// is not redelivered, so subscribers check what they receive against the
-// stream.
-func (s *Store) LiveReliable() bool { return false }
+// Features: UpdateRun checks the definition an update was decided on, in
+// the update's own transaction; a definition stored meanwhile by a
+// transaction that commits before the update's is not seen, which orders
+// the start before that store (the store reads no run). The live feed is
+// not reliable: a notification lost while the listener reconnects is not
+// redelivered, so subscribers check what they receive against the stream.
+// A run update neither claims nor enqueues a job claimed.
+func (s *Store) Features() store.Features {
+	return store.Features{ChecksDefinitions: true}
+}
 
 // LiveHealthy reports whether the live feed is listening. A readiness probe
 // calls it so an instance whose listener is down stops taking SSE clients

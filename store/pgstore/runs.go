@@ -81,7 +81,7 @@ func (s *Store) queueRun(wb *pgx.Batch, u store.RunUpdate) error {
 	}
 	if u.Definition != nil {
 		// Queued first, so a stale definition fails the batch before it
-		// writes anything; see ChecksDefinitions.
+		// writes anything; see Features.
 		wb.Queue(sqlDefinitionIs, m.Flow, u.Definition, fmt.Sprintf("definition of %s changed", m.Flow))
 	}
 	wb.Queue(sql, m.Flow, m.Run, m.Status, m.StartedAt, m.Version, expires, body,
@@ -98,14 +98,6 @@ func (s *Store) queueRun(wb *pgx.Batch, u store.RunUpdate) error {
 	}
 	return nil
 }
-
-// ChecksDefinitions reports that UpdateRun refuses an update whose
-// Definition is not the flow's stored definition, in the update's own
-// transaction (engine.Start then decides on a cached definition without
-// reading it first). A definition stored meanwhile by a transaction that
-// commits before the update's is not seen, which orders the start before
-// that store: the store reads no run.
-func (s *Store) ChecksDefinitions() bool { return true }
 
 // queueJobsAndTimers queues the job and timer writes of u.
 func queueJobsAndTimers(wb *pgx.Batch, u store.RunUpdate) {

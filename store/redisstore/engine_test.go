@@ -104,8 +104,8 @@ func TestRunUpdateChecksDefinition(t *testing.T) {
 	ctx := t.Context()
 	prefix := redistest.Prefix(t)
 	s, client := newTestStore(t, redisstore.Options{Prefix: prefix})
-	if !s.ChecksDefinitions() {
-		t.Fatal("ChecksDefinitions = false")
+	if !s.Features().ChecksDefinitions {
+		t.Fatal("Features().ChecksDefinitions = false")
 	}
 	update := func(run string, def []byte) error {
 		_, err := s.UpdateRun(ctx, store.RunUpdate{Definition: def,

@@ -35,15 +35,6 @@ func jobValue(j store.Job) (string, int64, error) {
 	return fmt.Sprintf("%d %d %d %s\n%s", attempt, score, until, lease, body), score, nil
 }
 
-// EnqueuesLeased says that a run update may enqueue a job already claimed:
-// a job of RunUpdate.Enqueue with a Lease is stored as claim.lua stores a
-// claimed one, held under that lease until its LeaseUntil, and the update
-// is refused with ErrConflict, writing nothing, when the job's queue is
-// paused. The engine hands a run's first job, or the step an emit makes
-// ready, to a claim waiting on this instance that way, in the start's or
-// emit's own script call rather than in a claim of its own after it.
-func (s *Store) EnqueuesLeased() {}
-
 // validLease reports whether lease can be a field of a job's header, which
 // the scripts split on spaces and the line end.
 func validLease(lease string) bool { return lease != "" && !strings.ContainsAny(lease, " \n") }

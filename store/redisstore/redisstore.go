@@ -209,10 +209,14 @@ func (s *Store) Ping(ctx context.Context) error {
 	return mapErr(ctx, "ping", s.client.Ping(ctx).Err())
 }
 
-// LiveReliable is false: Redis Pub/Sub drops what it sends while the
-// connection is down, so subscribers check what they receive against the
-// stream.
-func (s *Store) LiveReliable() bool { return false }
+// Features: a run update's script checks the definition it was decided on,
+// claims in the same call, and may enqueue a job claimed (stored as
+// claim.lua stores a claimed one). The live feed is not reliable: Redis
+// Pub/Sub drops what it sends while the connection is down, so subscribers
+// check what they receive against the stream.
+func (s *Store) Features() store.Features {
+	return store.Features{ChecksDefinitions: true, ClaimsInUpdate: true, EnqueuesLeased: true}
+}
 
 // LiveHealthy checks the live path end to end: a PING travels over the shared
 // Pub/Sub connection and its answer comes back through the receive loop. A

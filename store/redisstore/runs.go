@@ -232,15 +232,6 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 	return res, err
 }
 
-// ClaimsInUpdate reports that UpdateRun takes a RunUpdate's Claim in the
-// update's own script call.
-func (s *Store) ClaimsInUpdate() bool { return true }
-
-// ChecksDefinitions reports that UpdateRun refuses an update whose
-// Definition is not the flow's stored definition (engine.Start then decides
-// on a cached definition without reading it from Redis first).
-func (s *Store) ChecksDefinitions() bool { return true }
-
 // RunMeta returns a run's record. Errors: store.ErrNotFound,
 // store.ErrInvalid, store.ErrUnavailable, store.ErrClosed.
 func (s *Store) RunMeta(ctx context.Context, flow, run string) (store.RunMeta, error) {

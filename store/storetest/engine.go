@@ -1,7 +1,6 @@
 package storetest
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +18,8 @@ type EngineStore interface {
 	store.Store
 	store.DefinitionStore
 	store.RunStore
+	store.QueueStore
+	Features() store.Features
 }
 
 var engineScenarios = []struct {
@@ -500,8 +501,7 @@ func testUpdateRunKey(t *testing.T, s EngineStore) {
 // a paused queue, and nothing when the update is refused. Other stores say
 // they do not.
 func testUpdateRunClaims(t *testing.T, s EngineStore) {
-	c, ok := s.(interface{ ClaimsInUpdate() bool })
-	if !ok || !c.ClaimsInUpdate() {
+	if !s.Features().ClaimsInUpdate {
 		t.Skip("the store does not claim in its run updates")
 	}
 	ctx := t.Context()
@@ -512,13 +512,7 @@ func testUpdateRunClaims(t *testing.T, s EngineStore) {
 	if len(held) != 1 || held[0].ID != "c1:a" {
 		t.Fatalf("Claim = %+v", held)
 	}
-	pauser, ok := s.(interface {
-		SetQueuePaused(ctx context.Context, queue string, paused bool) error
-	})
-	if !ok {
-		t.Fatalf("%T claims in its run updates but cannot pause a queue", s)
-	}
-	must(t, pauser.SetQueuePaused(ctx, "qb", true))
+	must(t, s.SetQueuePaused(ctx, "qb", true))
 	m, err := s.RunMeta(ctx, "fl", "c1")
 	must(t, err)
 	claim := &store.ClaimRequest{Queues: []string{"qa", "qb"}, Now: 10, LeaseUntil: 2000, Lease: "L2", Max: 5}
