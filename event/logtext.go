@@ -9,7 +9,7 @@ import (
 // IsLog reports whether kind is a log line: `log`, or `log.<level>`.
 func IsLog(kind string) bool { return kind == "log" || strings.HasPrefix(kind, "log.") }
 
-// LogTextAliases writes a log event's text in both spellings: era A's UI reads
+// LogTextAliases writes a log event's text in both spellings: the v0.3 UI reads
 // `data.message` and the later SDKs write `data.msg`, so a record carrying one
 // gets the other too. Data that is not an object, or has neither field, is
 // returned as is. ok is false when both are sent and differ.

@@ -61,8 +61,8 @@ func (d *Definition) Diagram() Diagram {
 	return g
 }
 
-// ListedStep is a step in the listing the v0.3 UI reads ("era A",
-// docs/compatibility.md) plus emits and await.
+// ListedStep is a step in the listing the v0.3 UI reads
+// (docs/compatibility.md) plus emits and await.
 type ListedStep struct {
 	Step       string   `json:"step,omitempty"` // only on the entry
 	Queue      string   `json:"queue"`
@@ -72,7 +72,7 @@ type ListedStep struct {
 	Await      *Await   `json:"await,omitempty"`
 }
 
-// Listed is one flow of `GET /api/_flows`: era A's `{id, entry, steps}`
+// Listed is one flow of `GET /api/_flows`: the v0.3 UI's `{id, entry, steps}`
 // where steps leaves out the entry, plus the diagram, and the graph as the
 // v0.5 UI reads it (`analyzed`).
 type Listed struct {
@@ -83,7 +83,7 @@ type Listed struct {
 	Analyzed Analyzed              `json:"analyzed"`
 }
 
-// Listing is d in the era A shape.
+// Listing is d in the v0.3 UI's shape.
 func (d *Definition) Listing() Listed {
 	l := Listed{ID: d.Name, Steps: map[string]ListedStep{}, Diagram: d.Diagram(), Analyzed: d.Analyze()}
 	for name, s := range d.Steps {

@@ -58,7 +58,7 @@ func (fakeStreamer) Serve(w http.ResponseWriter, _ *http.Request, _ stream.Reque
 func TestAppendAndRead(t *testing.T) {
 	api := newTestAPI(t)
 
-	// The era A spelling, with the Node module's stepId.
+	// The v0.3 spelling, with the Node module's stepId.
 	rec := api.do(t, post("/api/_events/flow/run-1",
 		`{"type":"flow.start","runId":"run-1","flowName":"billing","data":{"input":{"order":7}},"id":"ignored","ts":"ignored"}`))
 	wantStatus(t, rec, http.StatusCreated)

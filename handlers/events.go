@@ -11,7 +11,7 @@ import (
 	"github.com/nqd-dev/nqd/store"
 )
 
-// Paging of the context route: era A read up to 1000 events.
+// Paging of the context route: the v0.3 UI read up to 1000 events.
 const (
 	defaultEventLimit = 1000
 	maxEventLimit     = 10000

@@ -6,13 +6,13 @@ import (
 )
 
 // TestLogTextInBothSpellings: a log line is stored with its text as both
-// data.message (era A's UI) and data.msg (the SDKs), whichever was sent, and
+// data.message (the v0.3 UI) and data.msg (the SDKs), whichever was sent, and
 // two different texts are refused.
 func TestLogTextInBothSpellings(t *testing.T) {
 	api := newTestAPI(t)
 	rec := api.do(t, post("/api/_events/flow/logs-1", `{"events":[
 		{"kind":"log","data":{"level":"info","msg":"from an SDK"}},
-		{"kind":"log.warn","data":{"message":"from era A"}}]}`))
+		{"kind":"log.warn","data":{"message":"from the v0.3 UI"}}]}`))
 	wantStatus(t, rec, http.StatusCreated)
 	rec = api.do(t, get("/api/_events/flow/logs-1"))
 	wantStatus(t, rec, http.StatusOK)
@@ -24,7 +24,7 @@ func TestLogTextInBothSpellings(t *testing.T) {
 	if len(body.Events) != 2 {
 		t.Fatalf("got %d events, want 2", len(body.Events))
 	}
-	for i, want := range []string{"from an SDK", "from era A"} {
+	for i, want := range []string{"from an SDK", "from the v0.3 UI"} {
 		if d := body.Events[i].Data; d.Msg != want || d.Message != want {
 			t.Errorf("event %d: data.msg %q, data.message %q; want both %q", i, d.Msg, d.Message, want)
 		}

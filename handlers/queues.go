@@ -398,7 +398,7 @@ func (a *API) addJob(w http.ResponseWriter, r *http.Request) error {
 }
 
 // jobInput is the run's input a job's data gives: an object, or a string
-// holding one (the era A job page sends its data stringified).
+// holding one (the v0.3 UI's job page sends its data stringified).
 func jobInput(data json.RawMessage) (json.RawMessage, bool) {
 	data = nonNull(data)
 	if data == nil {

@@ -68,7 +68,7 @@ func claimOne(t *testing.T, api *testAPI) claimedJob {
 	return jobs[0]
 }
 
-// TestQueueRoutesGolden walks one run of "gf" through every era A queue
+// TestQueueRoutesGolden walks one run of "gf" through every v0.3 UI queue
 // route and the raw stream reads, on both stores, checking each answer
 // against its golden file (and, through do, against openapi.yaml).
 func TestQueueRoutesGolden(t *testing.T) {

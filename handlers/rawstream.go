@@ -18,7 +18,7 @@ import (
 // events of the runs started last.
 const feedContexts = 20
 
-// readRawStream serves GET /api/_events/<key>?limit=&fromId=, the era A read
+// readRawStream serves GET /api/_events/<key>?limit=&fromId=, the v0.3 UI's read
 // of a stream by its storage key (`nq:<type>:<id>`, colons URL-encoded or
 // not): a JSON array of records, oldest first, after fromId. The key is
 // checked part by part before anything reaches the store.

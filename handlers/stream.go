@@ -74,7 +74,7 @@ func (a *API) streamRequest(r *http.Request) (req stream.Request, typ, id string
 	if q.Has("stream") && key == "" {
 		return req, typ, id, invalidField("stream", "must not be empty: "+a.keyPrefix+":<type>:<id>")
 	}
-	// The era A dashboard tails `<prefix>:events` by default (or sends no
+	// The v0.3 UI's dashboard tails `<prefix>:events` by default (or sends no
 	// stream), which nothing writes: it gets an open, quiet stream, as it
 	// did there.
 	if key == "" || key == a.keyPrefix+":events" {

@@ -68,8 +68,8 @@ func stepIndex(status string) int {
 // of them decides. Until one arrives the run is awaiting while some step or
 // await waits and none runs, and running otherwise. nqd's engine starts runs
 // with `flow.started` and always ends them with a terminal event; a run started
-// with `flow.start` was written by the Node module, whose era A versions never
-// end one. For such a run, as the era A UI does, the reducer infers completion
+// with `flow.start` was written by the Node module, whose v0.3 versions never
+// end one. For such a run, as the v0.3 UI does, the reducer infers completion
 // when every step it has seen is completed, failed or timed out: failed if any
 // failed. The inference is recomputed on every event, so the next step.started
 // makes such a run running again, and a terminal event overrides it.
@@ -528,8 +528,8 @@ func flowEnded(status string) flowFunc {
 	}
 }
 
-// stepPayload is what step events carry in data and meta; the era A engine
-// puts in data what nqd's engine puts in meta, so both are read.
+// stepPayload is what step events carry in data and meta; the v0.3 module's
+// engine puts in data what nqd's engine puts in meta, so both are read.
 type stepPayload struct {
 	Error       flexText        `json:"error"`
 	Message     flexText        `json:"message"`
@@ -626,7 +626,7 @@ func stepCompleted(f *flowFold, ev event.Event, t Time) bool {
 }
 
 // stepFailed handles both retry forms (docs/compatibility.md): nqd's
-// non-final failure (willRetry) and the era A engine's final-only failure.
+// non-final failure (willRetry) and the v0.3 module's final-only failure.
 func stepFailed(f *flowFold, ev event.Event, t Time) bool {
 	e, ok := f.readStep(ev)
 	if !ok {
@@ -651,7 +651,7 @@ func stepRetry(f *flowFold, ev event.Event, t Time) bool {
 	if !ok {
 		return false
 	}
-	// nqd's engine puts the coming attempt in meta.attempt, era A in
+	// nqd's engine puts the coming attempt in meta.attempt, the v0.3 module in
 	// data.nextAttempt beside the failed one in data.attempt.
 	e.st.Attempt = int(firstInt(int64(e.data.NextAttempt), int64(ev.Attempt), int64(e.meta.Attempt), int64(e.prevAttempt)+1))
 	e.st.Status = StepRetrying
@@ -789,7 +789,7 @@ func logMessage(data json.RawMessage) string {
 	return firstText(d.Msg, d.Message)
 }
 
-// flowEmit reads nqd's `{event, payload}` and era A's `{name, ...payload}`.
+// flowEmit reads nqd's `{event, payload}` and the v0.3 module's `{name, ...payload}`.
 func flowEmit(f *flowFold, ev event.Event, t Time) bool {
 	var d emitData
 	decode(ev.Data, &d, d.set)

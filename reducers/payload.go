@@ -244,7 +244,7 @@ func (d *logText) set(key, val []byte) bool {
 	return other(key, logNames[1:])
 }
 
-// emitData is nqd's `{event, payload}` or era A's `{name, ...payload}`.
+// emitData is nqd's `{event, payload}` or the v0.3 module's `{name, ...payload}`.
 type emitData struct {
 	Event   string          `json:"event"`
 	Name    string          `json:"name"`

@@ -153,7 +153,7 @@ func TestFlowApply(t *testing.T) {
 			want:  `{"status":"running","steps":{"s":{"status":"failed","attempt":1,"startedAt":"1970-01-01T00:00:01.001Z","completedAt":"1970-01-01T00:00:01.011Z","duration":10,"error":"boom"}}}`,
 		},
 		{
-			name:  "era A retry takes nextAttempt",
+			name:  "v0.3 retry takes nextAttempt",
 			prior: []event.Event{started, s1},
 			ev:    ev(1002, "step.retry", step("s"), attempt(1), data(`{"attempt":1,"nextAttempt":2,"error":"e1","maxAttempts":3}`)),
 			want:  `{"steps":{"s":{"status":"retrying","attempt":2,"maxAttempts":3,"startedAt":"1970-01-01T00:00:01.001Z","error":"e1"}}}`,
@@ -240,7 +240,7 @@ func TestFlowApply(t *testing.T) {
 			want: `{"logs":[{"id":"1000-0","ts":"1970-01-01T00:00:01.000Z","level":"error","msg":"bad","data":{"msg":"bad"}}]}`,
 		},
 		{
-			name: "era A emit",
+			name: "v0.3 emit",
 			ev:   ev(1000, "emit", data(`{"name":"a.done","x":1}`)),
 			want: `{"emits":[{"id":"1000-0","ts":"1970-01-01T00:00:01.000Z","event":"a.done","payload":{"x":1}}],"emitted":{"a.done":1}}`,
 		},

@@ -13,7 +13,7 @@ import (
 	"github.com/chromedp/chromedp"
 )
 
-// browserPage opens an EventSource the way the era A UI does (onmessage
+// browserPage opens an EventSource the way the v0.3 UI does (onmessage
 // only) and records what arrives.
 const browserPage = `<!doctype html><meta charset="utf-8"><title>nqd stream</title>
 <script>

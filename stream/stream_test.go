@@ -329,7 +329,7 @@ func TestRawTail(t *testing.T) {
 				t.Errorf("got %+v, want the raw-tail form of %v", got, ids(live))
 			}
 		})
-		t.Run("era A global stream", func(t *testing.T) {
+		t.Run("v0.3 global stream", func(t *testing.T) {
 			for _, q := range []string{"", "?stream=" + h.o.Prefix + ":events"} {
 				conn := dial(t, srv.URL+"/api/_events/sse"+q, nil)
 				if m := conn.next(t); m.Retry == "" {

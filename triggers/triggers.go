@@ -400,7 +400,7 @@ func (g *Registry) Summarize(ctx context.Context) (Summary, error) {
 	return s, nil
 }
 
-// Record is a trigger event as the era B UI reads it: `ts` in epoch ms.
+// Record is a trigger event as the v0.5 UI reads it: `ts` in epoch ms.
 type Record struct {
 	ID          string          `json:"id"`
 	TS          int64           `json:"ts"`
