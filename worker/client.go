@@ -66,6 +66,9 @@ type client struct {
 	base  string
 	http  *http.Client
 	token string
+	// self names the worker in nqd's registry: the Nqd-Worker-* headers
+	// every call carries (docs/worker-protocol.md).
+	self http.Header
 }
 
 // Job is a claimed job as nqd hands it out.
@@ -134,6 +137,9 @@ const maxAnswer = 16 << 20
 func (c *client) do(req *http.Request, out any) error {
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	for k, v := range c.self {
+		req.Header[k] = v
 	}
 	res, err := c.http.Do(req)
 	if err != nil {

@@ -147,7 +147,7 @@ func Run(ctx context.Context, cfg Config, handlers map[string]Handler) error {
 	w := &worker{
 		cfg:      cfg,
 		handlers: handlers,
-		c:        &client{base: strings.TrimRight(cfg.BaseURL, "/"), http: cfg.Client, token: cfg.Token},
+		c:        &client{base: strings.TrimRight(cfg.BaseURL, "/"), http: cfg.Client, token: cfg.Token, self: selfHeaders(cfg)},
 		log:      cfg.Logger,
 	}
 	// Jobs run under their own context, so that ctx ending only stops the

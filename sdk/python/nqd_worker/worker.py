@@ -19,6 +19,7 @@ from typing import Any, Awaitable, Callable, Iterable, Union, cast
 from urllib.parse import quote
 
 from ._http import HTTPClient, Response, TransportError
+from ._self import self_headers
 from .context import Context, SyncContext
 from .errors import AuthError, EncodeError, LeaseLost, NqdError, PermanentError
 
@@ -357,6 +358,7 @@ class Worker:
         self.token = token or None
         self.queues = list(queues) if queues else []
         self.concurrency = concurrency
+        self._self = self_headers(concurrency)
         self.grace = grace
         self.claim_wait = min(claim_wait, _MAX_CLAIM_WAIT)
         self.retry_base = retry_base
@@ -556,7 +558,7 @@ class Worker:
     ) -> Response:
         if self._http is None:
             raise RuntimeError("the worker is not running")
-        return await self._http.request(method, path, body, timeout=timeout, headers=headers)
+        return await self._http.request(method, path, body, timeout=timeout, headers={**self._self, **(headers or {})})
 
     def _start(self, job: _Job) -> None:
         task = asyncio.create_task(self._run_slot(job))

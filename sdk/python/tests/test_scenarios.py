@@ -595,3 +595,17 @@ def test_a_refused_state_write_raises_where_it_is_awaited(nqd: Nqd) -> None:
 
     assert len(refused) == 1 and refused[0][0] == 422 and refused[0][1], refused
     assert nqd.run_state(run)["steps"]["write"]["result"] == {"count": 3}
+
+
+def test_worker_is_listed(nqd: Nqd) -> None:
+    """The worker names itself to nqd's worker registry by its headers."""
+    w = Worker(nqd.url, queues=["py-listed-a", "py-listed-b"], concurrency=3, claim_wait=1.0)
+    with Running(w):
+        listed = wait_for(
+            "the worker listed",
+            lambda: nqd.call("GET", "/api/_workers?queue=py-listed-a")[1]["workers"],
+        )
+    got = listed[0]
+    assert (got["sdk"], got["transport"], got["status"], got["concurrency"]) == ("python", "http", "active", 3)
+    assert got["queues"] == ["py-listed-a", "py-listed-b"]
+    assert got["host"] and got["version"]

@@ -8,6 +8,8 @@ export interface HttpOptions {
   url: string
   /** An API token of scope `write` (or `admin` to store flow definitions). */
   token?: string | undefined
+  /** Headers every request carries, such as a worker's Nqd-Worker-*. */
+  headers?: Record<string, string> | undefined
 }
 
 export interface RequestOptions {
@@ -23,6 +25,7 @@ export interface RequestOptions {
 export class Http {
   readonly base: string
   private readonly token: string | undefined
+  private readonly headers: Record<string, string>
   private readonly client: typeof http | typeof https
   private readonly agent: http.Agent
   /** The parts of the base URL every request shares, parsed once. */
@@ -34,6 +37,7 @@ export class Http {
     }
     this.base = opts.url.replace(/\/+$/, '')
     this.token = opts.token === '' ? undefined : opts.token
+    this.headers = opts.headers ?? {}
     const tls = this.base.startsWith('https:')
     this.client = tls ? https : http
     this.agent = tls ? new https.Agent({ keepAlive: true }) : new http.Agent({ keepAlive: true })
@@ -66,7 +70,7 @@ export class Http {
   }
 
   async request<T>(method: string, path: string, body: unknown, opts: RequestOptions = {}): Promise<T> {
-    const headers: Record<string, string> = { accept: 'application/json', ...opts.headers }
+    const headers: Record<string, string> = { accept: 'application/json', ...this.headers, ...opts.headers }
     if (this.token !== undefined) {
       headers.authorization = `Bearer ${this.token}`
     }

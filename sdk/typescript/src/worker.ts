@@ -8,6 +8,7 @@ import { buildContext, type ContextHost, type ReportEvent } from './context.js'
 import type { Handler } from './define.js'
 import { AuthError, EncodingError, encodeJSON, isPermanent, NqdError } from './errors.js'
 import { Http, isTransient } from './http.js'
+import { selfHeaders } from './self.js'
 
 /** Where the worker's own messages go; console by default. */
 export interface Logger {
@@ -199,10 +200,10 @@ class WorkerImpl implements Worker {
     if (opts.queues.length === 0) {
       throw new TypeError('createWorker: give at least one queue')
     }
-    this.http = new Http({ url: opts.url, token: opts.token })
+    this.concurrency = Math.max(1, Math.floor(opts.concurrency ?? 4))
+    this.http = new Http({ url: opts.url, token: opts.token, headers: selfHeaders(this.concurrency) })
     this.log = opts.logger ?? consoleLogger
     this.queues = opts.queues
-    this.concurrency = Math.max(1, Math.floor(opts.concurrency ?? 4))
     this.handlers = opts.handlers
     this.heartbeatMs = opts.heartbeatMs
     this.claimWaitMs = Math.min(opts.claimWaitMs ?? 10_000, 30_000)

@@ -53,6 +53,23 @@ describe('scenarios', () => {
     }
   })
 
+  it('names itself to the worker registry', async () => {
+    const wk = serve(nqd, ['q-listed-a', 'q-listed-b'], {}, { concurrency: 3 })
+    try {
+      interface Listed { sdk: string, version: string, host: string, transport: string, status: string, queues: string[], concurrency: number }
+      const w = await waitFor('the worker listed', async () => {
+        const ans = await nqd.call<{ workers: Listed[] }>('GET', '/api/_workers?queue=q-listed-a')
+        return ans.workers[0]
+      })
+      assert.equal(w.sdk, 'typescript')
+      assert.match(w.version, /^\d+\.\d+\.\d+/)
+      assert.deepEqual([w.transport, w.status, w.concurrency, w.queues], ['http', 'active', 3, ['q-listed-a', 'q-listed-b']])
+      assert.notEqual(w.host, '')
+    } finally {
+      await wk.stop()
+    }
+  })
+
   it('retries a thrown error, then succeeds', async () => {
     await nqd.putFlow({ name: 'retry', entry: 'flaky', steps: { flaky: { queue: 'q-retry', retryPolicy: fixed(3) } } })
     const attempts: number[] = []

@@ -1,0 +1,32 @@
+package workertest_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nqd-dev/nqd/internal/wait"
+	"github.com/nqd-dev/nqd/worker"
+)
+
+// The Go worker names itself by its headers, so nqd's worker registry lists
+// it with its SDK, host, queues and concurrency.
+func TestWorkerIsListed(t *testing.T) {
+	n := startNQD(t)
+	runWorker(t, n.base, worker.Config{Queues: []string{"q1", "q2"}, Concurrency: 3}, map[string]worker.Handler{})
+	type listed struct {
+		ID, Name, SDK, Version, Host, Transport, Status string
+		Queues                                          []string
+		Concurrency                                     int
+	}
+	var got struct{ Workers []listed }
+	wait.For(t, 20*time.Second, 20*time.Millisecond, "the worker to be listed", func() bool {
+		return n.do(http.MethodGet, "/api/_workers", nil, &got) == http.StatusOK && len(got.Workers) == 1
+	})
+	w := got.Workers[0]
+	if w.SDK != "go" || w.Version == "" || w.Host == "" || w.Transport != "http" || w.Status != "active" ||
+		w.Concurrency != 3 || strings.Join(w.Queues, ",") != "q1,q2" || !strings.Contains(w.ID, "-") {
+		t.Fatalf("listed %+v", w)
+	}
+}
