@@ -115,6 +115,11 @@ type Deps struct {
 	// GET /api/_workers lists what its stream holds. Without it claims
 	// register no one.
 	Workers *registry.Registry
+	// JobLease is the engine's lease (NQ_JOB_LEASE), which a worker
+	// channel's welcome states; default engine.DefaultLease.
+	JobLease time.Duration
+	// Channels, when set, counts what the worker channels do.
+	Channels ChannelObserver
 	// Scheduler serves the schedule routes; without it they answer 404.
 	Scheduler *scheduler.Scheduler
 	// Triggers is the trigger registry the /api/_triggers, webhook and
@@ -182,6 +187,10 @@ type API struct {
 	stream  Streamer
 	feeds   Follower
 	sockets *socket.Server
+	// workerSockets are the worker channels (workerchannel.go).
+	workerSockets *socket.Server
+	jobLease      time.Duration
+	channels      ChannelObserver
 	// flowStats and queueCounts feed the sockets' live stats and counts.
 	flowStats    *watch[flowMeta]
 	queueCounts  *watch[engine.QueueCounts]
@@ -270,6 +279,14 @@ func New(d Deps) *API {
 		triggers: d.Triggers, workers: d.Workers, refusals: d.WebhookRefusals, openWebhooks: d.OpenWebhooks,
 	}
 	a.data = d.Data
+	a.workerSockets = socket.New(workerSocketOptions(so, lim))
+	a.jobLease, a.channels = d.JobLease, d.Channels
+	if a.jobLease <= 0 {
+		a.jobLease = engine.DefaultLease
+	}
+	if a.channels == nil {
+		a.channels = nopChannelObserver{}
+	}
 	a.flowStats = newWatch("flow stats", a.readFlowStats, interval, d.Log)
 	a.queueCounts = newWatch("queue counts", a.readQueueCounts, interval, d.Log)
 	a.triggerStats = newWatch("trigger stats", a.readTriggerStats, interval, d.Log)

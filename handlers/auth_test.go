@@ -117,6 +117,7 @@ var routeScopes = map[string]auth.Scope{
 	"GET /api/_triggers/ws":                             auth.Read,
 	"GET /api/_flows/waits":                             auth.Read,
 	"POST /api/_workers/claim":                          auth.Write,
+	"GET /api/_workers/channel":                         auth.Write,
 	"POST /api/_workers/jobs/{queue}/{jobId}/heartbeat": auth.Write,
 	"POST /api/_workers/jobs/{queue}/{jobId}/events":    auth.Write,
 	"POST /api/_workers/jobs/{queue}/{jobId}/complete":  auth.Write,

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"net/http"
 	"runtime/debug"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-playground/validator/v10"
@@ -16,9 +18,9 @@ import (
 	"github.com/nqd-dev/nqd/stream"
 )
 
-// retryAfterSeconds is what a 503 asks clients to wait: long enough for a
+// retryAfterWait is what a 503 asks clients to wait: long enough for a
 // Redis failover or restart to show, short enough not to stall a UI.
-const retryAfterSeconds = "5"
+const retryAfterWait = 5 * time.Second
 
 // statusClientClosed is nginx's code for a client that left before the
 // answer; it only ever reaches the access log.
@@ -123,8 +125,9 @@ func serve(h handler) http.HandlerFunc {
 	}
 }
 
-// writeError is the one way to answer with an error.
-func writeError(w http.ResponseWriter, r *http.Request, err error) {
+// answerOf is the status and the body err is answered with, on HTTP and
+// on the worker channel alike.
+func answerOf(err error) (int, errorBody) {
 	e := toError(err)
 	status, code := statusOf(e.Code), e.Code
 	if code == nqd.CodeUnprocessable {
@@ -132,6 +135,19 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 		// request's form or its content failed.
 		code = nqd.CodeValidation
 	}
+	return status, errorBody{errorFields{Code: code, Message: e.Message, Fields: e.Fields}}
+}
+
+// retryAfter reports whether an answer with status and code asks the client
+// to wait retryAfterWait before it tries again.
+func retryAfter(status int, code string) bool {
+	return status == http.StatusServiceUnavailable || code == nqd.CodeOutcomeUnknown
+}
+
+// writeError is the one way to answer with an error.
+func writeError(w http.ResponseWriter, r *http.Request, err error) {
+	status, body := answerOf(err)
+	code := body.Error.Code
 	log := hlog.FromRequest(r)
 	switch {
 	case status >= http.StatusInternalServerError && isProbe(r):
@@ -150,12 +166,12 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 		log.Debug().Err(err).Int("status", status).Msg("request rejected")
 	}
 	switch {
-	case status == http.StatusServiceUnavailable, code == nqd.CodeOutcomeUnknown:
-		w.Header().Set("Retry-After", retryAfterSeconds)
+	case retryAfter(status, code):
+		w.Header().Set("Retry-After", strconv.Itoa(int(retryAfterWait.Seconds())))
 	case status == http.StatusUnauthorized:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="nqd"`)
 	}
-	writeJSON(w, r, status, errorBody{errorFields{Code: code, Message: e.Message, Fields: e.Fields}})
+	writeJSON(w, r, status, body)
 }
 
 // writeJSON encodes v before writing anything, so that an encoding failure

@@ -84,23 +84,35 @@ func (a *API) contextParam(r *http.Request) (store.Context, error) {
 	return store.Context{Type: p.Type, ID: p.ID}, nil
 }
 
-// idempotencyOptions reads the Idempotency-Key header: 1–255 printable ASCII
-// characters, so it can be stored as is.
+// idempotencyOptions reads the Idempotency-Key header (see checkKey).
 func idempotencyOptions(r *http.Request) (store.AppendOptions, error) {
 	vals, ok := r.Header["Idempotency-Key"]
 	if !ok {
 		return store.AppendOptions{}, nil
 	}
-	const rule = "must be 1 to 255 printable ASCII characters"
-	if len(vals) != 1 || len(vals[0]) < 1 || len(vals[0]) > 255 {
-		return store.AppendOptions{}, invalidField("Idempotency-Key", rule)
+	if len(vals) != 1 {
+		return store.AppendOptions{}, invalidField("Idempotency-Key", keyRule)
 	}
-	for i := 0; i < len(vals[0]); i++ {
-		if c := vals[0][i]; c < 0x20 || c > 0x7e {
-			return store.AppendOptions{}, invalidField("Idempotency-Key", rule)
-		}
+	if err := checkKey("Idempotency-Key", vals[0]); err != nil {
+		return store.AppendOptions{}, err
 	}
 	return store.AppendOptions{IdempotencyKey: vals[0], SameRequest: true}, nil
+}
+
+const keyRule = "must be 1 to 255 printable ASCII characters"
+
+// checkKey checks an idempotency key, named field: 1–255 printable ASCII
+// characters, so it can be stored as is.
+func checkKey(field, key string) error {
+	if len(key) < 1 || len(key) > 255 {
+		return invalidField(field, keyRule)
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < 0x20 || c > 0x7e {
+			return invalidField(field, keyRule)
+		}
+	}
+	return nil
 }
 
 // checkJSONContent accepts a JSON media type or none (some clients send

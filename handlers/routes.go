@@ -108,9 +108,10 @@ func (a *API) Routes() http.Handler {
 	api.With(admin).Post("/api/_scheduler/jobs/{id}/resume", serve(a.pauseSchedule(false)))
 
 	// workers (docs/worker-protocol.md). A claim long-polls for longer than
-	// the API timeout.
+	// the API timeout, and a worker channel lives as long as its worker.
 	const job = "/api/_workers/jobs/{queue}/{jobId}"
 	r.With(write).Post("/api/_workers/claim", serve(a.claimJobs))
+	r.With(write).Get("/api/_workers/channel", a.serveWorkerChannel)
 	api.With(write, a.touchWorker).Post(job+"/heartbeat", serve(a.heartbeatJob))
 	api.With(write, a.touchWorker).Post(job+"/events", serve(a.reportJob))
 	api.With(write, a.touchWorker).Post(job+"/complete", serve(a.completeJob))

@@ -3,6 +3,7 @@ package handlers
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"time"
 
@@ -28,8 +29,13 @@ const MaxSocketSubscriptions = 32
 const DefaultStatsInterval = time.Second
 
 // DrainSockets tells every open socket the server restarts and closes it
-// (1001), and refuses new ones; see socket.Server.Drain.
-func (a *API) DrainSockets(ctx context.Context) error { return a.sockets.Drain(ctx) }
+// (1001), and refuses new ones; see socket.Server.Drain. Worker channels
+// are drained alongside the UI's sockets.
+func (a *API) DrainSockets(ctx context.Context) error {
+	errc := make(chan error, 1)
+	go func() { errc <- a.workerSockets.Drain(ctx) }()
+	return errors.Join(a.sockets.Drain(ctx), <-errc)
+}
 
 // serveSocket admits an upgrade by the rules of an SSE stream: an Origin
 // of the page's own host or NQ_CORS_ORIGINS (a browser sends it on every

@@ -99,12 +99,18 @@ func (a *API) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 }
 
 func jobAck(r *http.Request, lease string) (store.JobAck, error) {
-	q, id := chi.URLParam(r, "queue"), chi.URLParam(r, "jobId")
+	id := chi.URLParam(r, "jobId")
 	// chi matches the escaped path, so a client that escapes the colon of
 	// <runId>:<step> (as URL builders do) must find the same job.
 	if u, err := url.PathUnescape(id); err == nil {
 		id = u
 	}
+	return jobOf(chi.URLParam(r, "queue"), id, lease)
+}
+
+// jobOf names the job id of queue q held under lease, as a worker's report
+// gives them (in the URL, or in a channel frame).
+func jobOf(q, id, lease string) (store.JobAck, error) {
 	if !event.ValidName(q) {
 		return store.JobAck{}, invalidField("queue", "must be a queue name")
 	}
@@ -174,19 +180,34 @@ func (a *API) reportJob(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	evs, err := a.decodeEvents(r.Context(), ack, req.Events)
+	body, err := a.report(r.Context(), ack, req.Events, opts.IdempotencyKey)
 	if err != nil {
 		return err
 	}
-	stored, err := a.engine.Report(r.Context(), ack, evs, opts.IdempotencyKey)
+	writeJSON(w, r, http.StatusOK, body)
+	return nil
+}
+
+// The worker's reports whatever carries them: the HTTP routes here and the
+// worker channel (workerchannel.go) decode a request and name its job, then
+// call report, completeReport and failReport (and the engine's Heartbeat),
+// so that both store alike and answer alike.
+
+// report stores the progress events raws of the job of ack; a repeat with
+// the same key stores nothing new.
+func (a *API) report(ctx context.Context, ack store.JobAck, raws []json.RawMessage, key string) (reportBody, error) {
+	evs, err := a.decodeEvents(ctx, ack, raws)
 	if err != nil {
-		return err
+		return reportBody{}, err
+	}
+	stored, err := a.engine.Report(ctx, ack, evs, key)
+	if err != nil {
+		return reportBody{}, err
 	}
 	if stored == nil {
 		stored = []event.Event{}
 	}
-	writeJSON(w, r, http.StatusOK, reportBody{Events: stored})
-	return nil
+	return reportBody{Events: stored}, nil
 }
 
 // decodeEvents reads the events a worker reports about the job of ack,
@@ -262,44 +283,20 @@ func (q *completeRequest) lease() string { return q.Lease }
 func (a *API) completeJob(w http.ResponseWriter, r *http.Request) error {
 	var req completeRequest
 	ack, err := a.decodeJob(w, r, &req)
-	var evs []event.Event
-	if err == nil {
-		evs, err = a.decodeEvents(r.Context(), ack, req.Events)
+	if err != nil {
+		return err
 	}
-	if err == nil {
-		run, _, _ := strings.Cut(ack.ID, ":")
-		req.Result, err = a.offload(r.Context(), run, req.Result)
+	var next *engine.Next
+	if req.Claim != nil {
+		next = &engine.Next{Queues: req.Claim.Queues, Max: req.Claim.Max}
 	}
-	if err == nil && int64(len(req.Result)) > a.limits.MaxEventBytes {
-		err = a.dataTooLarge("The result")
-	}
+	jobs, claimed, err := a.completeReport(r.Context(), ack, &req, next)
 	if err != nil {
 		return err
 	}
 	if req.Claim == nil {
-		if err := a.engine.Complete(r.Context(), ack, req.Result, evs...); err != nil {
-			return err
-		}
 		writeJSON(w, r, http.StatusOK, statusBody{Status: "ok"})
 		return nil
-	}
-	var jobs []store.Job
-	claimed := false
-	if a.closing.Err() == nil {
-		// A job ready now is claimed in the completion's own write where
-		// the store can.
-		next := engine.Next{Queues: req.Claim.Queues, Max: req.Claim.Max}
-		if a.data != nil {
-			// One job in the completion's write; claimNext takes more
-			// within the answer's budget.
-			next.Max = 1
-		}
-		jobs, claimed, err = a.engine.CompleteClaiming(r.Context(), ack, req.Result, next, evs...)
-	} else {
-		err = a.engine.Complete(r.Context(), ack, req.Result, evs...)
-	}
-	if err != nil {
-		return err
 	}
 	if claimed && len(jobs) > 0 {
 		if err := a.resolveInputs(r.Context(), jobs); err != nil {
@@ -313,6 +310,33 @@ func (a *API) completeJob(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, r, http.StatusOK, completeBody{Status: "ok", Jobs: jobs})
 	return nil
+}
+
+// completeReport stores the completion req of the job of ack. With next,
+// unless the server shuts down, it claims next's jobs in the completion's
+// own write where the store can (claimed then says so).
+func (a *API) completeReport(ctx context.Context, ack store.JobAck, req *completeRequest, next *engine.Next) (jobs []store.Job, claimed bool, err error) {
+	evs, err := a.decodeEvents(ctx, ack, req.Events)
+	if err == nil {
+		run, _, _ := strings.Cut(ack.ID, ":")
+		req.Result, err = a.offload(ctx, run, req.Result)
+	}
+	if err == nil && int64(len(req.Result)) > a.limits.MaxEventBytes {
+		err = a.dataTooLarge("The result")
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if next == nil || a.closing.Err() != nil {
+		return nil, false, a.engine.Complete(ctx, ack, req.Result, evs...)
+	}
+	n := *next
+	if a.data != nil {
+		// One job in the completion's write, whose input may be large; a
+		// claim after it takes more within the answer's budget.
+		n.Max = 1
+	}
+	return a.engine.CompleteClaiming(ctx, ack, req.Result, n, evs...)
 }
 
 // claimNext claims for a completion that asked to. The completion is stored
@@ -342,16 +366,21 @@ func (q *failRequest) lease() string { return q.Lease }
 func (a *API) failJob(w http.ResponseWriter, r *http.Request) error {
 	var req failRequest
 	ack, err := a.decodeJob(w, r, &req)
-	var evs []event.Event
 	if err == nil {
-		evs, err = a.decodeEvents(r.Context(), ack, req.Events)
-	}
-	if err == nil {
-		err = a.engine.Fail(r.Context(), ack, req.Error, req.Retriable, evs...)
+		err = a.failReport(r.Context(), ack, &req)
 	}
 	if err != nil {
 		return err
 	}
 	writeJSON(w, r, http.StatusOK, statusBody{Status: "ok"})
 	return nil
+}
+
+// failReport stores the failure req of the job of ack.
+func (a *API) failReport(ctx context.Context, ack store.JobAck, req *failRequest) error {
+	evs, err := a.decodeEvents(ctx, ack, req.Events)
+	if err != nil {
+		return err
+	}
+	return a.engine.Fail(ctx, ack, req.Error, req.Retriable, evs...)
 }

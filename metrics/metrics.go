@@ -49,7 +49,8 @@ type Metrics struct {
 
 	webhookRefusals *prometheus.CounterVec // by webhook (trigger, await) and reason
 
-	engine engineSeries
+	engine   engineSeries
+	channels channelSeries
 }
 
 // New builds the registry with the Go runtime and process collectors and
@@ -97,6 +98,7 @@ func New() *Metrics {
 		"Webhook calls refused for want of a credential, by webhook (trigger or await) and reason (missing_secret, bad_secret, no_secret).",
 		"webhook", "reason")
 	m.engine = newEngineSeries(f)
+	m.channels = newChannelSeries(f)
 	return m
 }
 

@@ -238,6 +238,16 @@ type Conn struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	once   sync.Once
+	// closed is the status of the client's close, -1 when it sent none;
+	// set when the read loop ends.
+	closed websocket.StatusCode
+}
+
+// ClientClosed reports whether the client closed the socket itself, with
+// 1000 (normal) or 1001 (going away), rather than dropping it. Valid from
+// Session.Close on.
+func (c *Conn) ClientClosed() bool {
+	return c.closed == websocket.StatusNormalClosure || c.closed == websocket.StatusGoingAway
 }
 
 // Context ends when the socket does.
@@ -328,6 +338,7 @@ func (c *Conn) readLoop(sess Session) {
 	for {
 		_, data, err := c.ws.Read(c.ctx)
 		if err != nil {
+			c.closed = websocket.CloseStatus(err)
 			return
 		}
 		var env envelope

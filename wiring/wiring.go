@@ -151,6 +151,8 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 		Store:           a.Metrics.Store(st),
 		State:           states,
 		Engine:          eng,
+		JobLease:        cfg.JobLease,
+		Channels:        a.Metrics.Channels(),
 		Scheduler:       sch,
 		Triggers:        registry,
 		Workers:         workers,
