@@ -68,7 +68,7 @@ func (s *Store) PutCheckpoint(ctx context.Context, c store.Context, at event.ID,
 		return invalid("put checkpoint", "zero id")
 	}
 	keys := []string{s.checkpointsKey(c), s.streamKey(c)}
-	err := checkpointPutScript.Run(ctx, s.client, keys, checkpointField(at), state, keepCheckpoints).Err()
+	err := s.pipe.call(ctx, checkpointPutScript, keys, []any{checkpointField(at), state, keepCheckpoints}).Err()
 	return mapErr(ctx, "put checkpoint", err)
 }
 

@@ -153,7 +153,7 @@ func (s *Store) Put(ctx context.Context, key string, fields map[string]string, t
 	if ttl > 0 {
 		ms = max(ttl.Milliseconds(), 1)
 	}
-	v, err := kvPutScript.Run(ctx, s.client, []string{s.kvKey(key)}, pairs([]any{ms}, fields)...).Int64()
+	v, err := s.pipe.call(ctx, kvPutScript, []string{s.kvKey(key)}, pairs([]any{ms}, fields)).Int64()
 	if err != nil {
 		return 0, mapWriteErr(ctx, "kv put", err)
 	}
@@ -188,7 +188,7 @@ func (s *Store) SetFields(ctx context.Context, key string, fields map[string]str
 	if err := checkKV("kv set fields", key, fields, true); err != nil {
 		return 0, err
 	}
-	v, err := kvSetScript.Run(ctx, s.client, []string{s.kvKey(key)}, pairs([]any{store.MaxKVFields}, fields)...).Int64()
+	v, err := s.pipe.call(ctx, kvSetScript, []string{s.kvKey(key)}, pairs([]any{store.MaxKVFields}, fields)).Int64()
 	if err != nil {
 		return 0, mapWriteErr(ctx, "kv set fields", err)
 	}
@@ -212,7 +212,7 @@ func (s *Store) CompareAndSwap(ctx context.Context, key string, cond store.Condi
 		return 0, invalid("kv compare and swap", "condition %+v", cond)
 	}
 	head := []any{cond.Field, cond.Value, cond.Version, store.MaxKVFields}
-	v, err := kvCASScript.Run(ctx, s.client, []string{s.kvKey(key)}, pairs(head, set)...).Int64()
+	v, err := s.pipe.call(ctx, kvCASScript, []string{s.kvKey(key)}, pairs(head, set)).Int64()
 	if err != nil {
 		return 0, mapWriteErr(ctx, "kv compare and swap", err)
 	}

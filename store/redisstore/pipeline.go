@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"sync"
 	"time"
@@ -54,11 +55,15 @@ var errNotSent = errors.New("not sent to Redis")
 type pipeliner struct {
 	client redis.UniversalClient
 	// waitReplicas, when above 0, ends every pipeline with WAIT (see
-	// Options.WaitReplicas). WAIT counts the replicas that have the writes
-	// of its own connection, so on a cluster a pipeline goes to node, the
-	// primary of the store's one slot, rather than through the cluster
-	// client, which could send WAIT elsewhere; reload refreshes the slot map
-	// when that primary answers MOVED.
+	// Options.WaitReplicas).
+	//
+	// On a cluster a pipeline goes to node, the primary of the store's one
+	// slot, rather than through the cluster client: WAIT counts the
+	// replicas that have the writes of its own connection, which the
+	// cluster client could send elsewhere, and the cluster client sends a
+	// pipeline again when its connection breaks, which would run a script
+	// twice whose reply was lost. reload refreshes the slot map when that
+	// primary answers MOVED or does not answer.
 	waitReplicas int
 	waitTimeout  time.Duration
 	node         func(context.Context) (*redis.Client, error)
@@ -77,13 +82,13 @@ type pipeliner struct {
 }
 
 // scriptCall is one call of a script and, once woken is signalled, its
-// reply, or (batch set) the calls its goroutine is to send, itself first.
+// command with the reply or error, or (batch set) the calls its goroutine is
+// to send, itself first.
 type scriptCall struct {
 	script *redis.Script
 	keys   []string
 	args   []any
-	reply  []any
-	err    error
+	cmd    *redis.Cmd
 	batch  []*scriptCall
 	woken  chan struct{}
 }
@@ -93,26 +98,76 @@ func newPipeliner(client redis.UniversalClient) *pipeliner {
 }
 
 // run calls script in the next pipeline and returns its reply as
-// redis.Cmd.Slice would. A call waiting for its turn gives up when ctx
-// ends, with an error wrapping errNotSent: it was never written. Any other
-// error may come after the script ran, as with a direct call (see
-// mayHaveRun).
+// redis.Cmd.Slice would (see call).
 func (p *pipeliner) run(ctx context.Context, script *redis.Script, keys []string, args []any) ([]any, error) {
+	return p.call(ctx, script, keys, args).Slice()
+}
+
+// call calls script in the next pipeline and returns its command, to read
+// the reply from. A call waiting for its turn gives up when ctx ends, with
+// an error wrapping errNotSent: it was never written. Any other error may
+// come after the script ran, as with a direct call (see mayHaveRun).
+//
+// On a cluster, a call that no primary ran (its primary is unreachable,
+// or refuses while a failover is under way) is sent again until ctx ends,
+// at most maxUnserved: a failover takes the cluster's node timeout and an
+// election, a few seconds in which a request need not fail.
+func (p *pipeliner) call(ctx context.Context, script *redis.Script, keys []string, args []any) *redis.Cmd {
+	cmd := p.callOnce(ctx, script, keys, args)
+	if p.node == nil || !unserved(cmd.Err()) {
+		return cmd
+	}
+	ctx, cancel := context.WithTimeout(ctx, maxUnserved)
+	defer cancel()
+	for wait := 50 * time.Millisecond; unserved(cmd.Err()); wait = min(2*wait, time.Second) {
+		select {
+		case <-ctx.Done():
+			return cmd
+		case <-time.After(wait):
+		}
+		cmd = p.callOnce(ctx, script, keys, args)
+	}
+	return cmd
+}
+
+// maxUnserved bounds how long call sends again a call that no primary ran
+// when its context has no earlier deadline.
+const maxUnserved = 10 * time.Second
+
+// unserved reports an error that says no primary ran the call: it could not
+// be reached, or it refused the call (see isServerRefusal). A script's own
+// error and a closed store are not.
+func unserved(err error) bool {
+	var opErr *net.OpError
+	switch {
+	case err == nil, errors.Is(err, store.ErrClosed), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return false
+	case errors.Is(err, errNoNode), errors.As(err, &opErr) && opErr.Op == "dial", isServerRefusal(err):
+		return true
+	}
+	return false
+}
+
+// errNoNode is the error of a call sent nowhere: the slot map named no
+// primary for the store's slot.
+var errNoNode = errors.New("no primary serves the slot")
+
+func (p *pipeliner) callOnce(ctx context.Context, script *redis.Script, keys []string, args []any) *redis.Cmd {
 	if err := ctx.Err(); err != nil {
-		return nil, errors.Join(errNotSent, err)
+		return failedCmd(errors.Join(errNotSent, err))
 	}
 	c := &scriptCall{script: script, keys: keys, args: args}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return nil, errors.Join(errNotSent, store.ErrClosed)
+		return failedCmd(errors.Join(errNotSent, store.ErrClosed))
 	}
 	if p.free > 0 {
 		p.free--
 		p.sending.Add(1)
 		p.mu.Unlock()
 		p.lead([]*scriptCall{c})
-		return c.reply, c.err
+		return c.cmd
 	}
 	c.woken = make(chan struct{}, 1)
 	p.waiting = append(p.waiting, c)
@@ -121,7 +176,7 @@ func (p *pipeliner) run(ctx context.Context, script *redis.Script, keys []string
 	case <-c.woken:
 	case <-ctx.Done():
 		if p.withdraw(c) {
-			return nil, errors.Join(errNotSent, ctx.Err())
+			return failedCmd(errors.Join(errNotSent, ctx.Err()))
 		}
 		// Taken into a pipeline already: once taken a call is written, and
 		// its reply is awaited even though ctx ended, as go-redis awaits the
@@ -133,7 +188,14 @@ func (p *pipeliner) run(ctx context.Context, script *redis.Script, keys []string
 	if c.batch != nil {
 		p.lead(c.batch)
 	}
-	return c.reply, c.err
+	return c.cmd
+}
+
+// failedCmd is the command of a call that failed with err.
+func failedCmd(err error) *redis.Cmd {
+	cmd := redis.NewCmd(context.Background())
+	cmd.SetErr(err)
+	return cmd
 }
 
 // lead sends batch, whose first call is the caller's own, with a pipeline
@@ -182,7 +244,7 @@ func (p *pipeliner) close() {
 	p.waiting = nil
 	p.mu.Unlock()
 	for _, c := range waiting {
-		c.err = errors.Join(errNotSent, store.ErrClosed)
+		c.cmd = failedCmd(errors.Join(errNotSent, store.ErrClosed))
 		c.woken <- struct{}{}
 	}
 	p.sending.Wait()
@@ -216,8 +278,9 @@ func (p *pipeliner) sendOnce(ctx context.Context, batch []*scriptCall, todo []in
 		node, err := p.node(ctx)
 		if err != nil {
 			for _, i := range todo {
-				batch[i].err = errors.Join(errNotSent, err)
+				batch[i].cmd = failedCmd(errors.Join(errNotSent, errNoNode, err))
 			}
+			p.reload(ctx)
 			return nil
 		}
 		client = node
@@ -255,16 +318,17 @@ func (p *pipeliner) sendOnce(ctx context.Context, batch []*scriptCall, todo []in
 	lost := false
 	for _, i := range todo {
 		c := batch[i]
-		c.reply, c.err = cmds[i].Slice()
-		if c.err == nil {
-			c.err = waitErr[i]
+		c.cmd = cmds[i]
+		if c.cmd.Err() == nil && waitErr[i] != nil {
+			c.cmd.SetErr(waitErr[i])
 		}
+		err := c.cmd.Err()
 		var rerr redis.Error
 		switch {
-		case p.node == nil || c.err == nil:
-		case isRedirect(c.err):
+		case p.node == nil || err == nil:
+		case isRedirect(err):
 			moved = append(moved, i)
-		case !errors.As(c.err, &rerr) && !errors.As(c.err, new(*notReplicatedError)):
+		case !errors.As(err, &rerr) && !errors.As(err, new(*notReplicatedError)):
 			// The primary did not answer: a failover may be under way,
 			// and the next pipeline should find its successor.
 			lost = true

@@ -102,8 +102,8 @@ func TestPipelinerHandsItsSlotToTheCallsWaiting(t *testing.T) {
 	// One sender's pipeline is answered: it hands its slot on.
 	own := &scriptCall{script: echo, args: []any{"own"}}
 	p.lead([]*scriptCall{own})
-	if len(own.reply) != 1 || own.reply[0] != "own" || own.err != nil {
-		t.Fatalf("the sender's own call = %v, %v", own.reply, own.err)
+	if reply, err := own.cmd.Slice(); len(reply) != 1 || reply[0] != "own" || err != nil {
+		t.Fatalf("the sender's own call = %v, %v", reply, err)
 	}
 	wg.Wait()
 	for i := range calls {

@@ -97,8 +97,8 @@ type Options struct {
 	// Retention sets when finished runs become due for the reaper; the
 	// zero value keeps every run.
 	Retention store.Retention
-	// WaitReplicas, when above 0, acknowledges a pipelined write (an
-	// append, a run update, a claim, a heartbeat) only once that many
+	// WaitReplicas, when above 0, acknowledges a write (every script that
+	// writes: an append, a run update, a claim, a KV write...) only once that many
 	// replicas have it (WAIT), so that a failover to one of them loses no
 	// acknowledged write. A write that does not reach them within
 	// WaitTimeout fails as one whose outcome is unknown.
@@ -182,12 +182,10 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 		s.feed.anchor = s.prefix + ":engine:live"
 	}
 	s.pipe = newPipeliner(client)
-	if opts.WaitReplicas > 0 {
-		s.pipe.waitReplicas, s.pipe.waitTimeout = opts.WaitReplicas, opts.WaitTimeout
-		if cc, ok := client.(*redis.ClusterClient); ok {
-			s.pipe.node = func(ctx context.Context) (*redis.Client, error) { return cc.MasterForKey(ctx, s.prefix) }
-			s.pipe.reload = cc.ReloadState
-		}
+	s.pipe.waitReplicas, s.pipe.waitTimeout = opts.WaitReplicas, opts.WaitTimeout
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		s.pipe.node = func(ctx context.Context) (*redis.Client, error) { return cc.MasterForKey(ctx, s.prefix) }
+		s.pipe.reload = cc.ReloadState
 	}
 	return s, nil
 }
@@ -308,7 +306,7 @@ func mapWriteErr(ctx context.Context, op string, err error) error {
 }
 
 func isServerRefusal(err error) bool {
-	return redis.IsLoadingError(err) || redis.IsReadOnlyError(err) || redis.IsClusterDownError(err) ||
+	return redis.IsLoadingError(err) || redis.IsReadOnlyError(err) || redis.IsClusterDownError(err) || isRedirect(err) ||
 		redis.IsTryAgainError(err) || redis.IsMasterDownError(err) || redis.IsMaxClientsError(err) ||
 		redis.IsOOMError(err)
 }

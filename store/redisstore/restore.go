@@ -71,7 +71,7 @@ func (s *Store) Restore(ctx context.Context, c store.Context, evs []event.Event,
 		args = append(args, fields...)
 	}
 
-	reply, err := restoreScript.Run(ctx, s.client, keys, args...).Slice()
+	reply, err := s.pipe.run(ctx, restoreScript, keys, args)
 	if err != nil {
 		return mapWriteErr(ctx, "restore", err)
 	}

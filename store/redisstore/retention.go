@@ -64,7 +64,7 @@ func (s *Store) DeleteExpiredRun(ctx context.Context, flow, run string, now int6
 	for _, st := range runStatuses {
 		keys = append(keys, s.statusKey(flow, st))
 	}
-	code, err := deleteRunScript.Run(ctx, s.client, keys, flow+":"+run, run, now).Int()
+	code, err := s.pipe.call(ctx, deleteRunScript, keys, []any{flow + ":" + run, run, now}).Int()
 	if err != nil {
 		return mapErr(ctx, "delete expired run", err)
 	}

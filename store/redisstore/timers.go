@@ -18,7 +18,7 @@ func (s *Store) DueTimers(ctx context.Context, now, holdUntil int64, max int) ([
 	if max <= 0 {
 		return nil, nil
 	}
-	vals, err := dueTimersScript.Run(ctx, s.client, []string{s.timersKey()}, now, holdUntil, max).StringSlice()
+	vals, err := s.pipe.call(ctx, dueTimersScript, []string{s.timersKey()}, []any{now, holdUntil, max}).StringSlice()
 	if err != nil {
 		return nil, mapErr(ctx, "due timers", err)
 	}

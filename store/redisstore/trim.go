@@ -28,7 +28,7 @@ func (s *Store) Trim(ctx context.Context, c store.Context, before event.ID) (int
 	if before.IsZero() {
 		return 0, invalid("trim", "before the zero id")
 	}
-	n, err := trimScript.Run(ctx, s.client, []string{s.streamKey(c)}, before.String()).Int64()
+	n, err := s.pipe.call(ctx, trimScript, []string{s.streamKey(c)}, []any{before.String()}).Int64()
 	if err != nil {
 		return 0, mapErr(ctx, "trim", err)
 	}
