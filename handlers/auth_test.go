@@ -83,6 +83,7 @@ var routeScopes = map[string]auth.Scope{
 	"GET /api/_events/{key}":                            auth.Read,
 	"GET /api/_queues":                                  auth.Read,
 	"GET /api/_workers":                                 auth.Read,
+	"POST /api/_workers/goodbye":                        auth.Write,
 	"GET /api/_queues/metrics":                          auth.Read,
 	"GET /api/_queues/{queue}":                          auth.Read,
 	"GET /api/_queues/{queue}/metrics":                  auth.Read,

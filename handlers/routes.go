@@ -116,6 +116,7 @@ func (a *API) Routes() http.Handler {
 	api.With(write, a.touchWorker).Post(job+"/events", serve(a.reportJob))
 	api.With(write, a.touchWorker).Post(job+"/complete", serve(a.completeJob))
 	api.With(write, a.touchWorker).Post(job+"/fail", serve(a.failJob))
+	api.With(write).Post("/api/_workers/goodbye", serve(a.workerGoodbye))
 	api.With(read).Get("/api/_workers", serve(a.listWorkers))
 
 	// queues, as the v0.3 UI reads them

@@ -125,6 +125,33 @@ func (a *API) touchWorker(next http.Handler) http.Handler {
 	})
 }
 
+type goodbyeRequest struct{}
+
+// workerGoodbye answers POST /api/_workers/goodbye: an HTTP worker that
+// stops says so, and the registry shows it left (closed) at once rather
+// than lost once it has been silent long enough.
+func (a *API) workerGoodbye(w http.ResponseWriter, r *http.Request) error {
+	var req goodbyeRequest
+	if err := a.decodeBody(w, r, &req); err != nil {
+		return err
+	}
+	id := r.Header.Get(headerWorkerID)
+	if id == "" {
+		return invalidField(headerWorkerID, "required: the id the worker's claims carried")
+	}
+	if a.workers != nil {
+		if err := a.workers.Leave(r.Context(), id, registry.ReasonClosed); err != nil {
+			var ne *nqd.Error
+			if errors.As(err, &ne) && ne.Fields["id"] != "" {
+				return invalidField(headerWorkerID, ne.Fields["id"])
+			}
+			return err
+		}
+	}
+	writeJSON(w, r, http.StatusOK, map[string]string{"status": "ok"})
+	return nil
+}
+
 // staleAfter is how long an active worker may go without a registry event
 // before it is shown lost.
 func (a *API) staleAfter() time.Duration {

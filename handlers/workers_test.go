@@ -174,3 +174,25 @@ func TestWorkersHeadersAndFilters(t *testing.T) {
 		wantStatus(t, api.do(t, get("/api/_workers"+q)), http.StatusBadRequest)
 	}
 }
+
+// An HTTP worker that says goodbye is shown left at once; a goodbye without
+// the id header is refused.
+func TestWorkerGoodbye(t *testing.T) {
+	api := newWorkersAPI(t)
+	claim := post("/api/_workers/claim", `{"queues":["default"]}`)
+	claim.header = workerHeaders("ts-1")
+	wantStatus(t, api.do(t, claim), http.StatusOK)
+	bye := post("/api/_workers/goodbye", `{}`)
+	bye.header = http.Header{"Nqd-Worker-Id": {"ts-1"}}
+	wantStatus(t, api.do(t, bye), http.StatusOK)
+	wantStatus(t, api.do(t, bye), http.StatusOK)
+	got := api.workers(t, "")
+	if got.Count != 1 || got.Workers[0].Status != reducers.WorkerLeft || got.Workers[0].Reason != registry.ReasonClosed {
+		t.Fatalf("after goodbye: %+v", got)
+	}
+	rec := api.do(t, post("/api/_workers/goodbye", `{}`))
+	wantStatus(t, rec, http.StatusBadRequest)
+	if f := decode[errorBody](t, rec).Error.Fields; f["Nqd-Worker-Id"] == "" {
+		t.Fatalf("fields %v do not name the header", f)
+	}
+}

@@ -1,11 +1,13 @@
-// The nqd dashboard: a router over eight pages (flows, a flow, a run,
+// The nqd dashboard: a router over nine pages (flows, a flow, a run,
 // triggers and a registered trigger from registry.js, the queues and a queue
-// from queues.js, and the schedules from schedules.js). Each page renders into <main> and returns a function that
+// from queues.js, the schedules from schedules.js and the workers from
+// workers.js). Each page renders into <main> and returns a function that
 // stops its timers and streams when the page is left.
 import {h, replace, api, ApiError, enc, onServerState, onAuthNeeded, token, setToken, shortId, duration, ago, clock, badge, json, parseInput, loading, failure, every, debounce, throttle} from './lib.js';
 import {diagram} from './diagram.js';
 import {queuesPage, queuePage} from './queues.js';
 import {schedulesPage} from './schedules.js';
+import {workersPage} from './workers.js';
 import {registryPanel, triggerPage} from './registry.js';
 
 const base = new URL(document.baseURI).pathname; // "/" or "/ui/"
@@ -22,6 +24,7 @@ const routes = [
   [/^queues$/, queuesPage, 'queues'],
   [/^queues\/([^/]+)$/, queuePage, 'queues'],
   [/^schedules$/, schedulesPage, 'schedules'],
+  [/^workers$/, workersPage, 'workers'],
   [/^flows\/([^/]+)$/, flowPage, 'flows'],
   [/^runs\/([^/]+)$/, runPage, 'flows'],
 ];

@@ -1,5 +1,6 @@
-// The queue pages: every queue with its jobs by state, pause and resume, and
-// one queue's jobs page by page. They poll every 2 s, as the Nuxt Queue UI
+// The queue pages: every queue with its jobs by state, its workers (flagged
+// when jobs wait and none is connected), pause and resume, and one queue's
+// jobs page by page. They poll every 2 s, as the Nuxt Queue UI
 // does; nqd keeps no finished jobs, so completed and failed are counted from
 // the run index.
 import {h, replace, api, enc, shortId, ago, badge, loading, failure, every} from './lib.js';
@@ -8,6 +9,9 @@ const STATES = ['waiting', 'active', 'delayed', 'paused', 'completed', 'failed']
 const link = (path, ...children) => h('a', {href: path}, ...children);
 const queueHref = name => `queues/${enc(name)}`;
 const setTitle = (...parts) => { document.title = [...parts, 'nqd'].join(' · '); };
+
+/** noWorker flags a queue whose jobs wait with no worker connected to take them. */
+const noWorker = () => h('span', {class: 'badge s-unserved', 'data-unserved': '', title: 'Jobs wait and no connected worker serves this queue'}, 'no worker');
 
 /**
  * refill replaces box's children and gives the focus back to the control
@@ -63,13 +67,14 @@ export function queuesPage(root) {
       return;
     }
     refill(box, h('div', {class: 'table-wrap'}, h('table', {class: 'queues'},
-      h('thead', {}, h('tr', {}, h('th', {}, 'Queue'), STATES.map(s => h('th', {}, s)), h('th', {}, 'State'), h('th', {}, h('span', {class: 'sr'}, 'Pause or resume')))),
+      h('thead', {}, h('tr', {}, h('th', {}, 'Queue'), STATES.map(s => h('th', {}, s)), h('th', {}, 'Workers'), h('th', {}, 'State'), h('th', {}, h('span', {class: 'sr'}, 'Pause or resume')))),
       h('tbody', {}, names.map(n => {
-        const {counts, paused} = metrics[n];
+        const {counts, paused, workers, unserved} = metrics[n];
         return h('tr', {'data-queue': n, 'data-paused': String(paused)},
           h('td', {}, link(queueHref(n), h('code', {}, n))),
           STATES.map(s => h('td', {'data-count': s}, String(counts[s] ?? 0))),
-          h('td', {}, badge(paused ? 'paused' : 'running')),
+          h('td', {'data-count': 'workers'}, link('workers', String(workers ?? 0))),
+          h('td', {}, badge(paused ? 'paused' : 'running'), unserved ? [' ', noWorker()] : ''),
           h('td', {}, toggle(n, paused, note, refresh)));
       })))));
   }
@@ -105,7 +110,8 @@ export function queuePage(root, name) {
       replace(jobsBox, failure(err, `The queue ${name}`));
       throw err;
     }
-    refill(head, badge(q.paused ? 'paused' : 'running'), toggle(name, q.paused, note, refresh));
+    refill(head, q.unserved ? noWorker() : '', h('span', {class: 'small muted', 'data-count': 'workers'}, `${q.workers ?? 0} ${q.workers === 1 ? 'worker' : 'workers'}`),
+      badge(q.paused ? 'paused' : 'running'), toggle(name, q.paused, note, refresh));
     const total = STATES.reduce((n, s) => n + (q.counts[s] || 0), 0);
     refill(filter, ['', ...STATES].map(s => h('button', {type: 'button', class: 'seg', 'data-filter': s || 'all', 'data-focus': `filter:${s}`,
       'aria-pressed': String(s === state),
