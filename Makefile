@@ -20,7 +20,7 @@ GOBUILD   := CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)"
 NQ_ADDR   ?= 127.0.0.1:8080
 BENCHTIME ?= 2s
 
-.PHONY: run build release release-check test test-tools test-py test-ts test-short lint fuzz bench bench-e2e noop-worker bench-pg bench-go bench-appends bench-sdks screenshots golden tidy-check vuln clean
+.PHONY: run build release release-check test test-tools test-py test-ts test-nuxt test-short lint fuzz bench bench-e2e noop-worker bench-pg bench-go bench-appends bench-sdks screenshots golden tidy-check vuln clean
 
 ## run: build bin/nqd, then start it on the embedded store in ./data (set NQ_REDIS_URL to use Redis)
 run: build
@@ -84,6 +84,22 @@ test-ts:
 		echo "test-ts: npm not found: the TypeScript SDK tests are skipped (install Node.js 20 or newer with npm)"; exit 0; \
 	fi; \
 	cd sdk/typescript && npm ci --no-audit --no-fund && npm run lint && npm run typecheck && GO=$(GO) npm test
+	$(MAKE) test-nuxt
+
+## test-nuxt: the Nuxt module (sdk/nuxt): npm ci, lint, typecheck, build, and its tests: a
+## fresh Nuxt 4 app with the module and the SDK as npm packs them, against an nqd built
+## from this checkout. nuxt comes from the npm registry into NQD_NUXT_CACHE (default
+## nqd-nuxt-cache in the temporary folder), installed once and reused. Skipped without
+## npm, unless NQD_REQUIRE_NODE=1 (CI) makes a missing npm a failure.
+test-nuxt:
+	@if ! command -v npm >/dev/null 2>&1; then \
+		if [ "$$NQD_REQUIRE_NODE" = 1 ]; then echo "test-nuxt: npm not found and NQD_REQUIRE_NODE=1"; exit 1; fi; \
+		echo "test-nuxt: npm not found: the Nuxt module tests are skipped (install Node.js 20 or newer with npm)"; exit 0; \
+	fi; \
+	set -e; \
+	(cd sdk/typescript && npm ci --no-audit --no-fund && npm run build && GO=$(GO) node scripts/build-nqd.mjs); \
+	cd sdk/nuxt && npm ci --no-audit --no-fund && npm run lint && npm run typecheck && npm run build && \
+		NQD_BIN=../typescript/.test-bin/nqd npm test
 
 ## test-short: the tests without the race detector, for a quick loop
 test-short:

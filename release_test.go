@@ -44,30 +44,38 @@ func TestReleaseLicenseCopiesMatch(t *testing.T) {
 	}
 	// Each package is published from its own folder (the worker module's zip,
 	// npm pack, the Python sdist and wheel), which must carry the license.
-	for _, copied := range []string{"worker/LICENSE", "sdk/typescript/LICENSE", "sdk/python/LICENSE"} {
+	for _, copied := range []string{"worker/LICENSE", "sdk/typescript/LICENSE", "sdk/nuxt/LICENSE", "sdk/python/LICENSE"} {
 		if !bytes.Equal(readFile(t, copied), license) {
 			t.Errorf("%s differs from LICENSE: cp LICENSE %s", copied, copied)
 		}
 	}
 }
 
-func TestReleaseTypeScriptPackage(t *testing.T) {
-	var pkg struct {
-		Version string   `json:"version"`
-		License string   `json:"license"`
-		Files   []string `json:"files"`
-	}
-	if err := json.Unmarshal(readFile(t, "sdk/typescript/package.json"), &pkg); err != nil {
-		t.Fatal(err)
-	}
-	if want := newestVersion(t); pkg.Version != want {
-		t.Errorf("sdk/typescript/package.json version is %q, CHANGELOG.md's newest is %q", pkg.Version, want)
-	}
-	if pkg.License != "MIT" {
-		t.Errorf("sdk/typescript/package.json license is %q, want MIT", pkg.License)
-	}
-	if !slices.Contains(pkg.Files, "LICENSE") {
-		t.Errorf("sdk/typescript/package.json files %q lack LICENSE", pkg.Files)
+func TestReleaseNpmPackages(t *testing.T) {
+	want := newestVersion(t)
+	for _, dir := range []string{"sdk/typescript", "sdk/nuxt"} {
+		var pkg struct {
+			Version          string            `json:"version"`
+			License          string            `json:"license"`
+			Files            []string          `json:"files"`
+			PeerDependencies map[string]string `json:"peerDependencies"`
+		}
+		if err := json.Unmarshal(readFile(t, dir+"/package.json"), &pkg); err != nil {
+			t.Fatal(err)
+		}
+		if pkg.Version != want {
+			t.Errorf("%s/package.json version is %q, CHANGELOG.md's newest is %q", dir, pkg.Version, want)
+		}
+		if pkg.License != "MIT" {
+			t.Errorf("%s/package.json license is %q, want MIT", dir, pkg.License)
+		}
+		if !slices.Contains(pkg.Files, "LICENSE") {
+			t.Errorf("%s/package.json files %q lack LICENSE", dir, pkg.Files)
+		}
+		// The module runs the SDK of its own release.
+		if r, ok := pkg.PeerDependencies["nqd-worker"]; ok && r != "^"+want {
+			t.Errorf("%s/package.json wants nqd-worker %q, not ^%s", dir, r, want)
+		}
 	}
 }
 

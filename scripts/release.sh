@@ -3,6 +3,7 @@
 #   nqd_<version>_<os>_<arch>.tar.gz  a static nqd for linux and darwin on amd64
 #                                     and arm64, with LICENSE and README.md
 #   nqd-worker-<version>.tgz          the TypeScript SDK (npm pack)
+#   nqd-nuxt-<version>.tgz            the Nuxt module (npm pack)
 #   nqd-worker-<version>.tar.gz, nqd_worker-<version>-py3-none-any.whl
 #                                     the Python SDK's sdist and wheel
 #                                     (Debian's python3-build)
@@ -93,6 +94,9 @@ fi
 
 echo "release: npm package of sdk/typescript"
 (cd sdk/typescript && npm ci --no-audit --no-fund && npm run build && npm pack --pack-destination "$dist")
+
+echo "release: npm package of sdk/nuxt"
+(cd sdk/nuxt && npm ci --no-audit --no-fund && npm run build && npm pack --pack-destination "$dist")
 
 echo "release: Python package of sdk/python"
 # setuptools builds in the source tree; a build/ left by an earlier run could
