@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // selfHeaders are the Nqd-Worker-* headers that name this worker process
@@ -58,4 +60,13 @@ func sdkVersion() string {
 		}
 	}
 	return "devel"
+}
+
+// goodbyeTimeout bounds the goodbye a stopping worker sends.
+const goodbyeTimeout = 2 * time.Second
+
+// goodbye tells nqd's worker registry that this worker stops. It is a
+// courtesy: a worker that cannot say it is shown lost once silent.
+func (c *client) goodbye(ctx context.Context) {
+	_ = c.postWithin(ctx, goodbyeTimeout, "/api/_workers/goodbye", struct{}{}, "", nil)
 }

@@ -150,6 +150,9 @@ func Run(ctx context.Context, cfg Config, handlers map[string]Handler) error {
 		c:        &client{base: strings.TrimRight(cfg.BaseURL, "/"), http: cfg.Client, token: cfg.Token, self: selfHeaders(cfg)},
 		log:      cfg.Logger,
 	}
+	// Last, once every job is done: nqd's worker registry shows the worker
+	// left rather than lost once silent.
+	defer w.c.goodbye(context.WithoutCancel(ctx))
 	// Jobs run under their own context, so that ctx ending only stops the
 	// claims; stop cancels them once the grace period is over. Their
 	// reports and heartbeats go on under reports, which the grace

@@ -11,10 +11,11 @@ import (
 )
 
 // The Go worker names itself by its headers, so nqd's worker registry lists
-// it with its SDK, host, queues and concurrency.
+// it with its SDK, host, queues and concurrency, and shows it left once it
+// stops.
 func TestWorkerIsListed(t *testing.T) {
 	n := startNQD(t)
-	runWorker(t, n.base, worker.Config{Queues: []string{"q1", "q2"}, Concurrency: 3}, map[string]worker.Handler{})
+	stop, result := runWorker(t, n.base, worker.Config{Queues: []string{"q1", "q2"}, Concurrency: 3}, map[string]worker.Handler{})
 	type listed struct {
 		ID, Name, SDK, Version, Host, Transport, Status string
 		Queues                                          []string
@@ -28,5 +29,12 @@ func TestWorkerIsListed(t *testing.T) {
 	if w.SDK != "go" || w.Version == "" || w.Host == "" || w.Transport != "http" || w.Status != "active" ||
 		w.Concurrency != 3 || strings.Join(w.Queues, ",") != "q1,q2" || !strings.Contains(w.ID, "-") {
 		t.Fatalf("listed %+v", w)
+	}
+	stop()
+	if err := <-result; err != nil {
+		t.Fatalf("worker: %v", err)
+	}
+	if n.do(http.MethodGet, "/api/_workers?status=left", nil, &got) != http.StatusOK || len(got.Workers) != 1 || got.Workers[0].ID != w.ID {
+		t.Fatalf("after the worker stopped, the left workers are %+v", got.Workers)
 	}
 }

@@ -534,8 +534,17 @@ class Worker:
             self._stop.set()
             stop_wait.cancel()
             await self._drain()
+            await self._goodbye()
             await self._http.close()
             self._threads.shutdown(wait=False)
+
+    async def _goodbye(self) -> None:
+        """Tells nqd's worker registry the worker stops; a courtesy, since a
+        silent worker is shown lost in time."""
+        try:
+            await self._request("POST", "/api/_workers/goodbye", {}, timeout=2.0)
+        except Exception:  # noqa: BLE001 - nothing depends on it
+            pass
 
     async def _claim(self, queues: list[str], n: int) -> list[dict[str, Any]]:
         body = {"queues": queues, "max": n, "waitMs": int(self.claim_wait * 1000)}

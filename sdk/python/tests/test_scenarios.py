@@ -609,3 +609,5 @@ def test_worker_is_listed(nqd: Nqd) -> None:
     assert (got["sdk"], got["transport"], got["status"], got["concurrency"]) == ("python", "http", "active", 3)
     assert got["queues"] == ["py-listed-a", "py-listed-b"]
     assert got["host"] and got["version"]
+    left = nqd.call("GET", "/api/_workers?queue=py-listed-a")[1]["workers"]
+    assert [(x["status"], x["reason"]) for x in left] == [("left", "closed")]

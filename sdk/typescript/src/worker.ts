@@ -310,6 +310,12 @@ class WorkerImpl implements Worker {
       await Promise.allSettled([...this.completing].map(r => r.done))
       await Promise.allSettled([...this.handingBack])
       await this.loop?.catch(() => undefined)
+      // A courtesy to nqd's worker registry, which otherwise shows the
+      // worker lost once it has been silent long enough.
+      const left = deadline - Date.now()
+      if (left > 0) {
+        await this.http.post('/api/_workers/goodbye', {}, { timeoutMs: Math.min(2000, left) }).catch(() => undefined)
+      }
     } finally {
       timers.abort()
       clearTimeout(giveUp)

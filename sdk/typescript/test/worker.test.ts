@@ -68,6 +68,8 @@ describe('scenarios', () => {
     } finally {
       await wk.stop()
     }
+    const left = await nqd.call<{ workers: { status: string, reason: string }[] }>('GET', '/api/_workers?queue=q-listed-a')
+    assert.deepEqual(left.workers.map(w => [w.status, w.reason]), [['left', 'closed']])
   })
 
   it('retries a thrown error, then succeeds', async () => {
