@@ -2,21 +2,33 @@ package faults
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/examples/demo"
 	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/worker"
 )
 
 // TestClusterFailover kills, with SIGKILL, the Redis Cluster primary that
 // serves nqd's slot while clients append to several contexts and stream
-// them; its replica takes over (the cluster's own failure detection) and the
-// killed node comes back as the new replica. With NQ_REDIS_WAIT_REPLICAS=1
-// every acknowledged event is stored once, no batch is half applied or
-// stored twice, and every SSE client receives every event once, in order.
+// them, and runs of a three-step flow go through a worker; its replica takes
+// over (the cluster's own failure detection) and the killed node comes back
+// as the new replica. With NQ_REDIS_WAIT_REPLICAS=1 every acknowledged
+// event is stored once, no batch is half applied or stored twice, every SSE
+// client receives every event once, in order, and every run started
+// completes once.
 func TestClusterFailover(t *testing.T) {
 	r := clusterFailover(t, 1)
 	if r.lost > 0 {
@@ -42,7 +54,13 @@ type failoverResult struct {
 func clusterFailover(t *testing.T, replicas int) failoverResult {
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{NodeTimeout: time.Second})
 	const prefix = "nqf"
-	base := startAppOn(t, "-redis-url", cl.URL(), "-prefix", prefix, "-redis-wait-replicas", strconv.Itoa(replicas))
+	base := startAppOn(t, "-redis-url", cl.URL(), "-prefix", prefix, "-redis-wait-replicas", strconv.Itoa(replicas), "-flows-dir", "../examples/flows",
+		// A claim whose answer the failover lost leaves its job leased
+		// until the lease ends; a short one keeps the test short.
+		"-job-lease", "3s")
+	startDemoWorker(t, base)
+	starter := newStarter(base, "pipeline")
+	go starter.run()
 
 	fctx, stopFollowers := context.WithCancel(context.Background())
 	defer stopFollowers()
@@ -58,6 +76,7 @@ func clusterFailover(t *testing.T, replicas int) failoverResult {
 	for _, a := range appenders {
 		eventually(t, "appends before the failover", func() bool { return a.ackedCount() >= 20 })
 	}
+	eventually(t, "runs before the failover", func() bool { return starter.count() >= 5 })
 	for _, f := range followers {
 		eventually(t, "followers before the failover", func() bool { return f.count() >= 20 })
 	}
@@ -80,9 +99,12 @@ func clusterFailover(t *testing.T, replicas int) failoverResult {
 	for i, a := range appenders {
 		eventually(t, "appends after the failover", func() bool { return a.ackedCount() >= before[i]+20 })
 	}
+	runsBefore := starter.count()
+	eventually(t, "runs after the failover", func() bool { return starter.count() >= runsBefore+5 })
 	for _, a := range appenders {
 		a.stop()
 	}
+	starter.stop()
 
 	var r failoverResult
 	var unavailable, unknown int
@@ -105,8 +127,12 @@ func clusterFailover(t *testing.T, replicas int) failoverResult {
 		f.check(t, fmt.Sprintf("follower %d", i), stored)
 	}
 	stopFollowers()
-	t.Logf("replicas waited for: %d; replica promoted %s after the kill; %d events acknowledged, %d appends answered 503, %d answered 504 outcome_unknown",
-		replicas, promoted.Round(time.Millisecond), r.acked, unavailable, unknown)
+	failedRuns := 0
+	if replicas > 0 {
+		failedRuns = starter.check(t, base)
+	}
+	t.Logf("replicas waited for: %d; replica promoted %s after the kill; %d events acknowledged, %d appends answered 503, %d answered 504 outcome_unknown; %d runs started, each ended once, %d failed (a claim lost with the primary)",
+		replicas, promoted.Round(time.Millisecond), r.acked, unavailable, unknown, starter.count(), failedRuns)
 	return r
 }
 
@@ -133,4 +159,169 @@ func lostAcked(a *appender, stored []storedEvent) (int, event.ID) {
 		}
 	}
 	return lost, oldest
+}
+
+// startDemoWorker runs the demo worker's handlers in this process until the
+// test ends.
+func startDemoWorker(t *testing.T, base string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		cfg := worker.Config{BaseURL: base, Concurrency: 4, Queues: []string{"default"},
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		if err := worker.Run(ctx, cfg, demo.Handlers(demo.Options{Epochs: 1})); err != nil {
+			t.Errorf("worker: %v", err)
+		}
+	})
+	t.Cleanup(func() { cancel(); wg.Wait() })
+}
+
+// starter starts runs of a flow one after another, each under an
+// Idempotency-Key of its own that it sends again until it is answered with
+// the run's id, and keeps those ids.
+type starter struct {
+	url string
+
+	mu       sync.Mutex
+	ids      []string
+	stopping atomic.Bool
+	done     chan struct{}
+}
+
+func newStarter(base, flow string) *starter {
+	return &starter{url: base + "/api/_flows/" + flow + "/start", done: make(chan struct{})}
+}
+
+func (s *starter) run() {
+	defer close(s.done)
+	for n := 0; !s.stopping.Load(); n++ {
+		for !s.stopping.Load() {
+			if id := s.start(n); id != "" {
+				s.mu.Lock()
+				s.ids = append(s.ids, id)
+				s.mu.Unlock()
+				break
+			}
+			time.Sleep(50 * time.Millisecond) // the Retry-After a client would honour, shortened
+		}
+	}
+}
+
+// start sends start n once and returns the run's id, "" without an answer.
+func (s *starter) start(n int) string {
+	req, err := http.NewRequest(http.MethodPost, s.url, strings.NewReader(`{"n":`+strconv.Itoa(n)+`}`))
+	if err != nil {
+		panic(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", "start-"+strconv.Itoa(n))
+	resp, err := client.Do(req)
+	if err != nil {
+		return ""
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var body struct {
+		FlowID string `json:"flowId"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&body) != nil {
+		return ""
+	}
+	return body.FlowID
+}
+
+func (s *starter) stop() {
+	s.stopping.Store(true)
+	<-s.done
+}
+
+func (s *starter) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.ids)
+}
+
+// check waits for every run started to end and checks that each ended
+// once: one terminal event in its stream, one entry among the flow's
+// finished runs, and no run the starter did not start. A run may fail: a
+// claim whose answer the failover lost leaves its job with no worker until
+// the lease ends, as a worker's crash would, and a step without retries
+// then fails. It returns how many failed.
+func (s *starter) check(t *testing.T, base string) (failed int) {
+	t.Helper()
+	s.mu.Lock()
+	ids := slices.Clone(s.ids)
+	s.mu.Unlock()
+	if len(ids) != len(slices.Compact(slices.Sorted(slices.Values(ids)))) {
+		t.Errorf("a start answered with the id of another start: %v", ids)
+	}
+	ended := func() map[string]int {
+		out := map[string]int{}
+		for _, status := range []string{"completed", "failed"} {
+			for offset := 0; ; offset += 100 {
+				var page struct {
+					Items []struct {
+						ID string `json:"id"`
+					} `json:"items"`
+				}
+				getJSON(t, base+"/api/_flows/pipeline/runs?status="+status+"&limit=100&offset="+strconv.Itoa(offset), &page)
+				for _, r := range page.Items {
+					out[r.ID]++
+				}
+				if len(page.Items) < 100 {
+					break
+				}
+			}
+		}
+		return out
+	}
+	deadline := time.Now().Add(waitFor)
+	done := ended()
+	for len(done) < len(ids) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond) // polling the runs list, bounded by deadline
+		done = ended()
+	}
+	for _, id := range ids {
+		if done[id] != 1 {
+			t.Errorf("run %s is listed %d times among the finished runs", id, done[id])
+		}
+		var evs struct {
+			Events []struct {
+				Kind string `json:"kind"`
+			} `json:"events"`
+		}
+		getJSON(t, base+"/api/_events/flow/"+id+"?limit=1000", &evs)
+		ends := 0
+		for _, e := range evs.Events {
+			switch e.Kind {
+			case "flow.failed":
+				failed++
+				ends++
+			case "flow.completed", "flow.canceled", "flow.cancelled":
+				ends++
+			}
+		}
+		if ends != 1 {
+			t.Errorf("run %s ended %d times: %+v", id, ends, evs.Events)
+		}
+	}
+	if len(done) != len(ids) {
+		t.Errorf("%d runs ended, %d were started", len(done), len(ids))
+	}
+	return failed
+}
+
+func getJSON(t *testing.T, url string, out any) {
+	t.Helper()
+	resp, err := client.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
 }
