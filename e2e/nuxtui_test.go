@@ -298,6 +298,17 @@ func buildUI(t *testing.T, repo, nqd string) string {
 		t.Logf("reusing the UI built in %s", dir)
 		return dir
 	}
+	checkoutUI(t, repo, dir)
+	env := []string{"NUXT_TELEMETRY_DISABLED=1", "CI=", "NQD_URL=" + nqd}
+	runCmd(t, dir, env, "npx", "-y", pnpmPkg, "install", "--no-frozen-lockfile")
+	runCmd(t, dir, env, "npx", "-y", pnpmPkg, "-C", "ui-host", "exec", "nuxi", "build")
+	return dir
+}
+
+// checkoutUI extracts the tagged UI's workspace into dir and adds the host
+// app of testdata/nuxtui/ui-host to it, as dir/ui-host.
+func checkoutUI(t *testing.T, repo, dir string) {
+	t.Helper()
 	gitDir := repo
 	if _, err := os.Stat(filepath.Join(repo, ".git")); err == nil {
 		gitDir = filepath.Join(repo, ".git")
@@ -333,10 +344,6 @@ func buildUI(t *testing.T, repo, nqd string) string {
 	if err := ws.Close(); err != nil {
 		t.Fatal(err)
 	}
-	env := []string{"NUXT_TELEMETRY_DISABLED=1", "CI=", "NQD_URL=" + nqd}
-	runCmd(t, dir, env, "npx", "-y", pnpmPkg, "install", "--no-frozen-lockfile")
-	runCmd(t, dir, env, "npx", "-y", pnpmPkg, "-C", "ui-host", "exec", "nuxi", "build")
-	return dir
 }
 
 // startNuxt runs the built host app on port until the test ends.
