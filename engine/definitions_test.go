@@ -10,6 +10,7 @@ import (
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/flows"
+	"github.com/nqd-dev/nqd/internal/backendtest"
 	"github.com/nqd-dev/nqd/internal/pgtest"
 	"github.com/nqd-dev/nqd/internal/redistest"
 	"github.com/nqd-dev/nqd/store"
@@ -33,11 +34,11 @@ func forEachCheckingPair(t *testing.T, f func(t *testing.T, a, b engine.Store)) 
 	}{
 		{"redis", func(t *testing.T) (engine.Store, engine.Store) {
 			prefix := redistest.Prefix(t)
-			return newRedisStoreAt(t, prefix), newRedisStoreAt(t, prefix)
+			return backendtest.OpenRedis(t, prefix), backendtest.OpenRedis(t, prefix)
 		}},
 		{"postgres", func(t *testing.T) (engine.Store, engine.Store) {
 			url := pgtest.URL(t)
-			return newPGStoreAt(t, url), newPGStoreAt(t, url)
+			return backendtest.OpenPostgres(t, url), backendtest.OpenPostgres(t, url)
 		}},
 	}
 	for _, p := range pairs {

@@ -14,19 +14,15 @@ import (
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/flows"
+	"github.com/nqd-dev/nqd/internal/backendtest"
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
-	"github.com/nqd-dev/nqd/store/boltstore"
 )
 
-// backends lists the stores every engine scenario runs on; redis_test.go
-// adds the Redis one.
-var backends = map[string]func(t *testing.T) engine.Store{"bolt": func(t *testing.T) engine.Store { return testkit.Bolt(t, boltstore.Options{}) }}
-
+// forEachBackend runs f on a fresh store of each backend every engine
+// scenario runs on: the embedded store and Redis.
 func forEachBackend(t *testing.T, f func(t *testing.T, st engine.Store)) {
-	for name, newStore := range backends {
-		t.Run(name, func(t *testing.T) { f(t, newStore(t)) })
-	}
+	backendtest.Each(t, []string{backendtest.Embedded, backendtest.Redis}, func(t *testing.T, b backendtest.Backend) { f(t, b.Open(t)) })
 }
 
 func newEngine(t *testing.T, st engine.Store, c *testkit.Clock) *engine.Engine {

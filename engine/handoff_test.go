@@ -9,6 +9,7 @@ import (
 
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/flows"
+	"github.com/nqd-dev/nqd/internal/backendtest"
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/internal/wait"
 	"github.com/nqd-dev/nqd/store"
@@ -63,7 +64,7 @@ var leasingBackends = []struct {
 	open func(t *testing.T) engine.Store
 }{
 	{"bolt", func(t *testing.T) engine.Store { return testkit.Bolt(t, boltstore.Options{}) }},
-	{"redis", newRedisStore},
+	{"redis", func(t *testing.T) engine.Store { return backendtest.OpenRedis(t, "") }},
 }
 
 // eachLeasingBackend runs test on every store that enqueues a job claimed,

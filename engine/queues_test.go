@@ -8,6 +8,7 @@ import (
 
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/backendtest"
 	"github.com/nqd-dev/nqd/internal/redistest"
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
@@ -129,8 +130,8 @@ func TestQueueViews(t *testing.T) {
 func TestQueuePauseSharedByInstances(t *testing.T) {
 	ctx := t.Context()
 	prefix := redistest.Prefix(t)
-	a := engine.New(newRedisStoreAt(t, prefix), engine.Options{PollInterval: 20 * time.Millisecond})
-	b := engine.New(newRedisStoreAt(t, prefix), engine.Options{PollInterval: 20 * time.Millisecond})
+	a := engine.New(backendtest.OpenRedis(t, prefix), engine.Options{PollInterval: 20 * time.Millisecond})
+	b := engine.New(backendtest.OpenRedis(t, prefix), engine.Options{PollInterval: 20 * time.Millisecond})
 	mustDefine(t, a, "dia", "diamond")
 	if err := a.SetQueuePaused(ctx, "default", true); err != nil {
 		t.Fatal(err)
@@ -142,7 +143,7 @@ func TestQueuePauseSharedByInstances(t *testing.T) {
 	if jobs, err := b.Claim(ctx, []string{"default"}, 5, 100*time.Millisecond); err != nil || len(jobs) != 0 {
 		t.Fatalf("another instance claimed %v, %v from the paused queue", jobs, err)
 	}
-	later := engine.New(newRedisStoreAt(t, prefix), engine.Options{})
+	later := engine.New(backendtest.OpenRedis(t, prefix), engine.Options{})
 	if q, err := later.Queue(ctx, "default"); err != nil || !q.Paused || q.Counts.Paused != 1 {
 		t.Fatalf("a new instance sees %+v, %v; want the queue paused with one job", q, err)
 	}

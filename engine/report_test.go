@@ -9,6 +9,7 @@ import (
 
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/backendtest"
 	"github.com/nqd-dev/nqd/internal/pgtest"
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
@@ -227,7 +228,7 @@ func TestOutcomeCarriesEvents(t *testing.T) {
 func TestCompleteDecidesItsEmits(t *testing.T) {
 	forEachBackend(t, completeDecidesItsEmits)
 	// PostgreSQL checks the definition in the update and claims apart.
-	t.Run("postgres", func(t *testing.T) { completeDecidesItsEmits(t, newPGStoreAt(t, pgtest.URL(t))) })
+	t.Run("postgres", func(t *testing.T) { completeDecidesItsEmits(t, backendtest.OpenPostgres(t, pgtest.URL(t))) })
 }
 
 func completeDecidesItsEmits(t *testing.T, inner engine.Store) {

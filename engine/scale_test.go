@@ -12,6 +12,7 @@ import (
 
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/backendtest"
 	"github.com/nqd-dev/nqd/internal/redistest"
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
@@ -33,7 +34,7 @@ func TestTwoInstancesOnRedis(t *testing.T) {
 	var engines []*engine.Engine
 	var stores []engine.Store
 	for range 2 {
-		st := newRedisStoreAt(t, prefix)
+		st := backendtest.OpenRedis(t, prefix)
 		stores = append(stores, st)
 		engines = append(engines, engine.New(st, engine.Options{PollInterval: 20 * time.Millisecond, Logger: testkit.Logger(t).Level(zerolog.WarnLevel)}))
 	}

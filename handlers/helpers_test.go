@@ -23,12 +23,11 @@ import (
 
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/handlers"
-	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/internal/backendtest"
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/snapshots"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
-	"github.com/nqd-dev/nqd/store/redisstore"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -98,28 +97,12 @@ func newTestAPI(t testing.TB, opts ...func(*handlers.Deps)) *testAPI {
 	return &testAPI{h: api.Routes(), store: st, clock: clock}
 }
 
-// newRedisStore opens a store on the shared test Redis, under a key prefix
-// of its own, closed when the test ends.
-func newRedisStore(t testing.TB) *redisstore.Store {
-	t.Helper()
-	st, err := redisstore.New(redistest.Client(t), redisstore.Options{Prefix: redistest.Prefix(t), Logger: testkit.Logger(t)})
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := st.Close(); err != nil {
-			t.Errorf("close store: %v", err)
-		}
-	})
-	return st
-}
-
 // newEngineStore opens a store of backend, "bolt" or "redis", for an engine;
 // now is the embedded store's clock (nil for the real one).
 func newEngineStore(t testing.TB, backend string, now func() time.Time) engine.Store {
 	t.Helper()
 	if backend == "redis" {
-		return newRedisStore(t)
+		return backendtest.OpenRedis(t, "")
 	}
 	return testkit.Bolt(t, boltstore.Options{Now: now, Logger: testkit.Logger(t)})
 }
@@ -129,7 +112,7 @@ func newEngineStore(t testing.TB, backend string, now func() time.Time) engine.S
 func newRedisTestAPI(t testing.TB, opts ...func(*handlers.Deps)) *testAPI {
 	t.Helper()
 	log := testkit.Logger(t)
-	st := newRedisStore(t)
+	st := backendtest.OpenRedis(t, "")
 	deps := handlers.Deps{Store: st, State: newStates(t, st), Engine: engine.New(st, engine.Options{Logger: log}), KV: st, Restorer: st, Log: log}
 	for _, opt := range opts {
 		opt(&deps)

@@ -10,12 +10,11 @@ import (
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/flows"
 	"github.com/nqd-dev/nqd/handlers"
+	"github.com/nqd-dev/nqd/internal/backendtest"
 	"github.com/nqd-dev/nqd/internal/pgtest"
 	"github.com/nqd-dev/nqd/internal/redistest"
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store/boltstore"
-	"github.com/nqd-dev/nqd/store/pgstore"
-	"github.com/nqd-dev/nqd/store/redisstore"
 	"github.com/nqd-dev/nqd/triggers"
 )
 
@@ -61,25 +60,9 @@ func openTriggerStore(t *testing.T, backend, shared string) engine.Store {
 	log := testkit.Logger(t)
 	switch backend {
 	case "redis":
-		if shared == "" {
-			return newRedisStore(t)
-		}
-		st, err := redisstore.New(redistest.Client(t), redisstore.Options{Prefix: shared, Logger: log})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = st.Close() })
-		return st
+		return backendtest.OpenRedis(t, shared)
 	case "postgres":
-		if shared == "" {
-			shared = pgtest.URL(t)
-		}
-		pg, err := pgstore.Open(t.Context(), shared, pgstore.Options{Logger: log})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = pg.Close() })
-		return pg
+		return backendtest.OpenPostgres(t, shared)
 	}
 	return testkit.Bolt(t, boltstore.Options{Logger: log})
 }

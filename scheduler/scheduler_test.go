@@ -14,42 +14,17 @@ import (
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/flows"
-	"github.com/nqd-dev/nqd/internal/pgtest"
-	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/internal/backendtest"
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/schedule"
 	"github.com/nqd-dev/nqd/scheduler"
 	"github.com/nqd-dev/nqd/snapshots"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
-	"github.com/nqd-dev/nqd/store/pgstore"
-	"github.com/nqd-dev/nqd/store/redisstore"
 	"github.com/nqd-dev/nqd/triggers"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-
-// backends are the stores the scenarios run on; all three engines of a
-// scenario share one.
-var backends = map[string]func(t *testing.T) engine.Store{
-	"bolt": func(t *testing.T) engine.Store { return testkit.Bolt(t, boltstore.Options{}) },
-	"redis": func(t *testing.T) engine.Store {
-		s, err := redisstore.New(redistest.Client(t), redisstore.Options{Prefix: redistest.Prefix(t), Logger: testkit.Logger(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	},
-	"postgres": func(t *testing.T) engine.Store {
-		s, err := pgstore.Open(t.Context(), pgtest.URL(t), pgstore.Options{Logger: testkit.Logger(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	},
-}
 
 // instance is one nqd: an engine and its scheduler on the shared store.
 type instance struct {
@@ -160,87 +135,85 @@ func (s *crashing) UpdateRun(ctx context.Context, u store.RunUpdate) (store.Appe
 // right after recording a fire and before starting its flow. Each due time
 // fires once and starts one run.
 func TestThreeInstancesFireEachDueTimeOnce(t *testing.T) {
-	for name, newStore := range backends {
-		t.Run(name, func(t *testing.T) {
-			if name == "bolt" {
-				t.Skip("the embedded store serves one instance")
-			}
-			ctx := t.Context()
-			st := newStore(t)
-			c := testkit.NewClock(t0)
-			victim := &crashing{Store: st}
-			obs := &countingObserver{}
-			nodes := []instance{newInstance(t, victim, c, obs), newInstance(t, st, c, obs), newInstance(t, st, c, obs)}
-			mustDefine(t, nodes[1].eng)
-			sc := store.Context{Type: scheduler.FlowStream, ID: "every-second"}
-			spec := schedule.Spec{Interval: 1, Overlap: schedule.OverlapAllow}
-			if _, err := nodes[1].sch.Put(ctx, sc, spec, []scheduler.Target{{Flow: "example-flow"}}, nil); err != nil {
-				t.Fatal(err)
-			}
-			const hour = 3600
-			tick := func() {
-				var wg sync.WaitGroup
-				for i, n := range nodes {
-					if i == 0 && victim.dead.Load() {
-						continue
-					}
-					wg.Go(func() { _ = n.eng.Tick(ctx) })
+	backendtest.Each(t, backendtest.All, func(t *testing.T, be backendtest.Backend) {
+		if be.Name == backendtest.Embedded {
+			t.Skip("the embedded store serves one instance")
+		}
+		ctx := t.Context()
+		st := be.Open(t)
+		c := testkit.NewClock(t0)
+		victim := &crashing{Store: st}
+		obs := &countingObserver{}
+		nodes := []instance{newInstance(t, victim, c, obs), newInstance(t, st, c, obs), newInstance(t, st, c, obs)}
+		mustDefine(t, nodes[1].eng)
+		sc := store.Context{Type: scheduler.FlowStream, ID: "every-second"}
+		spec := schedule.Spec{Interval: 1, Overlap: schedule.OverlapAllow}
+		if _, err := nodes[1].sch.Put(ctx, sc, spec, []scheduler.Target{{Flow: "example-flow"}}, nil); err != nil {
+			t.Fatal(err)
+		}
+		const hour = 3600
+		tick := func() {
+			var wg sync.WaitGroup
+			for i, n := range nodes {
+				if i == 0 && victim.dead.Load() {
+					continue
 				}
-				wg.Wait()
+				wg.Go(func() { _ = n.eng.Tick(ctx) })
 			}
-			for c.Now().Before(t0.Add(hour * time.Second)) {
-				c.Add(250 * time.Millisecond)
-				if c.Now().Equal(t0.Add(hour / 2 * time.Second)) {
-					victim.armed.Store(true)
-				}
-				tick()
+			wg.Wait()
+		}
+		for c.Now().Before(t0.Add(hour * time.Second)) {
+			c.Add(250 * time.Millisecond)
+			if c.Now().Equal(t0.Add(hour / 2 * time.Second)) {
+				victim.armed.Store(true)
 			}
-			if !victim.dead.Load() {
-				t.Fatal("the instance meant to die never recorded a fire")
+			tick()
+		}
+		if !victim.dead.Load() {
+			t.Fatal("the instance meant to die never recorded a fire")
+		}
+		// Stop the schedule and let the last fires settle.
+		if _, err := nodes[1].sch.SetPaused(ctx, sc, true); err != nil {
+			t.Fatal(err)
+		}
+		for range 40 {
+			c.Add(250 * time.Millisecond)
+			tick()
+		}
+		dues := firedDues(t, st, sc)
+		if len(dues) < hour {
+			t.Fatalf("%d fires, want at least %d", len(dues), hour)
+		}
+		for i, d := range dues {
+			if d != i+1 {
+				t.Fatalf("fire %d is of due time %ds, want %ds (dues %v...)", i, d, i+1, dues[max(i-3, 0):min(i+3, len(dues))])
 			}
-			// Stop the schedule and let the last fires settle.
-			if _, err := nodes[1].sch.SetPaused(ctx, sc, true); err != nil {
-				t.Fatal(err)
+		}
+		for _, r := range readEvents(t, st, sc) {
+			if r.Kind == "schedule.skipped" {
+				t.Errorf("skipped %d due times: %s", r.Data.Count, r.Data.Reason)
 			}
-			for range 40 {
-				c.Add(250 * time.Millisecond)
-				tick()
-			}
-			dues := firedDues(t, st, sc)
-			if len(dues) < hour {
-				t.Fatalf("%d fires, want at least %d", len(dues), hour)
-			}
-			for i, d := range dues {
-				if d != i+1 {
-					t.Fatalf("fire %d is of due time %ds, want %ds (dues %v...)", i, d, i+1, dues[max(i-3, 0):min(i+3, len(dues))])
-				}
-			}
-			for _, r := range readEvents(t, st, sc) {
-				if r.Kind == "schedule.skipped" {
-					t.Errorf("skipped %d due times: %s", r.Data.Count, r.Data.Reason)
-				}
-			}
-			// The victim's last fire was written but its instance died
-			// before it could count it.
-			if n := obs.fired.Load(); n != int64(len(dues))-1 || obs.skipped.Load() != 0 {
-				t.Errorf("observed %d fires and %d skips, want %d fires", n, obs.skipped.Load(), len(dues)-1)
-			}
-			page, err := st.ListRuns(ctx, "example-flow", "", 0, 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if page.Total != int64(len(dues)) {
-				t.Errorf("%d runs for %d fires", page.Total, len(dues))
-			}
-			got, err := nodes[2].sch.Get(ctx, sc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got.RunCount != len(dues) || got.FailCount != 0 || len(got.Pending) != 0 {
-				t.Errorf("schedule state: runCount %d failCount %d pending %v, want %d fires", got.RunCount, got.FailCount, got.Pending, len(dues))
-			}
-		})
-	}
+		}
+		// The victim's last fire was written but its instance died
+		// before it could count it.
+		if n := obs.fired.Load(); n != int64(len(dues))-1 || obs.skipped.Load() != 0 {
+			t.Errorf("observed %d fires and %d skips, want %d fires", n, obs.skipped.Load(), len(dues)-1)
+		}
+		page, err := st.ListRuns(ctx, "example-flow", "", 0, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if page.Total != int64(len(dues)) {
+			t.Errorf("%d runs for %d fires", page.Total, len(dues))
+		}
+		got, err := nodes[2].sch.Get(ctx, sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.RunCount != len(dues) || got.FailCount != 0 || len(got.Pending) != 0 {
+			t.Errorf("schedule state: runCount %d failCount %d pending %v, want %d fires", got.RunCount, got.FailCount, got.Pending, len(dues))
+		}
+	})
 }
 
 // nqd is stopped from 90s to 400s across five due times of a one-minute
@@ -257,44 +230,42 @@ func TestRestartAppliesMisfirePolicy(t *testing.T) {
 		{schedule.MisfireFireOnce, 0, 0, []int{60, 360, 420, 480}, map[string]int{schedule.ReasonMisfire: 4}},
 		{schedule.MisfireCatchUp, 200, 2, []int{60, 300, 360, 420, 480}, map[string]int{schedule.ReasonCatchUpWindow: 2, schedule.ReasonCatchUpMax: 1}},
 	}
-	for name, newStore := range backends {
-		t.Run(name, func(t *testing.T) {
-			for _, tt := range tests {
-				t.Run(tt.misfire, func(t *testing.T) {
-					ctx := t.Context()
-					st := newStore(t)
-					c := testkit.NewClock(t0)
-					before := newInstance(t, st, c)
-					mustDefine(t, before.eng)
-					sc := store.Context{Type: scheduler.FlowStream, ID: "minutely"}
-					spec := schedule.Spec{Interval: 60, MisfireGrace: 10, Misfire: tt.misfire, CatchUpWindow: tt.window, CatchUpMax: tt.max, Overlap: schedule.OverlapAllow}
-					if _, err := before.sch.Put(ctx, sc, spec, []scheduler.Target{{Flow: "example-flow"}}, nil); err != nil {
-						t.Fatal(err)
+	for _, tt := range tests {
+		t.Run(tt.misfire, func(t *testing.T) {
+			backendtest.Each(t, backendtest.All, func(t *testing.T, be backendtest.Backend) {
+				ctx := t.Context()
+				st := be.Open(t)
+				c := testkit.NewClock(t0)
+				before := newInstance(t, st, c)
+				mustDefine(t, before.eng)
+				sc := store.Context{Type: scheduler.FlowStream, ID: "minutely"}
+				spec := schedule.Spec{Interval: 60, MisfireGrace: 10, Misfire: tt.misfire, CatchUpWindow: tt.window, CatchUpMax: tt.max, Overlap: schedule.OverlapAllow}
+				if _, err := before.sch.Put(ctx, sc, spec, []scheduler.Target{{Flow: "example-flow"}}, nil); err != nil {
+					t.Fatal(err)
+				}
+				for c.Now().Before(t0.Add(90 * time.Second)) {
+					c.Add(time.Second)
+					must(t, before.eng.Tick(ctx))
+				}
+				c.Set(t0.Add(400 * time.Second))
+				after := newInstance(t, st, c)
+				for c.Now().Before(t0.Add(500 * time.Second)) {
+					must(t, after.eng.Tick(ctx))
+					c.Add(time.Second)
+				}
+				if got := firedDues(t, st, sc); !slices.Equal(got, tt.fired) {
+					t.Errorf("fired due times %v, want %v", got, tt.fired)
+				}
+				skipped := map[string]int{}
+				for _, r := range readEvents(t, st, sc) {
+					if r.Kind == "schedule.skipped" {
+						skipped[r.Data.Reason] += r.Data.Count
 					}
-					for c.Now().Before(t0.Add(90 * time.Second)) {
-						c.Add(time.Second)
-						must(t, before.eng.Tick(ctx))
-					}
-					c.Set(t0.Add(400 * time.Second))
-					after := newInstance(t, st, c)
-					for c.Now().Before(t0.Add(500 * time.Second)) {
-						must(t, after.eng.Tick(ctx))
-						c.Add(time.Second)
-					}
-					if got := firedDues(t, st, sc); !slices.Equal(got, tt.fired) {
-						t.Errorf("fired due times %v, want %v", got, tt.fired)
-					}
-					skipped := map[string]int{}
-					for _, r := range readEvents(t, st, sc) {
-						if r.Kind == "schedule.skipped" {
-							skipped[r.Data.Reason] += r.Data.Count
-						}
-					}
-					if !mapsEqual(skipped, tt.skipped) {
-						t.Errorf("skipped %v, want %v", skipped, tt.skipped)
-					}
-				})
-			}
+				}
+				if !mapsEqual(skipped, tt.skipped) {
+					t.Errorf("skipped %v, want %v", skipped, tt.skipped)
+				}
+			})
 		})
 	}
 }

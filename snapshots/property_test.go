@@ -9,13 +9,12 @@ import (
 	"testing"
 
 	"github.com/nqd-dev/nqd/event"
-	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/internal/backendtest"
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/reducers"
 	"github.com/nqd-dev/nqd/snapshots"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
-	"github.com/nqd-dev/nqd/store/redisstore"
 )
 
 // backends runs f once per store backend, each on a fresh store.
@@ -35,15 +34,7 @@ func newBoltStore(t *testing.T) store.Store {
 	return testkit.Bolt(t, boltstore.Options{Logger: testkit.Logger(t)})
 }
 
-func newRedisStore(t *testing.T) store.Store {
-	t.Helper()
-	st, err := redisstore.New(redistest.Client(t), redisstore.Options{Prefix: redistest.Prefix(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	return st
-}
+func newRedisStore(t *testing.T) store.Store { return backendtest.OpenRedis(t, "") }
 
 func newCache(t *testing.T, st store.Store, opts snapshots.Options) *snapshots.Cache {
 	t.Helper()

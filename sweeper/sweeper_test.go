@@ -11,11 +11,9 @@ import (
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/flows"
-	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/internal/backendtest"
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
-	"github.com/nqd-dev/nqd/store/boltstore"
-	"github.com/nqd-dev/nqd/store/redisstore"
 	"github.com/nqd-dev/nqd/sweeper"
 )
 
@@ -25,24 +23,10 @@ type backendStore interface {
 	store.KV
 }
 
-var backends = map[string]func(t *testing.T) backendStore{
-	"bolt": func(t *testing.T) backendStore {
-		return testkit.Bolt(t, boltstore.Options{})
-	},
-	"redis": func(t *testing.T) backendStore {
-		s, err := redisstore.New(redistest.Client(t), redisstore.Options{Prefix: redistest.Prefix(t), Logger: testkit.Logger(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	},
-}
-
+// forEachBackend runs f on a fresh store of the embedded store and of
+// Redis.
 func forEachBackend(t *testing.T, f func(t *testing.T, st backendStore)) {
-	for name, newStore := range backends {
-		t.Run(name, func(t *testing.T) { f(t, newStore(t)) })
-	}
+	backendtest.Each(t, []string{backendtest.Embedded, backendtest.Redis}, func(t *testing.T, b backendtest.Backend) { f(t, b.Open(t)) })
 }
 
 const stallAfter = 5 * time.Minute

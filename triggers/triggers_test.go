@@ -12,54 +12,12 @@ import (
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/flows"
-	"github.com/nqd-dev/nqd/internal/pgtest"
-	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/internal/backendtest"
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/snapshots"
 	"github.com/nqd-dev/nqd/store"
-	"github.com/nqd-dev/nqd/store/boltstore"
-	"github.com/nqd-dev/nqd/store/pgstore"
-	"github.com/nqd-dev/nqd/store/redisstore"
 	"github.com/nqd-dev/nqd/triggers"
 )
-
-// backends open two stores on one backend, as two nqd instances would: the
-// embedded store is one instance, so it gives the same store twice.
-var backends = []struct {
-	name string
-	open func(t *testing.T) (a, b engine.Store)
-}{
-	{"bolt", func(t *testing.T) (engine.Store, engine.Store) {
-		st := testkit.Bolt(t, boltstore.Options{Logger: testkit.Logger(t)})
-		return st, st
-	}},
-	{"redis", func(t *testing.T) (engine.Store, engine.Store) {
-		prefix := redistest.Prefix(t)
-		return openRedis(t, prefix), openRedis(t, prefix)
-	}},
-	{"postgres", func(t *testing.T) (engine.Store, engine.Store) {
-		url := pgtest.URL(t)
-		return openPG(t, url), openPG(t, url)
-	}},
-}
-
-func openRedis(t *testing.T, prefix string) engine.Store {
-	st, err := redisstore.New(redistest.Client(t), redisstore.Options{Prefix: prefix, Logger: testkit.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	return st
-}
-
-func openPG(t *testing.T, url string) engine.Store {
-	st, err := pgstore.Open(t.Context(), url, pgstore.Options{Logger: testkit.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	return st
-}
 
 // instance is one nqd instance's registry and engine on a store.
 type instance struct {
@@ -75,13 +33,13 @@ func newInstance(t *testing.T, st engine.Store) instance {
 	return instance{st: st, eng: eng, reg: triggers.New(st, states, eng, triggers.Options{Logger: testkit.Logger(t)})}
 }
 
+// forEachBackend runs f on two instances on one store of each backend, as
+// two nqd instances would share it (the embedded store is one instance, so
+// both have the same store).
 func forEachBackend(t *testing.T, f func(t *testing.T, a, b instance)) {
-	for _, be := range backends {
-		t.Run(be.name, func(t *testing.T) {
-			sa, sb := be.open(t)
-			f(t, newInstance(t, sa), newInstance(t, sb))
-		})
-	}
+	backendtest.Each(t, backendtest.All, func(t *testing.T, be backendtest.Backend) {
+		f(t, newInstance(t, be.Open(t)), newInstance(t, be.Open(t)))
+	})
 }
 
 func define(t *testing.T, e *engine.Engine, name string) {

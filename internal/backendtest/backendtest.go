@@ -1,0 +1,108 @@
+// Package backendtest opens nqd's store backends for tests: the embedded
+// store in a temporary directory, Redis on the test binary's throwaway
+// server (internal/redistest) under a key prefix of the test's own, and
+// PostgreSQL in a schema of the test's own (internal/pgtest). Each runs a
+// test once per backend with a fresh store.
+package backendtest
+
+import (
+	"testing"
+
+	"github.com/nqd-dev/nqd/internal/pgtest"
+	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/internal/testkit"
+	"github.com/nqd-dev/nqd/store"
+	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/store/pgstore"
+	"github.com/nqd-dev/nqd/store/redisstore"
+)
+
+// The backends by name, as subtests are named.
+const (
+	Embedded = "bolt"
+	Redis    = "redis"
+	Postgres = "postgres"
+)
+
+// All names every backend.
+var All = []string{Embedded, Redis, Postgres}
+
+// Backend opens stores of one backend for one test.
+type Backend struct {
+	Name string
+	// Open opens a store. The stores one Backend opens share their data,
+	// as nqd instances on one backend do: on Redis they use one key prefix
+	// over clients of their own, on PostgreSQL one schema over pools of
+	// their own; the embedded store, which one process owns, is the same
+	// store each time.
+	Open func(t testing.TB) store.Backend
+}
+
+// Each runs f in a subtest per backend named (Embedded, Redis, Postgres),
+// each with a Backend of its own. Without a Redis or PostgreSQL server on
+// the machine those subtests are skipped, as redistest and pgtest skip.
+func Each(t *testing.T, names []string, f func(t *testing.T, b Backend)) {
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) { f(t, backend(t, name)) })
+	}
+}
+
+func backend(t *testing.T, name string) Backend {
+	switch name {
+	case Embedded:
+		var st *boltstore.Store
+		return Backend{Name: name, Open: func(t testing.TB) store.Backend {
+			if st == nil {
+				st = testkit.Bolt(t, boltstore.Options{Logger: testkit.Logger(t)})
+			}
+			return st
+		}}
+	case Redis:
+		prefix := redistest.Prefix(t)
+		return Backend{Name: name, Open: func(t testing.TB) store.Backend { return OpenRedis(t, prefix) }}
+	case Postgres:
+		url := pgtest.URL(t)
+		return Backend{Name: name, Open: func(t testing.TB) store.Backend { return OpenPostgres(t, url) }}
+	}
+	t.Fatalf("backendtest: no backend %q", name)
+	return Backend{}
+}
+
+// OpenRedis opens a Redis store on its own client of the test binary's
+// server, under prefix (one of the test's own when empty), closed when the
+// test ends.
+func OpenRedis(t testing.TB, prefix string) *redisstore.Store {
+	t.Helper()
+	if prefix == "" {
+		prefix = redistest.Prefix(t)
+	}
+	st, err := redisstore.New(redistest.Client(t), redisstore.Options{Prefix: prefix, Logger: testkit.Logger(t)})
+	if err != nil {
+		t.Fatalf("open the Redis store: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := st.Close(); err != nil {
+			t.Errorf("close the Redis store: %v", err)
+		}
+	})
+	return st
+}
+
+// OpenPostgres opens a PostgreSQL store on url (a schema of the test's own
+// when empty), closed when the test ends.
+func OpenPostgres(t testing.TB, url string) *pgstore.Store {
+	t.Helper()
+	if url == "" {
+		url = pgtest.URL(t)
+	}
+	st, err := pgstore.Open(t.Context(), url, pgstore.Options{Logger: testkit.Logger(t)})
+	if err != nil {
+		t.Fatalf("open the PostgreSQL store: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := st.Close(); err != nil {
+			t.Errorf("close the PostgreSQL store: %v", err)
+		}
+	})
+	return st
+}
