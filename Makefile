@@ -54,7 +54,7 @@ test: test-tools
 # go test shows the skips only with -v. The tests themselves skip or, under
 # NQD_REQUIRE_*, fail.
 test-tools:
-	@command -v redis-server >/dev/null 2>&1 || echo "test: redis-server not found: the Redis tests are skipped (install redis-server)"
+	@command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 || echo "test: redis-server or redis-cli not found: the Redis tests are skipped (install redis-server)"
 	@command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
 		echo "test: PostgreSQL's initdb not found: the PostgreSQL tests are skipped (install postgresql)"
 	@command -v chromium >/dev/null 2>&1 || echo "test: chromium not found: the browser tests are skipped (install chromium)"

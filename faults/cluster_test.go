@@ -51,9 +51,33 @@ type failoverResult struct {
 	window      time.Duration // from the oldest lost event to the kill
 }
 
+// TestClusterReshard moves the slot range holding nqd's slot to another
+// primary with redis-cli --cluster reshard under the same load: every
+// acknowledged event is stored once, every SSE client receives every event
+// once, in order, and every run ends once.
+func TestClusterReshard(t *testing.T) {
+	r := clusterUnderLoad(t, 1, true)
+	if r.lost > 0 {
+		t.Errorf("%d acknowledged events lost in a resharding", r.lost)
+	}
+}
+
 func clusterFailover(t *testing.T, replicas int) failoverResult {
+	return clusterUnderLoad(t, replicas, false)
+}
+
+// reshardSlots is how many slots TestClusterReshard moves.
+const reshardSlots = 50
+
+// clusterUnderLoad runs nqd on a cluster of its own under appends, streams
+// and flow runs, and kills the primary serving nqd's slot (or, with
+// reshard, moves the slot to another primary) midway.
+func clusterUnderLoad(t *testing.T, replicas int, reshard bool) failoverResult {
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{NodeTimeout: time.Second})
-	const prefix = "nqf"
+	prefix := "nqf"
+	if reshard {
+		prefix = cl.LowSlotTag(t, "nqr", reshardSlots)
+	}
 	base := startAppOn(t, "-redis-url", cl.URL(), "-prefix", prefix, "-redis-wait-replicas", strconv.Itoa(replicas), "-flows-dir", "../examples/flows",
 		// A claim whose answer the failover lost leaves its job leased
 		// until the lease ends; a short one keeps the test short.
@@ -87,15 +111,24 @@ func clusterFailover(t *testing.T, replicas int) failoverResult {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	primary.Kill()
 	before := make([]int, len(appenders))
-	for i, a := range appenders {
-		before[i] = a.ackedCount()
+	var promoted time.Duration
+	if reshard {
+		for i, a := range appenders {
+			before[i] = a.ackedCount()
+		}
+		cl.Reshard(t, "{"+prefix+"}", reshardSlots)
+		promoted = time.Since(killed)
+	} else {
+		primary.Kill()
+		for i, a := range appenders {
+			before[i] = a.ackedCount()
+		}
+		cl.WaitFailover(t, "{"+prefix+"}", primary)
+		promoted = time.Since(killed)
+		primary.Restart(t)
+		cl.WaitReplicaOf(t, primary)
 	}
-	cl.WaitFailover(t, "{"+prefix+"}", primary)
-	promoted := time.Since(killed)
-	primary.Restart(t)
-	cl.WaitReplicaOf(t, primary)
 	for i, a := range appenders {
 		eventually(t, "appends after the failover", func() bool { return a.ackedCount() >= before[i]+20 })
 	}
@@ -131,8 +164,12 @@ func clusterFailover(t *testing.T, replicas int) failoverResult {
 	if replicas > 0 {
 		failedRuns = starter.check(t, base)
 	}
-	t.Logf("replicas waited for: %d; replica promoted %s after the kill; %d events acknowledged, %d appends answered 503, %d answered 504 outcome_unknown; %d runs started, each ended once, %d failed (a claim lost with the primary)",
-		replicas, promoted.Round(time.Millisecond), r.acked, unavailable, unknown, starter.count(), failedRuns)
+	what := "replica promoted"
+	if reshard {
+		what = "slots moved"
+	}
+	t.Logf("replicas waited for: %d; %s %s after the start; %d events acknowledged, %d appends answered 503, %d answered 504 outcome_unknown; %d runs started, each ended once, %d failed (a claim lost with the primary)",
+		replicas, what, promoted.Round(time.Millisecond), r.acked, unavailable, unknown, starter.count(), failedRuns)
 	return r
 }
 

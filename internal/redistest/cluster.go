@@ -365,3 +365,97 @@ func (c *Cluster) WaitReplicaOf(t testing.TB, n *Server) {
 		}
 	}
 }
+
+// Reshard moves the n lowest slots of the primary serving key, which must
+// be among them, to another primary with redis-cli --cluster reshard, and
+// returns once every node agrees on the new owner. It returns the old and
+// the new primary.
+func (c *Cluster) Reshard(t testing.TB, key string, n int) (from, to *Server) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
+	defer cancel()
+	slot, lowest, from := c.slotOf(t, ctx, key)
+	if slot-lowest >= n {
+		t.Fatalf("redistest: the slot %d of %s is not among the %d lowest of its primary (from %d)", slot, key, n, lowest)
+	}
+	ids := map[*Server]string{}
+	for _, s := range c.Nodes[:] {
+		cl := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+		id, err := cl.Do(ctx, "cluster", "myid").Text()
+		role, _ := cl.Do(ctx, "role").Slice()
+		_ = cl.Close()
+		if err != nil {
+			continue // killed
+		}
+		if len(role) > 0 && role[0] == "master" {
+			ids[s] = id
+			if s != from && to == nil {
+				to = s
+			}
+		}
+	}
+	if to == nil {
+		t.Fatal("redistest: no other primary to reshard to")
+	}
+	out, err := exec.CommandContext(ctx, "redis-cli", "--cluster", "reshard", from.Addr,
+		"--cluster-from", ids[from], "--cluster-to", ids[to], "--cluster-slots", strconv.Itoa(n), "--cluster-yes").CombinedOutput()
+	if err != nil {
+		t.Fatalf("redistest: redis-cli --cluster reshard: %v: %s", err, out)
+	}
+	var live []*Server
+	for s := range ids {
+		live = append(live, s)
+	}
+	for servingPrimary(ctx, live, slot) != to {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("redistest: slot %d not on %s after resharding", slot, to.Addr)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return from, to
+}
+
+// slotOf returns key's slot, the lowest slot of the range that holds it and
+// that range's primary.
+func (c *Cluster) slotOf(t testing.TB, ctx context.Context, key string) (slot, lowest int, primary *Server) {
+	t.Helper()
+	cl := redis.NewClient(&redis.Options{Addr: c.Nodes[0].Addr, MaxRetries: -1})
+	defer func() { _ = cl.Close() }()
+	s, err := cl.ClusterKeySlot(ctx, key).Result()
+	if err != nil {
+		t.Fatalf("redistest: slot of %s: %v", key, err)
+	}
+	slots, err := cl.ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatalf("redistest: cluster slots: %v", err)
+	}
+	for _, r := range slots {
+		if int(r.Start) <= int(s) && int(s) <= int(r.End) && len(r.Nodes) > 0 {
+			for _, n := range c.Nodes {
+				if n.Addr == r.Nodes[0].Addr {
+					return int(s), int(r.Start), n
+				}
+			}
+		}
+	}
+	t.Fatalf("redistest: no primary serves slot %d", s)
+	return 0, 0, nil
+}
+
+// LowSlotTag returns a hash tag, base followed by a number, whose slot is
+// among the n lowest of the primary serving it: a tag that Reshard with n
+// moves.
+func (c *Cluster) LowSlotTag(t testing.TB, base string, n int) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
+	defer cancel()
+	for i := range 100000 {
+		tag := base + strconv.Itoa(i)
+		if slot, lowest, _ := c.slotOf(t, ctx, "{"+tag+"}"); slot-lowest < n {
+			return tag
+		}
+	}
+	t.Fatalf("redistest: no tag %s<n> in the %d lowest slots of a primary", base, n)
+	return ""
+}
