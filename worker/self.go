@@ -54,7 +54,9 @@ func idPart(s string, n int) string {
 func sdkVersion() string {
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, m := range bi.Deps {
-			if m.Path == "github.com/nqd-dev/nqd/worker" && m.Version != "" && m.Version != "(devel)" {
+			// A replace directive leaves the zero pseudo-version.
+			if m.Path == "github.com/nqd-dev/nqd/worker" && m.Version != "" && m.Version != "(devel)" &&
+				!strings.HasPrefix(m.Version, "v0.0.0-00010101000000-") {
 				return m.Version
 			}
 		}

@@ -6,6 +6,7 @@ import { randomBytes } from 'node:crypto'
 import { createRequire } from 'node:module'
 import { hostname } from 'node:os'
 import { basename } from 'node:path'
+import { fileURLToPath } from 'node:url'
 
 /** s with what a worker id may not hold replaced by '-', cut to n characters. */
 function idPart(s: string, n: number): string {
@@ -29,12 +30,19 @@ function sdkVersion(): string {
   return 'unknown'
 }
 
+/** The running script's file name; nqd-worker when it is this package's command. */
+function programName(): string {
+  const script = process.argv[1] ?? ''
+  if (script === '') return 'node'
+  return script === fileURLToPath(new URL('./cli.js', import.meta.url)) ? 'nqd-worker' : basename(script)
+}
+
 /** The headers every call of a worker with this concurrency carries. */
 export function selfHeaders(concurrency: number): Record<string, string> {
   const host = hostname()
   return {
     'nqd-worker-id': `${idPart(host, 60)}-${process.pid}-${randomBytes(4).toString('hex')}`,
-    'nqd-worker-name': idPart(basename(process.argv[1] ?? 'node'), 128),
+    'nqd-worker-name': idPart(programName(), 128),
     'nqd-worker-sdk': 'typescript',
     'nqd-worker-version': sdkVersion(),
     'nqd-worker-host': idPart(host, 128),
