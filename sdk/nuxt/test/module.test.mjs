@@ -115,6 +115,12 @@ describe('nqd-nuxt in a fresh Nuxt 4 app', { timeout: 600_000 }, () => {
       await waitFor('the step file worker serving', async () => (await nqd.call('GET', '/api/_flows')).some(f => f.id === 'double' || f.name === 'double'))
     })
 
+    it('declares the flow names of the step files for useNqd()', () => {
+      const types = readFileSync(join(app, '.nuxt', 'types', 'nqd-flows.d.ts'), 'utf8')
+      assert.match(types, /declare module 'nqd-nuxt'/)
+      assert.match(types, /"double": \{ input\?: unknown, result\?: unknown \}/)
+    })
+
     it('runs a flow from a server route with useNqd() and answers its result', async () => {
       const res = await fetch(base + '/api/double?n=21')
       assert.equal(res.status, 200, await res.clone().text())
