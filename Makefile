@@ -47,6 +47,7 @@ release-check:
 ## line saying what to install, unless its NQD_REQUIRE_* is 1 (CI sets them all).
 test: test-tools
 	$(GO) test -race -count=1 -cover -p 1 -timeout 20m $(PKGS)
+	NQD_TEST_TRANSPORT=http $(GO) test -race -count=1 -timeout 10m ./workertest/
 	$(MAKE) test-py
 	$(MAKE) test-ts
 

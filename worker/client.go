@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -69,6 +70,8 @@ type client struct {
 	// self names the worker in nqd's registry: the Nqd-Worker-* headers
 	// every call carries (docs/worker-protocol.md).
 	self http.Header
+	// ch is the open worker channel, nil when there is none.
+	ch atomic.Pointer[chConn]
 }
 
 // Job is a claimed job as nqd hands it out.

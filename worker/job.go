@@ -38,6 +38,9 @@ type held struct {
 	// encodeErr is the first value of the step that could not be encoded:
 	// the step fails with it, whether or not the handler returned it.
 	encodeErr error
+	// freedOn is the channel that acknowledged the job's outcome with
+	// next: nqd counted the slot free there.
+	freedOn *chConn
 }
 
 // pending is an event waiting to be sent; done, when not nil, gets the
@@ -76,9 +79,10 @@ func (w *worker) handler(j Job) Handler {
 
 // runJob runs j under jobs: heartbeats from the claim until the final
 // report is acknowledged, the handler, then complete or fail, sent under
-// reports. While claiming lasts, the completion claims the slot's next job,
-// which runJob returns.
-func (w *worker) runJob(claiming, jobs, reports context.Context, j Job) (next *Job) {
+// reports. While claiming lasts, the outcome asks for the slot's next job:
+// a completion over HTTP claims it, and runJob returns it; over the channel
+// nqd offers it, and freedOn is the channel that acknowledged the outcome.
+func (w *worker) runJob(claiming, jobs, reports context.Context, j Job) (next *Job, freedOn *chConn) {
 	jobCtx, cancel := context.WithCancelCause(jobs)
 	defer cancel(nil)
 	h := &held{job: j, c: w.c, log: w.log.With("run", j.Run, "step", j.Step, "attempt", j.Attempt), ctx: jobCtx}
@@ -132,7 +136,7 @@ func (w *worker) runJob(claiming, jobs, reports context.Context, j Job) (next *J
 	cause := context.Cause(jobCtx)
 	if errors.Is(cause, ErrCanceled) || errors.Is(cause, ErrLeaseLost) {
 		h.log.Info("job dropped", "why", cause)
-		return nil
+		return nil, nil
 	}
 	if stopped || (o.err != nil && errors.Is(cause, ErrStopped)) {
 		o = outcome{err: ErrStopped}
@@ -160,17 +164,17 @@ func (w *worker) runJob(claiming, jobs, reports context.Context, j Job) (next *J
 				w.log.Error("nqd answered more jobs than asked for", "asked", 1, "got", len(next))
 			}
 			if len(next) > 0 {
-				return &next[0]
+				return &next[0], h.freedOn
 			}
-			return nil
+			return nil, h.freedOn
 		}
 		// nqd refused the result (too large, say): the step fails with the
 		// reason rather than leave the job to its lease.
 		o.err = Permanent(fmt.Errorf("complete refused: %w", err))
 	}
 	var perm *PermanentError
-	h.logOutcome("fail", h.fail(reports, o.err.Error(), !errors.As(o.err, &perm)))
-	return nil
+	h.logOutcome("fail", h.fail(reports, o.err.Error(), !errors.As(o.err, &perm), claiming.Err() == nil))
+	return nil, h.freedOn
 }
 
 func (h *held) logOutcome(call string, err error) {
@@ -221,7 +225,7 @@ func (h *held) heartbeats(ctx context.Context, cancel context.CancelCauseFunc) {
 			LeaseUntil time.Time `json:"leaseUntil"`
 			Canceled   bool      `json:"canceled"`
 		}
-		err := h.c.post(ctx, jobPath(h.job)+"/heartbeat", map[string]string{"lease": h.job.Lease}, "", &beat)
+		_, err := h.c.report(ctx, h.job, "/heartbeat", map[string]any{"lease": h.job.Lease}, "", false, &beat)
 		switch {
 		case err == nil && beat.Canceled:
 			cancel(ErrCanceled)
@@ -348,7 +352,7 @@ func (h *held) drain(done chan struct{}) {
 			evs[i] = p.ev
 			waited = waited || p.done != nil
 		}
-		err := h.send(h.ctx, "/events", map[string]any{"lease": h.job.Lease, "events": evs}, newKey(), nil)
+		err := h.send(h.ctx, "/events", map[string]any{"lease": h.job.Lease, "events": evs}, newKey(), false, nil)
 		if err != nil && evs[0].Kind == "step.started" && hasStatus(err, 400, 413, 422) {
 			// nqd refused the call and stored none of it: step.started
 			// goes with the next report or the outcome.
@@ -411,11 +415,11 @@ func (h *held) unsent() []event {
 // sent, with step.started and the queued emits when they are not stored
 // yet, and decodes the answer into out. A failure takes no emits: they are
 // reported first.
-func (h *held) finish(ctx context.Context, call string, body map[string]any, out any) error {
+func (h *held) finish(ctx context.Context, call string, body map[string]any, next bool, out any) error {
 	h.flush()
 	evs := h.unsent()
 	if call == "/fail" && len(evs) > 1 {
-		if err := h.send(ctx, "/events", map[string]any{"lease": h.job.Lease, "events": evs}, newKey(), nil); err != nil {
+		if err := h.send(ctx, "/events", map[string]any{"lease": h.job.Lease, "events": evs}, newKey(), false, nil); err != nil {
 			h.log.Warn("emits before the failure not reported", "err", err)
 			evs = evs[:1] // step.started alone
 		} else {
@@ -426,7 +430,7 @@ func (h *held) finish(ctx context.Context, call string, body map[string]any, out
 	if len(evs) > 0 {
 		body["events"] = evs
 	}
-	return h.send(ctx, call, body, "", out)
+	return h.send(ctx, call, body, "", next, out)
 }
 
 // nextJobWait is how long a completion's claim waits for a job when none is
@@ -447,26 +451,29 @@ func (h *held) complete(ctx context.Context, result json.RawMessage, queues []st
 		body["claim"] = map[string]any{"queues": queues, "max": 1, "waitMs": nextJobWait.Milliseconds()}
 	}
 	var ans struct{ Jobs []Job }
-	err := h.finish(ctx, "/complete", body, &ans)
+	err := h.finish(ctx, "/complete", body, claim, &ans)
 	return ans.Jobs, err
 }
 
-func (h *held) fail(ctx context.Context, msg string, retriable bool) error {
+func (h *held) fail(ctx context.Context, msg string, retriable, next bool) error {
 	const maxError = 4096 // nqd's limit on a failure's message
 	if len(msg) > maxError {
 		msg = msg[:maxError]
 	}
-	return h.finish(ctx, "/fail", map[string]any{"error": msg, "retriable": retriable}, nil)
+	return h.finish(ctx, "/fail", map[string]any{"error": msg, "retriable": retriable}, next, nil)
 }
 
 // send posts a report about the job, retrying with backoff and jitter while
 // the failure may mend, ctx lasts and the lease lasts: each report is safe
 // to repeat (docs/worker-protocol.md), and nqd keeps the lease across its
 // restarts.
-func (h *held) send(ctx context.Context, call string, body any, key string, out any) error {
+func (h *held) send(ctx context.Context, call string, body map[string]any, key string, next bool, out any) error {
 	op := func() (struct{}, error) {
-		err := h.c.post(ctx, jobPath(h.job)+call, body, key, out)
+		ch, err := h.c.report(ctx, h.job, call, body, key, next, out)
 		if err == nil {
+			if next && ch != nil {
+				h.freedOn = ch
+			}
 			return struct{}{}, nil
 		}
 		if ctx.Err() != nil || !retriable(err) {

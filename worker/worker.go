@@ -1,6 +1,8 @@
 // Package worker is the Go SDK for nqd's worker protocol
-// (docs/worker-protocol.md): it claims jobs from queues over HTTP, never
-// more than it has free slots, runs the handler of each job's step with a
+// (docs/worker-protocol.md): it takes jobs from queues, over the worker
+// channel (a WebSocket on which nqd offers jobs as slots free up) or, when
+// nqd or a proxy cannot open one, by claiming them over HTTP, never more
+// than it has free slots, runs the handler of each job's step with a
 // step context (input, emits, run state, logs, progress, attempt), keeps
 // every held job's lease alive with heartbeats, and completes or fails the
 // job with the handler's outcome. Every report is retried with exponential
@@ -49,6 +51,9 @@ type Config struct {
 	Client *http.Client
 	// Logger gets the worker's own logs; default slog.Default().
 	Logger *slog.Logger
+	// Transport is Channel (the default: the worker channel, falling
+	// back to HTTP when nqd or a proxy cannot open it) or HTTP.
+	Transport Transport
 }
 
 // Defaults the zero Config fields take.
@@ -149,10 +154,12 @@ func Run(ctx context.Context, cfg Config, handlers map[string]Handler) error {
 		handlers: handlers,
 		c:        &client{base: strings.TrimRight(cfg.BaseURL, "/"), http: cfg.Client, token: cfg.Token, self: selfHeaders(cfg)},
 		log:      cfg.Logger,
+		slots:    make(chan struct{}, cfg.Concurrency),
 	}
 	// Last, once every job is done: nqd's worker registry shows the worker
 	// left rather than lost once silent.
 	defer w.c.goodbye(context.WithoutCancel(ctx))
+	w.closeChannel = func() {}
 	// Jobs run under their own context, so that ctx ending only stops the
 	// claims; stop cancels them once the grace period is over. Their
 	// reports and heartbeats go on under reports, which the grace
@@ -165,11 +172,18 @@ func Run(ctx context.Context, cfg Config, handlers map[string]Handler) error {
 	// however it ends: ctx done, or nqd refusing the claims for good.
 	claiming, stopClaiming := context.WithCancel(ctx)
 	defer stopClaiming()
-	err = w.claimLoop(claiming, jobs, reports)
+	w.claiming, w.jobs, w.reports = claiming, jobs, reports
+	// The channel stays open for the reports of the running jobs.
+	defer func() { w.closeChannel() }()
+	err = w.take()
 	stopClaiming()
 	if err != nil {
-		w.log.Error("nqd refused the worker's claim; stopping", "err", err)
+		w.log.Error("nqd refused the worker; stopping", "err", err)
 	}
+	// No job starts from now on: Run waits for those running.
+	w.slotMu.Lock()
+	w.stopping = true
+	w.slotMu.Unlock()
 	over := time.Now().Add(cfg.Grace)
 	done := make(chan struct{})
 	go func() { w.wg.Wait(); close(done) }()
@@ -196,13 +210,78 @@ type worker struct {
 	c        *client
 	log      *slog.Logger
 	wg       sync.WaitGroup
+	// claiming lasts while the worker takes jobs; jobs and reports are
+	// the contexts of the steps and of their reports (see Run).
+	claiming, jobs, reports context.Context
+	// closeChannel closes the worker channel and waits for it.
+	closeChannel func()
+
+	// slots holds a token per job the worker holds. slotMu orders taking
+	// and letting go of slots with a channel's hello (channel.go); it
+	// guards what follows: paused once the worker told nqd to offer
+	// nothing more, stopping once Run waits for the running jobs, waiting
+	// the offered jobs waiting for their slot.
+	slots    chan struct{}
+	slotMu   sync.Mutex
+	paused   bool
+	stopping bool
+	waiting  int
 }
 
-// claimLoop claims jobs while ctx lasts, for as many slots as are free, and
-// starts each under jobs, its reports under reports. It returns an error when nqd refuses the claims
-// in a way that retrying cannot mend.
-func (w *worker) claimLoop(ctx, jobs, reports context.Context) error {
-	slots := make(chan struct{}, w.cfg.Concurrency)
+// take takes jobs while claiming lasts: over the worker channel, or over
+// HTTP when so configured or when nqd cannot open a channel. It returns an
+// error when nqd refuses the worker in a way that retrying cannot mend.
+func (w *worker) take() error {
+	if w.cfg.Transport == HTTP {
+		return w.claimLoop(w.claiming)
+	}
+	ctx, cancel := context.WithCancel(w.reports)
+	connected, fallback, closed := make(chan error, 1), make(chan error, 1), make(chan struct{})
+	go func() {
+		defer close(closed)
+		w.channels(ctx, connected, fallback)
+	}()
+	w.closeChannel = func() { cancel(); <-closed }
+	var err error
+	select {
+	case err = <-connected:
+	case <-w.claiming.Done():
+		w.pause()
+		return nil
+	}
+	if err == nil {
+		select {
+		case <-w.claiming.Done():
+			w.pause()
+			return nil
+		case err = <-fallback:
+		}
+	}
+	if errors.Is(err, errNoChannel) {
+		w.log.Info("nqd offers no worker channel; taking jobs over HTTP", "why", err)
+		return w.claimLoop(w.claiming)
+	}
+	if w.claiming.Err() != nil {
+		return nil
+	}
+	return fmt.Errorf("worker: channel: %w", err)
+}
+
+// runSlot runs j in the slot it holds, then the jobs its completions
+// claimed over HTTP in turn, and lets the slot go.
+func (w *worker) runSlot(j Job) {
+	var freedOn *chConn
+	for next := &j; next != nil; {
+		next, freedOn = w.runJob(w.claiming, w.jobs, w.reports, *next)
+	}
+	w.release(freedOn)
+}
+
+// claimLoop claims jobs over HTTP while ctx lasts, for as many slots as
+// are free, and runs each in its slot. It returns an error when nqd
+// refuses the claims in a way that retrying cannot mend.
+func (w *worker) claimLoop(ctx context.Context) error {
+	slots := w.slots
 	wait := newBackOff()
 	for {
 		// Take one slot, waiting for it, then every other free one.
@@ -249,13 +328,8 @@ func (w *worker) claimLoop(ctx, jobs, reports context.Context) error {
 		}
 		wait.Reset()
 		for _, j := range claimed {
-			w.wg.Go(func() {
-				defer func() { <-slots }()
-				// A completion may bring the slot's next job with it.
-				for next := &j; next != nil; {
-					next = w.runJob(ctx, jobs, reports, *next)
-				}
-			})
+			// A completion may bring the slot's next job with it.
+			w.wg.Go(func() { w.runSlot(j) })
 		}
 	}
 }

@@ -57,7 +57,7 @@ func TestCompletionClaimsNext(t *testing.T) {
 		runs = append(runs, n.start("chain", nil))
 	}
 	calls := &callCounter{next: http.DefaultTransport}
-	runWorker(t, n.base, worker.Config{Queues: []string{"q1"}, Concurrency: 1, Client: &http.Client{Transport: calls}},
+	runWorker(t, n.base, worker.Config{Transport: worker.HTTP, Queues: []string{"q1"}, Concurrency: 1, Client: &http.Client{Transport: calls}},
 		map[string]worker.Handler{"work": func(context.Context, *worker.StepContext) (any, error) { return "ok", nil }})
 	for _, run := range runs {
 		evs := n.mustComplete(run, runWithin)
@@ -81,7 +81,7 @@ func TestCompletionClaimWaitsWithoutBacklog(t *testing.T) {
 	n := startNQD(t)
 	n.putFlow("chain", "entry: work\nsteps:\n  work: {queue: q1}\n")
 	calls := &callCounter{next: http.DefaultTransport}
-	runWorker(t, n.base, worker.Config{Queues: []string{"q1"}, Concurrency: 4, Client: &http.Client{Transport: calls}},
+	runWorker(t, n.base, worker.Config{Transport: worker.HTTP, Queues: []string{"q1"}, Concurrency: 4, Client: &http.Client{Transport: calls}},
 		map[string]worker.Handler{"work": func(context.Context, *worker.StepContext) (any, error) { return "ok", nil }})
 	for range 4 {
 		n.mustComplete(n.start("chain", nil), runWithin)
@@ -126,11 +126,11 @@ func TestCompletionsStopClaimingWithTheWorker(t *testing.T) {
 	t.Cleanup(srv.Close)
 	// The handler returns once the worker has said it stops claiming.
 	stopped := make(chan struct{})
-	logs := &noticeHandler{msg: "nqd refused the worker's claim; stopping", seen: stopped}
+	logs := &noticeHandler{msg: "nqd refused the worker; stopping", seen: stopped}
 	result := make(chan error, 1)
 	go func() {
 		result <- worker.Run(context.Background(), worker.Config{
-			BaseURL: srv.URL, Queues: []string{"q1"}, Concurrency: 2, Logger: slog.New(logs),
+			BaseURL: srv.URL, Transport: worker.HTTP, Queues: []string{"q1"}, Concurrency: 2, Logger: slog.New(logs),
 		}, map[string]worker.Handler{"work": func(context.Context, *worker.StepContext) (any, error) {
 			<-stopped
 			return "ok", nil

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nqd-dev/nqd/internal/pgtest"
 	"github.com/nqd-dev/nqd/internal/redistest"
 	"github.com/nqd-dev/nqd/internal/wait"
 	"github.com/nqd-dev/nqd/worker"
@@ -305,14 +306,27 @@ func TestLeaseExpiresAndIsRedelivered(t *testing.T) {
 		env := []string{"NQ_JOB_LEASE=1s", "NQ_REDIS_URL=redis://" + redistest.Addr(t), "NQ_PREFIX=" + redistest.Prefix(t)}
 		leaseRedelivered(t, startNQD(t, env...), startNQD(t, env...))
 	})
+	t.Run("postgres", func(t *testing.T) {
+		env := []string{"NQ_JOB_LEASE=1s", "NQ_POSTGRES_URL=" + pgtest.URL(t)}
+		leaseRedelivered(t, startNQD(t, env...), startNQD(t, env...))
+	})
+	// The worker that dies took its job over a channel.
+	t.Run("channel", func(t *testing.T) {
+		n := startNQD(t, "NQ_JOB_LEASE=1s")
+		leaseRedelivered(t, n, n, claimByChannel)
+	})
 }
 
-// leaseRedelivered: a worker claims on dying and never reports; the SDK's
-// worker on working gets the job again.
-func leaseRedelivered(t *testing.T, dying, working *nqd) {
+// leaseRedelivered: a worker claims on dying (by hand, or with claim) and
+// never reports; the SDK's worker on working gets the job again.
+func leaseRedelivered(t *testing.T, dying, working *nqd, claim ...func(*testing.T, *nqd, string) worker.Job) {
 	dying.putFlow("lost", "entry: work\nsteps:\n  work: {queue: q1, retryPolicy: {attempts: 2}}\n")
 	run := dying.start("lost", nil)
-	dead := claimByHand(t, dying, "q1")
+	take := claimByHand
+	if len(claim) > 0 {
+		take = claim[0]
+	}
+	dead := take(t, dying, "q1")
 	attempts := make(chan int, 2)
 	runWorker(t, working.base, worker.Config{Queues: []string{"q1"}}, map[string]worker.Handler{
 		"work": func(_ context.Context, sc *worker.StepContext) (any, error) {
@@ -564,7 +578,7 @@ func TestLostAnswers(t *testing.T) {
 	}
 	srv := httptest.NewServer(proxy)
 	t.Cleanup(srv.Close)
-	runWorker(t, srv.URL, worker.Config{Queues: []string{"q1"}}, map[string]worker.Handler{
+	runWorker(t, srv.URL, worker.Config{Transport: worker.HTTP, Queues: []string{"q1"}}, map[string]worker.Handler{
 		"work": func(_ context.Context, sc *worker.StepContext) (any, error) {
 			if err := sc.Log("info", "once"); err != nil {
 				return nil, err
@@ -615,7 +629,7 @@ func TestBusyServer(t *testing.T) {
 		proxy.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
-	runWorker(t, srv.URL, worker.Config{Queues: []string{"q1"}}, map[string]worker.Handler{
+	runWorker(t, srv.URL, worker.Config{Transport: worker.HTTP, Queues: []string{"q1"}}, map[string]worker.Handler{
 		"work": func(_ context.Context, sc *worker.StepContext) (any, error) {
 			return "ok", sc.Log("info", "through a busy server")
 		},

@@ -52,7 +52,7 @@ func TestQuickEmitGoesWithTheCompletion(t *testing.T) {
 	n.putFlow("chain", chainFlow)
 	calls := &emitCounter{next: http.DefaultTransport}
 	inputs := make(chan string, 3)
-	runWorker(t, n.base, worker.Config{Queues: []string{"q1"}, Client: &http.Client{Transport: calls}}, map[string]worker.Handler{
+	runWorker(t, n.base, worker.Config{Transport: worker.HTTP, Queues: []string{"q1"}, Client: &http.Client{Transport: calls}}, map[string]worker.Handler{
 		"first": func(_ context.Context, sc *worker.StepContext) (any, error) {
 			return "first", sc.Emit("first.done", map[string]any{"rows": 2})
 		},
@@ -137,7 +137,7 @@ func TestQuickEmitRefusedFailsTheStep(t *testing.T) {
 	n := startNQD(t)
 	n.putFlow("chain", chainFlow)
 	calls := &emitCounter{next: http.DefaultTransport}
-	runWorker(t, n.base, worker.Config{Queues: []string{"q1"}, Concurrency: 1, Client: &http.Client{Transport: calls}}, map[string]worker.Handler{
+	runWorker(t, n.base, worker.Config{Transport: worker.HTTP, Queues: []string{"q1"}, Concurrency: 1, Client: &http.Client{Transport: calls}}, map[string]worker.Handler{
 		"first": func(_ context.Context, sc *worker.StepContext) (any, error) {
 			var in struct{ Name string }
 			if err := sc.Input(&in); err != nil {

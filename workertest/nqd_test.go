@@ -285,11 +285,18 @@ func keys(evs []runEvent) string {
 	return strings.Join(out, ", ")
 }
 
+// transportEnv forces the HTTP transport on every scenario when set to
+// "http": make test runs the suite once over each transport.
+const transportEnv = "NQD_TEST_TRANSPORT"
+
 // runWorker runs the SDK with cfg against nqd at base until the test ends;
 // the returned channel gets Run's error when it returns.
 func runWorker(t *testing.T, base string, cfg worker.Config, handlers map[string]worker.Handler) (stop context.CancelFunc, result <-chan error) {
 	t.Helper()
 	cfg.BaseURL = base
+	if os.Getenv(transportEnv) == "http" {
+		cfg.Transport = worker.HTTP
+	}
 	cfg.Logger = slog.New(slog.NewTextHandler(zerolog.NewTestWriter(t), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)

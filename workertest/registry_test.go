@@ -2,6 +2,7 @@ package workertest_test
 
 import (
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +27,11 @@ func TestWorkerIsListed(t *testing.T) {
 		return n.do(http.MethodGet, "/api/_workers", nil, &got) == http.StatusOK && len(got.Workers) == 1
 	})
 	w := got.Workers[0]
-	if w.SDK != "go" || w.Version == "" || w.Host == "" || w.Transport != "http" || w.Status != "active" ||
+	transport := "channel"
+	if os.Getenv(transportEnv) == "http" {
+		transport = "http"
+	}
+	if w.SDK != "go" || w.Version == "" || w.Host == "" || w.Transport != transport || w.Status != "active" ||
 		w.Concurrency != 3 || strings.Join(w.Queues, ",") != "q1,q2" || !strings.Contains(w.ID, "-") {
 		t.Fatalf("listed %+v", w)
 	}

@@ -127,7 +127,7 @@ func TestOutcomeThroughALongOutage(t *testing.T) {
 	n := startNQD(t, "NQ_JOB_LEASE=1500ms")
 	n.putFlow("one", "entry: work\nsteps:\n  work: {queue: q1}\n")
 	base, refused := failingFor(t, n.base, 4*time.Second)
-	runWorker(t, base, worker.Config{Queues: []string{"q1"}}, map[string]worker.Handler{
+	runWorker(t, base, worker.Config{Transport: worker.HTTP, Queues: []string{"q1"}}, map[string]worker.Handler{
 		"work": func(context.Context, *worker.StepContext) (any, error) { return "ok", nil },
 	})
 	evs := n.mustComplete(n.start("one", nil), runWithin)
@@ -257,7 +257,7 @@ func TestStopWhileAnOutcomeIsRetried(t *testing.T) {
 	n := startNQD(t)
 	n.putFlow("one", "entry: work\nsteps:\n  work: {queue: q1}\n")
 	base, refused := failingFor(t, n.base, time.Hour)
-	stop, result := runWorker(t, base, worker.Config{Queues: []string{"q1"}, Grace: time.Second}, map[string]worker.Handler{
+	stop, result := runWorker(t, base, worker.Config{Transport: worker.HTTP, Queues: []string{"q1"}, Grace: time.Second}, map[string]worker.Handler{
 		"work": func(context.Context, *worker.StepContext) (any, error) { return "ok", nil },
 	})
 	n.start("one", nil)
