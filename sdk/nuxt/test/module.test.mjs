@@ -152,6 +152,30 @@ describe('nqd-nuxt in a fresh Nuxt 4 app', { timeout: 600_000 }, () => {
       assert.match(text, /"event":"flow.started"/)
     })
 
+    it("gives a page a run's live state with useNqdRun, through the app", async () => {
+      // The composable as a page runs it: EventSource and fetch on the app's origin.
+      const { EventSource } = await import('eventsource')
+      const { effectScope, ref } = await import('vue')
+      globalThis.window = globalThis
+      globalThis.EventSource = EventSource
+      const { useNqdRun } = await import('../dist/runtime/app/composables/useNqdRun.js')
+      const scope = effectScope()
+      try {
+        const run = await nqd.call('POST', '/api/_flows/idle/start', {})
+        const followed = scope.run(() => useNqdRun(ref(run.flowId), { baseURL: base }))
+        await waitFor('the running state', () => followed.state.value?.status === 'running')
+        assert.equal(followed.ended.value, false)
+        await nqd.call('POST', `/api/_flows/idle/runs/${run.flowId}/cancel`)
+        await waitFor(`the cancelled state, got ${JSON.stringify(followed.kinds.value)}`, () => followed.state.value?.status === 'cancelled' && followed.ended.value)
+        assert.ok(followed.kinds.value.includes('flow.cancelled'), JSON.stringify(followed.kinds.value))
+        assert.equal(followed.error.value, null)
+      } finally {
+        scope.stop()
+        delete globalThis.window
+        delete globalThis.EventSource
+      }
+    })
+
     it('bridges the run socket: history, then live, then again after nqd restarts', async () => {
       const run = await nqd.call('POST', '/api/_flows/idle/start', {})
       const wsURL = base.replace('http', 'ws')
