@@ -15,7 +15,10 @@
 // original when -node-env names one; see e2e.go and node.go), and, not run by default,
 // pg-appends (HTTP appends with nqd on a PostgreSQL the tool starts, against
 // INSERT + pg_notify in one round trip on the same server) and pg-flows (the
-// flows profile with nqd on that PostgreSQL; see pgflows.go). With -markdown it rewrites the
+// flows profile with nqd on that PostgreSQL; see pgflows.go) and cluster
+// (the appends profile's nqd side on one Redis and on a Redis Cluster of
+// three primaries with a replica each, with each node's keys and commands;
+// see cluster.go). With -markdown it rewrites the
 // generated part of BENCHMARKS.md.
 package main
 
@@ -143,6 +146,13 @@ func run(ctx context.Context, o options) error {
 	for _, p := range strings.Split(o.profiles, ",") {
 		if ctx.Err() != nil {
 			break
+		}
+		if strings.TrimSpace(p) == "cluster" {
+			// nqd on the one Redis and on a cluster of its own.
+			r, err := runCluster(ctx, o, redisAddr, redisProc.pid(), dir)
+			rep.Cluster = &r
+			errs = append(errs, named("cluster", err))
+			continue
 		}
 		if strings.TrimSpace(p) == "e2e" {
 			// Every row starts an nqd and a worker of its own.

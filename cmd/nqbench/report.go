@@ -41,6 +41,7 @@ type report struct {
 	// PGFlows is the flows profile with nqd on PostgreSQL.
 	PGFlows   *flowsResult     `json:"pg_flows,omitempty"`
 	Schedules *schedulesResult `json:"schedules,omitempty"`
+	Cluster   *clusterResult   `json:"cluster,omitempty"`
 	Failures  string           `json:"failures,omitempty"`
 }
 
@@ -103,6 +104,15 @@ func (r report) text() string {
 	if a := r.Appends; a != nil {
 		fmt.Fprintf(&b, "appends: nqd/baseline p50 %.2fx, p99 %.2fx, throughput %.2fx\n", a.P50Ratio, a.P99Ratio, a.ThroughputRatio)
 		fmt.Fprintf(&b, "appends: CPU per request nqd %.0f µs, bare net/http %.0f µs\n", a.NQDCPUPerAppendUs, a.BareCPUPerRequestUs)
+	}
+	if c := r.Cluster; c != nil {
+		for _, row := range c.Rows {
+			fmt.Fprintf(&b, "cluster: %s: %.0f appends/s offered, %.0f achieved, p50 %.2f ms, p99 %.2f ms, %d errors\n",
+				row.Load.Name, row.Load.TargetRate, row.Load.Achieved, row.Load.P50ms, row.Load.P99ms, row.Load.Errors)
+			for _, n := range row.Nodes {
+				fmt.Fprintf(&b, "cluster:   %s %-7s %7d keys %9d commands\n", n.Addr, n.Role, n.Keys, n.Commands)
+			}
+		}
 	}
 	if a := r.PGAppends; a != nil {
 		fmt.Fprintf(&b, "pg-appends: nqd/baseline p50 %.2fx, p99 %.2fx, throughput %.2fx\n", a.P50Ratio, a.P99Ratio, a.ThroughputRatio)

@@ -459,3 +459,9 @@ func (c *Cluster) LowSlotTag(t testing.TB, base string, n int) string {
 	t.Fatalf("redistest: no tag %s<n> in the %d lowest slots of a primary", base, n)
 	return ""
 }
+
+// LaunchCluster starts a cluster of three primaries with a replica each in
+// dir, for a command such as nqbench rather than a test; Close ends it.
+func LaunchCluster(dir string) (*Cluster, error) {
+	return launchCluster(ClusterOptions{}, dir)
+}
