@@ -265,8 +265,8 @@ func TestWorkerChannel(t *testing.T) {
 					t.Errorf("run %s: %v; want one step.completed and flow.completed", run, k)
 				}
 			}
-			if k := kinds(t, n.st, runs[0]); k["log"] != 1 || k["step.started"] != 1 {
-				t.Errorf("run %s: %v; want the repeated events stored once", runs[0], k)
+			if k := kinds(t, n.st, j.Run); k["log"] != 1 || k["step.started"] != 1 {
+				t.Errorf("run %s: %v; want the repeated events stored once", j.Run, k)
 			}
 		})
 	}
