@@ -12,15 +12,11 @@ import (
 
 	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/event"
-	"github.com/nqd-dev/nqd/internal/pgtest"
-	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/internal/backendtest"
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/reducers"
 	"github.com/nqd-dev/nqd/registry"
 	"github.com/nqd-dev/nqd/store"
-	"github.com/nqd-dev/nqd/store/boltstore"
-	"github.com/nqd-dev/nqd/store/pgstore"
-	"github.com/nqd-dev/nqd/store/redisstore"
 )
 
 // backend is what a registry runs on, and what the tests read back.
@@ -29,45 +25,6 @@ type backend interface {
 	registry.KV
 	Range(ctx context.Context, c store.Context, q store.RangeQuery) ([]event.Event, error)
 	Info(ctx context.Context, c store.Context) (store.StreamInfo, error)
-}
-
-// opener opens two instances of one backend: two stores sharing the same
-// data, as two nqd instances do.
-type opener func(t *testing.T) (backend, backend)
-
-func openers() map[string]opener {
-	return map[string]opener{
-		"embedded": func(t *testing.T) (backend, backend) {
-			// One process owns the file; two registries over it are two
-			// instances as far as the registry can tell.
-			st := testkit.Bolt(t, boltstore.Options{Logger: testkit.Logger(t)})
-			return st, st
-		},
-		"redis": func(t *testing.T) (backend, backend) {
-			prefix := redistest.Prefix(t)
-			open := func() backend {
-				st, err := redisstore.New(redistest.Client(t), redisstore.Options{Prefix: prefix, Logger: testkit.Logger(t)})
-				if err != nil {
-					t.Fatalf("open redis store: %v", err)
-				}
-				t.Cleanup(func() { _ = st.Close() })
-				return st
-			}
-			return open(), open()
-		},
-		"postgres": func(t *testing.T) (backend, backend) {
-			url := pgtest.URL(t)
-			open := func() backend {
-				st, err := pgstore.Open(t.Context(), url, pgstore.Options{Logger: testkit.Logger(t)})
-				if err != nil {
-					t.Fatalf("open postgres store: %v", err)
-				}
-				t.Cleanup(func() { _ = st.Close() })
-				return st
-			}
-			return open(), open()
-		},
-	}
 }
 
 // fixture is two registry instances on one backend, on one test clock.
@@ -79,9 +36,13 @@ type fixture struct {
 
 const interval = 15 * time.Second
 
-func newFixture(t *testing.T, open opener) *fixture {
+// newFixture opens two stores of one backend sharing their data, as two
+// nqd instances do (the embedded store, which one process owns, is the
+// same store twice: two registries over it are two instances as far as the
+// registry can tell).
+func newFixture(t *testing.T, b backendtest.Backend) *fixture {
 	t.Helper()
-	st1, st2 := open(t)
+	var st1, st2 backend = b.Open(t), b.Open(t)
 	clock := testkit.NewClock(time.Now())
 	opts := registry.Options{Interval: interval, Now: clock.Now, Log: testkit.Logger(t)}
 	return &fixture{st: st1, a: registry.New(st1, st1, opts), b: registry.New(st2, st2, opts), clock: clock}
@@ -272,11 +233,9 @@ func TestRegistry(t *testing.T) {
 			}
 		},
 	}
-	for name, open := range openers() {
-		t.Run(name, func(t *testing.T) {
-			for sname, run := range scenarios {
-				t.Run(sname, func(t *testing.T) { run(t, newFixture(t, open)) })
-			}
+	for sname, run := range scenarios {
+		t.Run(sname, func(t *testing.T) {
+			backendtest.Each(t, backendtest.All, func(t *testing.T, b backendtest.Backend) { run(t, newFixture(t, b)) })
 		})
 	}
 }
