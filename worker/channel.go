@@ -393,9 +393,13 @@ func (w *worker) offered(jobs []Job) {
 // channel is told.
 func (w *worker) release(freedOn *chConn) {
 	w.slotMu.Lock()
-	defer w.slotMu.Unlock()
 	<-w.slots
-	if c := w.c.channel(); c != nil && c != freedOn && !w.paused {
+	c := w.c.channel()
+	tell := c != nil && c != freedOn && !w.paused
+	w.slotMu.Unlock()
+	// Sent outside the lock, which the read loop takes for offers: should
+	// c have dropped meanwhile, the next hello counted the slot free.
+	if tell {
 		c.send(map[string]any{"type": "slots", "add": 1})
 	}
 }
@@ -403,9 +407,10 @@ func (w *worker) release(freedOn *chConn) {
 // pause tells nqd to offer nothing more: the worker stops.
 func (w *worker) pause() {
 	w.slotMu.Lock()
-	defer w.slotMu.Unlock()
 	w.paused = true
-	if c := w.c.channel(); c != nil {
+	c := w.c.channel()
+	w.slotMu.Unlock()
+	if c != nil {
 		c.send(map[string]any{"type": "pause"})
 	}
 }

@@ -1,6 +1,8 @@
 // Command noop-worker serves the step `noop`, which does nothing, on one
 // queue: the Go side of scripts/bench-sdks.sh. It reads NQD_URL, NQD_QUEUE,
-// NQD_CONCURRENCY and NQD_TOKEN, as the other SDKs' bench workers do.
+// NQD_CONCURRENCY and NQD_TOKEN, as the other SDKs' bench workers do, and
+// NQD_TRANSPORT: "http" takes the jobs over HTTP rather than the worker
+// channel.
 package main
 
 import (
@@ -23,6 +25,14 @@ func main() {
 		Token:   os.Getenv("NQD_TOKEN"),
 		Queues:  []string{env("NQD_QUEUE", "bench-go")},
 		Logger:  log,
+	}
+	switch t := os.Getenv("NQD_TRANSPORT"); t {
+	case "", "channel":
+	case "http":
+		cfg.Transport = worker.HTTP
+	default:
+		log.Error("NQD_TRANSPORT: want channel or http", "got", t)
+		os.Exit(2)
 	}
 	if s := os.Getenv("NQD_CONCURRENCY"); s != "" {
 		n, err := strconv.Atoi(s)
