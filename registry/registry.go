@@ -63,8 +63,9 @@ const (
 	DefaultInterval = 15 * time.Second
 	// DefaultLostBeats is how many intervals a worker may go unseen before
 	// it is marked lost. An HTTP worker's claim long-polls for up to 30 s,
-	// so a worker waiting for work is seen at least every 30 s.
-	DefaultLostBeats = 3
+	// and its KV record is written at the first call an Interval after the
+	// last write: an idle worker's record can be 45 s old, so 60 s.
+	DefaultLostBeats = 4
 	DefaultRetain    = time.Hour
 	// DefaultMaxWorkers bounds the workers one instance keeps in memory.
 	DefaultMaxWorkers = 10000
@@ -359,8 +360,8 @@ func (r *Registry) Leave(ctx context.Context, id, reason string) error {
 	if !validID(id) {
 		return invalid("id", idRule)
 	}
-	if reason == "" || len(reason) > maxReason || !event.ValidName(reason) {
-		return invalid("reason", "must match "+`^[A-Za-z0-9][A-Za-z0-9._~-]{0,63}$`)
+	if reason == "" || len(reason) > maxReason || !validText(reason) {
+		return invalid("reason", "must be 1 to 64 bytes of printable text")
 	}
 	r.mu.Lock()
 	delete(r.local, id)

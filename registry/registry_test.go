@@ -148,7 +148,7 @@ func TestRegistry(t *testing.T) {
 				wg.Go(func() { must(t, r.Leave(ctx, "w1", registry.ReasonClosed)) })
 			}
 			wg.Wait()
-			must(t, f.a.Leave(ctx, "never-here", registry.ReasonClosed))
+			must(t, f.a.Leave(ctx, "never-here", "server shutdown"))
 			wantKinds(t, f, registry.KindRegistered, registry.KindLeft)
 			if w := f.workers(t)["w1"]; w.Status != reducers.WorkerLeft || w.Reason != registry.ReasonClosed {
 				t.Fatalf("worker = %+v", w)

@@ -53,7 +53,7 @@ export function workersPage(root) {
   let show = 'active';
   replace(root,
     h('div', {class: 'page-head'}, h('h1', {}, 'Workers'),
-      h('p', {class: 'muted'}, 'The worker processes that serve the queues: over the worker channel or over HTTP, with the SDK, host, queues, concurrency and jobs in flight each reports. A worker not heard from for three heartbeat intervals is lost.')),
+      h('p', {class: 'muted'}, 'The worker processes that serve the queues: over the worker channel or over HTTP, with the SDK, host, queues, concurrency and jobs in flight each reports. A worker not heard from for a minute is lost.')),
     unserved,
     h('section', {class: 'panel', 'aria-labelledby': 'workers-h'},
       h('header', {}, h('h2', {id: 'workers-h'}, 'Workers'), status, h('span', {class: 'spacer'}), filter), box));
