@@ -168,7 +168,7 @@ func clusterUnderLoad(t *testing.T, replicas int, reshard bool) failoverResult {
 	if reshard {
 		what = "slots moved"
 	}
-	t.Logf("replicas waited for: %d; %s %s after the start; %d events acknowledged, %d appends answered 503, %d answered 504 outcome_unknown; %d runs started, each ended once, %d failed (a claim lost with the primary)",
+	t.Logf("replicas waited for: %d; %s %s after the start; %d events acknowledged, %d appends answered 503, %d answered 504 outcome_unknown; %d runs started, each ended once, %d failed (lease expired)",
 		replicas, what, promoted.Round(time.Millisecond), r.acked, unavailable, unknown, starter.count(), failedRuns)
 	return r
 }
@@ -280,9 +280,9 @@ func (s *starter) count() int {
 // check waits for every run started to end and checks that each ended
 // once: one terminal event in its stream, one entry among the flow's
 // finished runs, and no run the starter did not start. A run may fail: a
-// claim whose answer the failover lost leaves its job with no worker until
-// the lease ends, as a worker's crash would, and a step without retries
-// then fails. It returns how many failed.
+// claim or a worker's report whose answer the killed primary took with it
+// leaves the job with no worker until its lease ends, as a worker's crash
+// would, and a step without retries then fails. It returns how many failed.
 func (s *starter) check(t *testing.T, base string) (failed int) {
 	t.Helper()
 	s.mu.Lock()
@@ -323,13 +323,16 @@ func (s *starter) check(t *testing.T, base string) (failed int) {
 		}
 		var evs struct {
 			Events []struct {
-				Kind string `json:"kind"`
+				Kind string          `json:"kind"`
+				Data json.RawMessage `json:"data"`
 			} `json:"events"`
 		}
 		getJSON(t, base+"/api/_events/flow/"+id+"?limit=1000", &evs)
 		ends := 0
 		for _, e := range evs.Events {
 			switch e.Kind {
+			case "step.failed":
+				t.Logf("run %s: step.failed %s", id, e.Data)
 			case "flow.failed":
 				failed++
 				ends++

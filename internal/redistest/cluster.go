@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -320,15 +321,15 @@ func servingPrimary(ctx context.Context, live []*Server, slot int) *Server {
 	var found *Server
 	for _, n := range live {
 		c := redis.NewClient(&redis.Options{Addr: n.Addr, MaxRetries: -1})
-		slots, err := c.ClusterSlots(ctx).Result()
+		ranges, err := slotRanges(ctx, c)
 		_ = c.Close()
 		if err != nil {
 			return nil
 		}
 		var addr string
-		for _, s := range slots {
-			if int(s.Start) <= slot && slot <= int(s.End) && len(s.Nodes) > 0 {
-				addr = s.Nodes[0].Addr
+		for _, r := range ranges {
+			if r.start <= slot && slot <= r.end {
+				addr = r.primary
 			}
 		}
 		var node *Server
@@ -426,15 +427,15 @@ func (c *Cluster) slotOf(t testing.TB, ctx context.Context, key string) (slot, l
 	if err != nil {
 		t.Fatalf("redistest: slot of %s: %v", key, err)
 	}
-	slots, err := cl.ClusterSlots(ctx).Result()
+	ranges, err := slotRanges(ctx, cl)
 	if err != nil {
-		t.Fatalf("redistest: cluster slots: %v", err)
+		t.Fatalf("redistest: cluster shards: %v", err)
 	}
-	for _, r := range slots {
-		if int(r.Start) <= int(s) && int(s) <= int(r.End) && len(r.Nodes) > 0 {
+	for _, r := range ranges {
+		if r.start <= int(s) && int(s) <= r.end {
 			for _, n := range c.Nodes {
-				if n.Addr == r.Nodes[0].Addr {
-					return int(s), int(r.Start), n
+				if n.Addr == r.primary {
+					return int(s), r.start, n
 				}
 			}
 		}
@@ -464,4 +465,32 @@ func (c *Cluster) LowSlotTag(t testing.TB, base string, n int) string {
 // dir, for a command such as nqbench rather than a test; Close ends it.
 func LaunchCluster(dir string) (*Cluster, error) {
 	return launchCluster(ClusterOptions{}, dir)
+}
+
+// slotRange is a range of slots and the address of the primary serving it
+// ("" when it has none online).
+type slotRange struct {
+	start, end int
+	primary    string
+}
+
+// slotRanges reads the slot map as the node c is connected to sees it.
+func slotRanges(ctx context.Context, c *redis.Client) ([]slotRange, error) {
+	shards, err := c.ClusterShards(ctx).Result()
+	if err != nil {
+		return nil, err
+	}
+	var out []slotRange
+	for _, sh := range shards {
+		var primary string
+		for _, n := range sh.Nodes {
+			if n.Role == "master" && n.Health == "online" {
+				primary = net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10))
+			}
+		}
+		for _, r := range sh.Slots {
+			out = append(out, slotRange{start: int(r.Start), end: int(r.End), primary: primary})
+		}
+	}
+	return out, nil
 }
