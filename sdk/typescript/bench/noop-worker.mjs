@@ -5,6 +5,7 @@
 //   NQD_QUEUE        the queue (default bench-ts)
 //   NQD_CONCURRENCY  jobs held at once (default 32)
 //   NQD_TOKEN        an API token of scope write, when nqd has tokens
+//   NQD_TRANSPORT    channel (the default) or http
 import { existsSync } from 'node:fs'
 
 if (!existsSync(new URL('../dist/index.js', import.meta.url))) {
@@ -20,6 +21,7 @@ const worker = createWorker({
   queues: [process.env.NQD_QUEUE ?? 'bench-ts'],
   concurrency,
   handlers: { noop: () => undefined },
+  transport: process.env.NQD_TRANSPORT || undefined,
 })
 const stop = () => { void worker.stop(5000) }
 process.on('SIGINT', stop)

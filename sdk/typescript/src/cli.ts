@@ -8,6 +8,7 @@ import type { Logger } from './worker.js'
 
 const usage = `usage: nqd-worker <path>... [--url <nqd>] [--token <token>] [--queue <name>]...
                   [--concurrency <n>] [--grace <ms>] [--store-flows] [--log-level <level>]
+                  [--transport channel|http]
 
 Loads the Nuxt Queue step files under each <path> (a folder, searched with its
 nested folders, or one file; TypeScript or JavaScript, both generations of
@@ -22,7 +23,9 @@ step files) and runs their handlers against nqd until SIGINT or SIGTERM.
                      within it, the rest are reported as retriable (default 10000)
   --store-flows      store the flow definitions the files describe (PUT /api/_flows/<name>,
                      scope admin) and register the triggers they define before serving
-  --log-level        debug, info, warn or error (default $NQD_LOG_LEVEL, else info)`
+  --log-level        debug, info, warn or error (default $NQD_LOG_LEVEL, else info)
+  --transport        channel (one WebSocket, falling back to HTTP when nqd cannot upgrade)
+                     or http (default $NQD_TRANSPORT, else channel)`
 
 const levels = ['debug', 'info', 'warn', 'error'] as const
 type Level = typeof levels[number]
@@ -49,6 +52,7 @@ async function main(): Promise<number> {
         grace: { type: 'string' },
         'store-flows': { type: 'boolean' },
         'log-level': { type: 'string' },
+        transport: { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
     })
@@ -74,6 +78,11 @@ async function main(): Promise<number> {
     console.error('nqd-worker: --concurrency must be a whole number of at least 1, --grace a number of milliseconds')
     return 2
   }
+  const transport = values.transport ?? process.env.NQD_TRANSPORT ?? 'channel'
+  if (transport !== 'channel' && transport !== 'http') {
+    console.error('nqd-worker: --transport must be channel or http')
+    return 2
+  }
   if (!(levels as readonly string[]).includes(level)) {
     console.error(`nqd-worker: --log-level must be one of ${levels.join(', ')}`)
     return 2
@@ -81,7 +90,7 @@ async function main(): Promise<number> {
   const logger = stderrLogger(level as Level)
   const folder = await loadFolder({
     paths: positionals, url, token, concurrency, logger,
-    queues: values.queue, storeFlows: values['store-flows'] === true,
+    queues: values.queue, storeFlows: values['store-flows'] === true, transport,
   })
   if (folder.queues.length === 0) {
     console.error(`nqd-worker: no step files with a flow config to serve under ${positionals.join(', ')}`)

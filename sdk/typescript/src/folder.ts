@@ -7,7 +7,7 @@ import { AuthError } from './errors.js'
 import { Http } from './http.js'
 import { loadStepFiles } from './loader.js'
 import { registerTriggers } from './triggers.js'
-import { createWorker, type Logger, type Worker } from './worker.js'
+import { createWorker, type Logger, type Transport, type Worker } from './worker.js'
 
 export interface FolderOptions {
   /** Folders (searched with their nested folders) or single step files. */
@@ -25,6 +25,8 @@ export interface FolderOptions {
    * write token serves steps.
    */
   storeFlows?: boolean | undefined
+  /** The worker channel (the default, falling back to HTTP) or HTTP only: see WorkerOptions.transport. */
+  transport?: Transport | undefined
 }
 
 export interface FolderWorker {
@@ -115,6 +117,8 @@ export async function loadFolder(opts: FolderOptions): Promise<FolderWorker> {
     concurrency: q.concurrency,
     handlers: q.handlers,
     logger: log,
+    transport: opts.transport,
+    name: `nqd-worker ${queue}`,
   }))
   return {
     flows,

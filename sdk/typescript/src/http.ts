@@ -147,25 +147,29 @@ function abortError(signal: AbortSignal): Error {
   return signal.reason instanceof Error ? signal.reason : new Error('aborted')
 }
 
-interface ErrorBody {
+export interface ErrorBody {
   error?: { code?: string, message?: string, fields?: Record<string, string> }
 }
 
-function answerError(status: number, method: string, path: string, text: string): NqdError {
-  let code = 'http_' + String(status)
-  let message = text.trim().slice(0, 500)
-  let fields: Record<string, string> | undefined
+export function answerError(status: number, method: string, path: string, text: string): NqdError {
+  let body: ErrorBody | null = null
   try {
-    const body = JSON.parse(text) as ErrorBody
-    if (body.error !== undefined) {
-      code = body.error.code ?? code
-      message = body.error.message ?? message
-      fields = body.error.fields
-    }
+    body = JSON.parse(text) as ErrorBody | null
   } catch {
     // not JSON: keep the text
   }
-  const what = `${method} ${path}: nqd answered ${status} ${code}: ${message}`
+  return errorOf(status, `${method} ${path}`, body?.error ?? {}, text.trim().slice(0, 500))
+}
+
+/**
+ * The error for an answer of status with nqd's error fields, over HTTP or
+ * the worker channel alike; call names what was called.
+ */
+export function errorOf(status: number, call: string, e: NonNullable<ErrorBody['error']>, text = ''): NqdError {
+  const code = e.code ?? 'http_' + String(status)
+  const message = e.message ?? text
+  const fields = e.fields
+  const what = `${call}: nqd answered ${status} ${code}: ${message}`
   if (status === 401) {
     return new AuthError(status, code, `${what} (give a token with --token or NQD_TOKEN)`)
   }

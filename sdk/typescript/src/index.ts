@@ -1,5 +1,5 @@
 export { createWorker } from './worker.js'
-export type { Job, Logger, Worker, WorkerOptions } from './worker.js'
+export type { Job, Logger, Transport, Worker, WorkerOptions } from './worker.js'
 export { defineFunction, defineFunctionConfig, defineQueueConfig, defineQueueWorker, defineTriggerConfig } from './define.js'
 export type {
   AwaitConfig, FlowConfig, FlowRole, FlowTriggers, Handler, NuxtAwaitConfig, NuxtFunction, QueueConfig, QueueJobDefaults,

@@ -4,6 +4,7 @@
 
 import { randomUUID } from 'node:crypto'
 import { backoffDelay, sleep } from './backoff.js'
+import { Channel, fallsBack, type Hello, type JobCall } from './channel.js'
 import { buildContext, type ContextHost, type ReportEvent } from './context.js'
 import type { Handler } from './define.js'
 import { AuthError, EncodingError, encodeJSON, isPermanent, NqdError } from './errors.js'
@@ -49,7 +50,19 @@ export interface WorkerOptions {
   heartbeatMs?: number | undefined
   /** How long one claim waits for work; default 10 s. */
   claimWaitMs?: number | undefined
+  /**
+   * How the worker speaks to nqd: 'channel' (the default) opens the worker
+   * channel, one WebSocket over which nqd offers jobs as slots free up, and
+   * falls back to 'http' (claims and calls) when nqd or a proxy cannot
+   * upgrade; 'http' never tries the channel.
+   */
+  transport?: Transport | undefined
+  /** The worker's name in nqd's worker registry (the channel's hello). */
+  name?: string | undefined
 }
+
+/** How a worker speaks to nqd (see WorkerOptions.transport). */
+export type Transport = 'channel' | 'http'
 
 /** A job as nqd hands it out. */
 export interface Job {
@@ -168,6 +181,18 @@ class WorkerImpl implements Worker {
   private readonly handlers: Record<string, Handler>
   readonly heartbeatMs: number | undefined
   private readonly claimWaitMs: number
+  private readonly token: string | undefined
+  private readonly name: string | undefined
+  /**
+   * The worker process in nqd's registry (its id, name, version and host),
+   * as every HTTP call and the channel's hello name it: the same across the
+   * channel's reconnects.
+   */
+  private readonly self: Record<string, string>
+  /** 'channel' until nqd or a proxy could not upgrade, then 'http' for good. */
+  private transport: Transport
+  /** The channel while it is open and welcomed: job calls go over it, else over HTTP. */
+  private conn: Channel | undefined
   private readonly running = new Set<JobRun>()
   /** Claims on their way, the slots they reserved, and their promises. */
   private claims = 0
@@ -201,12 +226,20 @@ class WorkerImpl implements Worker {
       throw new TypeError('createWorker: give at least one queue')
     }
     this.concurrency = Math.max(1, Math.floor(opts.concurrency ?? 4))
-    this.http = new Http({ url: opts.url, token: opts.token, headers: selfHeaders(this.concurrency) })
+    this.self = selfHeaders(this.concurrency)
+    this.http = new Http({ url: opts.url, token: opts.token, headers: this.self })
     this.log = opts.logger ?? consoleLogger
     this.queues = opts.queues
     this.handlers = opts.handlers
     this.heartbeatMs = opts.heartbeatMs
     this.claimWaitMs = Math.min(opts.claimWaitMs ?? 10_000, 30_000)
+    this.token = opts.token
+    this.name = opts.name
+    // Checked for callers in JavaScript, whose option the type does not hold.
+    if (!['channel', 'http', undefined].includes(opts.transport)) {
+      throw new TypeError(`createWorker: transport must be 'channel' or 'http', got ${JSON.stringify(opts.transport)}`)
+    }
+    this.transport = opts.transport ?? 'channel'
   }
 
   get active(): number {
@@ -231,9 +264,12 @@ class WorkerImpl implements Worker {
     this.slotFreed?.()
   }
 
-  /** Whether a completion may claim the slot's next job now: not while the worker stops. */
+  /**
+   * Whether a completion may claim the slot's next job now: over HTTP, and
+   * not while the worker stops. Over the channel nqd offers it instead.
+   */
   claimsNext(): boolean {
-    return !this.stopping
+    return !this.stopping && this.transport === 'http'
   }
 
   /** The claim a completion carries. */
@@ -271,8 +307,131 @@ class WorkerImpl implements Worker {
   }
 
   start(): Promise<void> {
-    this.loop ??= this.claimLoop()
+    this.loop ??= this.transport === 'http' ? this.claimLoop() : this.channelLoop()
     return this.loop
+  }
+
+  /**
+   * One job call, over the channel while it is open, else over HTTP; the
+   * answer and the errors are the same either way. An outcome sent over the
+   * channel frees its slot there (next: true) unless the worker stops or the
+   * slot was freed already.
+   */
+  async call<T>(run: JobRun, job: Job, call: JobCall, body: Record<string, unknown>, opts: { key?: string, signal?: AbortSignal } = {}): Promise<T> {
+    const ch = this.conn
+    if (ch?.live !== true) {
+      const path = `/api/_workers/jobs/${encodeURIComponent(job.queue)}/${encodeURIComponent(job.id)}/${call}`
+      const headers = opts.key === undefined ? undefined : { 'idempotency-key': opts.key }
+      return this.http.post<T>(path, body, { timeoutMs: callTimeoutMs, headers, signal: opts.signal })
+    }
+    const frame = { ...body }
+    if (opts.key !== undefined) {
+      frame.idempotencyKey = opts.key
+    }
+    const outcome = call === 'complete' || call === 'fail'
+    const next = outcome && !this.stopping && !run.slotFreed && run.slotChannel === ch
+    if (outcome) {
+      frame.next = next
+    }
+    // Only an ack frees the slot there: after an error the job's end
+    // gives the slot back with a slots frame.
+    const ans = await ch.request<T>(call, job, frame, callTimeoutMs, opts.signal, () => { run.slotFreed ||= next })
+    return ans
+  }
+
+  /**
+   * Keeps the worker channel open until stop(): nqd offers jobs over it,
+   * and a channel that drops is opened again with backoff (at once after
+   * nqd said it restarts). Falls back to claiming over HTTP for good when
+   * nqd or a proxy cannot upgrade.
+   */
+  private async channelLoop(): Promise<void> {
+    let failures = 0
+    while (!this.isStopping()) {
+      const ch: Channel = new Channel(this.http.base, this.token, () => this.hello(ch), {
+        offer: (jobs, from) => { this.offered(jobs, from) },
+        problem: (err) => { this.log.error(`nqd refused a frame of the channel: ${err.message}`) },
+      })
+      let restart = false
+      let retryAfter = 0
+      try {
+        await ch.ready
+      } catch (err) {
+        if (fallsBack(err)) {
+          this.log.info(`nqd cannot open the worker channel: claiming over HTTP (${errorText(err)})`)
+          this.transport = 'http'
+          return this.claimLoop()
+        }
+        if (this.isStopping()) {
+          break
+        }
+        if (err instanceof AuthError || (err instanceof NqdError && err.status === 400)) {
+          this.log.error(`nqd refused the worker's channel; stopping: ${err.message}`)
+          this.fatal = err
+          this.stopping = true
+          this.stopClaims.abort()
+          break
+        }
+        retryAfter = err instanceof NqdError ? err.retryAfterMs ?? 0 : 0
+        const wait = Math.max(backoffDelay(failures++, 100, 5_000), retryAfter)
+        this.log.warn(`the worker channel did not open, trying again in ${Math.round(wait)} ms: ${errorText(err)}`)
+        await sleep(wait, this.stopClaims.signal)
+        continue
+      }
+      failures = 0
+      this.conn = ch
+      if (this.isStopping()) {
+        await ch.close()
+        this.conn = undefined
+        break
+      }
+      this.log.debug('worker channel open')
+      restart = await ch.closed
+      this.conn = undefined
+      if (this.isStopping()) {
+        break
+      }
+      const wait = restart ? 0 : backoffDelay(failures++, 100, 5_000)
+      this.log.warn(`the worker channel closed${restart ? ' (nqd restarts)' : ''}, opening it again in ${Math.round(wait)} ms`)
+      await sleep(wait, this.stopClaims.signal)
+    }
+    if (this.fatal !== undefined) {
+      throw this.fatal
+    }
+  }
+
+  /**
+   * The channel's hello, asked for as it is sent: the jobs held now count
+   * against ch's slots, so each frees its slot there when it ends.
+   */
+  private hello(ch: Channel): Hello {
+    for (const run of this.running) {
+      run.slotChannel = ch
+      run.slotFreed = false
+    }
+    return {
+      workerId: this.self['nqd-worker-id'] ?? '', name: this.name ?? this.self['nqd-worker-name'], sdk: 'typescript',
+      version: this.self['nqd-worker-version'] ?? 'unknown', host: this.self['nqd-worker-host'] ?? '',
+      queues: this.queues, concurrency: this.concurrency,
+      slots: this.stopping ? 0 : Math.max(0, this.concurrency - this.running.size),
+    }
+  }
+
+  /**
+   * nqd offered jobs over ch: each runs at once in the slot it took there.
+   * One that comes once stop()'s grace period is over is handed back at
+   * once, as a completion's next job is over HTTP.
+   */
+  private offered(jobs: Job[], ch: Channel): void {
+    for (const job of jobs) {
+      const run = this.runJob(job)
+      run.slotChannel = ch
+      if (this.pastGrace) {
+        const p = run.abandon()
+        this.handingBack.add(p)
+        void p.finally(() => this.handingBack.delete(p))
+      }
+    }
   }
 
   /**
@@ -285,6 +444,8 @@ class WorkerImpl implements Worker {
   async stop(graceMs = 10_000): Promise<void> {
     this.stopping = true
     this.stopClaims.abort()
+    // nqd offers nothing more; outcomes from now on free no slot.
+    this.conn?.tell({ type: 'pause' })
     this.slotFreed?.()
     const deadline = Date.now() + graceMs
     const stepsUntil = deadline - Math.min(reportReserveMs, graceMs / 5)
@@ -309,11 +470,13 @@ class WorkerImpl implements Worker {
       // its lease. No completion claims now.
       await Promise.allSettled([...this.completing].map(r => r.done))
       await Promise.allSettled([...this.handingBack])
+      await this.conn?.close(1000)
       await this.loop?.catch(() => undefined)
       // A courtesy to nqd's worker registry, which otherwise shows the
-      // worker lost once it has been silent long enough.
+      // worker lost once it has been silent long enough. Over the channel
+      // its close (1000, above) says it.
       const left = deadline - Date.now()
-      if (left > 0) {
+      if (left > 0 && this.transport === 'http') {
         await this.http.post('/api/_workers/goodbye', {}, { timeoutMs: Math.min(2000, left) }).catch(() => undefined)
       }
     } finally {
@@ -396,6 +559,11 @@ class WorkerImpl implements Worker {
     this.running.add(run)
     void run.done.finally(() => {
       this.running.delete(run)
+      // Its outcome did not free its slot on the channel the slot counts
+      // on (it went over HTTP, say, or was given up): say so there.
+      if (!run.slotFreed && !this.stopping) {
+        run.slotChannel?.tell({ type: 'slots', add: 1 })
+      }
       this.slotFreed?.()
     })
     return run
@@ -418,8 +586,11 @@ class JobRun implements ContextHost {
   readonly done: Promise<void>
   private readonly w: WorkerImpl
   private readonly job: Job
-  private readonly path: string
   private leaseUntil: number
+  /** The worker channel whose count of free slots this job's slot is in, if any. */
+  slotChannel: Channel | undefined
+  /** Set once an outcome sent over slotChannel freed the slot there. */
+  slotFreed = false
   private readonly abort = new AbortController()
   /** Set once the outcome was reported or given up: nothing more is sent. */
   private settled = false
@@ -455,7 +626,6 @@ class JobRun implements ContextHost {
     this.http = w.http
     this.job = job
     this.runId = job.runId
-    this.path = `/api/_workers/jobs/${encodeURIComponent(job.queue)}/${encodeURIComponent(job.id)}`
     this.leaseUntil = typeof job.leaseUntil === 'number' ? job.leaseUntil : Date.now() + 30_000
     this.done = this.run(handler)
   }
@@ -682,7 +852,7 @@ class JobRun implements ContextHost {
       return
     }
     try {
-      const beat = await this.http.post<BeatAnswer>(this.path + '/heartbeat', { lease: this.job.lease }, { timeoutMs: callTimeoutMs })
+      const beat = await this.w.call<BeatAnswer>(this, this.job, 'heartbeat', { lease: this.job.lease })
       if (this.beatsEnded()) {
         return
       }
@@ -797,7 +967,7 @@ class JobRun implements ContextHost {
         }
         for (let i = 0; i < events.length; i += maxBatch) {
           chunk = events.slice(i, i + maxBatch)
-          await this.deliver('events', { lease: this.job.lease, events: chunk }, { 'idempotency-key': this.nextKey() })
+          await this.deliver('events', { lease: this.job.lease, events: chunk }, this.nextKey())
           this.startedRefused &&= !chunk.some(e => e.kind === 'step.started')
         }
         for (const w of waiters) {
@@ -822,10 +992,10 @@ class JobRun implements ContextHost {
    * stop()'s grace period does. A 409 means the lease is
    * gone (the run ended or another worker holds the job).
    */
-  private async deliver<T = unknown>(call: 'events' | 'complete' | 'fail', body: unknown, headers?: Record<string, string>): Promise<T | undefined> {
+  private async deliver<T = unknown>(call: 'events' | 'complete' | 'fail', body: Record<string, unknown>, key?: string): Promise<T | undefined> {
     for (let n = 0; ; n++) {
       try {
-        return await this.http.post<T>(`${this.path}/${call}`, body, { timeoutMs: callTimeoutMs, headers, signal: this.w.giveUp.signal })
+        return await this.w.call<T>(this, this.job, call, body, { key, signal: this.w.giveUp.signal })
       } catch (err) {
         if (this.w.giveUp.signal.aborted) {
           throw err

@@ -8,10 +8,10 @@ import { createWorker, type Handler, type Worker } from '../src/index.js'
 import { memoryLogger, startNqd, waitFor, type Nqd } from './nqd.js'
 import { startProxy, type Verdict } from './proxy.js'
 
-/** Starts a worker through url; stop() also checks how start() ended. */
+/** Starts a worker through url, over HTTP: these are HTTP's claims; stop() also checks how start() ended. */
 function serve(url: string, queue: string, handlers: Record<string, Handler>, concurrency: number): { w: Worker, lines: string[], stop: (graceMs?: number) => Promise<void> } {
   const logger = memoryLogger()
-  const w = createWorker({ url, queues: [queue], handlers, logger, claimWaitMs: 1000, concurrency })
+  const w = createWorker({ url, queues: [queue], handlers, logger, claimWaitMs: 1000, concurrency, transport: 'http' })
   const running = w.start()
   return {
     w,

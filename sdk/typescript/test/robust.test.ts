@@ -5,14 +5,17 @@
 
 import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
-import { createWorker, EncodingError, type Handler, type Worker } from '../src/index.js'
+import { createWorker, EncodingError, type Handler, type Transport, type Worker } from '../src/index.js'
 import { kinds, memoryLogger, startNqd, type Nqd } from './nqd.js'
 import { startProxy } from './proxy.js'
 
-/** Starts a worker with the SDK's defaults; stop() also checks how start() ended. */
-function serve(url: string, queue: string, handlers: Record<string, Handler>): { w: Worker, lines: string[], stop: (graceMs?: number) => Promise<void> } {
+/**
+ * Starts a worker with the SDK's defaults; stop() also checks how start()
+ * ended. The tests whose proxy refuses HTTP reports speak HTTP.
+ */
+function serve(url: string, queue: string, handlers: Record<string, Handler>, transport: Transport = 'channel'): { w: Worker, lines: string[], stop: (graceMs?: number) => Promise<void> } {
   const logger = memoryLogger()
-  const w = createWorker({ url, queues: [queue], handlers, logger })
+  const w = createWorker({ url, queues: [queue], handlers, logger, transport })
   const running = w.start()
   return {
     w,
@@ -125,7 +128,7 @@ describe('a short lease', () => {
       return 'pass'
     })
     let calls = 0
-    const wk = serve(proxy.url, 'q-stormy', { work: () => { calls++; return 'done' } })
+    const wk = serve(proxy.url, 'q-stormy', { work: () => { calls++; return 'done' } }, 'http')
     try {
       const run = await nqd.finished(await nqd.start('stormy'), 30_000)
       assert.equal(run.state.status, 'completed', `${kinds(run.events).join(' ')}\n${wk.lines.join('\n')}`)
@@ -144,7 +147,7 @@ describe('a short lease', () => {
     let started!: () => void
     const isStarted = new Promise<void>((r) => { started = r })
     const proxy = await startProxy(nqd.url, path => /\/(events|complete|fail)$/.test(path) ? { status: 503 } : 'pass')
-    const wk = serve(proxy.url, 'q-refusing', { work: async () => { started(); await new Promise(r => setTimeout(r, 1500)); return 'late' } })
+    const wk = serve(proxy.url, 'q-refusing', { work: async () => { started(); await new Promise(r => setTimeout(r, 1500)); return 'late' } }, 'http')
     try {
       await nqd.start('refusing')
       await isStarted
