@@ -2,7 +2,8 @@
 of the SDK benchmark (scripts/bench-sdks.sh).
 
 Environment: NQD_URL (default http://127.0.0.1:8080), NQD_QUEUE (default
-bench-py), NQD_CONCURRENCY (default 64), NQD_TOKEN (optional). Runs until
+bench-py), NQD_CONCURRENCY (default 64), NQD_TOKEN (optional),
+NQD_TRANSPORT (channel, the default, or http). Runs until
 SIGINT or SIGTERM; prints the steps it completed when it stops.
 """
 
@@ -25,6 +26,7 @@ def main() -> None:
         token=os.environ.get("NQD_TOKEN") or None,
         queues=[queue],
         concurrency=int(os.environ.get("NQD_CONCURRENCY", "64")),
+        transport=os.environ.get("NQD_TRANSPORT") or "channel",
     )
 
     @worker.step("noop", queue=queue)

@@ -331,6 +331,7 @@ async def store_flows(url: str, token: str | None, defs: Sequence[dict[str, Any]
 
 
 USAGE = """usage: nqd-worker-py <dir> [--url <nqd>] [--token <token>] [--concurrency <n>] [--grace <ms>] [--store-flows]
+                     [--transport channel|http]
 
 Loads the step files under <dir> (Nuxt Queue's Python shape, a config dict and
 a run function, or handlers registered with @nqd_worker.step; nested folders
@@ -344,7 +345,9 @@ or SIGTERM. <dir> may also be one .py file or a dotted module name.
                  a file's config.worker.concurrency may raise it)
   --grace        milliseconds running steps get to finish on a signal (default 10000)
   --store-flows  store the flows the files' configs describe in nqd first
-                 (needs a token of scope admin)"""
+                 (needs a token of scope admin)
+  --transport    channel (one WebSocket per queue's worker, falling back to HTTP
+                 when nqd cannot upgrade) or http (default $NQD_TRANSPORT, else channel)"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -366,6 +369,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--concurrency", default=os.environ.get("NQD_CONCURRENCY", "4"))
     ap.add_argument("--grace", default="10000")
     ap.add_argument("--store-flows", action="store_true")
+    ap.add_argument("--transport", default=os.environ.get("NQD_TRANSPORT", "channel"), choices=("channel", "http"))
     args = ap.parse_args(argv)
     try:
         args.concurrency = int(args.concurrency)
@@ -456,7 +460,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     grace = args.grace / 1000
     try:
         workers = [
-            Worker(args.url, args.token, [q], max(args.concurrency, wanted.get(q, 0)), grace=grace, handlers=rs)
+            Worker(
+                args.url,
+                args.token,
+                [q],
+                max(args.concurrency, wanted.get(q, 0)),
+                grace=grace,
+                handlers=rs,
+                transport=args.transport,
+                name=f"nqd-worker-py {q}",
+            )
             for q, rs in sorted(by_queue.items())
         ]
     except ValueError as e:

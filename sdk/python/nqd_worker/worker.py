@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any, Awaitable, Callable, Iterable, Union, cast
 from urllib.parse import quote
 
+from ._channel import Channel, Refused, open_channel
 from ._http import HTTPClient, Response, TransportError
 from ._self import self_headers
 from .context import Context, SyncContext
@@ -28,6 +29,10 @@ SyncHandler = Callable[[Any, SyncContext], Any]
 Handler = Union[AsyncHandler, SyncHandler]
 
 log = logging.getLogger("nqd_worker")
+
+# How a worker speaks to nqd: the worker channel (falling back to HTTP when
+# nqd or a proxy cannot upgrade), or HTTP only.
+TRANSPORTS = ("channel", "http")
 
 # nqd's claim answers within 30 s at most; a batch of reports holds at most
 # 1000 events.
@@ -206,6 +211,10 @@ class _Job:
         # Emits made while step.started waited: they go with it.
         self.queued: list[dict[str, Any]] = []
         self.stopped = False  # the worker stopped it after the grace period
+        # The worker channel whose count of free slots the job's slot is
+        # in, and whether an outcome sent over it freed the slot there.
+        self.slot_channel: Channel | None = None
+        self.slot_freed = False
         # The first value of the step that could not be encoded: the step
         # fails with it, whether or not the handler let it through.
         self.encode_error: EncodeError | None = None
@@ -222,7 +231,6 @@ class _Job:
         NqdError for an answer that retrying cannot change, AuthError for
         401 and 403.
         """
-        headers = {"Idempotency-Key": key} if key else None
         if self.gone:
             raise LeaseLost(f"job {self.id}: the run ended or the lease went to another worker")
         backoff = Backoff(self.worker.retry_base, self.worker.retry_cap)
@@ -234,9 +242,7 @@ class _Job:
                 raise LeaseLost(f"job {self.id}: the lease ran out before nqd took the {action} report")
             wait = None
             try:
-                resp = await self.worker._request(
-                    "POST", f"{self.path}/{action}", body, timeout=min(_CALL_TIMEOUT, max(left, 1.0)), headers=headers
-                )
+                resp = await self.worker._job_call(self, action, body, key=key, timeout=min(_CALL_TIMEOUT, max(left, 1.0)))
             except TransportError as e:
                 why = str(e)
             else:
@@ -269,9 +275,7 @@ class _Job:
         while True:
             await asyncio.sleep(delay)
             try:
-                resp = await self.worker._request(
-                    "POST", f"{self.path}/heartbeat", {"lease": self.lease}, timeout=_CALL_TIMEOUT
-                )
+                resp = await self.worker._job_call(self, "heartbeat", {"lease": self.lease}, timeout=_CALL_TIMEOUT)
             except TransportError as e:
                 delay = min(backoff.next(), self.beat_in())
                 log.debug("job %s: heartbeat failed (%s)", self.id, e)
@@ -350,9 +354,13 @@ class Worker:
         retry_base: float = 0.1,
         retry_cap: float = 5.0,
         handlers: Iterable[Registration] | None = None,
+        transport: str = "channel",
+        name: str | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport must be 'channel' or 'http', got {transport!r}")
         HTTPClient(url)  # refuses an address that is not http(s)://host[:port] now, not at run()
         self.url = url
         self.token = token or None
@@ -363,6 +371,11 @@ class Worker:
         self.claim_wait = min(claim_wait, _MAX_CLAIM_WAIT)
         self.retry_base = retry_base
         self.retry_cap = retry_cap
+        # 'channel' until nqd or a proxy could not upgrade, then 'http'.
+        self.transport = transport
+        self.name = name
+        # The channel while it is open and welcomed: job calls go over it.
+        self._channel: Channel | None = None
         self.handlers: dict[str, Registration] = {}
         for reg in handlers or ():
             self.register(reg.step, reg.handler, reg.queue, flow=reg.flow)
@@ -482,50 +495,12 @@ class Worker:
         self._threads = concurrent.futures.ThreadPoolExecutor(
             max_workers=self.concurrency, thread_name_prefix="nqd-step"
         )
-        backoff = Backoff(self.retry_base, self.retry_cap)
         stop_wait = asyncio.create_task(self._stop.wait())
         try:
-            while not self._stop.is_set():
-                free = self.concurrency - len(self._running)
-                if free <= 0:
-                    self._slot_freed.clear()
-                    slot = asyncio.create_task(self._slot_freed.wait())
-                    await asyncio.wait({slot, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-                    slot.cancel()
-                    continue
-                # A stop waits for the claim in flight while running steps
-                # may (see _drain) rather than dropping it: jobs nqd hands
-                # out to a dropped claim would sit leased to no one until
-                # their lease ran out.
-                claim = asyncio.create_task(self._claim(queues, min(free, _MAX_CLAIM)))
-                await asyncio.wait({claim, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-                if not claim.done() and not self._grace_over.is_set():
-                    now = asyncio.create_task(self._grace_over.wait())
-                    await asyncio.wait(
-                        {claim, now}, timeout=max(self._steps_until() - time.monotonic(), 0.0), return_when=asyncio.FIRST_COMPLETED
-                    )
-                    now.cancel()
-                if not claim.done():
-                    claim.cancel()
-                    await asyncio.gather(claim, return_exceptions=True)
-                    break
-                try:
-                    jobs = claim.result()
-                except NqdError as e:
-                    if e.status in (408, 429) or e.status >= 500:
-                        delay = backoff.next()
-                        log.warning("claim failed (%s); retrying in %.1fs", e, delay)
-                        await asyncio.wait({stop_wait}, timeout=delay)
-                        continue
-                    raise  # a claim nqd refuses (its queues, say) stays refused
-                except (TransportError, ValueError) as e:
-                    delay = backoff.next()
-                    log.warning("claim failed (%s); retrying in %.1fs", e, delay)
-                    await asyncio.wait({stop_wait}, timeout=delay)
-                    continue
-                backoff.reset()
-                for raw in jobs:
-                    self._start(_Job(self, raw))
+            if self.transport == "channel" and await self._channel_loop(queues, stop_wait):
+                self.transport = "http"
+            if self.transport == "http":
+                await self._claim_loop(queues, stop_wait)
         finally:
             # Completions claim only while the worker claims: not once it
             # stops, nor once nqd refused its claims.
@@ -533,18 +508,175 @@ class Worker:
                 self._stop_at = time.monotonic()
             self._stop.set()
             stop_wait.cancel()
+            ch = self._channel
+            if ch is not None:
+                # nqd offers nothing more; outcomes from now on free no slot.
+                ch.tell({"type": "pause"})
             await self._drain()
-            await self._goodbye()
+            if ch is not None:
+                await ch.close()
+                self._channel = None
+            if self.transport == "http":
+                await self._goodbye()
             await self._http.close()
             self._threads.shutdown(wait=False)
 
     async def _goodbye(self) -> None:
         """Tells nqd's worker registry the worker stops; a courtesy, since a
-        silent worker is shown lost in time."""
+        silent worker is shown lost in time. Over the channel its close
+        (1000) says it."""
         try:
             await self._request("POST", "/api/_workers/goodbye", {}, timeout=2.0)
         except Exception:  # noqa: BLE001 - nothing depends on it
             pass
+
+    async def _claim_loop(self, queues: list[str], stop_wait: asyncio.Task[Any]) -> None:
+        """Claims jobs for free slots over HTTP until stop()."""
+        assert self._stop is not None and self._slot_freed is not None and self._grace_over is not None
+        backoff = Backoff(self.retry_base, self.retry_cap)
+        while not self._stop.is_set():
+            free = self.concurrency - len(self._running)
+            if free <= 0:
+                self._slot_freed.clear()
+                slot = asyncio.create_task(self._slot_freed.wait())
+                await asyncio.wait({slot, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+                slot.cancel()
+                continue
+            # A stop waits for the claim in flight while running steps
+            # may (see _drain) rather than dropping it: jobs nqd hands
+            # out to a dropped claim would sit leased to no one until
+            # their lease ran out.
+            claim = asyncio.create_task(self._claim(queues, min(free, _MAX_CLAIM)))
+            await asyncio.wait({claim, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+            if not claim.done() and not self._grace_over.is_set():
+                now = asyncio.create_task(self._grace_over.wait())
+                await asyncio.wait(
+                    {claim, now}, timeout=max(self._steps_until() - time.monotonic(), 0.0), return_when=asyncio.FIRST_COMPLETED
+                )
+                now.cancel()
+            if not claim.done():
+                claim.cancel()
+                await asyncio.gather(claim, return_exceptions=True)
+                break
+            try:
+                jobs = claim.result()
+            except NqdError as e:
+                if e.status in (408, 429) or e.status >= 500:
+                    delay = backoff.next()
+                    log.warning("claim failed (%s); retrying in %.1fs", e, delay)
+                    await asyncio.wait({stop_wait}, timeout=delay)
+                    continue
+                raise  # a claim nqd refuses (its queues, say) stays refused
+            except (TransportError, ValueError) as e:
+                delay = backoff.next()
+                log.warning("claim failed (%s); retrying in %.1fs", e, delay)
+                await asyncio.wait({stop_wait}, timeout=delay)
+                continue
+            backoff.reset()
+            for raw in jobs:
+                self._start(_Job(self, raw))
+
+    async def _channel_loop(self, queues: list[str], stop_wait: asyncio.Task[Any]) -> bool:
+        """Keeps the worker channel open until stop(): nqd offers jobs over
+        it, and a channel that drops is opened again with backoff (at once
+        after nqd said it restarts). Returns True when nqd or a proxy cannot
+        upgrade, and the worker claims over HTTP instead."""
+        assert self._stop is not None
+        backoff = Backoff(self.retry_base, self.retry_cap)
+        while not self._stop.is_set():
+            opening = asyncio.create_task(open_channel(self.url, self.token, lambda c: self._hello(c, queues), self._offered))
+            await asyncio.wait({opening, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+            if not opening.done():
+                opening.cancel()
+                await asyncio.gather(opening, return_exceptions=True)
+                break
+            try:
+                ch = opening.result()
+            except Refused as e:
+                if e.falls_back:
+                    log.info("nqd cannot open the worker channel (%s): claiming over HTTP", e)
+                    return True
+                delay = max(backoff.next(), _retry_after(e.response) or 0.0)
+                log.warning("%s; trying again in %.1fs", e, delay)
+                await asyncio.wait({stop_wait}, timeout=delay)
+                continue
+            except TransportError as e:
+                delay = backoff.next()
+                log.warning("the worker channel did not open (%s); trying again in %.1fs", e, delay)
+                await asyncio.wait({stop_wait}, timeout=delay)
+                continue
+            # AuthError and a refused hello (NqdError) stay refused: run() raises them.
+            backoff.reset()
+            self._channel = ch
+            if self._stop.is_set():
+                break
+            log.debug("worker channel open")
+            closed = asyncio.create_task(ch.closed.wait())
+            await asyncio.wait({closed, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+            closed.cancel()
+            if self._stop.is_set():
+                # The channel stays open while the running steps report.
+                break
+            self._channel = None
+            delay = 0.0 if ch.restart else backoff.next()
+            log.warning("the worker channel closed%s; opening it again in %.1fs", " (nqd restarts)" if ch.restart else "", delay)
+            await asyncio.wait({stop_wait}, timeout=delay)
+        return False
+
+    def _hello(self, ch: Channel, queues: list[str]) -> dict[str, Any]:
+        """The channel's hello, asked for as it is sent: the jobs held now
+        count against ch's slots, so each frees its slot there when it ends."""
+        for job in self._running.values():
+            job.slot_channel = ch
+            job.slot_freed = False
+        # The same id, name, version and host as every HTTP call's headers.
+        hello: dict[str, Any] = {
+            "workerId": self._self["Nqd-Worker-Id"],
+            "name": (self.name or self._self["Nqd-Worker-Name"])[:128],
+            "sdk": "python",
+            "version": self._self["Nqd-Worker-Version"],
+            "host": self._self["Nqd-Worker-Host"],
+            "queues": queues,
+            "concurrency": self.concurrency,
+            "slots": max(0, self.concurrency - len(self._running)) if self._claiming() else 0,
+        }
+        return hello
+
+    def _offered(self, jobs: list[dict[str, Any]], ch: Channel) -> None:
+        """nqd offered jobs over ch: each runs at once in the slot it took
+        there (or, past the grace period, is handed back at once)."""
+        for raw in jobs:
+            job = _Job(self, raw)
+            job.slot_channel = ch
+            self._start(job)
+
+    async def _job_call(
+        self, job: _Job, action: str, body: dict[str, Any], *, key: str | None = None, timeout: float = _CALL_TIMEOUT
+    ) -> Response:
+        """One job call, over the channel while it is open, else over HTTP;
+        the answer is the same either way. An outcome sent over the channel
+        frees its slot there (next) unless the worker stops or the slot was
+        freed already."""
+        ch = self._channel
+        if ch is None or not ch.live:
+            headers = {"Idempotency-Key": key} if key else None
+            return await self._request("POST", f"{job.path}/{action}", body, timeout=timeout, headers=headers)
+        frame = dict(body)
+        if key:
+            frame["idempotencyKey"] = key
+        nxt = False
+        if action in ("complete", "fail"):
+            nxt = self._claiming() and not job.slot_freed and job.slot_channel is ch
+            frame["next"] = nxt
+
+        def answered(resp: Response) -> None:
+            # Only an ack frees the slot there (after an error the job's end
+            # gives it back with a slots frame), and nqd may offer the
+            # slot's next job in the very next frame.
+            if nxt and resp.status == 200:
+                job.slot_freed = True
+
+        return await ch.request(action, job.queue, job.id, frame, timeout, answered)
 
     async def _claim(self, queues: list[str], n: int) -> list[dict[str, Any]]:
         body = {"queues": queues, "max": n, "waitMs": int(self.claim_wait * 1000)}
@@ -572,7 +704,10 @@ class Worker:
     def _start(self, job: _Job) -> None:
         task = asyncio.create_task(self._run_slot(job))
         self._running[task] = job
-        self.max_held = max(self.max_held, len(self._running))
+        # A job whose outcome freed its slot on the channel is not held,
+        # though its task has yet to end.
+        held = sum(1 for j in self._running.values() if not j.slot_freed)
+        self.max_held = max(self.max_held, held)
         task.add_done_callback(self._finished)
 
     async def _run_slot(self, job: _Job) -> None:
@@ -591,7 +726,11 @@ class Worker:
             nxt = await self._run_job(nxt)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
-        self._running.pop(task, None)
+        job = self._running.pop(task, None)
+        if job is not None and not job.slot_freed and job.slot_channel is not None and self._claiming():
+            # Its outcome did not free its slot on the channel the slot
+            # counts on (it went over HTTP, say, or was given up): say so.
+            job.slot_channel.tell({"type": "slots", "add": 1})
         if self._slot_freed is not None:
             self._slot_freed.set()
         if not task.cancelled() and task.exception() is not None:
@@ -705,7 +844,7 @@ class Worker:
         body: dict[str, Any] = {"lease": job.lease}
         if result is not None:
             body["result"] = result
-        if self._claiming():
+        if self._claiming() and self.transport == "http":
             body["claim"] = {"queues": self._claim_queues, "max": 1, "waitMs": round(_NEXT_JOB_WAIT * 1000)}
         return await self._finish(job, "complete", body)
 

@@ -173,6 +173,12 @@ class Nqd:
             raise AssertionError(f"run {run_id} did not end within {timeout}s; its events: {kinds}") from None
 
 
+@pytest.fixture(params=["channel", "http"])
+def transport(request: pytest.FixtureRequest) -> str:
+    """The worker's transport: a test that takes it runs over both."""
+    return str(request.param)
+
+
 @pytest.fixture(scope="session")
 def nqd(nqd_binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nqd]:
     """An nqd on the embedded store, shared by the tests (each uses flows and

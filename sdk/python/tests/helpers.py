@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import re
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -247,10 +249,10 @@ class CountingProxy:
         return Handler
 
 
-def retried_by_another_worker(nqd: Nqd, queue: str, step: str, run: str) -> None:
+def retried_by_another_worker(nqd: Nqd, queue: str, step: str, run: str, transport: str = "channel") -> None:
     """A fresh worker takes the step a stopped one gave back, as its second
     attempt, and the run completes with that attempt's result."""
-    w = Worker(nqd.url, queues=[queue], claim_wait=1.0)
+    w = Worker(nqd.url, queues=[queue], claim_wait=1.0, transport=transport)
 
     @w.step(step, queue=queue)
     async def again(input: Any, ctx: Context) -> int:
@@ -259,3 +261,111 @@ def retried_by_another_worker(nqd: Nqd, queue: str, step: str, run: str) -> None
     with Running(w):
         assert nqd.wait_status(run) == "completed"
     assert nqd.run_state(run)["steps"][step]["result"] == 2
+
+
+class TunnelProxy:
+    """A TCP proxy in front of nqd for the worker channel's tests. It passes
+    connections on as bytes, noting the HTTP requests it sees in them; an
+    upgrade to the channel is answered by the proxy itself with the status
+    refuse(nth upgrade) gives, when it gives one. cut() cuts every
+    connection passed on so far."""
+
+    def __init__(self, upstream: str, refuse: Callable[[int], int | None] = lambda n: None) -> None:
+        host, _, port = upstream.removeprefix("http://").partition(":")
+        self._upstream = (host, int(port))
+        self.refuse = refuse
+        self.upgrades = 0
+        self.requests: list[str] = []
+        self._lock = threading.Lock()
+        self._socks: set[socket.socket] = set()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def __enter__(self) -> TunnelProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._closed = True
+        self._listener.close()
+        self.cut()
+
+    def cut(self) -> None:
+        with self._lock:
+            socks, self._socks = self._socks, set()
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def seen(self, pattern: str) -> bool:
+        with self._lock:
+            return any(re.search(pattern, r) for r in self.requests)
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        head = b""
+        while b"\r\n\r\n" not in head and len(head) < 65536:
+            chunk = conn.recv(65536)
+            if not chunk:
+                conn.close()
+                return
+            head += chunk
+        upgrade = b"\r\nupgrade: websocket" in head.lower()
+        if upgrade:
+            with self._lock:
+                self.upgrades += 1
+                n = self.upgrades
+            status = self.refuse(n)
+            if status is not None:
+                body = b'{"error":{"code":"proxy","message":"refused by the test proxy"}}'
+                conn.sendall(
+                    b"HTTP/1.1 %d Refused\r\nContent-Type: application/json\r\nRetry-After: 0\r\n"
+                    b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (status, len(body), body)
+                )
+                conn.close()
+                return
+        try:
+            up = socket.create_connection(self._upstream)
+        except OSError:
+            conn.close()
+            return
+        with self._lock:
+            self._socks |= {conn, up}
+        threading.Thread(target=self._pipe, args=(up, conn, False), daemon=True).start()
+        self._pipe(conn, up, not upgrade, head)
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, note: bool, first: bytes = b"") -> None:
+        data = first
+        try:
+            while True:
+                if data:
+                    if note:
+                        # A request is written in one piece: its request line
+                        # is whole in the chunk it starts.
+                        with self._lock:
+                            self.requests += [m.decode() for m in re.findall(rb"(?:GET|POST|PUT) \S+(?= HTTP/1\.1\r\n)", data)]
+                    dst.sendall(data)
+                data = src.recv(65536)
+                if not data:
+                    break
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass

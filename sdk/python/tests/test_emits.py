@@ -27,7 +27,8 @@ def chain_flow(nqd: Nqd, q: str) -> None:
 
 
 def chain_worker(url: str, q: str, inputs: list[Any]) -> Worker:
-    w = Worker(url, queues=[q], concurrency=1, claim_wait=1.0)
+    # Through a proxy of HTTP calls: the worker speaks HTTP.
+    w = Worker(url, queues=[q], concurrency=1, claim_wait=1.0, transport="http")
 
     @w.step("first", queue=q)
     async def first(input: Any, ctx: Context) -> str:
@@ -102,7 +103,7 @@ def test_an_emit_nqd_refuses_for_itself_fails_its_step(nqd: Nqd) -> None:
     q = "py-emit-bad"
     chain_flow(nqd, q)
     with CountingProxy(nqd.url) as proxy:
-        w = Worker(proxy.url, queues=[q], concurrency=1, claim_wait=1.0)
+        w = Worker(proxy.url, queues=[q], concurrency=1, claim_wait=1.0, transport="http")
 
         @w.step("first", queue=q)
         async def first(input: Any, ctx: Context) -> str:

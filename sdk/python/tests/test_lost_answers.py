@@ -105,7 +105,7 @@ def test_lost_answers_store_each_report_once(nqd: Nqd, proxy: Proxy) -> None:
         },
     )
     calls: list[tuple[str, int]] = []
-    w = Worker(f"http://127.0.0.1:{proxy.port}", queues=[q], claim_wait=1.0, retry_base=0.05)
+    w = Worker(f"http://127.0.0.1:{proxy.port}", queues=[q], claim_wait=1.0, retry_base=0.05, transport="http")
 
     @w.step("first", queue=q)
     async def first(input: Any, ctx: Context) -> str:
@@ -152,7 +152,7 @@ def test_a_busy_nqd_is_tried_again(nqd: Nqd) -> None:
     nqd.put_flow(q, {"entry": "work", "steps": {"work": {"queue": q}}})
 
     with Proxy(nqd.port, busy=True) as proxy:
-        w = Worker(f"http://127.0.0.1:{proxy.port}", queues=[q], claim_wait=1.0)
+        w = Worker(f"http://127.0.0.1:{proxy.port}", queues=[q], claim_wait=1.0, transport="http")
 
         @w.step("work", queue=q)
         async def work(input: Any, ctx: Context) -> str:

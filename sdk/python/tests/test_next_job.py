@@ -36,7 +36,7 @@ def completed_once(nqd: Nqd, run: str) -> bool:
 def run_all(nqd: Nqd, url: str, q: str, runs: list[str]) -> Worker:
     """Runs a one-slot worker through url until every run of runs completed,
     each step once, and returns it."""
-    w = Worker(url, queues=[q], concurrency=1, claim_wait=1.0)
+    w = Worker(url, queues=[q], concurrency=1, claim_wait=1.0, transport="http")
 
     @w.step("work", queue=q)
     async def work(input: Any, ctx: Context) -> int:
@@ -75,7 +75,7 @@ def test_a_closed_loop_of_runs_reaches_the_slot_in_completions(
     monkeypatch.setattr(nqd_worker.worker, "_NEXT_JOB_WAIT", 1.0)
     q = "py-next-loop"
     one_step_flow(nqd, q)
-    w = Worker(proxy.url, queues=[q], concurrency=1, claim_wait=1.0)
+    w = Worker(proxy.url, queues=[q], concurrency=1, claim_wait=1.0, transport="http")
 
     @w.step("work", queue=q)
     async def work(input: Any, ctx: Context) -> int:
@@ -107,7 +107,7 @@ def test_completions_keep_the_worker_within_its_concurrency(nqd: Nqd, proxy: Cou
     runs = [nqd.start_run(q, {"i": i}) for i in range(24)]
     slots = 3
     running, most = 0, 0
-    w = Worker(proxy.url, queues=[q], concurrency=slots, claim_wait=1.0)
+    w = Worker(proxy.url, queues=[q], concurrency=slots, claim_wait=1.0, transport="http")
 
     @w.step("work", queue=q)
     async def work(input: Any, ctx: Context) -> int:
@@ -137,7 +137,7 @@ def test_a_job_a_completion_brings_while_stopping_is_run(nqd: Nqd) -> None:
     one_step_flow(nqd, q)
     ran: list[int] = []
     with CountingProxy(nqd.url, hold_claims=True) as proxy:
-        w = Worker(proxy.url, queues=[q], concurrency=1, claim_wait=1.0, grace=10)
+        w = Worker(proxy.url, queues=[q], concurrency=1, claim_wait=1.0, grace=10, transport="http")
 
         @w.step("work", queue=q)
         async def work(input: Any, ctx: Context) -> int:
@@ -166,7 +166,7 @@ def test_a_job_a_completion_brings_past_the_grace_period_is_handed_back(nqd: Nqd
     one_step_flow(nqd, q, attempts=2)
     ran: list[tuple[int, int]] = []
     with CountingProxy(nqd.url, hold_claims=True) as proxy:
-        w = Worker(proxy.url, queues=[q], concurrency=1, claim_wait=1.0, grace=10)
+        w = Worker(proxy.url, queues=[q], concurrency=1, claim_wait=1.0, grace=10, transport="http")
 
         @w.step("work", queue=q)
         async def work(input: Any, ctx: Context) -> int:

@@ -25,10 +25,10 @@ def of_kind(events: list[dict[str, Any]], kind: str, step: str | None = None) ->
     return [e for e in events if e["kind"] == kind and (step is None or e.get("step") == step)]
 
 
-def test_claim_and_complete(nqd: Nqd) -> None:
+def test_claim_and_complete(nqd: Nqd, transport: str) -> None:
     nqd.put_flow("py-claim", {"entry": "hello", "steps": {"hello": {"queue": "py-claim"}}})
     seen: list[tuple[Any, ...]] = []
-    w = Worker(nqd.url, queues=["py-claim"])
+    w = Worker(nqd.url, queues=["py-claim"], transport=transport)
 
     @w.step("hello", queue="py-claim")
     async def hello(input: Any, ctx: Context) -> Any:
@@ -54,10 +54,10 @@ def test_claim_and_complete(nqd: Nqd) -> None:
     assert w.completed == 1 and w.failed == 0
 
 
-def test_large_reports_go_in_batches_nqd_takes(nqd: Nqd) -> None:
+def test_large_reports_go_in_batches_nqd_takes(nqd: Nqd, transport: str) -> None:
     q = "py-batches"
     nqd.put_flow(q, {"entry": "chatty", "steps": {"chatty": {"queue": q}}})
-    w = Worker(nqd.url, queues=[q], claim_wait=1.0)
+    w = Worker(nqd.url, queues=[q], claim_wait=1.0, transport=transport)
 
     @w.step("chatty", queue=q)
     async def chatty(input: Any, ctx: Context) -> None:
@@ -73,11 +73,11 @@ def test_large_reports_go_in_batches_nqd_takes(nqd: Nqd) -> None:
     assert [e["data"]["msg"].split(":")[0] for e in logs] == ["0", "1", "2", "3", "4", "5"]
 
 
-def test_retriable_failure_then_success(nqd: Nqd) -> None:
+def test_retriable_failure_then_success(nqd: Nqd, transport: str) -> None:
     policy = {"attempts": 3, "backoff": {"type": "fixed", "delayMs": 50}}
     nqd.put_flow("py-retry", {"entry": "flaky", "steps": {"flaky": {"queue": "py-retry", "retryPolicy": policy}}})
     attempts: list[int] = []
-    w = Worker(nqd.url, queues=["py-retry"], claim_wait=1.0)
+    w = Worker(nqd.url, queues=["py-retry"], claim_wait=1.0, transport=transport)
 
     @w.step("flaky", queue="py-retry")
     def flaky(input: Any, ctx: SyncContext) -> Any:  # a sync handler, run in a thread
@@ -108,11 +108,11 @@ def test_retriable_failure_then_success(nqd: Nqd) -> None:
     assert done["attempt"] == 2 and done["data"]["result"] == {"ok": 2}
 
 
-def test_non_retriable_failure(nqd: Nqd) -> None:
+def test_non_retriable_failure(nqd: Nqd, transport: str) -> None:
     policy = {"attempts": 3, "backoff": {"type": "fixed", "delayMs": 50}}
     nqd.put_flow("py-perm", {"entry": "strict", "steps": {"strict": {"queue": "py-perm", "retryPolicy": policy}}})
     calls: list[int] = []
-    w = Worker(nqd.url, queues=["py-perm"], claim_wait=1.0)
+    w = Worker(nqd.url, queues=["py-perm"], claim_wait=1.0, transport=transport)
 
     @w.step("strict", queue="py-perm")
     async def strict(input: Any, ctx: Context) -> Any:
@@ -132,11 +132,11 @@ def test_non_retriable_failure(nqd: Nqd) -> None:
     assert of_kind(evs, "flow.failed") and not of_kind(evs, "step.retry")
 
 
-def test_a_result_nqd_refuses_fails_the_step(nqd: Nqd) -> None:
+def test_a_result_nqd_refuses_fails_the_step(nqd: Nqd, transport: str) -> None:
     q = "py-big"
     policy = {"attempts": 3, "backoff": {"type": "fixed", "delayMs": 50}}
     nqd.put_flow(q, {"entry": "big", "steps": {"big": {"queue": q, "retryPolicy": policy}}})
-    w = Worker(nqd.url, queues=[q], claim_wait=1.0)
+    w = Worker(nqd.url, queues=[q], claim_wait=1.0, transport=transport)
 
     @w.step("big", queue=q)
     async def big(input: Any, ctx: Context) -> str:
@@ -151,7 +151,7 @@ def test_a_result_nqd_refuses_fails_the_step(nqd: Nqd) -> None:
     assert failed["data"]["error"].startswith("the step's result was refused: nqd answered 413")
 
 
-def test_fan_in_with_emits_from_two_steps(nqd: Nqd) -> None:
+def test_fan_in_with_emits_from_two_steps(nqd: Nqd, transport: str) -> None:
     q = "py-fanin"
     nqd.put_flow(
         q,
@@ -166,7 +166,7 @@ def test_fan_in_with_emits_from_two_steps(nqd: Nqd) -> None:
         },
     )
     joined: list[Any] = []
-    w = Worker(nqd.url, queues=[q], claim_wait=1.0, concurrency=4)
+    w = Worker(nqd.url, queues=[q], claim_wait=1.0, concurrency=4, transport=transport)
 
     @w.step("start", queue=q)
     async def start(input: Any, ctx: Context) -> None:
@@ -195,7 +195,7 @@ def test_fan_in_with_emits_from_two_steps(nqd: Nqd) -> None:
     assert len(of_kind(evs, "step.completed", "join")) == 1
 
 
-def test_state_writes_read_back(nqd: Nqd) -> None:
+def test_state_writes_read_back(nqd: Nqd, transport: str) -> None:
     q = "py-state"
     nqd.put_flow(
         q,
@@ -209,7 +209,7 @@ def test_state_writes_read_back(nqd: Nqd) -> None:
     )
     in_write: dict[str, Any] = {}
     in_read: dict[str, Any] = {}
-    w = Worker(nqd.url, queues=[q], claim_wait=1.0)
+    w = Worker(nqd.url, queues=[q], claim_wait=1.0, transport=transport)
 
     @w.step("write", queue=q)
     async def write(input: Any, ctx: Context) -> None:
@@ -245,7 +245,7 @@ def test_state_writes_read_back(nqd: Nqd) -> None:
     assert nqd.run_state(run)["state"] == {"count": 2, "name": "ada"}
 
 
-def test_approval_await_resumed_by_a_trigger(nqd: Nqd) -> None:
+def test_approval_await_resumed_by_a_trigger(nqd: Nqd, transport: str) -> None:
     q = "py-approval"
     nqd.put_flow(
         q,
@@ -262,7 +262,7 @@ def test_approval_await_resumed_by_a_trigger(nqd: Nqd) -> None:
         },
     )
     resumed: list[Any] = []
-    w = Worker(nqd.url, queues=[q], claim_wait=1.0)
+    w = Worker(nqd.url, queues=[q], claim_wait=1.0, transport=transport)
 
     @w.step("prepare", queue=q)
     async def prepare(input: Any, ctx: Context) -> None:
@@ -294,7 +294,7 @@ def test_approval_await_resumed_by_a_trigger(nqd: Nqd) -> None:
     assert nqd.run_state(run)["steps"]["approve"]["result"] == {"approved": True}
 
 
-def test_lease_expires_and_is_redelivered(short_lease_nqd: Nqd) -> None:
+def test_lease_expires_and_is_redelivered(short_lease_nqd: Nqd, transport: str) -> None:
     nqd = short_lease_nqd
     lease = nqd.lease()
     q = "py-lease"
@@ -305,7 +305,7 @@ def test_lease_expires_and_is_redelivered(short_lease_nqd: Nqd) -> None:
     assert [j["runId"] for j in claimed] == [run]
     dead_lease = claimed[0]["lease"]
     attempts: list[int] = []
-    w = Worker(nqd.url, queues=[q], claim_wait=1.0)
+    w = Worker(nqd.url, queues=[q], claim_wait=1.0, transport=transport)
 
     @w.step("once", queue=q)
     async def once(input: Any, ctx: Context) -> str:
@@ -320,7 +320,7 @@ def test_lease_expires_and_is_redelivered(short_lease_nqd: Nqd) -> None:
     assert status == 409  # the dead worker's lease is gone
 
 
-def test_lease_expires_and_is_redelivered_across_instances(own_nqd: Callable[..., Nqd], redis_url: str) -> None:
+def test_lease_expires_and_is_redelivered_across_instances(own_nqd: Callable[..., Nqd], redis_url: str, transport: str) -> None:
     """Two nqd instances sharing a Redis: a job claimed on one and left to
     expire goes to the worker of the other."""
     env = {"NQ_REDIS_URL": redis_url, "NQ_JOB_LEASE": "5s"}
@@ -332,7 +332,7 @@ def test_lease_expires_and_is_redelivered_across_instances(own_nqd: Callable[...
     claimed = a.ok("POST", "/api/_workers/claim", {"queues": [q], "max": 1})["jobs"]
     assert [j["runId"] for j in claimed] == [run]
     attempts: list[int] = []
-    w = Worker(b.url, queues=[q], claim_wait=1.0)
+    w = Worker(b.url, queues=[q], claim_wait=1.0, transport=transport)
 
     @w.step("once", queue=q)
     async def once(input: Any, ctx: Context) -> str:
@@ -347,7 +347,7 @@ def test_lease_expires_and_is_redelivered_across_instances(own_nqd: Callable[...
     assert status == 409
 
 
-def test_tokens(own_nqd: Callable[..., Nqd]) -> None:
+def test_tokens(own_nqd: Callable[..., Nqd], transport: str) -> None:
     admin, writer, reader = ("a" * 40, "w" * 40, "r" * 40)
     srv = own_nqd({"NQ_TOKENS": f"admin:admin:{admin},worker:write:{writer},ui:read:{reader}"})
     srv.admin_token = admin
@@ -359,14 +359,14 @@ def test_tokens(own_nqd: Callable[..., Nqd]) -> None:
         return "ok"
 
     for token, status in ((None, 401), ("x" * 40, 401), (reader, 403)):
-        w = Worker(srv.url, token=token, queues=[q], handlers=[])
+        w = Worker(srv.url, token=token, queues=[q], handlers=[], transport=transport)
         w.register("guarded", handler, q)
         with pytest.raises(AuthError) as caught:
             asyncio.run(asyncio.wait_for(w.run(), 10))
         assert caught.value.status == status
         assert "token" in str(caught.value)
 
-    w = Worker(srv.url, token=writer, queues=[q], claim_wait=1.0)
+    w = Worker(srv.url, token=writer, queues=[q], claim_wait=1.0, transport=transport)
     w.register("guarded", handler, q)
     with Running(w):
         run = srv.start_run(q, {})
@@ -374,7 +374,7 @@ def test_tokens(own_nqd: Callable[..., Nqd]) -> None:
     assert srv.run_state(run)["state"] == {"seen": True}
 
 
-def test_nqd_restarted_mid_step_loses_nothing(own_nqd: Callable[..., Nqd]) -> None:
+def test_nqd_restarted_mid_step_loses_nothing(own_nqd: Callable[..., Nqd], transport: str) -> None:
     """nqd is killed (kill -9) twice while two steps run: once before the
     first's complete, once before the second's events; each report is
     retried until nqd is back, on the same lease, and the run completes
@@ -394,7 +394,7 @@ def test_nqd_restarted_mid_step_loses_nothing(own_nqd: Callable[..., Nqd]) -> No
     entered = {"first": threading.Event(), "second": threading.Event()}
     release = {"first": threading.Event(), "second": threading.Event()}
     calls: list[tuple[str, int]] = []
-    w = Worker(srv.url, queues=[q], claim_wait=1.0, concurrency=2, retry_cap=0.5)
+    w = Worker(srv.url, queues=[q], claim_wait=1.0, concurrency=2, retry_cap=0.5, transport=transport)
 
     @w.step("first", queue=q)
     def first(input: Any, ctx: SyncContext) -> Any:
@@ -441,7 +441,7 @@ def test_nqd_restarted_mid_step_loses_nothing(own_nqd: Callable[..., Nqd]) -> No
     assert srv.run_state(run)["state"] == {"second": 2}
 
 
-def test_busy_worker_holds_no_more_jobs_than_slots(short_lease_nqd: Nqd) -> None:
+def test_busy_worker_holds_no_more_jobs_than_slots(short_lease_nqd: Nqd, transport: str) -> None:
     """Concurrency 1 and more runs than slots: the first step outlives a
     lease, so it lives only by its heartbeats, and a job claimed without a
     free slot would have lost its lease before it could start."""
@@ -451,7 +451,7 @@ def test_busy_worker_holds_no_more_jobs_than_slots(short_lease_nqd: Nqd) -> None
     nqd.put_flow(q, {"entry": "work", "steps": {"work": {"queue": q}}})
     first = threading.Event()
     order: list[int] = []
-    w = Worker(nqd.url, queues=[q], claim_wait=1.0, concurrency=1)
+    w = Worker(nqd.url, queues=[q], claim_wait=1.0, concurrency=1, transport=transport)
 
     @w.step("work", queue=q)
     async def work(input: Any, ctx: Context) -> Any:
@@ -476,11 +476,11 @@ def test_busy_worker_holds_no_more_jobs_than_slots(short_lease_nqd: Nqd) -> None
         assert not of_kind(evs, "step.failed")
 
 
-def test_stop_lets_running_steps_finish(nqd: Nqd) -> None:
+def test_stop_lets_running_steps_finish(nqd: Nqd, transport: str) -> None:
     q = "py-stop"
     nqd.put_flow(q, {"entry": "s", "steps": {"s": {"queue": q}}})
     entered = threading.Event()
-    w = Worker(nqd.url, queues=[q], grace=10, claim_wait=1.0)
+    w = Worker(nqd.url, queues=[q], grace=10, claim_wait=1.0, transport=transport)
 
     @w.step("s", queue=q)
     async def s(input: Any, ctx: Context) -> str:
@@ -497,12 +497,12 @@ def test_stop_lets_running_steps_finish(nqd: Nqd) -> None:
     assert nqd.run_state(run)["status"] == "completed"
 
 
-def test_stop_fails_steps_past_the_grace_period_as_retriable(nqd: Nqd) -> None:
+def test_stop_fails_steps_past_the_grace_period_as_retriable(nqd: Nqd, transport: str) -> None:
     q = "py-grace"
     policy = {"attempts": 2, "backoff": {"type": "fixed", "delayMs": 50}}
     nqd.put_flow(q, {"entry": "s", "steps": {"s": {"queue": q, "retryPolicy": policy}}})
     entered = threading.Event()
-    w = Worker(nqd.url, queues=[q], grace=0.3, claim_wait=1.0)
+    w = Worker(nqd.url, queues=[q], grace=0.3, claim_wait=1.0, transport=transport)
 
     @w.step("s", queue=q)
     async def stuck(input: Any, ctx: Context) -> str:
@@ -521,23 +521,23 @@ def test_stop_fails_steps_past_the_grace_period_as_retriable(nqd: Nqd) -> None:
     assert failed["data"]["willRetry"] is True
     assert "worker stopped" in failed["data"]["error"]
 
-    retried_by_another_worker(nqd, q, "s", run)
+    retried_by_another_worker(nqd, q, "s", run, transport)
 
 
-def test_stop_before_run_returns_at_once() -> None:
-    w = Worker("http://127.0.0.1:9", queues=["q"])  # nothing listens: a running worker would retry forever
+def test_stop_before_run_returns_at_once(transport: str) -> None:
+    w = Worker("http://127.0.0.1:9", queues=["q"], transport=transport)  # nothing listens: a running worker would retry forever
     w.stop()
     asyncio.run(asyncio.wait_for(w.run(), 5))
     assert w.completed == 0 and w.failed == 0
 
 
-def test_a_cancelled_run_stops_its_step(short_lease_nqd: Nqd) -> None:
+def test_a_cancelled_run_stops_its_step(short_lease_nqd: Nqd, transport: str) -> None:
     nqd = short_lease_nqd
     q = "py-cancel"
     nqd.put_flow(q, {"entry": "long", "steps": {"long": {"queue": q}}})
     entered, stopped = threading.Event(), threading.Event()
     seen: list[bool] = []
-    w = Worker(nqd.url, queues=[q], claim_wait=1.0)
+    w = Worker(nqd.url, queues=[q], claim_wait=1.0, transport=transport)
 
     @w.step("long", queue=q)
     async def long(input: Any, ctx: Context) -> str:
@@ -561,24 +561,24 @@ def test_a_cancelled_run_stops_its_step(short_lease_nqd: Nqd) -> None:
     assert not of_kind(nqd.events(run), "step.completed") and not of_kind(nqd.events(run), "step.failed")
 
 
-def test_a_claim_nqd_refuses_stops_the_worker(nqd: Nqd) -> None:
-    w = Worker(nqd.url, queues=["not a queue name!"], claim_wait=1.0)
+def test_a_claim_nqd_refuses_stops_the_worker(nqd: Nqd, transport: str) -> None:
+    w = Worker(nqd.url, queues=["not a queue name!"], claim_wait=1.0, transport=transport)
     with pytest.raises(NqdError) as caught:
         asyncio.run(asyncio.wait_for(w.run(), 10))
     assert caught.value.status == 400 and "queues[0]" in caught.value.fields
 
 
-def test_an_address_that_is_not_http_is_refused_at_once() -> None:
+def test_an_address_that_is_not_http_is_refused_at_once(transport: str) -> None:
     with pytest.raises(ValueError, match="http"):
-        Worker("127.0.0.1:8080", queues=["q"])
+        Worker("127.0.0.1:8080", queues=["q"], transport=transport)
 
 
-def test_a_refused_state_write_raises_where_it_is_awaited(nqd: Nqd) -> None:
+def test_a_refused_state_write_raises_where_it_is_awaited(nqd: Nqd, transport: str) -> None:
     q = "py-schema"
     schema = {"type": "object", "properties": {"count": {"type": "integer"}}}
     nqd.put_flow(q, {"entry": "write", "stateSchema": schema, "steps": {"write": {"queue": q}}})
     refused: list[tuple[int, list[str]]] = []
-    w = Worker(nqd.url, queues=[q], claim_wait=1.0)
+    w = Worker(nqd.url, queues=[q], claim_wait=1.0, transport=transport)
 
     @w.step("write", queue=q)
     async def write(input: Any, ctx: Context) -> Any:
@@ -597,17 +597,22 @@ def test_a_refused_state_write_raises_where_it_is_awaited(nqd: Nqd) -> None:
     assert nqd.run_state(run)["steps"]["write"]["result"] == {"count": 3}
 
 
-def test_worker_is_listed(nqd: Nqd) -> None:
-    """The worker names itself to nqd's worker registry by its headers."""
-    w = Worker(nqd.url, queues=["py-listed-a", "py-listed-b"], concurrency=3, claim_wait=1.0)
+def test_worker_is_listed(nqd: Nqd, transport: str) -> None:
+    """The worker names itself to nqd's worker registry: by its hello over
+    the channel, by its headers over HTTP."""
+    a, b = f"py-listed-a-{transport}", f"py-listed-b-{transport}"
+    w = Worker(nqd.url, queues=[a, b], concurrency=3, claim_wait=1.0, transport=transport)
     with Running(w):
         listed = wait_for(
             "the worker listed",
-            lambda: nqd.call("GET", "/api/_workers?queue=py-listed-a")[1]["workers"],
+            lambda: nqd.call("GET", f"/api/_workers?queue={a}")[1]["workers"],
         )
     got = listed[0]
-    assert (got["sdk"], got["transport"], got["status"], got["concurrency"]) == ("python", "http", "active", 3)
-    assert got["queues"] == ["py-listed-a", "py-listed-b"]
+    assert (got["sdk"], got["transport"], got["status"], got["concurrency"]) == ("python", transport, "active", 3)
+    assert got["queues"] == [a, b]
     assert got["host"] and got["version"]
-    left = nqd.call("GET", "/api/_workers?queue=py-listed-a")[1]["workers"]
-    assert [(x["status"], x["reason"]) for x in left] == [("left", "closed")]
+    # It said goodbye (over the channel, by closing it): nqd shows it left.
+    wait_for(
+        "the worker left",
+        lambda: [(x["status"], x.get("reason")) for x in nqd.call("GET", f"/api/_workers?queue={a}")[1]["workers"]] == [("left", "closed")],
+    )

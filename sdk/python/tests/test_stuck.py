@@ -79,7 +79,7 @@ def test_an_outcome_through_5xx_longer_than_a_lease(own_nqd: object) -> None:
     q = "py-outage"
     srv.put_flow(q, {"entry": "work", "steps": {"work": {"queue": q}}})
     with CountingProxy(srv.url, fail_completes=4.0) as proxy:
-        w = Worker(proxy.url, queues=[q], claim_wait=1.0)
+        w = Worker(proxy.url, queues=[q], claim_wait=1.0, transport="http")
 
         @w.step("work", queue=q)
         async def work(input: Any, ctx: Context) -> str:
@@ -148,7 +148,7 @@ def test_a_stop_while_an_outcome_is_retried_ends_within_the_grace_period(nqd: Nq
     q = "py-stop-outage"
     nqd.put_flow(q, {"entry": "work", "steps": {"work": {"queue": q}}})
     with CountingProxy(nqd.url, fail_completes=3600.0) as proxy:
-        w = Worker(proxy.url, queues=[q], grace=1.0, claim_wait=1.0)
+        w = Worker(proxy.url, queues=[q], grace=1.0, claim_wait=1.0, transport="http")
 
         @w.step("work", queue=q)
         async def work(input: Any, ctx: Context) -> str:
