@@ -26,8 +26,8 @@ _MAX_MESSAGE = 128 << 20
 
 class Refused(Exception):
     """nqd (or a proxy) answered the upgrade with an HTTP status: the worker
-    falls back to HTTP for it unless it is 429 or 503 (retried); 401 and 403
-    are AuthErrors instead."""
+    falls back to HTTP for it unless it is 429 or a 5xx but 502 (retried);
+    401 and 403 are AuthErrors instead."""
 
     def __init__(self, response: Response) -> None:
         super().__init__(f"the worker channel's upgrade was answered {response.status}: {response.error_message()}")
@@ -35,7 +35,8 @@ class Refused(Exception):
 
     @property
     def falls_back(self) -> bool:
-        return self.response.status not in (429, 503)
+        status = self.response.status
+        return status != 429 and (status < 500 or status == 502)
 
 
 def channel_url(base: str) -> str:

@@ -33,7 +33,8 @@ export type JobCall = 'heartbeat' | 'events' | 'complete' | 'fail'
 /**
  * nqd answered the upgrade with something other than 101 (and other than
  * 401 or 403, which are AuthErrors): a status the worker falls back to HTTP
- * on (404, or a proxy's 400, 426, 502), or one it retries (429, 503).
+ * on (404, or a proxy's 400, 426, 502), or one it retries (429, a 5xx but
+ * 502).
  */
 export class UpgradeRefusedError extends NqdError {
   constructor(err: NqdError) {
@@ -45,7 +46,7 @@ export class UpgradeRefusedError extends NqdError {
 
 /** Whether a refused upgrade means nqd or a proxy cannot carry the channel, so the worker speaks HTTP. */
 export function fallsBack(err: unknown): boolean {
-  return err instanceof UpgradeRefusedError && err.status !== 429 && err.status !== 503
+  return err instanceof UpgradeRefusedError && err.status !== 429 && (err.status < 500 || err.status === 502)
 }
 
 /** What a channel tells its worker. */

@@ -4,7 +4,7 @@
 
 import { randomUUID } from 'node:crypto'
 import { backoffDelay, sleep } from './backoff.js'
-import { Channel, fallsBack, type Hello, type JobCall } from './channel.js'
+import { Channel, fallsBack, UpgradeRefusedError, type Hello, type JobCall } from './channel.js'
 import { buildContext, type ContextHost, type ReportEvent } from './context.js'
 import type { Handler } from './define.js'
 import { AuthError, EncodingError, encodeJSON, isPermanent, NqdError } from './errors.js'
@@ -365,7 +365,8 @@ class WorkerImpl implements Worker {
         if (this.isStopping()) {
           break
         }
-        if (err instanceof AuthError || (err instanceof NqdError && err.status === 400)) {
+        // A token refused, or a hello refused, stays refused.
+        if (err instanceof NqdError && !(err instanceof UpgradeRefusedError)) {
           this.log.error(`nqd refused the worker's channel; stopping: ${err.message}`)
           this.fatal = err
           this.stopping = true
