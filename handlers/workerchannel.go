@@ -606,24 +606,20 @@ func (c *workerChannel) answerError(ref string, err error) {
 	c.send("error", f)
 }
 
-// Close waits for the channel's goroutines and tells the registry the
-// worker left. The jobs the worker holds keep their leases.
+// Close waits for the channel's goroutines and, when the worker closed the
+// channel itself, tells the registry it left. A channel that drops, or that
+// nqd closes as it shuts down, leaves the worker to reconnect (here or to
+// another instance) within the registry's lost time; the jobs it holds keep
+// their leases.
 func (c *workerChannel) Close() {
 	c.wg.Wait()
 	c.api.channels.ChannelClosed()
-	if c.hello == nil || c.api.workers == nil {
+	if c.hello == nil || c.api.workers == nil || !c.conn.ClientClosed() || c.api.closing.Err() != nil {
 		return
-	}
-	reason := "disconnected"
-	switch {
-	case c.api.closing.Err() != nil:
-		reason = "server shutdown"
-	case c.conn.ClientClosed():
-		reason = registry.ReasonClosed
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), registryTimeout)
 	defer cancel()
-	if err := c.api.workers.Leave(ctx, c.hello.ID, reason); err != nil {
+	if err := c.api.workers.Leave(ctx, c.hello.ID, registry.ReasonClosed); err != nil {
 		c.log.Warn().Err(err).Msg("the worker registry could not record a worker's departure")
 	}
 }
