@@ -21,6 +21,14 @@ import { flowNames } from './flows.js'
 // eslint-disable-next-line @typescript-eslint/no-empty-object-type
 export interface NqdFlows {}
 
+/**
+ * The names of the flows the step files define, which the module declares
+ * (`.nuxt/types/nqd-flows.d.ts`); a name declared here and not in NqdFlows
+ * takes and gives unknown.
+ */
+// eslint-disable-next-line @typescript-eslint/no-empty-object-type
+export interface NqdFlowNames {}
+
 /** The API prefixes of nqd that the Nuxt Queue UIs call. */
 export const uiPrefixes = ['/api/_flows', '/api/_events', '/api/_queues', '/api/_triggers', '/api/_scheduler', '/api/_webhook', '/api/_auth']
 
@@ -100,8 +108,8 @@ export default defineNuxtModule<ModuleOptions>({
     const flowsType = (): string => [
       '// The flows the step files define, by name (nqd-nuxt).',
       "declare module 'nqd-nuxt' {",
-      '  interface NqdFlows {',
-      ...names.map(n => `    ${JSON.stringify(n)}: { input?: unknown, result?: unknown }`),
+      '  interface NqdFlowNames {',
+      ...names.map(n => `    ${JSON.stringify(n)}: true`),
       '  }',
       '}',
       'export {}',

@@ -3,9 +3,9 @@
 // SDK as packed by npm, and processes stopped when a test ends.
 //
 // Installing nuxt takes minutes, so its packages are kept in a cache folder
-// (NQD_NUXT_CACHE, else nqd-nuxt-cache in the system's temporary folder) and
-// reused while the pinned versions stay the same; the apps are made in
-// fresh folders below it, so that they find those packages.
+// (nuxt-<version> in NQD_NUXT_CACHE, else in nqd-nuxt-cache in the system's
+// temporary folder) and reused; the apps are made in fresh folders below it,
+// so that they find those packages.
 
 import { execFileSync, spawn } from 'node:child_process'
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs'
@@ -20,8 +20,11 @@ export const sdkDir = resolve(moduleDir, '..', 'typescript')
 export const root = resolve(moduleDir, '..', '..')
 export const nqdBin = process.env.NQD_BIN ?? join(root, 'bin', 'nqd')
 
-/** The packages an app is made with, from the npm registry. */
-const registryDeps = { nuxt: '4.2.2' }
+/**
+ * The packages an app is made with, from the npm registry: Nuxt 4, or the
+ * version NQD_NUXT_VERSION names (a 3.x to check Nuxt 3).
+ */
+const registryDeps = { nuxt: process.env.NQD_NUXT_VERSION ?? '4.2.2' }
 
 export function freePort() {
   return new Promise((res, rej) => {
@@ -136,7 +139,7 @@ function npm(args, cwd) {
  * once and kept; the packs are installed anew on every run.
  */
 export function depsDir() {
-  const dir = process.env.NQD_NUXT_CACHE ?? join(tmpdir(), 'nqd-nuxt-cache')
+  const dir = join(process.env.NQD_NUXT_CACHE ?? join(tmpdir(), 'nqd-nuxt-cache'), `nuxt-${registryDeps.nuxt}`)
   const packs = join(dir, 'packs')
   mkdirSync(packs, { recursive: true })
   const deps = { ...registryDeps }

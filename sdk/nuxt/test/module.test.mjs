@@ -118,7 +118,7 @@ describe('nqd-nuxt in a fresh Nuxt 4 app', { timeout: 600_000 }, () => {
     it('declares the flow names of the step files for useNqd()', () => {
       const types = readFileSync(join(app, '.nuxt', 'types', 'nqd-flows.d.ts'), 'utf8')
       assert.match(types, /declare module 'nqd-nuxt'/)
-      assert.match(types, /"double": \{ input\?: unknown, result\?: unknown \}/)
+      assert.match(types, /interface NqdFlowNames \{\s*"double": true\s*\}/)
     })
 
     it('runs a flow from a server route with useNqd() and answers its result', async () => {

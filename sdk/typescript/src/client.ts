@@ -8,15 +8,22 @@ import { backoffDelay, sleep } from './backoff.js'
 import { NqdError } from './errors.js'
 import { Http, isTransient } from './http.js'
 
-/**
- * The flows a client knows by name, with the input each takes and the
- * result its run ends with. Without one, every flow takes and gives unknown.
- */
-export type FlowTypes = Record<string, { input?: unknown, result?: unknown }>
+/** What a flow takes and gives. */
+export interface FlowType { input?: unknown, result?: unknown }
 
-type FlowName<F extends FlowTypes> = Extract<keyof F, string>
-type InputOf<F extends FlowTypes, N extends string> = N extends keyof F ? F[N]['input'] : unknown
-type ResultOf<F extends FlowTypes, N extends string> = N extends keyof F ? F[N]['result'] : unknown
+/**
+ * Any flow name, each taking and giving unknown: a client's flows when it is
+ * told none. An interface of named flows instead (`{ 'send-invoice': {
+ * input: …, result: … } }`) makes any other name a type error.
+ */
+export type FlowTypes = Record<string, FlowType>
+
+/** The flows F names; an interface satisfies it without an index signature. */
+export type FlowMap<F> = Record<keyof F, FlowType>
+
+type FlowName<F extends FlowMap<F>> = Extract<keyof F, string>
+type InputOf<F extends FlowMap<F>, N extends string> = N extends keyof F ? F[N]['input'] : unknown
+type ResultOf<F extends FlowMap<F>, N extends string> = N extends keyof F ? F[N]['result'] : unknown
 
 export interface ClientOptions {
   /** nqd's base URL, e.g. http://127.0.0.1:8080. */
@@ -168,7 +175,7 @@ export class WaitTimeoutError extends Error {
   }
 }
 
-export interface Client<F extends FlowTypes = FlowTypes> {
+export interface Client<F extends FlowMap<F> = FlowTypes> {
   /** Starts a run of flow with input; retried starts with one key start one run. */
   start<N extends FlowName<F>>(flow: N, input?: InputOf<F, N>, opts?: StartOptions): Promise<StartedRun<N>>
   /** Waits until the run ends: its result, or a RunFailedError, RunCancelledError or WaitTimeoutError. */
@@ -216,11 +223,11 @@ function runIdOf(run: string | { runId: string }): string {
 }
 
 /** Creates a client of nqd's API for application code. */
-export function createClient<F extends FlowTypes = FlowTypes>(opts: ClientOptions): Client<F> {
+export function createClient<F extends FlowMap<F> = FlowTypes>(opts: ClientOptions): Client<F> {
   return new NqdClient<F>(opts)
 }
 
-class NqdClient<F extends FlowTypes> implements Client<F> {
+class NqdClient<F extends FlowMap<F>> implements Client<F> {
   private readonly http: Http
   private readonly retries: number
   private readonly baseMs: number

@@ -16,6 +16,6 @@ export { registerTriggers, triggerSpec } from './triggers.js'
 export type { TriggerSpec } from './triggers.js'
 export { createClient, result, RunCancelledError, RunFailedError, WaitTimeoutError } from './client.js'
 export type {
-  CallOptions, Client, ClientOptions, EventsOptions, FlowTypes, RunEvent, RunState, RunStatus, RunStep, StartOptions,
+  CallOptions, Client, ClientOptions, EventsOptions, FlowMap, FlowType, FlowTypes, RunEvent, RunState, RunStatus, RunStep, StartOptions,
   StartedRun as StartedClientRun, StreamItem, WaitOptions,
 } from './client.js'

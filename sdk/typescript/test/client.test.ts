@@ -3,13 +3,23 @@
 
 import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
-import { createClient, createWorker, NqdError, RunCancelledError, RunFailedError, WaitTimeoutError, type RunEvent, type Worker } from '../src/index.js'
+import { createClient, createWorker, NqdError, RunCancelledError, RunFailedError, WaitTimeoutError, type Client, type RunEvent, type Worker } from '../src/index.js'
 import { memoryLogger, startNqd, waitFor, type Nqd } from './nqd.js'
 import { startProxy } from './proxy.js'
 
+// Named flows, as an app declares them: no other name type-checks.
 interface Flows {
-  [name: string]: { input?: unknown, result?: unknown }
   double: { input: { n: number }, result: { n: number } }
+  lost: { input: { y: number } }
+}
+
+/** Never called: what tsc must refuse, checked when the tests compile. */
+export function typeChecks(c: Client<Flows>): void {
+  // @ts-expect-error: not a flow of Flows
+  void c.start('tripple', { n: 1 })
+  // @ts-expect-error: the input of double has n
+  void c.start('double', { m: 1 })
+  void c.run('double', { n: 1 }).then((r) => { const n: number = r.n; return n })
 }
 
 const quick = { retryBaseMs: 10, retryMaxMs: 100 }

@@ -1,12 +1,19 @@
 // useNqd(): the nqd client for server code, configured from runtimeConfig
 // (NUXT_NQD_URL, NUXT_NQD_TOKEN). One client per process, kept alive.
 
-import { createClient, type Client, type FlowTypes } from 'nqd-worker/client'
+import { createClient, type Client, type FlowType, type FlowTypes } from 'nqd-worker/client'
 import { useRuntimeConfig } from '#imports'
-import type { NqdFlows } from '../../../module.js'
+import type { NqdFlowNames, NqdFlows } from '../../../module.js'
 
-/** The step files' flows when the module found some, else any flow name. */
-export type AppFlows = keyof NqdFlows extends never ? FlowTypes : NqdFlows & FlowTypes
+// Both interfaces are empty here and filled in an app, which the lint cannot see.
+// eslint-disable-next-line @typescript-eslint/no-redundant-type-constituents, @typescript-eslint/no-duplicate-type-constituents
+type Names = keyof NqdFlowNames | keyof NqdFlows
+
+/**
+ * The flows of the step files and those the app declares, by name; any
+ * name when there are none.
+ */
+export type AppFlows = [Names] extends [never] ? FlowTypes : { [K in Names]: K extends keyof NqdFlows ? NqdFlows[K] & FlowType : FlowType }
 
 // AppFlows is FlowTypes until an app's step files or declarations fill
 // NqdFlows, so here the type arguments look redundant; in an app they are not.
