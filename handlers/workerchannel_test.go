@@ -16,6 +16,7 @@ import (
 
 	"github.com/nqd-dev/nqd/auth"
 	"github.com/nqd-dev/nqd/engine"
+	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/flows"
 	"github.com/nqd-dev/nqd/handlers"
 	"github.com/nqd-dev/nqd/internal/testkit"
@@ -413,5 +414,37 @@ func TestWorkerChannelShutdown(t *testing.T) {
 	}
 	if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
 		t.Error(err)
+	}
+}
+
+// TestWorkerChannelLargeData: step data over the threshold travels by
+// reference as over HTTP: an offer holds the run's large input resolved,
+// and a large result is acked and stored by reference.
+func TestWorkerChannelLargeData(t *testing.T) {
+	n := newChannelNode(t, openSocketStores(t, "bolt", 1)[0], withData(t, 1024, 0))
+	c := hello(t, n, 1)
+	input := bigInput(4096, "a")
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodPost, "/api/_flows/one/start", strings.NewReader(input))
+	req.Header.Set("Content-Type", "application/json")
+	n.api.Routes().ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("start: %d %s", rec.Code, rec.Body)
+	}
+	j := c.offer()
+	if string(j.Input) != input {
+		t.Fatalf("offered input of %d bytes; want the run's input resolved (%d bytes)", len(j.Input), len(input))
+	}
+	result := json.RawMessage(bigInput(4096, "result"))
+	if f := c.call("complete", "c", j, map[string]any{"result": result}); f.Type != "ack" {
+		t.Fatalf("complete answered %+v", f)
+	}
+	evs, err := n.st.Range(t.Context(), store.Context{Type: "flow", ID: j.Run}, store.RangeQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(evs, func(ev event.Event) bool { return ev.Kind == "step.completed" })
+	if i < 0 || !strings.Contains(string(evs[i].Data), `"$nqdRef"`) {
+		t.Errorf("events %v; want a step.completed with the result by reference", evs)
 	}
 }
