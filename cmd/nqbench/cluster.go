@@ -21,6 +21,9 @@ import (
 // one would fail the append, counted among the errors).
 type clusterResult struct {
 	Rows []clusterRow `json:"rows"`
+	// Fanout is the fan-out profile with nqd on the cluster: live delivery
+	// over sharded Pub/Sub, and its checker.
+	Fanout *fanoutResult `json:"fanout,omitempty"`
 }
 
 type clusterRow struct {
@@ -70,7 +73,15 @@ func runCluster(ctx context.Context, o options, redisAddr string, redisPID int, 
 		before := nodeStats(ctx, target.nodes)
 		row, r, _ := measureNQDAppends(ctx, e, "cluster "+target.name, o.appendRate, o.duration, o.appendConns, o.contexts)
 		after := nodeStats(ctx, target.nodes)
+		var fanoutErr error
+		if target.pid == 0 {
+			f, err := runFanout(ctx, e, o.fanoutRate, o.duration, o.fanoutContexts, o.fanoutSubs, o.appendConns)
+			res.Fanout, fanoutErr = &f, err
+		}
 		proc.stop()
+		if fanoutErr != nil {
+			return res, fmt.Errorf("fan-out on the cluster: %w", fanoutErr)
+		}
 		row.Name = "nqd HTTP append, " + target.name
 		if target.pid == 0 {
 			row.CPU = "" // the store's cores are six processes'; see the nodes

@@ -113,6 +113,10 @@ func (r report) text() string {
 				fmt.Fprintf(&b, "cluster:   %s %-7s %7d keys %9d commands\n", n.Addr, n.Role, n.Keys, n.Commands)
 			}
 		}
+		if f := c.Fanout; f != nil {
+			fmt.Fprintf(&b, "cluster: fanout %d contexts × %d subscribers, delivery p50 %.2f ms, p99 %.2f ms; checker: %d of %d deliveries; %d missing, %d duplicates, %d reordered, %d unexpected\n",
+				f.Contexts, f.Subscribers, f.Delivery.P50ms, f.Delivery.P99ms, f.Deliveries, f.Expected, f.Missing, f.Duplicates, f.Reordered, f.Unexpected)
+		}
 	}
 	if a := r.PGAppends; a != nil {
 		fmt.Fprintf(&b, "pg-appends: nqd/baseline p50 %.2fx, p99 %.2fx, throughput %.2fx\n", a.P50Ratio, a.P99Ratio, a.ThroughputRatio)
