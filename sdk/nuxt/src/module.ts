@@ -119,6 +119,13 @@ export default defineNuxtModule<ModuleOptions>({
 
     if (nuxt.options.modules.some(m => m === 'nvent' || (Array.isArray(m) && m[0] === 'nvent'))) {
       replaceAnalyzedFlows(nuxt, options.url)
+    } else {
+      // Without the Nuxt Queue module, nqd-worker provides the step files'
+      // auto-imports (defineFunction, defineQueueWorker, …): their types too.
+      addTypeTemplate({
+        filename: 'types/nqd-step-globals.d.ts',
+        getContents: () => "// The auto-imports of step files, as nqd-worker provides them (nqd-nuxt).\nimport 'nqd-worker/globals'\nexport {}\n",
+      }, { nitro: true })
     }
 
     if (nuxt.options.dev && options.devWorker && !nuxt.options._prepare) {

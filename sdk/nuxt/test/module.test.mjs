@@ -4,11 +4,12 @@
 // file edited on disk running its new code on the next run.
 
 import assert from 'node:assert/strict'
+import { execFile } from 'node:child_process'
 import { readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { after, before, describe, it } from 'node:test'
 import WebSocket from 'ws'
-import { appEnv, depsDir, freePort, makeApp, nuxi, sdkDir, startNqd, startProcess, waitFor } from './app.mjs'
+import { appEnv, depsDir, freePort, makeApp, moduleDir, nuxi, sdkDir, startNqd, startProcess, waitFor } from './app.mjs'
 
 const stepFile = (factor) => `// A v0.5 step file: the define functions are Nuxt Queue auto-imports.
 export const config = defineFunctionConfig({
@@ -35,6 +36,22 @@ const appFiles = {
 `,
   'server/api/hello.get.ts': "export default defineEventHandler(() => ({ app: 'own route' }))\n",
   'server/functions/double/double.ts': stepFile(2),
+  // What the types of useNqd() allow, checked with tsc and never run.
+  'server/utils/typed.ts': `export async function typedUses(): Promise<number> {
+  const nqd = useNqd()
+  // @ts-expect-error: no flow of the app has this name
+  await nqd.start('tripple', {})
+  // @ts-expect-error: the input of double has n
+  await nqd.start('double', { m: 1 })
+  const r = await nqd.run('double', { n: 1 })
+  return r.n
+}
+`,
+  'server/nqd-flows.d.ts': `declare module 'nqd-nuxt' {
+  interface NqdFlows { double: { input: { n: number }, result: { n: number } } }
+}
+export {}
+`,
 }
 
 /** A WebSocket client that keeps what it receives and waits for a message. */
@@ -115,10 +132,15 @@ describe('nqd-nuxt in a fresh Nuxt 4 app', { timeout: 600_000 }, () => {
       await waitFor('the step file worker serving', async () => (await nqd.call('GET', '/api/_flows')).some(f => f.id === 'double' || f.name === 'double'))
     })
 
-    it('declares the flow names of the step files for useNqd()', () => {
+    it('types useNqd() by the flows of the step files, and the step files by their auto-imports', async () => {
       const types = readFileSync(join(app, '.nuxt', 'types', 'nqd-flows.d.ts'), 'utf8')
-      assert.match(types, /declare module 'nqd-nuxt'/)
       assert.match(types, /interface NqdFlowNames \{\s*"double": true\s*\}/)
+      // The server's types as Nuxt writes them: the step file, and typed.ts's expected errors.
+      // Not spawnSync: a blocked test process would miss the app closing its idle connections.
+      const tsc = await new Promise((res) => {
+        execFile(join(moduleDir, 'node_modules', '.bin', 'tsc'), ['-p', '.nuxt/tsconfig.server.json', '--noEmit'], { cwd: app }, (err, stdout, stderr) => { res({ err, out: stdout + stderr }) })
+      })
+      assert.equal(tsc.err, null, tsc.out)
     })
 
     it('runs a flow from a server route with useNqd() and answers its result', async () => {
