@@ -182,6 +182,11 @@ func (Registry) Fold(s State, evs []event.Event) (State, error) {
 					next.workers = make(map[string]*Worker)
 				}
 			}
+			if old := next.workers[w.ID]; old != nil && old.Status != WorkerActive && ev.Kind == KindWorkerHeartbeat && old.FirstSeen.Equal(w.FirstSeen.Time) {
+				// A heartbeat of a stay that has ended, written as the
+				// worker left: it does not bring the worker back.
+				return
+			}
 			next.workers[w.ID] = w
 			if len(next.workers) > MaxWorkers {
 				delete(next.workers, oldestWorker(next.workers))

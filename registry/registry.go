@@ -319,17 +319,20 @@ func (r *Registry) Seen(ctx context.Context, h Hello, inFlight int) error {
 func (r *Registry) sync(ctx context.Context, h Hello, inFlight int, now time.Time) error {
 	key := kvPrefix + h.ID
 	rec, err := r.kv.Get(ctx, key)
-	if errors.Is(err, store.ErrNotFound) {
-		// Marked lost and swept while it was in fact alive (or never
-		// written): it arrives again.
-		return r.register(ctx, h, inFlight, now)
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err
 	}
-	if rec.Fields["status"] != statusActive {
-		// Another instance found it silent and wrote its departure; it is
-		// back, so it arrives again.
+	if err != nil || rec.Fields["status"] != statusActive {
+		// Its departure was written. If it left here meanwhile (Leave
+		// forgets it), this beat is late and changes nothing; otherwise
+		// another instance found it silent while it was alive, and it
+		// arrives again.
+		r.mu.Lock()
+		_, here := r.local[h.ID]
+		r.mu.Unlock()
+		if !here {
+			return nil
+		}
 		return r.register(ctx, h, inFlight, now)
 	}
 	set := map[string]string{"seen": ms(now), "inFlight": strconv.Itoa(inFlight)}
@@ -339,7 +342,9 @@ func (r *Registry) sync(ctx context.Context, h Hello, inFlight int, now time.Tim
 		return err
 	}
 	set["beat"] = ms(now)
-	_, err = r.kv.CompareAndSwap(ctx, key, store.Condition{Field: "beat", Value: rec.Fields["beat"]}, set)
+	// On the version read: a departure decided meanwhile, or another
+	// instance's heartbeat, makes this one lose.
+	_, err = r.kv.CompareAndSwap(ctx, key, store.Condition{Version: rec.Version}, set)
 	if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
 		// Another instance wrote this interval's heartbeat (or the record
 		// went): ours would be one too many.
