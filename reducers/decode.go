@@ -35,9 +35,9 @@ func MarshalCheckpoint(s State) ([]byte, error) {
 	case *TriggerState:
 		cp.Kind = "trigger"
 		cp.State, err = json.Marshal(triggerCheckpointOf(st))
-	case *RegistryState:
-		cp.Kind = "registry"
-		cp.State, err = json.Marshal(registryCheckpointOf(st))
+	case *WorkersState:
+		cp.Kind = "workers"
+		cp.State, err = json.Marshal(workersCheckpointOf(st))
 	default:
 		return nil, fmt.Errorf("%w: %T", ErrStateType, s)
 	}
@@ -68,8 +68,8 @@ func UnmarshalCheckpoint(r Reducer, b []byte) (State, error) {
 		s, err = decodeCheckpoint(cp, "generic", (*genericCheckpoint).state)
 	case *TriggerState:
 		s, err = decodeCheckpoint(cp, "trigger", (*triggerCheckpoint).state)
-	case *RegistryState:
-		s, err = decodeCheckpoint(cp, "registry", (*registryCheckpoint).state)
+	case *WorkersState:
+		s, err = decodeCheckpoint(cp, "workers", (*workersCheckpoint).state)
 	default:
 		return nil, fmt.Errorf("%w: reducer %T", ErrCheckpoint, r)
 	}

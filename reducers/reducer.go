@@ -72,7 +72,7 @@ func For(contextType string) Reducer {
 	case "trigger":
 		return Trigger{}
 	case "registry":
-		return Registry{}
+		return Workers{}
 	}
 	return Generic{}
 }

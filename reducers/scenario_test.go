@@ -147,7 +147,7 @@ func (sc *scenario) reducer() reducers.Reducer {
 	case "trigger":
 		return reducers.Trigger{}
 	case "registry":
-		return reducers.Registry{}
+		return reducers.Workers{}
 	}
 	return reducers.Generic{Limits: sc.limits}
 }

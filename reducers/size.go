@@ -35,7 +35,7 @@ func ApproxSize(s State) int {
 			n += sizeEntry + len(k)
 		}
 		return n
-	case *RegistryState:
+	case *WorkersState:
 		return st.approxSize()
 	case *TriggerState:
 		if st.Registry != nil {

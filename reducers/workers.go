@@ -73,18 +73,18 @@ type workerData struct {
 	Reason   string `json:"reason"`
 }
 
-// Registry reduces the worker registry stream.
-type Registry struct{}
+// Workers reduces the worker registry stream.
+type Workers struct{}
 
-// RegistryState is the worker registry's state. It is immutable.
-type RegistryState struct {
+// WorkersState is the worker registry's state. It is immutable.
+type WorkersState struct {
 	position
 	Ignored int
 	workers map[string]*Worker // shared between states; a fold copies it before writing
 }
 
 // Workers returns the workers, ordered by id.
-func (s *RegistryState) Workers() []Worker {
+func (s *WorkersState) Workers() []Worker {
 	out := make([]Worker, 0, len(s.workers))
 	for _, id := range slices.Sorted(maps.Keys(s.workers)) {
 		out = append(out, *s.workers[id])
@@ -96,7 +96,7 @@ func (s *RegistryState) Workers() []Worker {
 // last seen before since reported lost. A fold knows no clock, and a stream
 // trimmed past a departure, or an nqd down when a worker went, would
 // otherwise show a worker active that is long gone.
-func (s *RegistryState) WorkersSeen(since time.Time) []Worker {
+func (s *WorkersState) WorkersSeen(since time.Time) []Worker {
 	out := s.Workers()
 	for i := range out {
 		if w := &out[i]; w.Status == WorkerActive && w.LastSeen.Before(since) {
@@ -108,7 +108,7 @@ func (s *RegistryState) WorkersSeen(since time.Time) []Worker {
 
 // QueueWorkers counts the active workers serving each queue, those last
 // seen before since not counted (see WorkersSeen).
-func (s *RegistryState) QueueWorkers(since time.Time) map[string]int {
+func (s *WorkersState) QueueWorkers(since time.Time) map[string]int {
 	out := map[string]int{}
 	for _, w := range s.workers {
 		if w.Status == WorkerActive && !w.LastSeen.Before(since) {
@@ -120,7 +120,7 @@ func (s *RegistryState) QueueWorkers(since time.Time) map[string]int {
 	return out
 }
 
-type registryStateWire struct {
+type workersStateWire struct {
 	Workers     []Worker `json:"workers"`
 	LastEventID string   `json:"lastEventId,omitempty"`
 	EventCount  int      `json:"eventCount"`
@@ -128,8 +128,8 @@ type registryStateWire struct {
 }
 
 // MarshalJSON writes the state the API returns for the registry context.
-func (s *RegistryState) MarshalJSON() ([]byte, error) {
-	w := registryStateWire{Workers: s.Workers(), EventCount: s.count, Ignored: s.Ignored}
+func (s *WorkersState) MarshalJSON() ([]byte, error) {
+	w := workersStateWire{Workers: s.Workers(), EventCount: s.count, Ignored: s.Ignored}
 	if s.count > 0 {
 		w.LastEventID = formatID(s.last)
 	}
@@ -137,7 +137,7 @@ func (s *RegistryState) MarshalJSON() ([]byte, error) {
 }
 
 // Validate checks the invariants every fold must keep.
-func (s *RegistryState) Validate() error {
+func (s *WorkersState) Validate() error {
 	if err := s.position.validate(s.Ignored); err != nil {
 		return err
 	}
@@ -158,16 +158,16 @@ func (s *RegistryState) Validate() error {
 }
 
 // Init returns the state of an empty registry.
-func (Registry) Init() State { return &RegistryState{} }
+func (Workers) Init() State { return &WorkersState{} }
 
 // Apply folds one event into s. See Reducer.
-func (r Registry) Apply(s State, ev event.Event) (State, error) {
+func (r Workers) Apply(s State, ev event.Event) (State, error) {
 	return r.Fold(s, []event.Event{ev})
 }
 
 // Fold folds evs into s. See Reducer.
-func (Registry) Fold(s State, evs []event.Event) (State, error) {
-	return foldCopy(s, evs, func() *RegistryState { return &RegistryState{} }, func(next *RegistryState) func(event.Event) {
+func (Workers) Fold(s State, evs []event.Event) (State, error) {
+	return foldCopy(s, evs, func() *WorkersState { return &WorkersState{} }, func(next *WorkersState) func(event.Event) {
 		own := false
 		return func(ev event.Event) {
 			next.advance(ev)
@@ -257,23 +257,23 @@ func oldestWorker(ws map[string]*Worker) string {
 	return pick.ID
 }
 
-// registryCheckpoint is every field of a RegistryState.
-type registryCheckpoint struct {
+// workersCheckpoint is every field of a WorkersState.
+type workersCheckpoint struct {
 	Pos     positionCheckpoint `json:"pos"`
 	Ignored int                `json:"ignored,omitempty"`
 	Workers []Worker           `json:"workers"`
 }
 
-func registryCheckpointOf(s *RegistryState) registryCheckpoint {
-	return registryCheckpoint{Pos: positionCheckpointOf(s.position), Ignored: s.Ignored, Workers: s.Workers()}
+func workersCheckpointOf(s *WorkersState) workersCheckpoint {
+	return workersCheckpoint{Pos: positionCheckpointOf(s.position), Ignored: s.Ignored, Workers: s.Workers()}
 }
 
-func (c *registryCheckpoint) state() (*RegistryState, error) {
+func (c *workersCheckpoint) state() (*WorkersState, error) {
 	pos, err := c.Pos.position()
 	if err != nil {
 		return nil, err
 	}
-	s := &RegistryState{position: pos, Ignored: c.Ignored}
+	s := &WorkersState{position: pos, Ignored: c.Ignored}
 	if len(c.Workers) > 0 {
 		s.workers = make(map[string]*Worker, len(c.Workers))
 		for i := range c.Workers {
@@ -284,7 +284,7 @@ func (c *registryCheckpoint) state() (*RegistryState, error) {
 	return s, nil
 }
 
-func (s *RegistryState) approxSize() int {
+func (s *WorkersState) approxSize() int {
 	n := sizeState
 	for _, w := range s.workers {
 		n += sizeEntry + 160 + len(w.ID)*2 + len(w.Name) + len(w.SDK) + len(w.Version) + len(w.Host) + len(w.Transport) + len(w.Reason)

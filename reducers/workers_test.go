@@ -24,14 +24,14 @@ func TestRegistryKeepsAtMostMaxWorkers(t *testing.T) {
 		ms++
 		evs = append(evs, workerEvent(ms, reducers.KindWorkerRegistered, fmt.Sprintf("w%d", i)))
 	}
-	s, err := reducers.Fold(reducers.Registry{}, evs)
+	s, err := reducers.Fold(reducers.Workers{}, evs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	ws := s.(*reducers.RegistryState).Workers()
+	ws := s.(*reducers.WorkersState).Workers()
 	if len(ws) != reducers.MaxWorkers {
 		t.Fatalf("%d workers, want %d", len(ws), reducers.MaxWorkers)
 	}

@@ -473,12 +473,12 @@ type StateReader interface {
 }
 
 // State is the registry's state as of at (event.MaxID for now) in states.
-func State(ctx context.Context, states StateReader, at event.ID) (*reducers.RegistryState, error) {
+func State(ctx context.Context, states StateReader, at event.ID) (*reducers.WorkersState, error) {
 	s, err := states.StateAt(ctx, Stream, at)
 	if err != nil {
 		return nil, err
 	}
-	rs, ok := s.(*reducers.RegistryState)
+	rs, ok := s.(*reducers.WorkersState)
 	if !ok {
 		return nil, fmt.Errorf("registry state: %w", reducers.ErrStateType)
 	}

@@ -75,7 +75,7 @@ func (f *fixture) workers(t *testing.T) map[string]reducers.Worker {
 		t.Fatalf("fold: %v", err)
 	}
 	out := map[string]reducers.Worker{}
-	for _, w := range s.(*reducers.RegistryState).Workers() {
+	for _, w := range s.(*reducers.WorkersState).Workers() {
 		out[w.ID] = w
 	}
 	return out
