@@ -171,9 +171,12 @@ func TestKillAndRestart(t *testing.T) {
 			// first report after the restart, and the SDK does not retry
 			// reports (a lost complete would rerun the step after its lease):
 			// fresh connections keep this test about nqd.
+			// The answers are watched on the HTTP client, so the worker
+			// reports over HTTP; workertest kills nqd under a worker on
+			// the worker channel.
 			answers := &completionAnswers{next: &http.Transport{DisableKeepAlives: true}, steps: map[string]int{}}
 			client := &http.Client{Transport: answers}
-			startWorkerWith(t, worker.Config{BaseURL: base, Concurrency: 4, Client: client}, handlers)
+			startWorkerWith(t, worker.Config{BaseURL: base, Concurrency: 4, Client: client, Transport: worker.HTTP}, handlers)
 			run := startRun(t, base, "pipeline", nil)
 			var last []string // the run's events at the last look, for a failure's log
 			t.Cleanup(func() {
