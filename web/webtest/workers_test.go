@@ -98,7 +98,13 @@ func tsWorkerCommand(t *testing.T) string {
 			t.Fatalf("%s %v in sdk/typescript: %v\n%s", name, args, err, out)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "typescript")); err != nil {
+	// npm writes node_modules/.package-lock.json on every install: older
+	// than the lockfile (or missing), the dependencies changed since.
+	lock, err := os.Stat(filepath.Join(dir, "package-lock.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if installed, err := os.Stat(filepath.Join(dir, "node_modules", ".package-lock.json")); err != nil || installed.ModTime().Before(lock.ModTime()) {
 		run("npm", "ci", "--no-audit", "--no-fund")
 	}
 	run("node", "node_modules/typescript/bin/tsc", "-p", "tsconfig.json")
