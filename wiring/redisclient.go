@@ -46,7 +46,10 @@ func redisClient(ctx context.Context, raw string) (redis.UniversalClient, string
 			if u, err := url.Parse(raw); err == nil && strings.Trim(u.Path, "/") != "" && strings.Trim(u.Path, "/") != "0" {
 				return nil, "", fmt.Errorf("a Redis Cluster has database 0 only, not %s", strings.Trim(u.Path, "/"))
 			}
-			copts.MaxRetries, copts.PipelinePoolSize = -1, -1
+			// One dial per attempt: while a failover leaves the slot
+			// unserved the store sends the write again itself, with a
+			// pause, until the request's deadline (see redisstore).
+			copts.MaxRetries, copts.PipelinePoolSize, copts.DialerRetries = -1, -1, 1
 			return redis.NewClusterClient(copts), "cluster", nil
 		}
 		if len(copts.Addrs) > 1 && answered {

@@ -36,8 +36,8 @@ type ClusterOptions struct {
 // Cluster is a Redis Cluster of three primaries with one replica each,
 // every node a redis-server process on a free port.
 type Cluster struct {
-	// Nodes are the six servers; the first three started as primaries,
-	// Nodes[3+i] as the replica of Nodes[i].
+	// Nodes are the six servers; the first three started as primaries
+	// (redis-cli pairs the others with them; see ReplicaOf).
 	Nodes []*Server
 }
 
@@ -78,15 +78,48 @@ func ClusterClient(t testing.TB) *redis.ClusterClient {
 	return c
 }
 
-// NewClusterClient opens a client of the cluster at rawURL as nqd would:
-// no retries of its own beyond following MOVED and ASK.
+// NewClusterClient opens a client of the cluster at rawURL with the
+// settings nqd uses (see wiring).
 func NewClusterClient(t testing.TB, rawURL string) *redis.ClusterClient {
 	t.Helper()
 	opts, err := redis.ParseClusterURL(rawURL)
 	if err != nil {
 		t.Fatalf("redistest: cluster URL %s: %v", rawURL, err)
 	}
+	opts.MaxRetries, opts.PipelinePoolSize, opts.DialerRetries = -1, -1, 1
 	return redis.NewClusterClient(opts)
+}
+
+// ReplicaOf returns the node that replicates primary, nil when it has none
+// online.
+func (c *Cluster) ReplicaOf(ctx context.Context, primary *Server) *Server {
+	cl := redis.NewClient(&redis.Options{Addr: primary.Addr, MaxRetries: -1})
+	defer func() { _ = cl.Close() }()
+	info, err := cl.Info(ctx, "replication").Result()
+	if err != nil {
+		return nil
+	}
+	for line := range strings.Lines(info) {
+		if !strings.HasPrefix(line, "slave0:") {
+			continue
+		}
+		var ip, port string
+		for kv := range strings.SplitSeq(strings.TrimSpace(strings.TrimPrefix(line, "slave0:")), ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "ip":
+				ip = v
+			case "port":
+				port = v
+			}
+		}
+		for _, n := range c.Nodes {
+			if n.Addr == net.JoinHostPort(ip, port) {
+				return n
+			}
+		}
+	}
+	return nil
 }
 
 // ClusterPrefix is Prefix on the shared cluster: a key prefix no other test

@@ -63,3 +63,38 @@ func TestWaitReplicas(t *testing.T) {
 		t.Fatalf("append waiting for two replicas of a shard that has one: %v, want outcome unknown", err)
 	}
 }
+
+// TestClusterSlotUnserved: while no node serves the store's slot (its
+// primary and its replica are both down), an append is sent again until
+// shortly before its deadline and then fails as unavailable, nothing
+// stored, as on a single Redis that is down.
+func TestClusterSlotUnserved(t *testing.T) {
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{})
+	client := redistest.NewClusterClient(t, cl.URL())
+	t.Cleanup(func() { _ = client.Close() })
+	s, err := redisstore.New(client, redisstore.Options{Prefix: "nqu", Logger: testkit.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	c := store.Context{Type: "flow", ID: "r1"}
+	ev := []event.Event{{Kind: "log", Subject: "r1"}}
+	if _, err := s.Append(context.Background(), c, ev, store.AppendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	primary, err := cl.PrimaryOf(context.Background(), "{nqu}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	replica := cl.ReplicaOf(context.Background(), primary)
+	if replica == nil {
+		t.Fatal("the primary has no replica")
+	}
+	primary.Kill()
+	replica.Kill()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if _, err := s.Append(ctx, c, ev, store.AppendOptions{}); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("append while the slot is unserved: %v, want unavailable", err)
+	}
+}

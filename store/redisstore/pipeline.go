@@ -117,11 +117,17 @@ func (p *pipeliner) call(ctx context.Context, script *redis.Script, keys []strin
 	if p.node == nil || !unserved(cmd.Err()) {
 		return cmd
 	}
-	ctx, cancel := context.WithTimeout(ctx, maxUnserved)
+	// The retries end a tenth of the time left before ctx does, so that
+	// the caller still answers that nothing ran (503) rather than that
+	// its deadline passed.
+	retryCtx, cancel := context.WithTimeout(ctx, maxUnserved)
+	if deadline, ok := ctx.Deadline(); ok {
+		retryCtx, cancel = context.WithDeadline(ctx, deadline.Add(-time.Until(deadline)/10))
+	}
 	defer cancel()
 	for wait := 50 * time.Millisecond; unserved(cmd.Err()); wait = min(2*wait, time.Second) {
 		select {
-		case <-ctx.Done():
+		case <-retryCtx.Done():
 			return cmd
 		case <-time.After(wait):
 		}
