@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/rs/zerolog"
 	"github.com/rs/zerolog/hlog"
 
 	"github.com/nqd-dev/nqd"
@@ -306,7 +307,8 @@ func (a *API) completeJob(w http.ResponseWriter, r *http.Request) error {
 			jobs = []store.Job{}
 		}
 	} else {
-		jobs = a.claimNext(r, *req.Claim)
+		wait := min(time.Duration(req.Claim.WaitMs)*time.Millisecond, a.limits.RequestTimeout/2)
+		jobs = a.claimNext(r.Context(), *hlog.FromRequest(r), req.Claim.Queues, req.Claim.Max, wait)
 	}
 	writeJSON(w, r, http.StatusOK, completeBody{Status: "ok", Jobs: jobs})
 	return nil
@@ -339,15 +341,19 @@ func (a *API) completeReport(ctx context.Context, ack store.JobAck, req *complet
 	return a.engine.CompleteClaiming(ctx, ack, req.Result, n, evs...)
 }
 
-// claimNext claims for a completion that asked to. The completion is stored
-// by then, so a claim that fails (or a server shutting down) answers no
-// jobs rather than an error: the worker claims on its own as before.
-func (a *API) claimNext(r *http.Request, c nextClaim) []store.Job {
-	wait := min(time.Duration(c.WaitMs)*time.Millisecond, a.limits.RequestTimeout/2)
-	jobs, err := a.claimResolved(r.Context(), a.engine.ClaimHanded, c.Queues, c.Max, wait)
+// claimNext claims up to n jobs of queues for the slots a completion
+// freed, when the completion's own write took none: waiting up to wait to
+// be handed a job started (or made ready by an emit) on this instance
+// meanwhile, without looking at the store again (engine.ClaimHanded), so
+// that every slot of every worker can wait at once. The HTTP completion's
+// claim and the worker channel's next both claim here. The completion is
+// stored by then, so a claim that fails (or a server shutting down)
+// answers no jobs rather than an error: the slots are free as before.
+func (a *API) claimNext(ctx context.Context, log zerolog.Logger, queues []string, n int, wait time.Duration) []store.Job {
+	jobs, err := a.claimResolved(ctx, a.engine.ClaimHanded, queues, n, wait)
 	if err != nil {
-		if !errors.Is(err, errShuttingDown) {
-			hlog.FromRequest(r).Warn().Err(err).Msg("the claim of a completion failed; the completion stands")
+		if !errors.Is(err, errShuttingDown) && ctx.Err() == nil {
+			log.Warn().Err(err).Msg("the claim of a completion failed; the completion stands")
 		}
 		return []store.Job{}
 	}

@@ -57,6 +57,12 @@ const (
 	maxOffer = 100
 	// registryTimeout bounds a call to the worker registry.
 	registryTimeout = 5 * time.Second
+	// nextJobWait is how long a slot freed by a completion with next waits
+	// to be handed a job when its completion's write took none, as the Go
+	// SDK's completion claims over HTTP: long enough that a run started
+	// right after the last one completed goes to the slot in its start's
+	// own write, short enough that an idle slot is free again at once.
+	nextJobWait = 50 * time.Millisecond
 )
 
 // errNoHello refuses a channel's frame before its hello, and a second one.
@@ -106,11 +112,14 @@ type workerChannel struct {
 	// mu guards the slot counts. free is how many slots of the worker are
 	// free as nqd counts them; reserved how many of those a claim of the
 	// offer loop is filling; inFlight the jobs the worker holds, for the
-	// registry. wake tells the offer loop that free grew.
+	// registry; pauses the pause frames so far. A slot waiting for its
+	// next job (nextJob) is in none of these. wake tells the offer loop
+	// that free grew.
 	mu       sync.Mutex
 	free     int
 	reserved int
 	inFlight int
+	pauses   int
 	wake     chan struct{}
 }
 
@@ -216,6 +225,7 @@ func (c *workerChannel) Message(typ string, raw []byte) bool {
 		if c.decode(raw, &f, "") {
 			c.mu.Lock()
 			c.free = 0
+			c.pauses++
 			c.mu.Unlock()
 		}
 	case "heartbeat":
@@ -312,10 +322,12 @@ func (c *workerChannel) helloed(raw []byte) {
 }
 
 // answer is what a request frame is answered with: the HTTP call's body,
-// and jobs to offer right after it.
+// and jobs to offer right after it, or with next a slot that waits for its
+// next job after it (nextJob).
 type answer struct {
 	body  any
 	offer []store.Job
+	next  bool
 }
 
 // request runs one request frame in a goroutine of its own once fewer than
@@ -334,7 +346,9 @@ func (c *workerChannel) request(raw []byte, do func(ctx context.Context, raw []b
 		return
 	}
 	c.wg.Go(func() {
-		defer func() { <-c.requests }()
+		// A slot waiting for its next job after the ack holds no token.
+		release := sync.OnceFunc(func() { <-c.requests })
+		defer release()
 		// A request outlives its channel, as an HTTP call outlives its
 		// client: a completion being stored when the channel drops is
 		// stored, and its repeat is answered as a repeat.
@@ -350,8 +364,15 @@ func (c *workerChannel) request(raw []byte, do func(ctx context.Context, raw []b
 			c.answerError(ref, err)
 			return
 		}
-		if c.send("ack", ackFrame{Type: "ack", Ref: ref, Body: ans.body}) && len(ans.offer) > 0 {
+		if !c.send("ack", ackFrame{Type: "ack", Ref: ref, Body: ans.body}) {
+			return
+		}
+		if len(ans.offer) > 0 {
 			c.offer(ans.offer)
+		}
+		if ans.next {
+			release()
+			c.nextJob()
 		}
 	})
 }
@@ -456,8 +477,36 @@ func (c *workerChannel) complete(ctx context.Context, raw []byte, head *jobFrame
 		ok.offer = jobs
 		return ok, nil
 	}
-	c.ended(f.Next, nil)
+	c.ended(false, nil)
+	ok.next = f.Next
 	return ok, nil
+}
+
+// nextJob is the slot a completion with next freed, when the completion's
+// write took no job for it: it waits briefly to be handed one started
+// meanwhile, as the completion's claim over HTTP does (claimNext), and
+// otherwise counts as free. Each slot waits on its own, so that every
+// start finds a waiting claim while the worker's slots wait, where the
+// offer loop's one claim would take a single job and then look at the
+// store again. A pause while it waits leaves the slot taken.
+func (c *workerChannel) nextJob() {
+	c.mu.Lock()
+	pauses := c.pauses
+	c.mu.Unlock()
+	jobs := c.api.claimNext(c.conn.Context(), c.log, c.hello.Queues, 1, nextJobWait)
+	c.mu.Lock()
+	c.inFlight += len(jobs)
+	c.mu.Unlock()
+	if len(jobs) > 0 {
+		c.offer(jobs)
+		return
+	}
+	c.mu.Lock()
+	paused := c.pauses != pauses
+	c.mu.Unlock()
+	if !paused {
+		c.addFree(1)
+	}
 }
 
 func (c *workerChannel) fail(ctx context.Context, raw []byte, head *jobFrame) (answer, error) {
