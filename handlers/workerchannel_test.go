@@ -273,6 +273,39 @@ func TestWorkerChannel(t *testing.T) {
 	}
 }
 
+// TestWorkerChannelNextJob: a slot freed by a completion with next when no
+// job was ready takes the job started next (handed to it while it waits,
+// or offered once it is free), and only one, on every store.
+func TestWorkerChannelNextJob(t *testing.T) {
+	for _, backend := range socketBackends {
+		t.Run(backend, func(t *testing.T) {
+			n := newChannelNode(t, openSocketStores(t, backend, 1)[0])
+			c := hello(t, n, 1)
+			startRuns(t, n.e, 1)
+			j := c.offer()
+			if done := c.call("complete", "c1", j, map[string]any{"next": true}); done.Type != "ack" {
+				t.Fatalf("complete answered %+v", done)
+			}
+			runs := startRuns(t, n.e, 2)
+			j2 := c.offer()
+			if j2.Run != runs[0] && j2.Run != runs[1] {
+				t.Fatalf("offered %+v; want a job of a run started after the completion", j2)
+			}
+			// The slot is taken: the answer to a heartbeat comes before
+			// any further offer.
+			if beat := c.call("heartbeat", "h1", j2, nil); beat.Type != "ack" {
+				t.Fatalf("heartbeat answered %+v", beat)
+			}
+			if done := c.call("complete", "c2", j2, map[string]any{"next": true}); done.Type != "ack" {
+				t.Fatalf("complete answered %+v", done)
+			}
+			if j3 := c.offer(); j3.Run == j2.Run || (j3.Run != runs[0] && j3.Run != runs[1]) {
+				t.Fatalf("offered %+v after %+v; want the other run's job", j3, j2)
+			}
+		})
+	}
+}
+
 // TestWorkerChannelRefusals: a frame nqd cannot take is answered with the
 // HTTP call's error; a channel that breaks its opening rules is closed.
 func TestWorkerChannelRefusals(t *testing.T) {
