@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from nqd_worker import Context, Worker
 
@@ -112,7 +112,31 @@ def emits(call: Call) -> bool:
     return isinstance(evs, list) and any(isinstance(e, dict) and e.get("kind") == "emit" for e in evs)
 
 
-class CountingProxy:
+_Server = TypeVar("_Server", bound="LocalServer")
+
+
+class LocalServer:
+    """An HTTP server on a free loopback port, serving from a thread of its
+    own between __enter__ and __exit__. Its url is known from the start."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server.daemon_threads = True
+        self._server.block_on_close = False
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self: _Server) -> _Server:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(10)
+
+
+class CountingProxy(LocalServer):
     """An HTTP proxy between a worker and nqd that records every call in the
     order they arrived, with their answers, and counts the jobs the worker
     holds as nqd sees them: from the answer that handed a job out until the
@@ -139,21 +163,11 @@ class CountingProxy:
         self.holding: set[str] = set()
         self.max_holding = 0
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._server.block_on_close = False
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    def __enter__(self) -> CountingProxy:
-        self._thread.start()
-        return self
+        super().__init__(self._handler())
 
     def __exit__(self, *exc: Any) -> None:
         self.release.set()
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(10)
+        super().__exit__(*exc)
 
     def of(self, action: str) -> list[Call]:
         with self._lock:

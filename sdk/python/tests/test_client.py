@@ -7,12 +7,12 @@ from __future__ import annotations
 import http.client
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable
 
 import pytest
 from conftest import Nqd
-from helpers import Running, wait_for
+from helpers import LocalServer, Running, wait_for
 
 from nqd_worker import (
     Client,
@@ -33,7 +33,7 @@ from nqd_worker import (
 Plan = Callable[[str, str], str]
 
 
-class FaultProxy:
+class FaultProxy(LocalServer):
     """An HTTP proxy in front of nqd that answers each request as plan says
     and, for event streams, ends the first cut_stream_after messages' stream
     by closing the connection. It records the requests (method, path,
@@ -45,20 +45,7 @@ class FaultProxy:
         self.cut_stream_after = cut_stream_after
         self.requests: list[tuple[str, str, str | None]] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._server.block_on_close = False
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    def __enter__(self) -> FaultProxy:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(10)
+        super().__init__(self._handler())
 
     def count(self, method: str, suffix: str) -> int:
         with self._lock:
