@@ -1,12 +1,15 @@
 package handlers
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/reducers"
 	"github.com/nqd-dev/nqd/store"
@@ -93,6 +96,26 @@ func (a *API) getContextAt(w http.ResponseWriter, r *http.Request, c store.Conte
 	return nil
 }
 
+// requireEvents refuses a context that has no events at all: its reducer's
+// initial state would pass for a real one (a flow's reads as running). st is
+// the state at point; when it holds no event, the newest state tells a point
+// before the first event of a context that has some from a context that has
+// none. The context route keeps answering such a context with eventCount 0,
+// as the v0.3 UI expects.
+func requireEvents(ctx context.Context, c store.Context, src contextSource, st reducers.State, point event.ID) error {
+	if st.Count() > 0 {
+		return nil
+	}
+	if point != event.MaxID {
+		newest, err := src.StateAt(ctx, event.MaxID)
+		if err != nil || newest.Count() > 0 {
+			return err
+		}
+	}
+	return &nqd.Error{Code: nqd.CodeNotFound, Message: fmt.Sprintf(
+		"The %s %q has no events: nothing started it, or nothing it wrote is stored yet.", c.Type, c.ID)}
+}
+
 // stateBody answers the state route.
 type stateBody struct {
 	Type        string         `json:"type"`
@@ -118,6 +141,9 @@ func (a *API) getState(w http.ResponseWriter, r *http.Request) error {
 	}
 	st, err := src.StateAt(r.Context(), at)
 	if err != nil {
+		return err
+	}
+	if err := requireEvents(r.Context(), c, src, st, at); err != nil {
 		return err
 	}
 	body := stateBody{Type: c.Type, ID: c.ID, LastEventID: positionOf(st), State: st}
@@ -163,6 +189,9 @@ func (a *API) getStateDiff(w http.ResponseWriter, r *http.Request) error {
 	}
 	y, err := src.StateAt(r.Context(), to)
 	if err != nil {
+		return err
+	}
+	if err := requireEvents(r.Context(), c, src, y, to); err != nil {
 		return err
 	}
 	d, err := reducers.Diff(x, y)

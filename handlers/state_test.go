@@ -205,11 +205,6 @@ func TestMLTrainingTimeTravel(t *testing.T) {
 // TestStateReadsYourWrites: each answer holds the append made just before it.
 func TestStateReadsYourWrites(t *testing.T) {
 	api := newTestAPI(t, withState(t))
-	rec := api.do(t, get("/api/_events/flow/r1/state"))
-	wantStatus(t, rec, http.StatusOK)
-	if b := decode[map[string]any](t, rec); b["lastEventId"] != nil || b["at"] != nil {
-		t.Errorf("state of an empty context: %v", b)
-	}
 	for i := range 5 {
 		api.clock.Set(epoch.Add(timeMS(i)))
 		body := `{"kind":"state.set","data":{"key":"n","value":` + string(rune('0'+i)) + `}}`
@@ -227,6 +222,46 @@ func TestStateReadsYourWrites(t *testing.T) {
 				t.Fatalf("%s after append %d: %+v", target, i, got.State)
 			}
 		}
+	}
+}
+
+// TestStateOfUnknownContext: a run nobody started has no state to read (its
+// initial one would say running), while the context route answers it with no
+// events, as the v0.3 UI expects right after a start.
+func TestStateOfUnknownContext(t *testing.T) {
+	api := newTestAPI(t, withState(t))
+	for _, target := range []string{
+		"/api/_events/flow/nobody/state",
+		"/api/_events/flow/nobody/state?at=2025-11-05T10:00:00Z",
+		"/api/_events/flow/nobody/state/diff",
+		"/api/_events/trigger/nobody/state",
+	} {
+		rec := api.do(t, get(target))
+		wantStatus(t, rec, http.StatusNotFound)
+		if got := decode[errorBody](t, rec); got.Error.Code != "not_found" || !strings.Contains(got.Error.Message, "no events") {
+			t.Errorf("%s: %+v, want not_found saying it has no events", target, got.Error)
+		}
+	}
+	rec := api.do(t, get("/api/_events/flow/nobody"))
+	wantStatus(t, rec, http.StatusOK)
+	if b := decode[map[string]any](t, rec); b["eventCount"] != 0.0 || b["lastEventId"] != nil {
+		t.Errorf("context without events: %v", b)
+	}
+
+	// Before its first event, a run that has events has its initial state.
+	api.clock.Set(epoch)
+	wantStatus(t, api.do(t, post("/api/_events/flow/r1", `{"kind":"flow.started","data":{"name":"f"}}`)), http.StatusCreated)
+	before := url.QueryEscape(epoch.Add(-time.Second).Format(time.RFC3339))
+	rec = api.do(t, get("/api/_events/flow/r1/state?at="+before))
+	wantStatus(t, rec, http.StatusOK)
+	if b := decode[map[string]any](t, rec); b["lastEventId"] != nil || b["at"] == nil {
+		t.Errorf("state before the first event: %v", b)
+	}
+	wantStatus(t, api.do(t, get("/api/_events/flow/r1/state/diff?to="+before)), http.StatusOK)
+	rec = api.do(t, get("/api/_events/flow/r1/state"))
+	wantStatus(t, rec, http.StatusOK)
+	if b := decode[map[string]any](t, rec); b["lastEventId"] == nil {
+		t.Errorf("state after flow.started: %v", b)
 	}
 }
 
