@@ -28,7 +28,7 @@ import (
 
 // Ref names one value kept in the bucket.
 type Ref struct {
-	Run    string `json:"run"`
+	RunID  string `json:"run"`
 	SHA256 string `json:"sha256"` // hex digest of the value
 	Bytes  int64  `json:"bytes"`  // -1 in a GetData: not known, at most MaxDataBytes
 }
@@ -39,10 +39,10 @@ const MaxDataBytes = 64 << 20
 
 const dataFolder = "_data/"
 
-func (r Ref) key() string { return dataFolder + r.Run + "/" + r.SHA256 }
+func (r Ref) key() string { return dataFolder + r.RunID + "/" + r.SHA256 }
 
 func (r Ref) check() error {
-	if !event.ValidContextID(r.Run) || len(r.SHA256) != sha256.Size*2 || r.Bytes < -1 {
+	if !event.ValidContextID(r.RunID) || len(r.SHA256) != sha256.Size*2 || r.Bytes < -1 {
 		return fmt.Errorf("archive: data reference %+v: %w", r, store.ErrInvalid)
 	}
 	if _, err := hex.DecodeString(r.SHA256); err != nil {
@@ -57,7 +57,7 @@ func (r Ref) check() error {
 // reference is handed out. Errors: store.ErrInvalid, the bucket's.
 func (a *Bucket) PutData(ctx context.Context, run string, value []byte) (Ref, error) {
 	sum := sha256.Sum256(value)
-	ref := Ref{Run: run, SHA256: hex.EncodeToString(sum[:]), Bytes: int64(len(value))}
+	ref := Ref{RunID: run, SHA256: hex.EncodeToString(sum[:]), Bytes: int64(len(value))}
 	if err := ref.check(); err != nil {
 		return Ref{}, err
 	}
@@ -97,7 +97,7 @@ func (a *Bucket) getData(ctx context.Context, ref Ref) ([]byte, error) {
 	}
 	r, err := a.b.NewReader(ctx, ref.key(), nil)
 	if isNotFound(err) {
-		return nil, fmt.Errorf("archive: data %s of %s: %w", ref.SHA256, ref.Run, store.ErrNotFound)
+		return nil, fmt.Errorf("archive: data %s of %s: %w", ref.SHA256, ref.RunID, store.ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("archive: %w", err)
@@ -110,11 +110,11 @@ func (a *Bucket) getData(ctx context.Context, ref Ref) ([]byte, error) {
 	}
 	value, err := io.ReadAll(io.LimitReader(r, limit+1))
 	if err != nil {
-		return nil, fmt.Errorf("archive: data %s of %s: %w", ref.SHA256, ref.Run, err)
+		return nil, fmt.Errorf("archive: data %s of %s: %w", ref.SHA256, ref.RunID, err)
 	}
 	sum := sha256.Sum256(value)
 	if int64(len(value)) > limit || (ref.Bytes >= 0 && int64(len(value)) != ref.Bytes) || hex.EncodeToString(sum[:]) != ref.SHA256 {
-		return nil, fmt.Errorf("archive: data %s of %s does not match its reference: %w", ref.SHA256, ref.Run, ErrCorrupt)
+		return nil, fmt.Errorf("archive: data %s of %s does not match its reference: %w", ref.SHA256, ref.RunID, ErrCorrupt)
 	}
 	return value, nil
 }
@@ -133,7 +133,7 @@ func (a *Bucket) ListData(ctx context.Context) ([]Ref, error) {
 			return nil, fmt.Errorf("archive: list data: %w", err)
 		}
 		run, sum, ok := strings.Cut(strings.TrimPrefix(o.Key, dataFolder), "/")
-		ref := Ref{Run: run, SHA256: sum, Bytes: o.Size}
+		ref := Ref{RunID: run, SHA256: sum, Bytes: o.Size}
 		if ok && ref.check() == nil {
 			out = append(out, ref)
 		}

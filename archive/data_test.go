@@ -18,21 +18,21 @@ func TestDataByReference(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ref.Run != "run-1" || ref.Bytes != int64(len(value)) || len(ref.SHA256) != 64 {
+		if ref.RunID != "run-1" || ref.Bytes != int64(len(value)) || len(ref.SHA256) != 64 {
 			t.Fatalf("ref %+v", ref)
 		}
 		if again, err := d.PutData(ctx, "run-1", value); err != nil || again != ref {
 			t.Fatalf("second PutData = %+v, %v; want the same reference", again, err)
 		}
-		for _, r := range []archive.Ref{ref, {Run: ref.Run, SHA256: ref.SHA256, Bytes: -1}} {
+		for _, r := range []archive.Ref{ref, {RunID: ref.RunID, SHA256: ref.SHA256, Bytes: -1}} {
 			if got, err := d.GetData(ctx, r); err != nil || string(got) != string(value) {
 				t.Fatalf("GetData(%+v) = %d bytes, %v", r, len(got), err)
 			}
 		}
-		if _, err := d.GetData(ctx, archive.Ref{Run: "run-2", SHA256: ref.SHA256, Bytes: ref.Bytes}); !errors.Is(err, store.ErrNotFound) {
+		if _, err := d.GetData(ctx, archive.Ref{RunID: "run-2", SHA256: ref.SHA256, Bytes: ref.Bytes}); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("another run's value: %v, want ErrNotFound", err)
 		}
-		if _, err := d.GetData(ctx, archive.Ref{Run: "../x", SHA256: ref.SHA256}); !errors.Is(err, store.ErrInvalid) {
+		if _, err := d.GetData(ctx, archive.Ref{RunID: "../x", SHA256: ref.SHA256}); !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("a bad run id: %v, want ErrInvalid", err)
 		}
 		d.write(t, "_data/run-1/"+ref.SHA256, append(value[:len(value)-2], '}'))

@@ -103,7 +103,7 @@ func (e *Engine) plan(r *run, d *flows.Definition, step string, input json.RawMe
 	if s.Await == nil {
 		r.state.Steps[step] = &stepState{Status: stepQueued, Attempt: 1, Queue: s.Queue}
 		fx.jobs = append(fx.jobs, store.Job{
-			ID: store.JobID(r.meta.Run, step), Queue: s.Queue, Flow: r.meta.Flow, Run: r.meta.Run,
+			ID: store.JobID(r.meta.RunID, step), Queue: s.Queue, FlowName: r.meta.FlowName, RunID: r.meta.RunID,
 			Step: step, Input: input, Attempt: 1, ReadyAt: now,
 		})
 		return
@@ -114,16 +114,16 @@ func (e *Engine) plan(r *run, d *flows.Definition, step string, input json.RawMe
 		aw.Deadline = now + a.Timeout
 	}
 	seq := strconv.Itoa(len(r.state.Awaits))
-	id := awaitID(r.meta.Run, step, seq)
+	id := awaitID(r.meta.RunID, step, seq)
 	var data map[string]any
 	switch a.Type {
 	case "time":
 		aw.ResumeAt = now + a.Delay
-		fx.timers = append(fx.timers, store.Timer{Kind: timerAwait, Flow: r.meta.Flow, Run: r.meta.Run, Step: step, Due: aw.ResumeAt})
+		fx.timers = append(fx.timers, store.Timer{Kind: timerAwait, FlowName: r.meta.FlowName, RunID: r.meta.RunID, Step: step, Due: aw.ResumeAt})
 		data = map[string]any{"resumeAt": isoMS(aw.ResumeAt), "reason": "step await"}
 	case "event":
 		aw.EventKind, aw.Where = a.EventKind, a.Where
-		fx.timers = append(fx.timers, store.Timer{Kind: timerEvent, Flow: r.meta.Flow, Run: r.meta.Run, Step: step, Due: now})
+		fx.timers = append(fx.timers, store.Timer{Kind: timerEvent, FlowName: r.meta.FlowName, RunID: r.meta.RunID, Step: step, Due: now})
 		data = map[string]any{"eventKind": a.EventKind}
 		if a.Where != "" {
 			data["condition"] = a.Where
@@ -136,22 +136,22 @@ func (e *Engine) plan(r *run, d *flows.Definition, step string, input json.RawMe
 		if aw.TriggerType == "" {
 			aw.TriggerType = "webhook"
 		}
-		id = e.opts.Triggers.Issue(r.meta.Run+"\x00"+step+"\x00"+seq, time.UnixMilli(aw.Deadline))
+		id = e.opts.Triggers.Issue(r.meta.RunID+"\x00"+step+"\x00"+seq, time.UnixMilli(aw.Deadline))
 		data = map[string]any{"triggerId": id, "triggerType": aw.TriggerType}
-		cfg := map[string]any{"flowName": r.meta.Flow, "runId": r.meta.Run, "step": step, "expiresAt": isoMS(aw.Deadline)}
+		cfg := map[string]any{"flowName": r.meta.FlowName, "runId": r.meta.RunID, "step": step, "expiresAt": isoMS(aw.Deadline)}
 		if len(a.Schema) > 0 {
 			cfg["schema"] = a.Schema
 		}
 		fx.triggers = append(fx.triggers, event.Event{
-			Kind: "trigger.registered", Subject: id, Trigger: id, RunID: r.meta.Run, FlowName: r.meta.Flow, Step: step,
-			CorrelationID: r.meta.Run, Data: mustJSON(map[string]any{"type": aw.TriggerType, "config": cfg}),
+			Kind: "trigger.registered", Subject: id, Trigger: id, RunID: r.meta.RunID, FlowName: r.meta.FlowName, Step: step,
+			CorrelationID: r.meta.RunID, Data: mustJSON(map[string]any{"type": aw.TriggerType, "config": cfg}),
 		})
 	}
 	if a.Timeout > 0 {
 		data["timeout"] = a.Timeout
 	}
 	if aw.Deadline > 0 {
-		fx.timers = append(fx.timers, store.Timer{Kind: timerTimeout, Flow: r.meta.Flow, Run: r.meta.Run, Step: step, Due: aw.Deadline})
+		fx.timers = append(fx.timers, store.Timer{Kind: timerTimeout, FlowName: r.meta.FlowName, RunID: r.meta.RunID, Step: step, Due: aw.Deadline})
 	}
 	if r.state.Awaits == nil {
 		r.state.Awaits = map[string]*awaitState{}
@@ -230,7 +230,7 @@ func (e *Engine) resume(r *run, id string, reason string, resolution map[string]
 	u, _ := r.update()
 	u.Events = []event.Event{ev}
 	u.Enqueue = []store.Job{{
-		ID: store.JobID(r.meta.Run, aw.Step), Queue: s.Queue, Flow: r.meta.Flow, Run: r.meta.Run, Step: aw.Step,
+		ID: store.JobID(r.meta.RunID, aw.Step), Queue: s.Queue, FlowName: r.meta.FlowName, RunID: r.meta.RunID, Step: aw.Step,
 		Input: withResume(aw.Input, resolution), Attempt: 1, ReadyAt: now,
 	}}
 	u.ClearTimers = awaitTimers(r, aw.Step)
@@ -239,9 +239,9 @@ func (e *Engine) resume(r *run, id string, reason string, resolution map[string]
 
 func awaitTimers(r *run, step string) []store.Timer {
 	return []store.Timer{
-		{Kind: timerAwait, Flow: r.meta.Flow, Run: r.meta.Run, Step: step},
-		{Kind: timerTimeout, Flow: r.meta.Flow, Run: r.meta.Run, Step: step},
-		{Kind: timerEvent, Flow: r.meta.Flow, Run: r.meta.Run, Step: step},
+		{Kind: timerAwait, FlowName: r.meta.FlowName, RunID: r.meta.RunID, Step: step},
+		{Kind: timerTimeout, FlowName: r.meta.FlowName, RunID: r.meta.RunID, Step: step},
+		{Kind: timerEvent, FlowName: r.meta.FlowName, RunID: r.meta.RunID, Step: step},
 	}
 }
 
@@ -261,7 +261,7 @@ func (r *run) pendingAwait(step string) (string, *awaitState) {
 // fireAwaitTimer handles a due "await" or "timeout" timer: a time await
 // resumes, any other await past its deadline times out.
 func (e *Engine) fireAwaitTimer(ctx context.Context, t store.Timer) error {
-	d, err := e.Definition(ctx, t.Flow)
+	d, err := e.Definition(ctx, t.FlowName)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err
 	}
@@ -270,7 +270,7 @@ func (e *Engine) fireAwaitTimer(ctx context.Context, t store.Timer) error {
 	var waited int64
 	err = e.retry(ctx, func() error {
 		gone = nil
-		r, err := e.readRun(ctx, t.Flow, t.Run)
+		r, err := e.readRun(ctx, t.FlowName, t.RunID)
 		if errors.Is(err, store.ErrNotFound) {
 			return nil
 		}
@@ -434,7 +434,7 @@ func (e *Engine) FireTrigger(ctx context.Context, id string, payload json.RawMes
 		if err := checkSchema(d, aw.Step, payload); err != nil {
 			return err
 		}
-		out = TriggerOutcome{TriggerID: id, Status: "fired", FlowName: r.meta.Flow, RunID: r.meta.Run, Step: aw.Step, FiredAt: isoMS(now.UnixMilli())}
+		out = TriggerOutcome{TriggerID: id, Status: "fired", FlowName: r.meta.FlowName, RunID: r.meta.RunID, Step: aw.Step, FiredAt: isoMS(now.UnixMilli())}
 		aw.Outcome = mustJSON(out)
 		u := e.resume(r, id, "Trigger fired", map[string]any{"triggerId": id, "payload": payload}, now.UnixMilli())
 		if _, err := e.commit(ctx, r, u); err != nil {
@@ -506,8 +506,8 @@ func checkSchema(d *flows.Definition, step string, payload json.RawMessage) erro
 
 // WaitQuery selects pending awaits; zero fields select all.
 type WaitQuery struct {
-	Kind string // time, event or trigger
-	Flow string
+	Kind     string // time, event or trigger
+	FlowName string
 	// EventKind keeps event awaits waiting for this event kind.
 	EventKind string
 	// Before keeps awaits due (resume time or deadline) before it, epoch ms.
@@ -540,7 +540,7 @@ func (e *Engine) Waits(ctx context.Context, q WaitQuery) ([]Wait, error) {
 		q.Limit = 1000
 	}
 	var out []Wait
-	err := e.eachGoingRun(ctx, q.Flow, func(r *run) { out = append(out, r.waits(q)...) })
+	err := e.eachGoingRun(ctx, q.FlowName, func(r *run) { out = append(out, r.waits(q)...) })
 	if err != nil {
 		return nil, err
 	}
@@ -593,7 +593,7 @@ func (e *Engine) eachGoingRun(ctx context.Context, flow string, fn func(*run)) e
 					return err
 				}
 				for _, m := range page.Runs {
-					r, err := e.readRun(ctx, flow, m.Run)
+					r, err := e.readRun(ctx, flow, m.RunID)
 					if errors.Is(err, store.ErrNotFound) {
 						continue
 					}
@@ -624,7 +624,7 @@ func (r *run) waits(q WaitQuery) []Wait {
 		if aw.Status != awaitWaiting || (q.Kind != "" && aw.Type != q.Kind) || (q.EventKind != "" && aw.EventKind != q.EventKind) {
 			continue
 		}
-		w := Wait{AwaitID: id, Kind: aw.Type, FlowName: r.meta.Flow, RunID: r.meta.Run, Step: aw.Step,
+		w := Wait{AwaitID: id, Kind: aw.Type, FlowName: r.meta.FlowName, RunID: r.meta.RunID, Step: aw.Step,
 			RegisteredAt: isoMS(aw.RegisteredAt), EventKind: aw.EventKind, Condition: aw.Where, TriggerType: aw.TriggerType}
 		if aw.ResumeAt > 0 {
 			w.ResumeAt, w.due = isoMS(aw.ResumeAt), aw.ResumeAt

@@ -134,7 +134,7 @@ func (e *Engine) checkAttempts(ctx context.Context, j store.Job) (bool, error) {
 	if j.Attempt <= 1 {
 		return true, nil // every retry policy allows a first attempt
 	}
-	d, err := e.Definition(ctx, j.Flow)
+	d, err := e.Definition(ctx, j.FlowName)
 	if err != nil {
 		return false, err
 	}

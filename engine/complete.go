@@ -83,7 +83,7 @@ func (e *Engine) complete(ctx context.Context, j store.Job, ack store.JobAck, re
 	var body []byte
 	var d *flows.Definition
 	if emits {
-		body, d = e.checkedDefinition(j.Flow)
+		body, d = e.checkedDefinition(j.FlowName)
 	}
 	// The steps the emits make ready go to this completion's claim first,
 	// written claimed in its own write, then to a claim waiting here.
@@ -94,11 +94,11 @@ func (e *Engine) complete(ctx context.Context, j store.Job, ack store.JobAck, re
 	err := e.retry(ctx, func() error {
 		if emits && d == nil {
 			var err error
-			if d, err = e.Definition(ctx, j.Flow); err != nil {
+			if d, err = e.Definition(ctx, j.FlowName); err != nil {
 				return err
 			}
 		}
-		r, release, err := e.readRunForUpdate(ctx, j.Flow, j.Run)
+		r, release, err := e.readRunForUpdate(ctx, j.FlowName, j.RunID)
 		if err != nil {
 			return err
 		}

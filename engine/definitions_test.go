@@ -147,7 +147,7 @@ func TestEmitSeesDefinitionChangedElsewhere(t *testing.T) {
 				t.Fatal(err)
 			}
 			next, err := a.Claim(ctx, []string{"default"}, 1, 0)
-			if err != nil || len(next) != 1 || next[0].Run != s.FlowID {
+			if err != nil || len(next) != 1 || next[0].RunID != s.FlowID {
 				t.Fatalf("Claim after the emit = %+v, %v; want a job of run %s", next, err, s.FlowID)
 			}
 			return next[0].Step

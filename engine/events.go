@@ -71,7 +71,7 @@ func (e *Engine) fireEventTimer(ctx context.Context, t store.Timer) error {
 	var resumed string
 	err := e.retry(ctx, func() error {
 		resumed = ""
-		r, err := e.readRun(ctx, t.Flow, t.Run)
+		r, err := e.readRun(ctx, t.FlowName, t.RunID)
 		if errors.Is(err, store.ErrNotFound) {
 			return nil
 		}

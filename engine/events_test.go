@@ -65,7 +65,7 @@ func runStart(t *testing.T, e *engine.Engine, run string) {
 		if err != nil || len(jobs) != 1 {
 			t.Fatalf("claim: %v %v", jobs, err)
 		}
-		if jobs[0].Run != run || jobs[0].Step != "start" {
+		if jobs[0].RunID != run || jobs[0].Step != "start" {
 			continue
 		}
 		ack := store.JobAck{Queue: jobs[0].Queue, ID: jobs[0].ID, Lease: jobs[0].Lease}

@@ -40,14 +40,14 @@ func (e *Engine) failHeld(ctx context.Context, j store.Job, ack store.JobAck, ms
 	if err := e.stamp(ctx, j, first, false); err != nil {
 		return err
 	}
-	d, err := e.Definition(ctx, j.Flow)
+	d, err := e.Definition(ctx, j.FlowName)
 	if err != nil {
 		return err
 	}
 	policy := d.Steps[j.Step].RetryPolicy
 	willRetry := retriable && j.Attempt < policy.MaxAttempts() && policy.Retriable(msg)
 	return e.retry(ctx, func() error {
-		r, release, err := e.readRunForUpdate(ctx, j.Flow, j.Run)
+		r, release, err := e.readRunForUpdate(ctx, j.FlowName, j.RunID)
 		if err != nil {
 			return err
 		}

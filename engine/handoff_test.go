@@ -205,7 +205,7 @@ func TestEmitHandsJobToWaitingClaim(t *testing.T) {
 				t.Fatal(err)
 			}
 			jobs, err := e.Claim(ctx, []string{"default"}, 1, 0)
-			if err != nil || len(jobs) != 1 || jobs[0].Run != started.FlowID {
+			if err != nil || len(jobs) != 1 || jobs[0].RunID != started.FlowID {
 				t.Fatalf("claim = %+v, %v; want the run's first job", jobs, err)
 			}
 			return started, store.JobAck{Queue: "default", ID: jobs[0].ID, Lease: jobs[0].Lease}
@@ -218,7 +218,7 @@ func TestEmitHandsJobToWaitingClaim(t *testing.T) {
 			t.Fatal(err)
 		}
 		res := answer(t, got)
-		if res.err != nil || len(res.jobs) != 1 || res.jobs[0].Run != started.FlowID || res.jobs[0].Step != "b" {
+		if res.err != nil || len(res.jobs) != 1 || res.jobs[0].RunID != started.FlowID || res.jobs[0].Step != "b" {
 			t.Fatalf("claim = %+v, %v; want step b of the run", res.jobs, res.err)
 		}
 		if n := st.claims.Load() - claims; n != 0 {

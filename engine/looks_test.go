@@ -108,7 +108,7 @@ func TestClaimHandedTakesOnlyHandOvers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res := answer(t, got); res.err != nil || len(res.jobs) != 1 || res.jobs[0].Run != here.FlowID {
+		if res := answer(t, got); res.err != nil || len(res.jobs) != 1 || res.jobs[0].RunID != here.FlowID {
 			t.Fatalf("claim = %+v, %v; want the job started here", res.jobs, res.err)
 		}
 		if n := st.claims.Load() - looks; n != 0 {

@@ -101,12 +101,12 @@ func (e *Engine) fire(ctx context.Context, t store.Timer) error {
 	if t.Kind == timerEvent {
 		return e.fireEventTimer(ctx, t)
 	}
-	d, err := e.Definition(ctx, t.Flow)
+	d, err := e.Definition(ctx, t.FlowName)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err
 	}
 	return e.retry(ctx, func() error {
-		r, err := e.readRun(ctx, t.Flow, t.Run)
+		r, err := e.readRun(ctx, t.FlowName, t.RunID)
 		if errors.Is(err, store.ErrNotFound) {
 			return nil // deleted with its flow's history
 		}
@@ -144,7 +144,7 @@ func (e *Engine) redispatch(r *run, d *flows.Definition, t store.Timer) (store.R
 		"reason": "retry after failure", "delayMs": delay, "nextAttempt": s.Attempt,
 	}), s.Attempt, map[string]any{"scheduledAt": isoMS(t.Due)})}
 	u.Enqueue = []store.Job{{
-		ID: store.JobID(r.meta.Run, t.Step), Queue: s.Queue, Flow: r.meta.Flow, Run: r.meta.Run, Step: t.Step,
+		ID: store.JobID(r.meta.RunID, t.Step), Queue: s.Queue, FlowName: r.meta.FlowName, RunID: r.meta.RunID, Step: t.Step,
 		Input: stepInput(d, r, t.Step), Attempt: s.Attempt, ReadyAt: now,
 	}}
 	return u, nil

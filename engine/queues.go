@@ -328,7 +328,7 @@ func (e *Engine) finishedJobs(ctx context.Context, queue, state string, offset, 
 		runs = append(runs, page.Runs...)
 	}
 	slices.SortStableFunc(runs, func(a, b store.RunMeta) int {
-		return cmp.Or(cmp.Compare(b.StartedAt, a.StartedAt), cmp.Compare(a.Flow, b.Flow), cmp.Compare(a.Run, b.Run))
+		return cmp.Or(cmp.Compare(b.StartedAt, a.StartedAt), cmp.Compare(a.FlowName, b.FlowName), cmp.Compare(a.RunID, b.RunID))
 	})
 	runs = runs[min(offset, len(runs)):]
 	runs = runs[:min(limit, len(runs))]
@@ -348,7 +348,7 @@ func runJobs(m store.RunMeta, queue, state string) ([]QueueJob, error) {
 	var st runState
 	if len(m.State) > 0 {
 		if err := json.Unmarshal(m.State, &st); err != nil {
-			return nil, fmt.Errorf("engine: run %s state: %w", m.Run, err)
+			return nil, fmt.Errorf("engine: run %s state: %w", m.RunID, err)
 		}
 	}
 	var out []QueueJob
@@ -362,7 +362,7 @@ func runJobs(m store.RunMeta, queue, state string) ([]QueueJob, error) {
 
 func finishedJob(m store.RunMeta, step string, s *stepState) QueueJob {
 	return QueueJob{
-		Job:       store.Job{ID: store.JobID(m.Run, step), Queue: s.Queue, Flow: m.Flow, Run: m.Run, Step: step, Attempt: s.Attempt},
+		Job:       store.Job{ID: store.JobID(m.RunID, step), Queue: s.Queue, FlowName: m.FlowName, RunID: m.RunID, Step: step, Attempt: s.Attempt},
 		State:     finishedState(s.Status),
 		CreatedAt: m.StartedAt, FinishedAt: m.CompletedAt,
 	}
@@ -435,7 +435,7 @@ func (e *Engine) JobLogs(ctx context.Context, queue, id string, after event.ID, 
 	if err != nil {
 		return nil, event.ID{}, err
 	}
-	c := store.Context{Type: "flow", ID: j.Run}
+	c := store.Context{Type: "flow", ID: j.RunID}
 	logs = []event.Event{}
 	const chunk = 500
 	for scanned := 0; scanned < maxLogScan && len(logs) < limit; {

@@ -101,7 +101,7 @@ func TestQueueViews(t *testing.T) {
 			t.Fatalf("all jobs after the run = %+v, %v; want the run's 4 steps", page, err)
 		}
 		for _, j := range page.Jobs {
-			if j.State != engine.JobCompleted || j.Run != run || j.FinishedAt == 0 {
+			if j.State != engine.JobCompleted || j.RunID != run || j.FinishedAt == 0 {
 				t.Errorf("finished job = %+v", j)
 			}
 		}

@@ -66,7 +66,7 @@ func (c *recent) wrote(u store.RunUpdate, st *runState) {
 	m.Version++
 	// The caller's run may still change its map; the record must not.
 	m.EmittedEvents = maps.Clone(m.EmittedEvents)
-	k := runKey(m.Flow, m.Run)
+	k := runKey(m.FlowName, m.RunID)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	old, ok := c.runs[k]

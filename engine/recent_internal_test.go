@@ -19,7 +19,7 @@ func TestRecentRunTakesTurns(t *testing.T) {
 		}
 	}
 	c := newRecent()
-	u := store.RunUpdate{Meta: store.RunMeta{Flow: "f", Run: "r", Version: 1, Status: store.RunRunning}}
+	u := store.RunUpdate{Meta: store.RunMeta{FlowName: "f", RunID: "r", Version: 1, Status: store.RunRunning}}
 	c.wrote(u, nil) // remembers version 2
 
 	m, _, ok, _, release := c.takeRun("f", "r")

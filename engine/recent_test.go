@@ -83,7 +83,7 @@ func TestCompleteSparesReads(t *testing.T) {
 		if n, m := st.job.Load(), st.runMeta.Load(); n != 0 || m != 0 {
 			t.Errorf("two completions read jobs %d and run records %d times; want 0", n, m)
 		}
-		i := slices.IndexFunc(jobs, func(j store.Job) bool { return j.Run == started.FlowID })
+		i := slices.IndexFunc(jobs, func(j store.Job) bool { return j.RunID == started.FlowID })
 		ack := store.JobAck{Queue: "default", ID: jobs[i].ID, Lease: jobs[i].Lease}
 		// A repeat of the same completion is answered from the store as
 		// before: the job is gone and the run says this lease finished it.
@@ -273,7 +273,7 @@ func TestReportSparesJobRead(t *testing.T) {
 func claimOf(t *testing.T, e *engine.Engine, run string) store.Job {
 	t.Helper()
 	jobs, err := e.Claim(t.Context(), []string{"default"}, 100, 0)
-	if i := slices.IndexFunc(jobs, func(j store.Job) bool { return j.Run == run }); err == nil && i >= 0 {
+	if i := slices.IndexFunc(jobs, func(j store.Job) bool { return j.RunID == run }); err == nil && i >= 0 {
 		return jobs[i]
 	}
 	t.Fatalf("claim = %v, %v; want a job of run %s", jobs, err, run)
@@ -310,14 +310,14 @@ func TestCompleteClaimingTakesTheNextJobInItsWrite(t *testing.T) {
 		if err != nil || !claimed {
 			t.Fatalf("completion %d = %+v, %v, %v", i, jobs, claimed, err)
 		}
-		delete(runs, j.Run)
+		delete(runs, j.RunID)
 		if i == 2 {
 			if len(jobs) != 0 {
 				t.Fatalf("the last completion claimed %+v; want none", jobs)
 			}
 			break
 		}
-		if len(jobs) != 1 || !runs[jobs[0].Run] || jobs[0].Lease == "" {
+		if len(jobs) != 1 || !runs[jobs[0].RunID] || jobs[0].Lease == "" {
 			t.Fatalf("completion %d claimed %+v; want the entry job of another run", i, jobs)
 		}
 		j = jobs[0]

@@ -81,7 +81,7 @@ func (e *Engine) Report(ctx context.Context, ack store.JobAck, evs []event.Event
 		if len(plain) == 0 {
 			return nil
 		}
-		res, err := e.st.Append(ctx, store.Context{Type: "flow", ID: j.Run}, plain, store.AppendOptions{IdempotencyKey: segmentKey(), Held: held})
+		res, err := e.st.Append(ctx, store.Context{Type: "flow", ID: j.RunID}, plain, store.AppendOptions{IdempotencyKey: segmentKey(), Held: held})
 		if held != nil && errors.Is(err, store.ErrConflict) {
 			err = ErrLeaseLost
 		}
@@ -142,7 +142,7 @@ func (e *Engine) stamp(ctx context.Context, j store.Job, evs []event.Event, with
 			}
 		}
 		ev := &evs[i]
-		ev.Subject, ev.RunID, ev.FlowName, ev.Step = j.Run, j.Run, j.Flow, j.Step
+		ev.Subject, ev.RunID, ev.FlowName, ev.Step = j.RunID, j.RunID, j.FlowName, j.Step
 		if ev.Attempt == 0 {
 			ev.Attempt = j.Attempt
 			if len(ev.Meta) == 0 {
@@ -153,7 +153,7 @@ func (e *Engine) stamp(ctx context.Context, j store.Job, evs []event.Event, with
 	if !isStateWrite(evs) {
 		return nil
 	}
-	d, err := e.Definition(ctx, j.Flow)
+	d, err := e.Definition(ctx, j.FlowName)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err
 	}
@@ -193,7 +193,7 @@ func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event, held *st
 	// As for a start, a store that checks the definition in the update
 	// lets the emit be decided on the cached one (see checkedDefinition);
 	// once the store refused an update, the next try reads the stored one.
-	body, d := e.checkedDefinition(j.Flow)
+	body, d := e.checkedDefinition(j.FlowName)
 	var out []event.Event
 	// One clock reading for every retry, so that a trigger a ready step
 	// registers keeps its id.
@@ -205,11 +205,11 @@ func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event, held *st
 	err := e.retry(ctx, func() error {
 		if d == nil {
 			var err error
-			if d, err = e.Definition(ctx, j.Flow); err != nil {
+			if d, err = e.Definition(ctx, j.FlowName); err != nil {
 				return err
 			}
 		}
-		r, release, err := e.readRunForUpdate(ctx, j.Flow, j.Run)
+		r, release, err := e.readRunForUpdate(ctx, j.FlowName, j.RunID)
 		if err != nil {
 			return err
 		}
@@ -224,7 +224,7 @@ func (e *Engine) emit(ctx context.Context, j store.Job, ev event.Event, held *st
 			// emit; the append checks the lease, or, with nothing to
 			// append, it is checked here.
 			if len(before.events) > 0 {
-				res, err := e.st.Append(ctx, store.Context{Type: "flow", ID: j.Run}, before.events,
+				res, err := e.st.Append(ctx, store.Context{Type: "flow", ID: j.RunID}, before.events,
 					store.AppendOptions{IdempotencyKey: before.key, Held: held})
 				if held != nil && errors.Is(err, store.ErrConflict) {
 					err = ErrLeaseLost

@@ -250,7 +250,7 @@ var errRace = errors.New("engine: concurrent update")
 func (e *Engine) commit(ctx context.Context, r *run, u store.RunUpdate) (store.AppendResult, error) {
 	res, err := e.st.UpdateRun(ctx, u)
 	if err != nil {
-		e.recent.refused(u.Meta.Flow, u.Meta.Run, u.Meta.Version)
+		e.recent.refused(u.Meta.FlowName, u.Meta.RunID, u.Meta.Version)
 	}
 	if errors.Is(err, store.ErrConflict) {
 		return res, errRace

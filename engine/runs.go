@@ -87,7 +87,7 @@ func (e *Engine) start(ctx context.Context, flow, id string, d *flows.Definition
 	out := Started{ID: store.JobID(id, d.Entry), Queue: entry.Queue, Step: d.Entry, FlowID: id}
 	now := e.nowMS()
 	r := &run{
-		meta:  store.RunMeta{Flow: flow, Run: id, Status: store.RunRunning, StartedAt: now, StepCount: len(d.Steps)},
+		meta:  store.RunMeta{FlowName: flow, RunID: id, Status: store.RunRunning, StartedAt: now, StepCount: len(d.Steps)},
 		state: runState{Input: input, Steps: map[string]*stepState{}},
 	}
 	fx := effects{events: []event.Event{flowEvent(r, "flow.started", "", map[string]any{"name": flow, "input": input})}}
@@ -196,7 +196,7 @@ func (e *Engine) end(r *run, status string, now int64) (store.RunUpdate, error) 
 	for name, s := range r.state.Steps {
 		switch s.Status {
 		case stepQueued:
-			remove = append(remove, store.JobRef{Queue: s.Queue, ID: store.JobID(r.meta.Run, name)})
+			remove = append(remove, store.JobRef{Queue: s.Queue, ID: store.JobID(r.meta.RunID, name)})
 		case stepRetrying:
 			timers = append(timers, retryTimer(r, name))
 		case stepAwaiting:
@@ -216,7 +216,7 @@ func (e *Engine) end(r *run, status string, now int64) (store.RunUpdate, error) 
 }
 
 func retryTimer(r *run, step string) store.Timer {
-	return store.Timer{Kind: "retry", Flow: r.meta.Flow, Run: r.meta.Run, Step: step}
+	return store.Timer{Kind: "retry", FlowName: r.meta.FlowName, RunID: r.meta.RunID, Step: step}
 }
 
 // Restarted is the answer to a restart, in the shape the v0.4/v0.5 UI reads.
@@ -264,7 +264,7 @@ func (e *Engine) ClearHistory(ctx context.Context, flow string) (int, error) {
 			break
 		}
 		for _, r := range page.Runs {
-			if _, err := e.Cancel(ctx, flow, r.Run, "History cleared"); err != nil && !errors.Is(err, store.ErrNotFound) {
+			if _, err := e.Cancel(ctx, flow, r.RunID, "History cleared"); err != nil && !errors.Is(err, store.ErrNotFound) {
 				return 0, err
 			}
 		}

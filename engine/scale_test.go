@@ -79,7 +79,7 @@ func TestTwoInstancesOnRedis(t *testing.T) {
 					if j.Step == "final" {
 						var in map[string]map[string]string
 						if err := json.Unmarshal(j.Input, &in); err != nil || in["step.a.done"]["from"] != "parallelA" || in["step.b.done"]["from"] != "parallelB" {
-							t.Errorf("final of %s got input %s, want both branches' emits", j.Run, j.Input)
+							t.Errorf("final of %s got input %s, want both branches' emits", j.RunID, j.Input)
 						}
 					}
 					ack := store.JobAck{Queue: j.Queue, ID: j.ID, Lease: j.Lease}
@@ -155,7 +155,7 @@ func TestTwoInstancesOnRedis(t *testing.T) {
 	}
 	indexed := map[string]bool{}
 	for _, r := range done.Runs {
-		indexed[r.Run] = r.Status == store.RunCompleted
+		indexed[r.RunID] = r.Status == store.RunCompleted
 	}
 	for _, id := range ids {
 		if !indexed[id] {

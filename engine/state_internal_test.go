@@ -91,7 +91,7 @@ func TestRememberedStateIsTheRecords(t *testing.T) {
 	var trigger string
 	e.recent.mu.Lock()
 	for _, rr := range e.recent.runs {
-		if rr.meta.Run == awaiting.FlowID && rr.state != nil {
+		if rr.meta.RunID == awaiting.FlowID && rr.state != nil {
 			for id := range rr.state.Awaits {
 				trigger = id
 			}

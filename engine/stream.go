@@ -12,7 +12,7 @@ import (
 
 // flowEvent is an event of run r's stream.
 func flowEvent(r *run, kind, step string, data any) event.Event {
-	ev := event.Event{Kind: kind, Subject: r.meta.Run, RunID: r.meta.Run, FlowName: r.meta.Flow, Step: step}
+	ev := event.Event{Kind: kind, Subject: r.meta.RunID, RunID: r.meta.RunID, FlowName: r.meta.FlowName, Step: step}
 	if data != nil {
 		ev.Data = mustJSON(data)
 	}

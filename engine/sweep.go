@@ -159,7 +159,7 @@ func (r *run) dueAwaits(now int64) []store.Timer {
 		if aw == nil || aw.Status != awaitWaiting {
 			continue
 		}
-		t := store.Timer{Flow: r.meta.Flow, Run: r.meta.Run, Step: aw.Step}
+		t := store.Timer{FlowName: r.meta.FlowName, RunID: r.meta.RunID, Step: aw.Step}
 		switch {
 		case aw.Deadline > 0 && aw.Deadline <= now:
 			t.Kind, t.Due = timerTimeout, aw.Deadline
@@ -193,7 +193,7 @@ func (e *Engine) queuedJobs(ctx context.Context, r *run, now int64) (map[string]
 		if s.Status != stepQueued {
 			continue
 		}
-		j, err := e.st.Job(ctx, store.JobRef{Queue: s.Queue, ID: store.JobID(r.meta.Run, name)})
+		j, err := e.st.Job(ctx, store.JobRef{Queue: s.Queue, ID: store.JobID(r.meta.RunID, name)})
 		if errors.Is(err, store.ErrNotFound) {
 			continue
 		}
@@ -225,7 +225,7 @@ func (e *Engine) stall(ctx context.Context, r *run, d *flows.Definition, jobs ma
 		case stepQueued:
 			j, ok := jobs[name]
 			if !ok {
-				j = store.Job{ID: store.JobID(r.meta.Run, name), Queue: s.Queue, Flow: r.meta.Flow, Run: r.meta.Run,
+				j = store.Job{ID: store.JobID(r.meta.RunID, name), Queue: s.Queue, FlowName: r.meta.FlowName, RunID: r.meta.RunID,
 					Step: name, Input: stepInput(d, r, name), Attempt: max(s.Attempt, 1)}
 			}
 			j.Lease, j.LeaseUntil, j.ReadyAt = "", 0, now

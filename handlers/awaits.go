@@ -72,13 +72,13 @@ type waitsBody struct {
 
 func (a *API) listWaits(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	wq := engine.WaitQuery{Kind: q.Get("kind"), Flow: q.Get("flowName"), EventKind: q.Get("event")}
+	wq := engine.WaitQuery{Kind: q.Get("kind"), FlowName: q.Get("flowName"), EventKind: q.Get("event")}
 	switch wq.Kind {
 	case "", "time", "event", "trigger":
 	default:
 		return invalidField("kind", "must be time, event or trigger")
 	}
-	if wq.Flow != "" && !event.ValidName(wq.Flow) {
+	if wq.FlowName != "" && !event.ValidName(wq.FlowName) {
 		return invalidField("flowName", event.NameRule)
 	}
 	if v := q.Get("before"); v != "" {

@@ -49,7 +49,7 @@ func awaitingRun(t *testing.T, e *engine.Engine, st engine.Store) (run, trigger 
 	}
 	var ack store.JobAck
 	for _, j := range jobs {
-		if j.Run == s.FlowID && j.Step == "start" {
+		if j.RunID == s.FlowID && j.Step == "start" {
 			ack = store.JobAck{Queue: "q1", ID: j.ID, Lease: j.Lease}
 		}
 	}

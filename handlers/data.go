@@ -191,7 +191,7 @@ func (a *API) getData(w http.ResponseWriter, r *http.Request) error {
 	}
 	// The size is not in the URL: GetData reads what is there and checks
 	// it against the hash alone, bounded by the largest body it came in.
-	v, err := a.data.GetData(r.Context(), archive.Ref{Run: run, SHA256: sum, Bytes: -1})
+	v, err := a.data.GetData(r.Context(), archive.Ref{RunID: run, SHA256: sum, Bytes: -1})
 	if err != nil {
 		return err
 	}
@@ -253,7 +253,7 @@ func (a *API) runsWithData(ctx context.Context, flow string) (map[string]bool, e
 			return nil, err
 		}
 		for _, m := range p.Runs {
-			runs[m.Run] = true
+			runs[m.RunID] = true
 		}
 		if len(p.Runs) < page {
 			return runs, nil
@@ -277,16 +277,16 @@ func (a *API) dropData(ctx context.Context, log *zerolog.Logger, runs map[string
 	}
 	done := map[string]bool{}
 	for _, ref := range refs {
-		if !runs[ref.Run] || done[ref.Run] {
+		if !runs[ref.RunID] || done[ref.RunID] {
 			continue
 		}
-		done[ref.Run] = true
-		evs, err := a.store.Range(ctx, store.Context{Type: "flow", ID: ref.Run}, store.RangeQuery{Limit: 1})
+		done[ref.RunID] = true
+		evs, err := a.store.Range(ctx, store.Context{Type: "flow", ID: ref.RunID}, store.RangeQuery{Limit: 1})
 		if err != nil || len(evs) > 0 {
 			continue
 		}
-		if _, err := a.data.DeleteData(ctx, ref.Run); err != nil {
-			log.Warn().Err(err).Str("run", ref.Run).Msg("the values of a cleared run stay in the bucket")
+		if _, err := a.data.DeleteData(ctx, ref.RunID); err != nil {
+			log.Warn().Err(err).Str("run", ref.RunID).Msg("the values of a cleared run stay in the bucket")
 		}
 	}
 }

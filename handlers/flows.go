@@ -221,7 +221,7 @@ func (a *API) listRuns(w http.ResponseWriter, r *http.Request) error {
 	body := runsBody{FlowName: name, Count: len(page.Runs), Total: page.Total, Offset: offset, Limit: limit, Items: []runItem{}}
 	for _, m := range page.Runs {
 		it := runItem{
-			ID: m.Run, FlowName: name, Status: m.Status, CreatedAt: isoMS(m.StartedAt), StartedAt: isoMS(m.StartedAt),
+			ID: m.RunID, FlowName: name, Status: m.Status, CreatedAt: isoMS(m.StartedAt), StartedAt: isoMS(m.StartedAt),
 			StepCount: m.StepCount, CompletedSteps: m.CompletedSteps,
 		}
 		switch it.Status {
@@ -336,7 +336,7 @@ func (a *API) listRunsByStatus(w http.ResponseWriter, r *http.Request, flow, sta
 	body := runListBody{Type: "flow", Name: flow, Count: len(page.Runs), Total: page.Total, Items: []runListItem{}}
 	for _, m := range page.Runs {
 		it := runListItem{
-			listItem: listItem{ID: m.Run, Timestamp: m.StartedAt, CreatedAt: isoMS(m.StartedAt)},
+			listItem: listItem{ID: m.RunID, Timestamp: m.StartedAt, CreatedAt: isoMS(m.StartedAt)},
 			Status:   m.Status, StartedAt: isoMS(m.StartedAt),
 		}
 		if m.CompletedAt > 0 {

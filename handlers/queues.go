@@ -129,7 +129,7 @@ func toJob(j engine.QueueJob) jobBody {
 	return jobBody{
 		ID: j.ID, Name: j.Step, Data: j.Input, State: j.State,
 		Timestamp: j.CreatedAt, ProcessedOn: j.ProcessedAt, FinishedOn: j.FinishedAt,
-		AttemptsMade: j.Attempt, Queue: j.Queue, FlowName: j.Flow, RunID: j.Run, Step: j.Step,
+		AttemptsMade: j.Attempt, Queue: j.Queue, FlowName: j.FlowName, RunID: j.RunID, Step: j.Step,
 	}
 }
 

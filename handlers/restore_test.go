@@ -51,7 +51,7 @@ func archiveTrainingRunWithRecord(t *testing.T, dir string) (map[string]string, 
 		t.Fatal(err)
 	}
 	last := evs[len(evs)-1].ID
-	record := store.RunMeta{Flow: "seedflow", Run: c.ID, Status: store.RunCompleted, StartedAt: int64(evs[0].ID.MS),
+	record := store.RunMeta{FlowName: "seedflow", RunID: c.ID, Status: store.RunCompleted, StartedAt: int64(evs[0].ID.MS),
 		CompletedAt: int64(last.MS), StepCount: 2, CompletedSteps: 2, Version: 7}
 	raw, err := json.Marshal(record)
 	if err != nil {
@@ -92,7 +92,7 @@ func TestRestoreBringsArchivedRunBack(t *testing.T) {
 	if !ok {
 		t.Fatalf("%T keeps no run records", api.store)
 	}
-	got, err := runs.RunMeta(context.Background(), record.Flow, record.Run)
+	got, err := runs.RunMeta(context.Background(), record.FlowName, record.RunID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -99,7 +99,7 @@ func (a *API) createFlowSchedule(w http.ResponseWriter, r *http.Request) error {
 	if len(input) == 0 || string(input) == "null" {
 		input = json.RawMessage(`{}`)
 	}
-	c, targets := store.Context{Type: scheduler.FlowStream, ID: id}, []scheduler.Target{{Flow: name, Input: input}}
+	c, targets := store.Context{Type: scheduler.FlowStream, ID: id}, []scheduler.Target{{FlowName: name, Input: input}}
 	var sc *scheduler.Schedule
 	if body.Delay != nil {
 		sc, err = a.scheduler.PutOnce(r.Context(), c, time.Duration(*body.Delay)*time.Millisecond, targets, body.Metadata)
@@ -124,7 +124,7 @@ func (a *API) flowSchedules(r *http.Request, name string) ([]*scheduler.Schedule
 	var out []*scheduler.Schedule
 	for _, sc := range all {
 		// A one-time schedule that fired is done, as a delayed job is.
-		if len(sc.Targets) == 1 && sc.Targets[0].Flow == name && !(sc.Once && sc.RunCount > 0) {
+		if len(sc.Targets) == 1 && sc.Targets[0].FlowName == name && !(sc.Once && sc.RunCount > 0) {
 			out = append(out, sc)
 		}
 	}
@@ -174,7 +174,7 @@ func (a *API) deleteFlowSchedule(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if len(sc.Targets) != 1 || sc.Targets[0].Flow != name {
+	if len(sc.Targets) != 1 || sc.Targets[0].FlowName != name {
 		return store.ErrNotFound
 	}
 	if err := a.scheduler.Delete(r.Context(), c); err != nil {
@@ -314,7 +314,7 @@ func (a *API) listSchedules(w http.ResponseWriter, r *http.Request) error {
 			v := scheduleView{ID: sc.Stream.String(), Kind: kind, Name: sc.Name(), Spec: sc.Spec, Flows: []string{}, Paused: sc.State.Paused,
 				NextRun: isoMillis(sc.NextRun), NextRuns: []string{}, LastRun: isoMillis(sc.LastRun), RunCount: sc.RunCount, FailCount: sc.FailCount}
 			for _, t := range sc.Targets {
-				v.Flows = append(v.Flows, t.Flow)
+				v.Flows = append(v.Flows, t.FlowName)
 			}
 			if !sc.State.Paused {
 				times, err := a.scheduler.Preview(r.Context(), sc.Stream, scheduleNextRuns)

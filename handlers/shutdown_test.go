@@ -101,7 +101,7 @@ func TestCompletionClaimsNothingOnShutdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(jobs) != 1 || jobs[0].Run != second.FlowID {
+	if len(jobs) != 1 || jobs[0].RunID != second.FlowID {
 		t.Errorf("claimable after the shutdown's completion: %+v, want only the second run's job", jobs)
 	}
 }

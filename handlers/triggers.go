@@ -579,7 +579,7 @@ func (a *API) scheduleStates(r *http.Request) (map[string]*scheduler.Schedule, [
 		}
 		flows := make([]string, len(sc.Targets))
 		for i, t := range sc.Targets {
-			flows[i] = t.Flow
+			flows[i] = t.FlowName
 		}
 		tz := sc.Spec.Timezone
 		if tz == "" {

@@ -282,7 +282,7 @@ func TestWebhookTriggerAuth(t *testing.T) {
 				t.Fatalf("fired %s", rec.Body)
 			}
 			runs, err := api.eng.Runs(t.Context(), "f", "", 0, 10)
-			if err != nil || len(runs.Runs) != 1 || runs.Runs[0].Run != fired.Runs["f"] {
+			if err != nil || len(runs.Runs) != 1 || runs.Runs[0].RunID != fired.Runs["f"] {
 				t.Fatalf("runs of f: %+v, %v", runs, err)
 			}
 			page := decode[triggers.EventPage](t, api.do(t, get("/api/_triggers/hook/events?types=trigger.fired")))
@@ -309,7 +309,7 @@ func TestWebhookAwait(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			waits, err := api.eng.Waits(t.Context(), engine.WaitQuery{Flow: "approve"})
+			waits, err := api.eng.Waits(t.Context(), engine.WaitQuery{FlowName: "approve"})
 			if err != nil || len(waits) != 1 {
 				t.Fatalf("waits %+v, %v", waits, err)
 			}

@@ -206,10 +206,10 @@ func TestWorkerCompleteClaimsNext(t *testing.T) {
 			}](t, rec)
 			var next *store.Job
 			for i := range got.Jobs {
-				if got.Jobs[i].Run == second.FlowID {
+				if got.Jobs[i].RunID == second.FlowID {
 					next = &got.Jobs[i]
 				}
-				if got.Jobs[i].Run == first.FlowID && got.Jobs[i].Step == j.Step {
+				if got.Jobs[i].RunID == first.FlowID && got.Jobs[i].Step == j.Step {
 					t.Errorf("the completed job was handed out again: %+v", got.Jobs[i])
 				}
 			}
@@ -271,7 +271,7 @@ func TestCompletionClaimWaits(t *testing.T) {
 			rec := <-answered
 			wantStatus(t, rec, http.StatusOK)
 			got := decode[struct{ Jobs []store.Job }](t, rec).Jobs
-			if len(got) != 1 || got[0].Run != next.FlowID || got[0].Lease == "" {
+			if len(got) != 1 || got[0].RunID != next.FlowID || got[0].Lease == "" {
 				t.Fatalf("the waiting completion answered %s; want the run started meanwhile", rec.Body)
 			}
 			held, err := st.Job(ctx, store.JobRef{Queue: "q1", ID: got[0].ID})

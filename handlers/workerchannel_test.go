@@ -266,8 +266,8 @@ func TestWorkerChannel(t *testing.T) {
 					t.Errorf("run %s: %v; want one step.completed and flow.completed", run, k)
 				}
 			}
-			if k := kinds(t, n.st, j.Run); k["log"] != 1 || k["step.started"] != 1 {
-				t.Errorf("run %s: %v; want the repeated events stored once", j.Run, k)
+			if k := kinds(t, n.st, j.RunID); k["log"] != 1 || k["step.started"] != 1 {
+				t.Errorf("run %s: %v; want the repeated events stored once", j.RunID, k)
 			}
 		})
 	}
@@ -288,7 +288,7 @@ func TestWorkerChannelNextJob(t *testing.T) {
 			}
 			runs := startRuns(t, n.e, 2)
 			j2 := c.offer()
-			if j2.Run != runs[0] && j2.Run != runs[1] {
+			if j2.RunID != runs[0] && j2.RunID != runs[1] {
 				t.Fatalf("offered %+v; want a job of a run started after the completion", j2)
 			}
 			// The slot is taken: the answer to a heartbeat comes before
@@ -299,7 +299,7 @@ func TestWorkerChannelNextJob(t *testing.T) {
 			if done := c.call("complete", "c2", j2, map[string]any{"next": true}); done.Type != "ack" {
 				t.Fatalf("complete answered %+v", done)
 			}
-			if j3 := c.offer(); j3.Run == j2.Run || (j3.Run != runs[0] && j3.Run != runs[1]) {
+			if j3 := c.offer(); j3.RunID == j2.RunID || (j3.RunID != runs[0] && j3.RunID != runs[1]) {
 				t.Fatalf("offered %+v after %+v; want the other run's job", j3, j2)
 			}
 		})
@@ -408,7 +408,7 @@ func TestWorkerChannelDrop(t *testing.T) {
 		t.Fatalf("complete over HTTP after the drop: %d %s", rec.Code, rec.Body)
 	}
 	c = hello(t, n, 1)
-	if j2 := c.offer(); j2.Run == j.Run || !slices.Contains(runs, j2.Run) {
+	if j2 := c.offer(); j2.RunID == j.RunID || !slices.Contains(runs, j2.RunID) {
 		t.Fatalf("the new channel was offered %+v; want the other run of %v", j2, runs)
 	}
 	if err := c.ws.Close(websocket.StatusNormalClosure, "bye"); err != nil {
@@ -472,7 +472,7 @@ func TestWorkerChannelLargeData(t *testing.T) {
 	if f := c.call("complete", "c", j, map[string]any{"result": result}); f.Type != "ack" {
 		t.Fatalf("complete answered %+v", f)
 	}
-	evs, err := n.st.Range(t.Context(), store.Context{Type: "flow", ID: j.Run}, store.RangeQuery{})
+	evs, err := n.st.Range(t.Context(), store.Context{Type: "flow", ID: j.RunID}, store.RangeQuery{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,7 @@ type engineObserver struct{ s engineSeries }
 var _ engine.Observer = engineObserver{}
 
 func (o engineObserver) Committed(u store.RunUpdate) {
-	flow := u.Meta.Flow
+	flow := u.Meta.FlowName
 	for _, ev := range u.Events {
 		switch kind := ev.Kind; {
 		case kind == "flow.started":
@@ -74,7 +74,7 @@ func (o engineObserver) Committed(u store.RunUpdate) {
 	}
 }
 
-func (o engineObserver) Claimed(j store.Job) { o.s.attempts.WithLabelValues(j.Flow).Inc() }
+func (o engineObserver) Claimed(j store.Job) { o.s.attempts.WithLabelValues(j.FlowName).Inc() }
 
 func (o engineObserver) LeaseExpired(j store.Job) { o.s.leasesExpired.WithLabelValues(j.Queue).Inc() }
 

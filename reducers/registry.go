@@ -55,7 +55,7 @@ type TriggerSpec struct {
 
 // Subscription is a flow subscribed to a trigger.
 type Subscription struct {
-	Flow         string `json:"flowName"`
+	FlowName     string `json:"flowName"`
 	Mode         string `json:"mode"`
 	Source       string `json:"source,omitempty"`
 	RegisteredAt Time   `json:"registeredAt"`
@@ -63,9 +63,9 @@ type Subscription struct {
 
 // subscriptionData is the data of subscription.added and .removed.
 type subscriptionData struct {
-	Flow   string `json:"flowName"`
-	Mode   string `json:"mode"`
-	Source string `json:"source"`
+	FlowName string `json:"flowName"`
+	Mode     string `json:"mode"`
+	Source   string `json:"source"`
 }
 
 // Registered is a registry trigger's state. It is part of an immutable
@@ -132,18 +132,18 @@ func (s *TriggerState) applyRegistry(ev event.Event) {
 		r.Deleted = true
 	case KindSubscriptionAdded, KindSubscriptionRemoved:
 		var d subscriptionData
-		if json.Unmarshal(ev.Data, &d) != nil || d.Flow == "" {
+		if json.Unmarshal(ev.Data, &d) != nil || d.FlowName == "" {
 			s.Ignored++
 			return
 		}
-		subs := slices.DeleteFunc(slices.Clone(r.Subscriptions), func(x Subscription) bool { return x.Flow == d.Flow })
+		subs := slices.DeleteFunc(slices.Clone(r.Subscriptions), func(x Subscription) bool { return x.FlowName == d.FlowName })
 		if ev.Kind == KindSubscriptionAdded {
 			mode := d.Mode
 			if mode == "" {
 				mode = "auto"
 			}
-			subs = append(subs, Subscription{Flow: d.Flow, Mode: mode, Source: d.Source, RegisteredAt: t})
-			slices.SortFunc(subs, func(a, b Subscription) int { return strings.Compare(a.Flow, b.Flow) })
+			subs = append(subs, Subscription{FlowName: d.FlowName, Mode: mode, Source: d.Source, RegisteredAt: t})
+			slices.SortFunc(subs, func(a, b Subscription) int { return strings.Compare(a.FlowName, b.FlowName) })
 		}
 		r.Subscriptions = subs
 	case KindTriggerFired:
@@ -187,7 +187,7 @@ func (r *Registered) validate() error {
 func (r *Registered) approxSize() int {
 	n := sizeState + len(r.Spec.Name) + len(r.Spec.DisplayName) + len(r.Spec.Description) + len(r.Spec.Config) + 8*len(r.RecentFires)
 	for _, sub := range r.Subscriptions {
-		n += sizeEntry + len(sub.Flow) + len(sub.Source)
+		n += sizeEntry + len(sub.FlowName) + len(sub.Source)
 	}
 	return n
 }

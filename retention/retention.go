@@ -88,7 +88,7 @@ func (r *Reaper) Sweep(ctx context.Context) (int, error) {
 			case ctx.Err() != nil:
 				return deleted, ctx.Err()
 			default:
-				r.opts.Logger.Error().Err(err).Str("flow", run.Flow).Str("run", run.Run).Msg("run not expired")
+				r.opts.Logger.Error().Err(err).Str("flow", run.FlowName).Str("run", run.RunID).Msg("run not expired")
 				skipped[run] = true
 				if firstErr == nil {
 					firstErr = err
@@ -104,7 +104,7 @@ func (r *Reaper) Sweep(ctx context.Context) (int, error) {
 func (r *Reaper) expire(ctx context.Context, run store.ExpiredRun, now int64) error {
 	if r.opts.Archive != nil {
 		var record json.RawMessage
-		m, err := r.store.RunMeta(ctx, run.Flow, run.Run)
+		m, err := r.store.RunMeta(ctx, run.FlowName, run.RunID)
 		switch {
 		case err == nil:
 			if record, err = json.Marshal(m); err != nil {
@@ -113,7 +113,7 @@ func (r *Reaper) expire(ctx context.Context, run store.ExpiredRun, now int64) er
 		case !errors.Is(err, store.ErrNotFound):
 			return err
 		}
-		c := store.Context{Type: "flow", ID: run.Run}
+		c := store.Context{Type: "flow", ID: run.RunID}
 		man, err := r.opts.Archive.Put(ctx, c, record, Events(ctx, r.store, c))
 		if err != nil {
 			return fmt.Errorf("archive %s: %w", c, err)
@@ -128,12 +128,12 @@ func (r *Reaper) expire(ctx context.Context, run store.ExpiredRun, now int64) er
 		if got.SHA256 != man.SHA256 || got.Events != man.Events {
 			return fmt.Errorf("verify the archive of %s: it reads back as another archive (%d events, sha256 %s)", c, got.Events, got.SHA256)
 		}
-		r.opts.Logger.Debug().Str("run", run.Run).Int64("events", man.Events).Msg("run archived")
+		r.opts.Logger.Debug().Str("run", run.RunID).Int64("events", man.Events).Msg("run archived")
 	}
-	if err := r.store.DeleteExpiredRun(ctx, run.Flow, run.Run, now); err != nil {
+	if err := r.store.DeleteExpiredRun(ctx, run.FlowName, run.RunID, now); err != nil {
 		return err
 	}
-	r.opts.Logger.Info().Str("flow", run.Flow).Str("run", run.Run).Msg("run expired")
+	r.opts.Logger.Info().Str("flow", run.FlowName).Str("run", run.RunID).Msg("run expired")
 	return nil
 }
 

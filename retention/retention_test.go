@@ -36,7 +36,7 @@ func newTestStore(t *testing.T, clk *testkit.Clock) *boltstore.Store {
 func runFlow(t *testing.T, s *boltstore.Store, clk *testkit.Clock, run, status string, steps int) {
 	t.Helper()
 	ctx := t.Context()
-	m := store.RunMeta{Flow: "pipeline", Run: run, Status: store.RunRunning, StartedAt: clk.Now().UnixMilli(), StepCount: steps}
+	m := store.RunMeta{FlowName: "pipeline", RunID: run, Status: store.RunRunning, StartedAt: clk.Now().UnixMilli(), StepCount: steps}
 	started := event.Event{Kind: "flow.started", Subject: run, RunID: run, FlowName: "pipeline"}
 	if _, err := s.UpdateRun(ctx, store.RunUpdate{Meta: m, Events: []event.Event{started}}); err != nil {
 		t.Fatal(err)
@@ -96,7 +96,7 @@ func TestSweepExpiresOnScheduleAndArchivesFirst(t *testing.T) {
 	runFlow(t, s, clk, "ok-2", store.RunCompleted, 1)
 	runFlow(t, s, clk, "ok-3", store.RunCompleted, 2)
 	runFlow(t, s, clk, "bad-1", store.RunFailed, 2)
-	running := store.RunMeta{Flow: "pipeline", Run: "live-1", Status: store.RunRunning, StartedAt: clk.Now().UnixMilli()}
+	running := store.RunMeta{FlowName: "pipeline", RunID: "live-1", Status: store.RunRunning, StartedAt: clk.Now().UnixMilli()}
 	if _, err := s.UpdateRun(t.Context(), store.RunUpdate{Meta: running, Events: []event.Event{{Kind: "flow.started", Subject: "live-1", RunID: "live-1", FlowName: "pipeline"}}}); err != nil {
 		t.Fatal(err)
 	}

@@ -155,14 +155,14 @@ func New(eng Engine, st Store, opts Options) *Scheduler {
 
 // Target is a flow a schedule starts, with its input.
 type Target struct {
-	Flow  string          `json:"flow"`
-	Input json.RawMessage `json:"input,omitempty"`
+	FlowName string          `json:"flow"`
+	Input    json.RawMessage `json:"input,omitempty"`
 }
 
 // RunRef names a run a schedule started.
 type RunRef struct {
-	Flow string `json:"flow"`
-	Run  string `json:"run"`
+	FlowName string `json:"flow"`
+	RunID    string `json:"run"`
 }
 
 // Schedule is a schedule as stored: what it is, what it starts, and the
@@ -209,7 +209,7 @@ func (s *Schedule) Name() string { return s.Stream.ID }
 func recordFlow(c store.Context) string { return recordFlowPrefix + c.Type }
 
 func timer(c store.Context, due int64) store.Timer {
-	return store.Timer{Kind: timerKind, Flow: recordFlow(c), Run: c.ID, Step: timerStep, Due: due}
+	return store.Timer{Kind: timerKind, FlowName: recordFlow(c), RunID: c.ID, Step: timerStep, Due: due}
 }
 
 // dueKey is the idempotency key of the starts of due time d: the same for
@@ -257,7 +257,7 @@ func (s *Scheduler) update(ctx context.Context, c store.Context, f change) (*Sch
 			status = store.RunCancelled
 		}
 		u := store.RunUpdate{
-			Meta:       store.RunMeta{Flow: recordFlow(c), Run: c.ID, Status: status, StartedAt: sc.CreatedAt, Version: m.Version, State: body},
+			Meta:       store.RunMeta{FlowName: recordFlow(c), RunID: c.ID, Status: status, StartedAt: sc.CreatedAt, Version: m.Version, State: body},
 			PrevStatus: m.Status,
 			Events:     evs,
 			Stream:     c,
@@ -388,7 +388,7 @@ func (s *Scheduler) record(sc *Schedule, cs *schedule.Schedule, due, planned, no
 	late := max(now.Sub(planned), 0)
 	flows := make([]string, len(sc.Targets))
 	for i, t := range sc.Targets {
-		flows[i] = t.Flow
+		flows[i] = t.FlowName
 	}
 	return s.event(sc, "schedule.fired", map[string]any{
 		"source": source, "dueAt": isoMS(due.UnixMilli()), "plannedAt": isoMS(planned.UnixMilli()),
@@ -418,8 +418,8 @@ func isoMS(ms int64) any {
 // fire handles a due schedule timer: it decides the due times up to now,
 // records them, then starts what they fired.
 func (s *Scheduler) fire(ctx context.Context, t store.Timer) error {
-	c := store.Context{Type: t.Flow[len(recordFlowPrefix):], ID: t.Run}
-	if t.Flow[:min(len(t.Flow), len(recordFlowPrefix))] != recordFlowPrefix || !c.Valid() {
+	c := store.Context{Type: t.FlowName[len(recordFlowPrefix):], ID: t.RunID}
+	if t.FlowName[:min(len(t.FlowName), len(recordFlowPrefix))] != recordFlowPrefix || !c.Valid() {
 		return fmt.Errorf("scheduler: timer %s names no schedule", t.Name())
 	}
 	_, err := s.update(ctx, c, func(sc *Schedule, found bool, now time.Time) ([]event.Event, error) {
@@ -483,7 +483,7 @@ func (s *Scheduler) fire(ctx context.Context, t store.Timer) error {
 // running reports whether any of runs is still going.
 func (s *Scheduler) running(ctx context.Context, runs []RunRef) (bool, error) {
 	for _, r := range runs {
-		m, err := s.st.RunMeta(ctx, r.Flow, r.Run)
+		m, err := s.st.RunMeta(ctx, r.FlowName, r.RunID)
 		if errors.Is(err, store.ErrNotFound) {
 			continue
 		}
@@ -516,7 +516,7 @@ func (s *Scheduler) settle(ctx context.Context, c store.Context) error {
 		return nil
 	}
 	for _, r := range sc.Cancel {
-		if _, err := s.eng.Cancel(ctx, r.Flow, r.Run, "canceled by the next fire of schedule "+c.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if _, err := s.eng.Cancel(ctx, r.FlowName, r.RunID, "canceled by the next fire of schedule "+c.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
 	}
@@ -535,15 +535,15 @@ func (s *Scheduler) settle(ctx context.Context, c store.Context) error {
 			continue
 		}
 		for _, t := range sc.Targets {
-			started, err := s.eng.Start(ctx, t.Flow, t.Input, "schedule:"+c.String()+":"+p.Key)
+			started, err := s.eng.Start(ctx, t.FlowName, t.Input, "schedule:"+c.String()+":"+p.Key)
 			switch {
 			case err == nil:
-				o.runs = append(o.runs, RunRef{Flow: t.Flow, Run: started.FlowID})
+				o.runs = append(o.runs, RunRef{FlowName: t.FlowName, RunID: started.FlowID})
 			case isTransient(err):
 				transient = err
 			default:
 				o.failed = true
-				s.log.Warn().Err(err).Str("schedule", c.String()).Str("flow", t.Flow).Msg("scheduled flow not started")
+				s.log.Warn().Err(err).Str("schedule", c.String()).Str("flow", t.FlowName).Msg("scheduled flow not started")
 			}
 		}
 		if transient != nil {
@@ -606,7 +606,7 @@ func (s *Scheduler) fireTrigger(ctx context.Context, name string, spec schedule.
 		return o, nil
 	}
 	for flow, run := range f.Started {
-		o.runs = append(o.runs, RunRef{Flow: flow, Run: run})
+		o.runs = append(o.runs, RunRef{FlowName: flow, RunID: run})
 	}
 	o.failed = len(f.Failed) > 0
 	return o, nil
@@ -652,7 +652,7 @@ func (s *Scheduler) List(ctx context.Context, typ string) ([]*Schedule, error) {
 		if err := json.Unmarshal(m.State, sc); err != nil || sc.Deleted {
 			continue
 		}
-		sc.Stream = store.Context{Type: typ, ID: m.Run}
+		sc.Stream = store.Context{Type: typ, ID: m.RunID}
 		out = append(out, sc)
 	}
 	return out, nil

@@ -148,7 +148,7 @@ func TestThreeInstancesFireEachDueTimeOnce(t *testing.T) {
 		mustDefine(t, nodes[1].eng)
 		sc := store.Context{Type: scheduler.FlowStream, ID: "every-second"}
 		spec := schedule.Spec{Interval: 1, Overlap: schedule.OverlapAllow}
-		if _, err := nodes[1].sch.Put(ctx, sc, spec, []scheduler.Target{{Flow: "example-flow"}}, nil); err != nil {
+		if _, err := nodes[1].sch.Put(ctx, sc, spec, []scheduler.Target{{FlowName: "example-flow"}}, nil); err != nil {
 			t.Fatal(err)
 		}
 		const hour = 3600
@@ -240,7 +240,7 @@ func TestRestartAppliesMisfirePolicy(t *testing.T) {
 				mustDefine(t, before.eng)
 				sc := store.Context{Type: scheduler.FlowStream, ID: "minutely"}
 				spec := schedule.Spec{Interval: 60, MisfireGrace: 10, Misfire: tt.misfire, CatchUpWindow: tt.window, CatchUpMax: tt.max, Overlap: schedule.OverlapAllow}
-				if _, err := before.sch.Put(ctx, sc, spec, []scheduler.Target{{Flow: "example-flow"}}, nil); err != nil {
+				if _, err := before.sch.Put(ctx, sc, spec, []scheduler.Target{{FlowName: "example-flow"}}, nil); err != nil {
 					t.Fatal(err)
 				}
 				for c.Now().Before(t0.Add(90 * time.Second)) {
@@ -322,7 +322,7 @@ func TestScheduleTriggersFireThroughTheRegistry(t *testing.T) {
 		page, err := st.ListRuns(ctx, "example-flow", store.RunRunning, 0, 10)
 		must(t, err)
 		for _, m := range page.Runs {
-			_, err := e.Cancel(ctx, "example-flow", m.Run, "test")
+			_, err := e.Cancel(ctx, "example-flow", m.RunID, "test")
 			must(t, err)
 		}
 	}
@@ -360,7 +360,7 @@ func TestOneTimeScheduleFiresOnce(t *testing.T) {
 	n := newInstance(t, st, c)
 	mustDefine(t, n.eng)
 	sc := store.Context{Type: scheduler.FlowStream, ID: "later"}
-	if _, err := n.sch.PutOnce(ctx, sc, 5*time.Second, []scheduler.Target{{Flow: "example-flow"}}, nil); err != nil {
+	if _, err := n.sch.PutOnce(ctx, sc, 5*time.Second, []scheduler.Target{{FlowName: "example-flow"}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	for range 60 {

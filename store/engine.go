@@ -43,8 +43,8 @@ var RunStatuses = []string{RunRunning, RunAwaiting, RunCompleted, RunFailed, Run
 // RunMeta is a run's lifecycle record: the index entry's metadata, which the
 // v0.4/v0.5 UI reads as a run's status.
 type RunMeta struct {
-	Flow           string           `json:"flow"`
-	Run            string           `json:"run"`
+	FlowName       string           `json:"flow"`
+	RunID          string           `json:"run"`
 	Status         string           `json:"status"`
 	StartedAt      int64            `json:"startedAt"`             // epoch ms; the index score
 	CompletedAt    int64            `json:"completedAt,omitempty"` // epoch ms, once terminal
@@ -62,12 +62,12 @@ type RunMeta struct {
 // Job is one step of one run waiting in, or claimed from, a queue. Its id is
 // `<run>:<step>`, so a queue holds a step of a run at most once.
 type Job struct {
-	ID    string          `json:"id"`
-	Queue string          `json:"queue"`
-	Flow  string          `json:"flowName"`
-	Run   string          `json:"runId"`
-	Step  string          `json:"step"`
-	Input json.RawMessage `json:"input,omitempty"`
+	ID       string          `json:"id"`
+	Queue    string          `json:"queue"`
+	FlowName string          `json:"flowName"`
+	RunID    string          `json:"runId"`
+	Step     string          `json:"step"`
+	Input    json.RawMessage `json:"input,omitempty"`
 	// Attempt is the 1-based try this delivery is; a delivery after an
 	// expired lease counts as a new try.
 	Attempt int `json:"attempt"`
@@ -98,13 +98,13 @@ type JobAck struct {
 }
 
 // Timer is a durable wake-up for one step of a run, e.g. a retry after its
-// backoff. A timer's identity is (Kind, Flow, Run, Step).
+// backoff. A timer's identity is (Kind, FlowName, RunID, Step).
 type Timer struct {
-	Kind string
-	Flow string
-	Run  string
-	Step string
-	Due  int64 // epoch ms
+	Kind     string
+	FlowName string
+	RunID    string
+	Step     string
+	Due      int64 // epoch ms
 }
 
 // RunUpdate is one atomic change of a run: its new metadata, the events that
@@ -117,7 +117,7 @@ type RunUpdate struct {
 	// between the per-status indexes.
 	Meta       RunMeta
 	PrevStatus string
-	// Events are appended to the run's stream (context flow:<Run>) exactly
+	// Events are appended to the run's stream (context flow:<RunID>) exactly
 	// as Store.Append would, index rules included. May be empty.
 	Events []event.Event
 	// Stream, when set, is the context Events go to instead of the run's

@@ -34,8 +34,8 @@ func CheckRestore(c Context, evs []event.Event, record *RunMeta) ([][]byte, erro
 	if len(evs) == 0 {
 		return nil, bad("no events")
 	}
-	if record != nil && (c.Type != "flow" || record.Run != c.ID || !event.ValidName(record.Flow) || !event.ValidName(record.Status)) {
-		return nil, bad("record of run %q of flow %q, status %q", record.Run, record.Flow, record.Status)
+	if record != nil && (c.Type != "flow" || record.RunID != c.ID || !event.ValidName(record.FlowName) || !event.ValidName(record.Status)) {
+		return nil, bad("record of run %q of flow %q, status %q", record.RunID, record.FlowName, record.Status)
 	}
 	bodies := make([][]byte, len(evs))
 	var last event.ID

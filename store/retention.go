@@ -36,9 +36,9 @@ func (r Retention) ExpiresAt(m RunMeta) int64 {
 
 // ExpiredRun names a run whose retention has ended.
 type ExpiredRun struct {
-	Flow string
-	Run  string
-	Due  int64 // epoch ms
+	FlowName string
+	RunID    string
+	Due      int64 // epoch ms
 }
 
 // Retainer expires finished runs. A backend with a Retention records a run's

@@ -8,21 +8,21 @@ import (
 
 // Name is the timer's key among all timers. Only the step may hold a colon,
 // so the name parses back (see Valid).
-func (t Timer) Name() string { return t.Kind + ":" + t.Flow + ":" + t.Run + ":" + t.Step }
+func (t Timer) Name() string { return t.Kind + ":" + t.FlowName + ":" + t.RunID + ":" + t.Step }
 
 // Valid reports whether t's names pass the name rules, so its Name parses
 // back into the same timer.
 func (t Timer) Valid() bool {
-	return event.ValidName(t.Kind) && event.ValidName(t.Flow) && event.ValidContextID(t.Run) && t.Step != ""
+	return event.ValidName(t.Kind) && event.ValidName(t.FlowName) && event.ValidContextID(t.RunID) && t.Step != ""
 }
 
 // EventStream is the context u's events are appended to: u.Stream, or
-// the run's stream flow:<Run>.
+// the run's stream flow:<RunID>.
 func (u RunUpdate) EventStream() Context {
 	if u.Stream != (Context{}) {
 		return u.Stream
 	}
-	return Context{Type: "flow", ID: u.Meta.Run}
+	return Context{Type: "flow", ID: u.Meta.RunID}
 }
 
 // CheckRunUpdate checks a run update before anything is written, by the
@@ -31,9 +31,9 @@ func (u RunUpdate) EventStream() Context {
 func CheckRunUpdate(u RunUpdate) error {
 	m := u.Meta
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: update of run %q of flow %q: %s", ErrInvalid, m.Run, m.Flow, fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w: update of run %q of flow %q: %s", ErrInvalid, m.RunID, m.FlowName, fmt.Sprintf(format, args...))
 	}
-	if !event.ValidName(m.Flow) || !event.ValidContextID(m.Run) {
+	if !event.ValidName(m.FlowName) || !event.ValidContextID(m.RunID) {
 		return bad("run or flow name")
 	}
 	if u.Stream != (Context{}) && !u.Stream.Valid() {

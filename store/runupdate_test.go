@@ -8,25 +8,25 @@ import (
 func TestCheckRunUpdate(t *testing.T) {
 	good := func() RunUpdate {
 		return RunUpdate{
-			Meta:      RunMeta{Flow: "orders", Run: "run-1", Status: RunRunning},
+			Meta:      RunMeta{FlowName: "orders", RunID: "run-1", Status: RunRunning},
 			Enqueue:   []Job{{Queue: "q", ID: "j1"}},
-			SetTimers: []Timer{{Kind: "retry", Flow: "orders", Run: "run-1", Step: "a:b"}},
+			SetTimers: []Timer{{Kind: "retry", FlowName: "orders", RunID: "run-1", Step: "a:b"}},
 		}
 	}
 	if err := CheckRunUpdate(good()); err != nil {
 		t.Fatalf("a valid update: %v", err)
 	}
 	for name, spoil := range map[string]func(*RunUpdate){
-		"flow with a colon": func(u *RunUpdate) { u.Meta.Flow = "a:b" },
-		"empty run":         func(u *RunUpdate) { u.Meta.Run = "" },
+		"flow with a colon": func(u *RunUpdate) { u.Meta.FlowName = "a:b" },
+		"empty run":         func(u *RunUpdate) { u.Meta.RunID = "" },
 		"bad status":        func(u *RunUpdate) { u.Meta.Status = "Running!" },
 		"bad prev status":   func(u *RunUpdate) { u.PrevStatus = "x y" },
 		"job without id":    func(u *RunUpdate) { u.Enqueue[0].ID = "" },
 		"bad queue":         func(u *RunUpdate) { u.Enqueue[0].Queue = "no spaces" },
 		"bad removed queue": func(u *RunUpdate) { u.Remove = []JobRef{{Queue: "a:b", ID: "j"}} },
 		"bad ack queue":     func(u *RunUpdate) { u.Ack = &JobAck{Queue: "", ID: "j"} },
-		"timer run colon":   func(u *RunUpdate) { u.SetTimers[0].Run = "r:1" },
-		"cleared timer":     func(u *RunUpdate) { u.ClearTimers = []Timer{{Kind: "retry", Flow: "orders", Run: "run-1"}} },
+		"timer run colon":   func(u *RunUpdate) { u.SetTimers[0].RunID = "r:1" },
+		"cleared timer":     func(u *RunUpdate) { u.ClearTimers = []Timer{{Kind: "retry", FlowName: "orders", RunID: "run-1"}} },
 	} {
 		u := good()
 		spoil(&u)
@@ -37,7 +37,7 @@ func TestCheckRunUpdate(t *testing.T) {
 }
 
 func TestTimerName(t *testing.T) {
-	tm := Timer{Kind: "await", Flow: "orders", Run: "run-1", Step: "ship:eu"}
+	tm := Timer{Kind: "await", FlowName: "orders", RunID: "run-1", Step: "ship:eu"}
 	if got, want := tm.Name(), "await:orders:run-1:ship:eu"; got != want {
 		t.Errorf("Name() = %q, want %q", got, want)
 	}

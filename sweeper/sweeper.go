@@ -173,7 +173,7 @@ func (s *Sweeper) candidates(ctx context.Context) ([]runRef, error) {
 					return nil, err
 				}
 				for _, m := range p.Runs {
-					out = append(out, runRef{Flow: flow, Run: m.Run})
+					out = append(out, runRef{Flow: flow, Run: m.RunID})
 				}
 				if len(p.Runs) < page {
 					break

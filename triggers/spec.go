@@ -477,9 +477,9 @@ func (g *Registry) update(ctx context.Context, name string, p Patch) (Saved, err
 		}
 		var have []string
 		for _, s := range ts.Registry.Subscriptions {
-			have = append(have, s.Flow)
-			if !slices.Contains(want, s.Flow) {
-				evs = append(evs, subscriptionEvent(reducers.KindSubscriptionRemoved, name, s.Flow, spec.Source))
+			have = append(have, s.FlowName)
+			if !slices.Contains(want, s.FlowName) {
+				evs = append(evs, subscriptionEvent(reducers.KindSubscriptionRemoved, name, s.FlowName, spec.Source))
 			}
 		}
 		for _, f := range want {

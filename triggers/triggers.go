@@ -271,9 +271,9 @@ func view(r *reducers.Registered, now time.Time) Trigger {
 		t.Schedule = &Schedule{Cron: sc.Cron, Interval: sc.Interval, Timezone: sc.Timezone, Enabled: t.Status == StatusActive}
 	}
 	for _, s := range r.Subscriptions {
-		t.SubscribedFlows = append(t.SubscribedFlows, s.Flow)
+		t.SubscribedFlows = append(t.SubscribedFlows, s.FlowName)
 		t.Subscriptions = append(t.Subscriptions, Subscription{
-			TriggerName: sp.Name, FlowName: s.Flow, Mode: s.Mode, Source: s.Source, RegisteredAt: isoTime(s.RegisteredAt),
+			TriggerName: sp.Name, FlowName: s.FlowName, Mode: s.Mode, Source: s.Source, RegisteredAt: isoTime(s.RegisteredAt),
 		})
 	}
 	t.SubscriptionCount = len(t.SubscribedFlows)

@@ -52,7 +52,7 @@ func TestArchiveSharedThroughABucket(t *testing.T) {
 	appA, _ := startApp(t, cfgA)
 
 	finished := time.Now().Add(-time.Minute).UnixMilli()
-	meta := store.RunMeta{Flow: "demo", Run: "r1", Status: store.RunCompleted, StartedAt: finished, CompletedAt: finished}
+	meta := store.RunMeta{FlowName: "demo", RunID: "r1", Status: store.RunCompleted, StartedAt: finished, CompletedAt: finished}
 	evs := []event.Event{
 		{Kind: "flow.started", Subject: "r1", RunID: "r1", FlowName: "demo"},
 		{Kind: "step.completed", Subject: "r1", RunID: "r1", FlowName: "demo", Step: "s", Attempt: 1, Data: []byte(`{"n":1}`)},

@@ -27,7 +27,7 @@ func TestStartRetentionArchivesThenExpires(t *testing.T) {
 func testRetentionArchives(t *testing.T, cfg config.Config) {
 	st := testkit.Bolt(t, boltstore.Options{Retention: wiring.RetentionPolicy(cfg)})
 	finished := time.Now().Add(-2 * time.Hour).UnixMilli()
-	m := store.RunMeta{Flow: "f", Run: "r1", Status: store.RunCompleted, StartedAt: finished, CompletedAt: finished}
+	m := store.RunMeta{FlowName: "f", RunID: "r1", Status: store.RunCompleted, StartedAt: finished, CompletedAt: finished}
 	if _, err := st.UpdateRun(t.Context(), store.RunUpdate{Meta: m, Events: []event.Event{{Kind: "flow.completed", Subject: "r1", RunID: "r1", FlowName: "f"}}}); err != nil {
 		t.Fatal(err)
 	}

@@ -104,11 +104,11 @@ func verifyData(ctx context.Context, a *archive.Bucket, out io.Writer) (int, err
 	bad := 0
 	for _, ref := range refs {
 		if _, err := a.GetData(ctx, ref); err != nil {
-			fmt.Fprintf(out, "CORRUPT data %s/%s: %v\n", ref.Run, ref.SHA256, err)
+			fmt.Fprintf(out, "CORRUPT data %s/%s: %v\n", ref.RunID, ref.SHA256, err)
 			bad++
 			continue
 		}
-		fmt.Fprintf(out, "ok      data %s/%s: %d bytes\n", ref.Run, ref.SHA256, ref.Bytes)
+		fmt.Fprintf(out, "ok      data %s/%s: %d bytes\n", ref.RunID, ref.SHA256, ref.Bytes)
 	}
 	return bad, nil
 }

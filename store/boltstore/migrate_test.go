@@ -87,7 +87,7 @@ func TestOpenMovesIndexesOfEarlierFiles(t *testing.T) {
 		t.Fatalf("the last entry = %+v, %v; want %s", last, err, id(2))
 	}
 	done, err := s.ListRuns(ctx, flow, "completed", 0, 10)
-	if err != nil || done.Total != 3 || len(done.Runs) != 3 || done.Runs[0].Run != id(11) || done.Runs[2].Run != id(3) {
+	if err != nil || done.Total != 3 || len(done.Runs) != 3 || done.Runs[0].RunID != id(11) || done.Runs[2].RunID != id(3) {
 		t.Fatalf("ListRuns completed = %+v, %v; want runs 11, 7, 3", done, err)
 	}
 	if err := s.IndexAdd(ctx, store.Index{Type: "flow"}, "run-new", score(runs)+1); err != nil {

@@ -41,7 +41,7 @@ func (s *Store) Restore(ctx context.Context, c store.Context, evs []event.Event,
 			if runs, err = tx.CreateBucketIfNotExists(bRuns); err != nil {
 				return err
 			}
-			rk = runKey(record.Flow, record.Run)
+			rk = runKey(record.FlowName, record.RunID)
 			if runs.Get(rk) != nil {
 				return fmt.Errorf("%w: run %s has a record", errConflict, rk)
 			}
@@ -74,7 +74,7 @@ func (s *Store) Restore(ctx context.Context, c store.Context, evs []event.Event,
 		if err := runs.Put(rk, body); err != nil {
 			return err
 		}
-		return indexAdd(tx, statusIndex(m.Flow, m.Status), m.Run, m.StartedAt)
+		return indexAdd(tx, statusIndex(m.FlowName, m.Status), m.RunID, m.StartedAt)
 	})
 	if errors.Is(err, store.ErrConflict) {
 		return err

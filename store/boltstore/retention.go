@@ -86,7 +86,7 @@ func (s *Store) ExpiredRuns(ctx context.Context, now int64, max int) ([]store.Ex
 			if !ok {
 				continue
 			}
-			out = append(out, store.ExpiredRun{Flow: flow, Run: run, Due: at})
+			out = append(out, store.ExpiredRun{FlowName: flow, RunID: run, Due: at})
 		}
 		return nil
 	})

@@ -40,7 +40,7 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 		if err := applyRunUpdate(tx, u, body); err != nil {
 			return err
 		}
-		if err := setExpiry(tx, u.Meta.Flow, u.Meta.Run, s.opts.Retention.ExpiresAt(u.Meta)); err != nil {
+		if err := setExpiry(tx, u.Meta.FlowName, u.Meta.RunID, s.opts.Retention.ExpiresAt(u.Meta)); err != nil {
 			return err
 		}
 		if u.Claim != nil {
@@ -77,7 +77,7 @@ func applyRunUpdate(tx *bolt.Tx, u store.RunUpdate, body []byte) error {
 	if err != nil {
 		return err
 	}
-	rk := runKey(u.Meta.Flow, u.Meta.Run)
+	rk := runKey(u.Meta.FlowName, u.Meta.RunID)
 	cur, err := runHeadOf(rk, runs.Get(rk))
 	if err != nil {
 		return err
@@ -105,7 +105,7 @@ func applyRunUpdate(tx *bolt.Tx, u store.RunUpdate, body []byte) error {
 		}
 	}
 
-	if err := markConsumed(tx, u.Meta.Run, u.Consume); err != nil {
+	if err := markConsumed(tx, u.Meta.RunID, u.Consume); err != nil {
 		return err
 	}
 	m := u.Meta
@@ -114,11 +114,11 @@ func applyRunUpdate(tx *bolt.Tx, u store.RunUpdate, body []byte) error {
 	}
 	if cur.Version == 0 || cur.Status != m.Status {
 		if cur.Version > 0 {
-			if err := indexRemove(tx, statusIndex(m.Flow, cur.Status), m.Run); err != nil {
+			if err := indexRemove(tx, statusIndex(m.FlowName, cur.Status), m.RunID); err != nil {
 				return err
 			}
 		}
-		if err := indexAdd(tx, statusIndex(m.Flow, m.Status), m.Run, m.StartedAt); err != nil {
+		if err := indexAdd(tx, statusIndex(m.FlowName, m.Status), m.RunID, m.StartedAt); err != nil {
 			return err
 		}
 	}
@@ -230,7 +230,7 @@ func (s *Store) ListRuns(ctx context.Context, flow, status string, offset, limit
 			if len(page.Runs) >= limit {
 				return false, nil
 			}
-			m := store.RunMeta{Flow: flow, Run: e.ID, StartedAt: e.Score}
+			m := store.RunMeta{FlowName: flow, RunID: e.ID, StartedAt: e.Score}
 			if runs != nil {
 				if v := runs.Get(runKey(flow, e.ID)); v != nil {
 					if err := json.Unmarshal(v, &m); err != nil {

@@ -14,7 +14,7 @@ func parseTimer(name string, due int64) (store.Timer, bool) {
 	if len(p) != 4 {
 		return store.Timer{}, false
 	}
-	return store.Timer{Kind: p[0], Flow: p[1], Run: p[2], Step: p[3], Due: due}, true
+	return store.Timer{Kind: p[0], FlowName: p[1], RunID: p[2], Step: p[3], Due: due}, true
 }
 
 func timerBuckets(tx *bolt.Tx) (due, byName *bolt.Bucket, err error) {

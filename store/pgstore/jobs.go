@@ -46,7 +46,7 @@ func (s *Store) Claim(ctx context.Context, queues []string, now, leaseUntil int6
 				var c claimed
 				var input []byte
 				j := &c.job
-				if err := rows.Scan(&j.ID, &j.Flow, &j.Run, &j.Step, &input, &j.Attempt, &j.Lease, &j.LeaseUntil, &j.Expired, &c.score); err != nil {
+				if err := rows.Scan(&j.ID, &j.FlowName, &j.RunID, &j.Step, &input, &j.Attempt, &j.Lease, &j.LeaseUntil, &j.Expired, &c.score); err != nil {
 					rows.Close()
 					return err
 				}
@@ -141,7 +141,7 @@ func getJob(ctx context.Context, db querier, queue, id string, lock bool) (store
 func scanJob(row pgx.Row) (store.Job, error) {
 	var j store.Job
 	var input []byte
-	if err := row.Scan(&j.Queue, &j.ID, &j.Flow, &j.Run, &j.Step, &input, &j.Attempt, &j.ReadyAt, &j.Lease, &j.LeaseUntil); err != nil {
+	if err := row.Scan(&j.Queue, &j.ID, &j.FlowName, &j.RunID, &j.Step, &input, &j.Attempt, &j.ReadyAt, &j.Lease, &j.LeaseUntil); err != nil {
 		return store.Job{}, err
 	}
 	if input != nil {

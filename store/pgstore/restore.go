@@ -42,12 +42,12 @@ func (s *Store) Restore(ctx context.Context, c store.Context, evs []event.Event,
 			if at := s.opts.Retention.ExpiresAt(m); at > 0 {
 				expires = &at
 			}
-			tag, err := tx.Exec(ctx, sqlRunCreate, m.Flow, m.Run, m.Status, m.StartedAt, m.Version, expires, body)
+			tag, err := tx.Exec(ctx, sqlRunCreate, m.FlowName, m.RunID, m.Status, m.StartedAt, m.Version, expires, body)
 			if err != nil {
 				return err
 			}
 			if tag.RowsAffected() == 0 {
-				return fmt.Errorf("%w: run %s of %s has a record", errConflict, m.Run, m.Flow)
+				return fmt.Errorf("%w: run %s of %s has a record", errConflict, m.RunID, m.FlowName)
 			}
 		}
 		ms := make([]int64, len(evs))

@@ -32,7 +32,7 @@ func (s *Store) ExpiredRuns(ctx context.Context, now int64, max int) ([]store.Ex
 	var out []store.ExpiredRun
 	for rows.Next() {
 		var r store.ExpiredRun
-		if err := rows.Scan(&r.Flow, &r.Run, &r.Due); err != nil {
+		if err := rows.Scan(&r.FlowName, &r.RunID, &r.Due); err != nil {
 			return nil, dbErr(err)
 		}
 		out = append(out, r)

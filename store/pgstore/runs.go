@@ -55,7 +55,7 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 	}
 	defer conn.Release()
 	if err := conn.SendBatch(ctx, wb).Close(); err != nil {
-		return store.AppendResult{}, callErr(fmt.Sprintf("update of run %s of %s", u.Meta.Run, u.Meta.Flow), err)
+		return store.AppendResult{}, callErr(fmt.Sprintf("update of run %s of %s", u.Meta.RunID, u.Meta.FlowName), err)
 	}
 	s.appended(res)
 	return res, nil
@@ -82,10 +82,10 @@ func (s *Store) queueRun(wb *pgx.Batch, u store.RunUpdate) error {
 	if u.Definition != nil {
 		// Queued first, so a stale definition fails the batch before it
 		// writes anything; see Features.
-		wb.Queue(sqlDefinitionIs, m.Flow, u.Definition, fmt.Sprintf("definition of %s changed", m.Flow))
+		wb.Queue(sqlDefinitionIs, m.FlowName, u.Definition, fmt.Sprintf("definition of %s changed", m.FlowName))
 	}
-	wb.Queue(sql, m.Flow, m.Run, m.Status, m.StartedAt, m.Version, expires, body,
-		fmt.Sprintf("run %s of %s is not at version %d", m.Run, m.Flow, u.Meta.Version))
+	wb.Queue(sql, m.FlowName, m.RunID, m.Status, m.StartedAt, m.Version, expires, body,
+		fmt.Sprintf("run %s of %s is not at version %d", m.RunID, m.FlowName, u.Meta.Version))
 	if a := u.Ack; a != nil {
 		wb.Queue(sqlAck, a.Queue, a.ID, a.Lease, fmt.Sprintf("job %s is not held by lease %q", a.ID, a.Lease))
 	}
@@ -94,7 +94,7 @@ func (s *Store) queueRun(wb *pgx.Batch, u store.RunUpdate) error {
 	}
 	for _, r := range u.Consume {
 		ms, seq := pgID(r.Seq)
-		wb.Queue(sqlConsume, r.Kind, ms, seq, m.Run, fmt.Sprintf("event %s %v already consumed", r.Kind, r.Seq))
+		wb.Queue(sqlConsume, r.Kind, ms, seq, m.RunID, fmt.Sprintf("event %s %v already consumed", r.Kind, r.Seq))
 	}
 	return nil
 }
@@ -105,14 +105,14 @@ func queueJobsAndTimers(wb *pgx.Batch, u store.RunUpdate) {
 		wb.Queue(`DELETE FROM nqd_jobs WHERE queue = $1 AND id = $2`, r.Queue, r.ID)
 	}
 	for _, j := range u.Enqueue {
-		wb.Queue(sqlJobPut, j.Queue, j.ID, j.Flow, j.Run, j.Step, []byte(j.Input), max(j.Attempt, 1), j.ReadyAt)
+		wb.Queue(sqlJobPut, j.Queue, j.ID, j.FlowName, j.RunID, j.Step, []byte(j.Input), max(j.Attempt, 1), j.ReadyAt)
 	}
 	for _, t := range u.ClearTimers {
 		wb.Queue(`DELETE FROM nqd_timers WHERE kind = $1 AND flow = $2 AND run = $3 AND step = $4`,
-			t.Kind, t.Flow, t.Run, t.Step)
+			t.Kind, t.FlowName, t.RunID, t.Step)
 	}
 	for _, t := range u.SetTimers {
-		wb.Queue(sqlTimerSet, t.Kind, t.Flow, t.Run, t.Step, t.Due)
+		wb.Queue(sqlTimerSet, t.Kind, t.FlowName, t.RunID, t.Step, t.Due)
 	}
 }
 
@@ -181,7 +181,7 @@ func (s *Store) ListRuns(ctx context.Context, flow, status string, offset, limit
 			if err := rows.Scan(&run, &score, &body); err != nil {
 				return err
 			}
-			m := store.RunMeta{Flow: flow, Run: run, StartedAt: score}
+			m := store.RunMeta{FlowName: flow, RunID: run, StartedAt: score}
 			if body != nil {
 				if err := json.Unmarshal(body, &m); err != nil {
 					return fmt.Errorf("run %s of %s: %w", run, flow, err)

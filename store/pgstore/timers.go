@@ -24,7 +24,7 @@ func (s *Store) DueTimers(ctx context.Context, now, holdUntil int64, max int) ([
 	var out []store.Timer
 	for rows.Next() {
 		var t store.Timer
-		if err := rows.Scan(&t.Kind, &t.Flow, &t.Run, &t.Step, &t.Due); err != nil {
+		if err := rows.Scan(&t.Kind, &t.FlowName, &t.RunID, &t.Step, &t.Due); err != nil {
 			return nil, dbErr(err)
 		}
 		out = append(out, t)

@@ -23,7 +23,7 @@ func TestRunRecordIsContractHash(t *testing.T) {
 	ctx := t.Context()
 	prefix := redistest.Prefix(t)
 	s, client := newTestStore(t, redisstore.Options{Prefix: prefix})
-	m := store.RunMeta{Flow: "fl", Run: "r1", Status: store.RunRunning, StartedAt: 1700000000123, StepCount: 3,
+	m := store.RunMeta{FlowName: "fl", RunID: "r1", Status: store.RunRunning, StartedAt: 1700000000123, StepCount: 3,
 		EmittedEvents: map[string]int64{"a.done": 1700000000200}}
 	if _, err := s.UpdateRun(ctx, store.RunUpdate{Meta: m}); err != nil {
 		t.Fatal(err)
@@ -53,7 +53,7 @@ func TestRunUpdatePublishesLikeAppend(t *testing.T) {
 	}
 	defer sub.Close()
 	ev := event.Event{Kind: "flow.started", Subject: "r1", RunID: "r1", FlowName: "fl", Data: json.RawMessage(`{"n":12345678901234567890}`)}
-	res, err := s.UpdateRun(ctx, store.RunUpdate{Meta: store.RunMeta{Flow: "fl", Run: "r1", Status: store.RunRunning, StartedAt: 1}, Events: []event.Event{ev}})
+	res, err := s.UpdateRun(ctx, store.RunUpdate{Meta: store.RunMeta{FlowName: "fl", RunID: "r1", Status: store.RunRunning, StartedAt: 1}, Events: []event.Event{ev}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,8 +85,8 @@ func TestJobInputKeepsLargeNumbers(t *testing.T) {
 	ctx := t.Context()
 	s, _ := newTestStore(t, redisstore.Options{})
 	in := json.RawMessage(`{"id":12345678901234567890,"f":0.1}`)
-	j := store.Job{ID: store.JobID("r1", "a"), Queue: "q", Flow: "fl", Run: "r1", Step: "a", Input: in}
-	if _, err := s.UpdateRun(ctx, store.RunUpdate{Meta: store.RunMeta{Flow: "fl", Run: "r1", Status: store.RunRunning}, Enqueue: []store.Job{j}}); err != nil {
+	j := store.Job{ID: store.JobID("r1", "a"), Queue: "q", FlowName: "fl", RunID: "r1", Step: "a", Input: in}
+	if _, err := s.UpdateRun(ctx, store.RunUpdate{Meta: store.RunMeta{FlowName: "fl", RunID: "r1", Status: store.RunRunning}, Enqueue: []store.Job{j}}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.Claim(ctx, []string{"q"}, 10, 20, "L", 5)
@@ -109,7 +109,7 @@ func TestRunUpdateChecksDefinition(t *testing.T) {
 	}
 	update := func(run string, def []byte) error {
 		_, err := s.UpdateRun(ctx, store.RunUpdate{Definition: def,
-			Meta: store.RunMeta{Flow: "fl", Run: run, Status: store.RunRunning, StartedAt: 1}})
+			Meta: store.RunMeta{FlowName: "fl", RunID: run, Status: store.RunRunning, StartedAt: 1}})
 		return err
 	}
 	if err := update("r1", []byte(`{"v":1}`)); !errors.Is(err, store.ErrConflict) {

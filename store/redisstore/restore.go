@@ -66,7 +66,7 @@ func (s *Store) Restore(ctx context.Context, c store.Context, evs []event.Event,
 		if err != nil {
 			return invalid("restore", "%s: record: %v", c, err)
 		}
-		args = append(args, keyAt(s.metaKey(record.Flow, record.Run)), keyAt(s.statusKey(record.Flow, record.Status)), record.StartedAt)
+		args = append(args, keyAt(s.metaKey(record.FlowName, record.RunID)), keyAt(s.statusKey(record.FlowName, record.Status)), record.StartedAt)
 		args = append(args, len(fields)/2)
 		args = append(args, fields...)
 	}

@@ -18,7 +18,7 @@ func TestRestoreWritesRunUpdateHash(t *testing.T) {
 	ctx := t.Context()
 	livePrefix := redistest.Prefix(t)
 	live, liveClient := newTestStore(t, redisstore.Options{Prefix: livePrefix})
-	m := store.RunMeta{Flow: "fl", Run: "r1", Status: store.RunRunning, StartedAt: 1700000000123, StepCount: 3,
+	m := store.RunMeta{FlowName: "fl", RunID: "r1", Status: store.RunRunning, StartedAt: 1700000000123, StepCount: 3,
 		EmittedEvents: map[string]int64{"a.done": 1700000000200}}
 	if _, err := live.UpdateRun(ctx, store.RunUpdate{Meta: m, Events: []event.Event{{Kind: "flow.started", FlowName: "fl"}}}); err != nil {
 		t.Fatal(err)

@@ -44,7 +44,7 @@ func (s *Store) ExpiredRuns(ctx context.Context, now int64, max int) ([]store.Ex
 			s.client.ZRem(ctx, s.expiringKey(), member)
 			continue
 		}
-		out = append(out, store.ExpiredRun{Flow: flow, Run: run, Due: int64(z.Score)})
+		out = append(out, store.ExpiredRun{FlowName: flow, RunID: run, Due: int64(z.Score)})
 	}
 	return out, nil
 }

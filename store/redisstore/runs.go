@@ -43,7 +43,7 @@ func metaFields(m store.RunMeta) ([]any, error) {
 // decodeMeta reads a record hash; fields another producer left out stay
 // zero.
 func decodeMeta(flow, run string, h map[string]string) (store.RunMeta, error) {
-	m := store.RunMeta{Flow: flow, Run: run, Status: h["status"]}
+	m := store.RunMeta{FlowName: flow, RunID: run, Status: h["status"]}
 	ints := []struct {
 		field string
 		to    *int64
@@ -89,7 +89,7 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 	m := u.Meta
 	c := u.EventStream()
 	keys := make([]string, 0, 16)
-	keys = append(keys, s.metaKey(m.Flow, m.Run), s.streamKey(c), s.indexKey(store.Index{Type: c.Type}), s.timersKey())
+	keys = append(keys, s.metaKey(m.FlowName, m.RunID), s.streamKey(c), s.indexKey(store.Index{Type: c.Type}), s.timersKey())
 	keyAt := func(k string) int {
 		for i, have := range keys {
 			if have == k {
@@ -110,7 +110,7 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 	args = append(args, s.channel(c), c.ID, s.maxLen(c.Type), m.Version, m.Status, m.StartedAt)
 	if u.Definition != nil {
 		sum := sha1.Sum(u.Definition)
-		args = append(args, keyAt(s.defsKey()), m.Flow, hex.EncodeToString(sum[:]))
+		args = append(args, keyAt(s.defsKey()), m.FlowName, hex.EncodeToString(sum[:]))
 	} else {
 		args = append(args, 0, "", "")
 	}
@@ -142,7 +142,7 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 	}
 	args = append(args, len(statuses))
 	for _, st := range statuses {
-		args = append(args, st, keyAt(s.statusKey(m.Flow, st)))
+		args = append(args, st, keyAt(s.statusKey(m.FlowName, st)))
 	}
 	args = append(args, len(fields)/2)
 	args = append(args, fields...)
@@ -189,7 +189,7 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 	for _, t := range u.SetTimers {
 		args = append(args, t.Name(), t.Due)
 	}
-	args = append(args, keyAt(s.expiringKey()), m.Flow+":"+m.Run, s.opts.Retention.ExpiresAt(m))
+	args = append(args, keyAt(s.expiringKey()), m.FlowName+":"+m.RunID, s.opts.Retention.ExpiresAt(m))
 	if k := u.IdempotencyKey; k != "" {
 		fp := store.Fingerprint(bodies)
 		args = append(args, keyAt(s.idemKey(c, k)), s.opts.IdempotencyWindow.Milliseconds(), hex.EncodeToString(fp[:]))
@@ -214,7 +214,7 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 	}
 	if code, _ := reply[0].(int64); code != 0 {
 		reason, _ := reply[1].(string)
-		return store.AppendResult{}, fmt.Errorf("redisstore: run %s of %s: %w: %s", m.Run, m.Flow, store.ErrConflict, reason)
+		return store.AppendResult{}, fmt.Errorf("redisstore: run %s of %s: %w: %s", m.RunID, m.FlowName, store.ErrConflict, reason)
 	}
 	var claimed []store.Job
 	if u.Claim != nil {
@@ -286,7 +286,7 @@ func (s *Store) ListRuns(ctx context.Context, flow, status string, offset, limit
 		run, _ := reply[i].(string)
 		raw, _ := reply[i+1].(string)
 		score, _ := strconv.ParseFloat(raw, 64)
-		page.Runs = append(page.Runs, store.RunMeta{Flow: flow, Run: run, StartedAt: int64(score)})
+		page.Runs = append(page.Runs, store.RunMeta{FlowName: flow, RunID: run, StartedAt: int64(score)})
 		metas = append(metas, pipe.HGetAll(ctx, s.metaKey(flow, run)))
 	}
 	if len(metas) == 0 {
@@ -297,7 +297,7 @@ func (s *Store) ListRuns(ctx context.Context, flow, status string, offset, limit
 	}
 	for i, cmd := range metas {
 		if h := cmd.Val(); len(h) > 0 {
-			m, err := decodeMeta(flow, page.Runs[i].Run, h)
+			m, err := decodeMeta(flow, page.Runs[i].RunID, h)
 			if err != nil {
 				return store.RunPage{}, err
 			}

@@ -31,7 +31,7 @@ func (s *Store) DueTimers(ctx context.Context, now, holdUntil int64, max int) ([
 			s.client.ZRem(ctx, s.timersKey(), vals[i])
 			continue
 		}
-		out = append(out, store.Timer{Kind: p[0], Flow: p[1], Run: p[2], Step: p[3], Due: int64(due)})
+		out = append(out, store.Timer{Kind: p[0], FlowName: p[1], RunID: p[2], Step: p[3], Due: int64(due)})
 	}
 	return out, nil
 }

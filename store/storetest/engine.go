@@ -85,7 +85,7 @@ func must(t *testing.T, err error) {
 }
 
 func newRun(flow, run string, startedAt int64) store.RunMeta {
-	return store.RunMeta{Flow: flow, Run: run, Status: store.RunRunning, StartedAt: startedAt, StepCount: 2}
+	return store.RunMeta{FlowName: flow, RunID: run, Status: store.RunRunning, StartedAt: startedAt, StepCount: 2}
 }
 
 func testRunCreateAndVersion(t *testing.T, s EngineStore) {
@@ -144,7 +144,7 @@ func testUpdateRunStream(t *testing.T, s EngineStore) {
 	c := store.Context{Type: "trigger", ID: "nightly"}
 	fired := event.Event{Kind: "trigger.fired", Subject: "nightly", Trigger: "nightly", Data: json.RawMessage(`{"dueAt":1000}`)}
 	m := newRun("sched", "nightly", 1000)
-	tm := store.Timer{Kind: "schedule", Flow: "sched", Run: "nightly", Step: "due", Due: 2000}
+	tm := store.Timer{Kind: "schedule", FlowName: "sched", RunID: "nightly", Step: "due", Due: 2000}
 	res, err := s.UpdateRun(ctx, store.RunUpdate{Meta: m, Events: []event.Event{fired}, Stream: c, SetTimers: []store.Timer{tm}})
 	must(t, err)
 	if len(res.Events) != 1 || res.Events[0].ID.IsZero() {
@@ -236,7 +236,7 @@ func testRunStatusIndex(t *testing.T, s EngineStore) {
 	ids := func(p store.RunPage) []string {
 		var out []string
 		for _, r := range p.Runs {
-			out = append(out, r.Run)
+			out = append(out, r.RunID)
 		}
 		return out
 	}
@@ -257,7 +257,7 @@ func testRunStatusIndex(t *testing.T, s EngineStore) {
 	// its members and their statuses are fixed here.
 	status := map[string]string{}
 	for _, r := range all.Runs {
-		status[r.Run] = r.Status
+		status[r.RunID] = r.Status
 	}
 	want := map[string]string{"r0": store.RunRunning, "r1": store.RunCompleted, "r2": store.RunRunning, "r3": store.RunCompleted, "r4": store.RunRunning}
 	if diff := cmp.Diff(want, status); diff != "" || all.Total != 5 {
@@ -266,7 +266,7 @@ func testRunStatusIndex(t *testing.T, s EngineStore) {
 }
 
 func job(run, step, queue string, readyAt int64) store.Job {
-	return store.Job{ID: store.JobID(run, step), Queue: queue, Flow: "fl", Run: run, Step: step, Input: json.RawMessage(`{"k":[1]}`), ReadyAt: readyAt}
+	return store.Job{ID: store.JobID(run, step), Queue: queue, FlowName: "fl", RunID: run, Step: step, Input: json.RawMessage(`{"k":[1]}`), ReadyAt: readyAt}
 }
 
 func enqueue(t *testing.T, s EngineStore, run string, jobs ...store.Job) {
@@ -540,8 +540,8 @@ func testUpdateRunClaims(t *testing.T, s EngineStore) {
 func testTimers(t *testing.T, s EngineStore) {
 	ctx := t.Context()
 	m := newRun("fl", "t1", 1)
-	t1 := store.Timer{Kind: "retry", Flow: "fl", Run: "t1", Step: "a", Due: 500}
-	t2 := store.Timer{Kind: "retry", Flow: "fl", Run: "t1", Step: "b", Due: 900}
+	t1 := store.Timer{Kind: "retry", FlowName: "fl", RunID: "t1", Step: "a", Due: 500}
+	t2 := store.Timer{Kind: "retry", FlowName: "fl", RunID: "t1", Step: "b", Due: 900}
 	_, err := s.UpdateRun(ctx, store.RunUpdate{Meta: m, SetTimers: []store.Timer{t1, t2}})
 	must(t, err)
 	if got, err := s.DueTimers(ctx, 400, 10000, 10); err != nil || len(got) != 0 {

@@ -31,9 +31,9 @@ func runQueueStore(t *testing.T, newStore func(t *testing.T) (s, reopen QueueSto
 		t.Fatalf("JobQueues of an empty store = %v, %v", got, err)
 	}
 	job := func(queue, step string, readyAt int64) store.Job {
-		return store.Job{ID: store.JobID("r1", step), Queue: queue, Flow: "fl", Run: "r1", Step: step, Input: json.RawMessage(`{"n":1}`), ReadyAt: readyAt}
+		return store.Job{ID: store.JobID("r1", step), Queue: queue, FlowName: "fl", RunID: "r1", Step: step, Input: json.RawMessage(`{"n":1}`), ReadyAt: readyAt}
 	}
-	m := store.RunMeta{Flow: "fl", Run: "r1", Status: store.RunRunning, StartedAt: 100, StepCount: 4}
+	m := store.RunMeta{FlowName: "fl", RunID: "r1", Status: store.RunRunning, StartedAt: 100, StepCount: 4}
 	if _, err := s.UpdateRun(ctx, store.RunUpdate{Meta: m, Events: []event.Event{{Kind: "flow.started", FlowName: "fl", RunID: "r1", Subject: "r1"}},
 		Enqueue: []store.Job{job("qa", "a", 100), job("qa", "b", 200), job("qa", "c", 300), job("qb", "d", 100)}}); err != nil {
 		t.Fatal(err)

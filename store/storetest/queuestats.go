@@ -32,9 +32,9 @@ func runQueueStats(t *testing.T, newStore func(t *testing.T) QueueStatsStore) {
 	}
 	mustDepth(1000, store.QueueDepth{})
 
-	m := store.RunMeta{Flow: "fl", Run: "r1", Status: store.RunRunning, StartedAt: 100, StepCount: 3}
+	m := store.RunMeta{FlowName: "fl", RunID: "r1", Status: store.RunRunning, StartedAt: 100, StepCount: 3}
 	j := func(step string, readyAt int64) store.Job {
-		return store.Job{ID: store.JobID("r1", step), Queue: "qs", Flow: "fl", Run: "r1", Step: step, Input: json.RawMessage(`{}`), ReadyAt: readyAt}
+		return store.Job{ID: store.JobID("r1", step), Queue: "qs", FlowName: "fl", RunID: "r1", Step: step, Input: json.RawMessage(`{}`), ReadyAt: readyAt}
 	}
 	if _, err := s.UpdateRun(ctx, store.RunUpdate{Meta: m, Events: []event.Event{{Kind: "flow.started", FlowName: "fl", RunID: "r1", Subject: "r1"}},
 		Enqueue: []store.Job{j("a", 100), j("b", 100), j("later", 5000)}}); err != nil {

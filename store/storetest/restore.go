@@ -35,7 +35,7 @@ func runRestore(t *testing.T, newStore func(t *testing.T) RestoreStore) {
 	}
 	evs, err := src.Range(ctx, c, store.RangeQuery{})
 	must(t, err)
-	record := store.RunMeta{Flow: "f1", Run: "r1", Status: store.RunCompleted, StartedAt: int64(evs[0].ID.MS),
+	record := store.RunMeta{FlowName: "f1", RunID: "r1", Status: store.RunCompleted, StartedAt: int64(evs[0].ID.MS),
 		CompletedAt: int64(evs[3].ID.MS), StepCount: 1, CompletedSteps: 1, Version: 4}
 
 	dst := newStore(t)
@@ -65,7 +65,7 @@ func runRestore(t *testing.T, newStore func(t *testing.T) RestoreStore) {
 	}
 	runs, err := dst.ListRuns(ctx, "f1", store.RunCompleted, 0, 10)
 	must(t, err)
-	if len(runs.Runs) != 1 || runs.Runs[0].Run != "r1" {
+	if len(runs.Runs) != 1 || runs.Runs[0].RunID != "r1" {
 		t.Errorf("completed runs of f1 = %+v, want r1", runs.Runs)
 	}
 

@@ -39,7 +39,7 @@ const day = int64(24 * time.Hour / time.Millisecond)
 func finishRun(t *testing.T, s RetentionStore, flow, run, status string) {
 	t.Helper()
 	ctx := t.Context()
-	m := store.RunMeta{Flow: flow, Run: run, Status: store.RunRunning, StartedAt: retentionT0 - day}
+	m := store.RunMeta{FlowName: flow, RunID: run, Status: store.RunRunning, StartedAt: retentionT0 - day}
 	res, err := s.UpdateRun(ctx, store.RunUpdate{Meta: m, Events: []event.Event{{Kind: "flow.started", FlowName: flow, RunID: run, Subject: run}}})
 	must(t, err)
 	c := store.Context{Type: "flow", ID: run}
@@ -59,7 +59,7 @@ func dueRuns(t *testing.T, s RetentionStore, now int64) []string {
 	must(t, err)
 	out := []string{}
 	for _, r := range got {
-		out = append(out, r.Flow+":"+r.Run)
+		out = append(out, r.FlowName+":"+r.RunID)
 	}
 	return out
 }
@@ -127,7 +127,7 @@ func assertRunGone(t *testing.T, s RetentionStore, flow, run string) {
 		page, err := s.ListRuns(ctx, flow, st, 0, 100)
 		must(t, err)
 		for _, r := range page.Runs {
-			if r.Run == run {
+			if r.RunID == run {
 				t.Errorf("run %s still listed (status filter %q)", run, st)
 			}
 		}
