@@ -2,8 +2,8 @@
 FROM golang:1.26 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
-# The Go worker SDK's module, which go.mod replaces with ./worker.
-COPY worker/go.mod worker/go.sum ./worker/
+# The Go worker SDK's module, which go.mod replaces with ./sdk/go.
+COPY sdk/go/go.mod sdk/go/go.sum ./sdk/go/
 RUN go mod download
 COPY . .
 ARG VERSION=dev

@@ -2,13 +2,13 @@
 GO        ?= go
 # Go packages of nqd: npm packages under sdk/typescript/node_modules may ship
 # Go files of their own, which are not ours to build or test. The Go worker
-# SDK (worker/) is a module of its own, which this one uses through a replace
+# SDK (sdk/go) is a module of its own, which this one uses through a replace
 # directive: its tests are in workertest/, and lint and tidy-check look at it
 # apart.
 PKGS       = $(shell $(GO) list ./... | grep -v /node_modules/)
 # E2E_ROUNDS: how many times the bench targets measure each e2e row, alternating with the Node original's
 E2E_ROUNDS ?= 2
-# The server's release tags are v1.2.3; the Go worker SDK's, worker/v1.2.3, may
+# The server's release tags are v1.2.3; the Go worker SDK's, sdk/go/v1.2.3, may
 # name the same commit and are not nqd's version.
 VERSION   ?= $(shell git describe --tags --match 'v[0-9]*' --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X main.version=$(VERSION)
@@ -109,10 +109,10 @@ test-short:
 ## lint: vet, formatting and staticcheck, of nqd and of the Go worker SDK's module
 lint:
 	$(GO) vet $(PKGS)
-	cd worker && $(GO) vet ./...
+	cd sdk/go && $(GO) vet ./...
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))"
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@latest $(PKGS)
-	cd worker && $(GO) run honnef.co/go/tools/cmd/staticcheck@latest ./...
+	cd sdk/go && $(GO) run honnef.co/go/tools/cmd/staticcheck@latest ./...
 
 ## fuzz: longer runs of the fuzz targets
 fuzz:
@@ -185,7 +185,7 @@ golden:
 ## tidy-check: fail if go mod tidy would change go.mod or go.sum (nqd's or the Go worker SDK's)
 tidy-check:
 	$(GO) mod tidy -diff
-	cd worker && $(GO) mod tidy -diff
+	cd sdk/go && $(GO) mod tidy -diff
 
 ## vuln: known vulnerabilities in dependencies
 vuln:

@@ -19,7 +19,7 @@ require (
 	github.com/hashicorp/golang-lru/v2 v2.0.7
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/johannesboyne/gofakes3 v1.2.0
-	github.com/nqd-dev/nqd/worker v0.0.0-00010101000000-000000000000
+	github.com/nqd-dev/nqd/sdk/go v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.25.0
 	github.com/r3labs/sse/v2 v2.10.0
 	github.com/redis/go-redis/v9 v9.23.0
@@ -105,6 +105,6 @@ require (
 	gopkg.in/mgo.v2 v2.0.0-20180705113604-9856a29383ce // indirect
 )
 
-// The Go worker SDK is a module of its own (worker/go.mod), used from this
+// The Go worker SDK is a module of its own (sdk/go/go.mod), used from this
 // tree.
-replace github.com/nqd-dev/nqd/worker => ./worker
+replace github.com/nqd-dev/nqd/sdk/go => ./sdk/go

@@ -42,9 +42,9 @@ func TestReleaseLicenseCopiesMatch(t *testing.T) {
 	if !bytes.HasPrefix(license, []byte("MIT License\n")) {
 		t.Fatal("LICENSE is not the MIT license")
 	}
-	// Each package is published from its own folder (the worker module's zip,
+	// Each package is published from its own folder (the Go SDK module's zip,
 	// npm pack, the Python sdist and wheel), which must carry the license.
-	for _, copied := range []string{"worker/LICENSE", "sdk/typescript/LICENSE", "sdk/nuxt/LICENSE", "sdk/python/LICENSE"} {
+	for _, copied := range []string{"sdk/go/LICENSE", "sdk/typescript/LICENSE", "sdk/nuxt/LICENSE", "sdk/python/LICENSE"} {
 		if !bytes.Equal(readFile(t, copied), license) {
 			t.Errorf("%s differs from LICENSE: cp LICENSE %s", copied, copied)
 		}

@@ -20,8 +20,8 @@ import (
 	"github.com/nqd-dev/nqd/internal/redistest"
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/internal/wait"
+	"github.com/nqd-dev/nqd/sdk/go/worker"
 	"github.com/nqd-dev/nqd/wiring"
-	"github.com/nqd-dev/nqd/worker"
 )
 
 // backends are the settings that pick each store, given a test.

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/nqd-dev/nqd/internal/s3test"
-	"github.com/nqd-dev/nqd/worker"
+	"github.com/nqd-dev/nqd/sdk/go/worker"
 )
 
 // TestLargeDataThroughTheGoSDK runs the pipeline flow with a 10 MB input,

@@ -18,7 +18,7 @@ import (
 	"github.com/nqd-dev/nqd/internal/pgtest"
 	"github.com/nqd-dev/nqd/internal/redistest"
 	testspawn "github.com/nqd-dev/nqd/internal/spawn"
-	"github.com/nqd-dev/nqd/worker"
+	"github.com/nqd-dev/nqd/sdk/go/worker"
 )
 
 var (

@@ -18,7 +18,7 @@ import (
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/examples/demo"
 	"github.com/nqd-dev/nqd/internal/redistest"
-	"github.com/nqd-dev/nqd/worker"
+	"github.com/nqd-dev/nqd/sdk/go/worker"
 )
 
 // TestClusterFailover kills, with SIGKILL, the Redis Cluster primary that

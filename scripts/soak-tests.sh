@@ -15,7 +15,7 @@ n=${1:-10}
 shift || true
 pkgs=("$@")
 if [ ${#pkgs[@]} -eq 0 ]; then
-	pkgs=(./e2e ./faults ./handlers ./stream ./engine ./web/webtest ./wiring ./worker
+	pkgs=(./e2e ./faults ./handlers ./stream ./engine ./web/webtest ./wiring ./workertest
 		./metrics ./sweeper ./store/redisstore ./internal/redistest ./internal/outage ./internal/testkit)
 fi
 case $n in '' | *[!0-9]*) echo "usage: $0 [N] [package ...]" >&2; exit 2 ;; esac

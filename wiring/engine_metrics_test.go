@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/nqd-dev/nqd/internal/wait"
-	"github.com/nqd-dev/nqd/worker"
+	"github.com/nqd-dev/nqd/sdk/go/worker"
 )
 
 // Flows of TestEngineMetrics: metered retries its first step once, doomed

@@ -20,7 +20,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/nqd-dev/nqd/internal/wait"
-	"github.com/nqd-dev/nqd/worker"
+	"github.com/nqd-dev/nqd/sdk/go/worker"
 )
 
 // The scenarios of the worker channel (docs/worker-protocol.md, The worker

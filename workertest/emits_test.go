@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/nqd-dev/nqd/internal/wait"
-	"github.com/nqd-dev/nqd/worker"
+	"github.com/nqd-dev/nqd/sdk/go/worker"
 )
 
 const chainFlow = "entry: first\nsteps:\n  first: {queue: q1, emits: [first.done]}\n  second: {queue: q1, subscribes: [first.done]}\n"

@@ -21,7 +21,7 @@ import (
 
 	"github.com/nqd-dev/nqd/internal/spawn"
 	"github.com/nqd-dev/nqd/internal/wait"
-	"github.com/nqd-dev/nqd/worker"
+	"github.com/nqd-dev/nqd/sdk/go/worker"
 )
 
 var (

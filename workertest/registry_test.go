@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/nqd-dev/nqd/internal/wait"
-	"github.com/nqd-dev/nqd/worker"
+	"github.com/nqd-dev/nqd/sdk/go/worker"
 )
 
 // The Go worker names itself by its headers, so nqd's worker registry lists

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/nqd-dev/nqd/internal/wait"
-	"github.com/nqd-dev/nqd/worker"
+	"github.com/nqd-dev/nqd/sdk/go/worker"
 )
 
 // A state value, a log's metadata, an emit's payload or a result that

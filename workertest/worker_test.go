@@ -16,9 +16,9 @@ import (
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/handlers"
 	"github.com/nqd-dev/nqd/internal/testkit"
+	"github.com/nqd-dev/nqd/sdk/go/worker"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
-	"github.com/nqd-dev/nqd/worker"
 	"github.com/rs/zerolog"
 )
 

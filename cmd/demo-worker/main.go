@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/nqd-dev/nqd/examples/demo"
-	"github.com/nqd-dev/nqd/worker"
+	"github.com/nqd-dev/nqd/sdk/go/worker"
 )
 
 func main() {

@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"syscall"
 
-	"github.com/nqd-dev/nqd/worker"
+	"github.com/nqd-dev/nqd/sdk/go/worker"
 )
 
 func main() {

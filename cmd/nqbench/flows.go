@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/nqd-dev/nqd/examples/demo"
-	"github.com/nqd-dev/nqd/worker"
+	"github.com/nqd-dev/nqd/sdk/go/worker"
 )
 
 // flowsResult is the flow throughput profile: runs of the three-step

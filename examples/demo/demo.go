@@ -12,7 +12,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/nqd-dev/nqd/worker"
+	"github.com/nqd-dev/nqd/sdk/go/worker"
 )
 
 // Options tune the handlers.

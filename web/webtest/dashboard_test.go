@@ -32,9 +32,9 @@ import (
 	"github.com/nqd-dev/nqd/examples/demo"
 	"github.com/nqd-dev/nqd/handlers"
 	"github.com/nqd-dev/nqd/internal/testkit"
+	"github.com/nqd-dev/nqd/sdk/go/worker"
 	"github.com/nqd-dev/nqd/web"
 	"github.com/nqd-dev/nqd/wiring"
-	"github.com/nqd-dev/nqd/worker"
 )
 
 const chromium = "/usr/bin/chromium"

@@ -55,7 +55,7 @@ func sdkVersion() string {
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, m := range bi.Deps {
 			// A replace directive leaves the zero pseudo-version.
-			if m.Path == "github.com/nqd-dev/nqd/worker" && m.Version != "" && m.Version != "(devel)" &&
+			if m.Path == "github.com/nqd-dev/nqd/sdk/go/worker" && m.Version != "" && m.Version != "(devel)" &&
 				!strings.HasPrefix(m.Version, "v0.0.0-00010101000000-") {
 				return m.Version
 			}

@@ -1,4 +1,4 @@
-module github.com/nqd-dev/nqd/worker
+module github.com/nqd-dev/nqd/sdk/go
 
 go 1.25.0
 
