@@ -61,12 +61,12 @@ test-tools:
 	@command -v chromium >/dev/null 2>&1 || echo "test: chromium not found: the browser tests are skipped (install chromium)"
 
 ## test-py: the Python SDK (sdk/python): type check, lint, and its tests against an nqd built from this tree.
-## Skipped without Debian's python3 with pytest, mypy and pyflakes, unless
+## Skipped without Debian's python3 with pytest, mypy, pyflakes and websockets (the SDK's one dependency), unless
 ## NQD_REQUIRE_PYTHON=1 (CI) makes a missing one a failure.
 PYTHON ?= /usr/bin/python3
 test-py:
 	@missing=""; \
-	for m in pytest mypy pyflakes; do $(PYTHON) -c "import $$m" >/dev/null 2>&1 || missing="$$missing python3-$$m"; done; \
+	for m in pytest mypy pyflakes websockets; do $(PYTHON) -c "import $$m" >/dev/null 2>&1 || missing="$$missing python3-$$m"; done; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$NQD_REQUIRE_PYTHON" = 1 ]; then echo "test-py: $(PYTHON) lacks$$missing and NQD_REQUIRE_PYTHON=1"; exit 1; fi; \
 		echo "test-py: the Python SDK tests are skipped (install$$missing)"; exit 0; \

@@ -5,12 +5,18 @@ its reports as requests answered like the HTTP calls."""
 from __future__ import annotations
 
 import asyncio
+import http
 import json
 import logging
 from typing import Any, Callable
 from urllib.parse import urlsplit, urlunsplit
 
-from . import _ws
+# The asyncio client websockets has had since 9.0 (Debian 12 ships 10.4); from
+# 14.0 on, websockets.connect is a newer client with other arguments, while
+# this one stays, deprecated, until 2030.
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatusCode, InvalidURI
+from websockets.legacy.client import WebSocketClientProtocol, connect
+
 from ._http import Response, TransportError
 from .errors import AuthError, NqdError
 
@@ -18,6 +24,8 @@ log = logging.getLogger("nqd_worker")
 
 # The upgrade and the hello's answer get this long.
 _OPEN_TIMEOUT = 10.0
+# The closing handshake gets this long before the socket is cut.
+_CLOSE_TIMEOUT = 2.0
 # The largest message nqd may send: an offer holds at most one job per free
 # slot, each with an input of at most nqd's body limit; beyond this the
 # channel is closed (1009) and opened again.
@@ -30,7 +38,7 @@ class Refused(Exception):
     401 and 403 are AuthErrors instead."""
 
     def __init__(self, response: Response) -> None:
-        super().__init__(f"the worker channel's upgrade was answered {response.status}: {response.error_message()}")
+        super().__init__(f"the worker channel's upgrade was answered {response.status} {_status_text(response.status)}")
         self.response = response
 
     @property
@@ -40,15 +48,17 @@ class Refused(Exception):
 
 
 def channel_url(base: str) -> str:
+    """The channel's ws:// (or wss://) URL on nqd's http:// (or https://) base."""
     u = urlsplit(base.rstrip("/"))
-    return urlunsplit((u.scheme, u.netloc, u.path + "/api/_workers/channel", "", ""))
+    scheme = "wss" if u.scheme == "https" else "ws"
+    return urlunsplit((scheme, u.netloc, u.path + "/api/_workers/channel", "", ""))
 
 
 class Channel:
     """An open, welcomed channel. Requests are answered in any order by
     their ref; offers go to the worker's on_offer as they come."""
 
-    def __init__(self, ws: _ws.WebSocket, on_offer: Callable[[list[dict[str, Any]], Channel], None]) -> None:
+    def __init__(self, ws: WebSocketClientProtocol, on_offer: Callable[[list[dict[str, Any]], Channel], None]) -> None:
         self.ws = ws
         self.welcome: dict[str, Any] = {}
         self.restart = False  # nqd said it shuts down: open again at once
@@ -57,6 +67,8 @@ class Channel:
         self._seq = 0
         self.closed = asyncio.Event()
         self._reader: asyncio.Task[None] | None = None
+        # The frames tell() sends, until the socket took them.
+        self._telling: set[asyncio.Task[None]] = set()
 
     def _start(self, welcome: dict[str, Any]) -> None:
         self.welcome = welcome
@@ -87,9 +99,9 @@ class Channel:
         fut: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         self._pending[ref] = (fut, on_answer)
         try:
-            self.ws.send_nowait(json.dumps({"type": call, "ref": ref, "queue": queue, "jobId": job_id, **body}, separators=(",", ":")))
+            await self.ws.send(json.dumps({"type": call, "ref": ref, "queue": queue, "jobId": job_id, **body}, separators=(",", ":")))
             return await asyncio.wait_for(asyncio.shield(fut), timeout)
-        except _ws.Closed as e:
+        except ConnectionClosed as e:
             raise TransportError(f"the worker channel closed: {e}") from None
         except asyncio.TimeoutError:
             raise TransportError(f"no answer on the worker channel within {timeout:g}s") from None
@@ -100,14 +112,21 @@ class Channel:
         """Sends a frame that has no answer (slots, pause); nothing once the
         channel is closed."""
         if self.live:
-            try:
-                self.ws.send_nowait(json.dumps(frame, separators=(",", ":")))
-            except _ws.Closed:
-                pass
+            task = asyncio.create_task(self._tell(json.dumps(frame, separators=(",", ":"))))
+            self._telling.add(task)
+            task.add_done_callback(self._telling.discard)
+
+    async def _tell(self, text: str) -> None:
+        try:
+            await self.ws.send(text)
+        except ConnectionClosed:
+            pass  # the channel's end is the reader's to note
 
     async def close(self) -> None:
         """Closes the channel (1000: the worker is done) and waits for it."""
-        await self.ws.close(_ws.NORMAL)
+        if self._telling:
+            await asyncio.gather(*self._telling, return_exceptions=True)
+        await self.ws.close(1000)
         if self._reader is not None:
             self._reader.cancel()
             await asyncio.gather(self._reader, return_exceptions=True)
@@ -123,6 +142,8 @@ class Channel:
         try:
             while True:
                 text = await self.ws.recv()
+                if not isinstance(text, str):
+                    continue  # the channel speaks text only
                 try:
                     f = json.loads(text)
                 except ValueError:
@@ -130,7 +151,7 @@ class Channel:
                     continue
                 if isinstance(f, dict):
                     self._frame(f)
-        except _ws.Closed as e:
+        except ConnectionClosed as e:
             log.debug("the worker channel closed: %s", e)
         finally:
             self._closed()
@@ -173,43 +194,68 @@ def _error_response(f: dict[str, Any]) -> Response:
 
 async def open_channel(
     base: str,
-    token: str | None,
+    headers: dict[str, str],
     hello: Callable[[Channel], dict[str, Any]],
     on_offer: Callable[[list[dict[str, Any]], Channel], None],
 ) -> Channel:
-    """Opens the channel and says hello; hello(channel) is asked for the
+    """Opens the channel with headers on the upgrade (the token's and the
+    Nqd-Worker-* ones) and says hello; hello(channel) is asked for the
     hello once the upgrade is done, so that the slots it gives are those
-    free as it is sent. Raises Refused or AuthError for an upgrade answered with an HTTP
-    status, NqdError when nqd refuses the hello, TransportError when nqd
-    cannot be reached or the channel breaks before its welcome."""
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    free as it is sent. Raises Refused or AuthError for an upgrade answered
+    with an HTTP status, NqdError when nqd refuses the hello,
+    TransportError when nqd cannot be reached or the channel breaks before
+    its welcome."""
     try:
-        ws = await _ws.connect(channel_url(base), headers, timeout=_OPEN_TIMEOUT, max_message=_MAX_MESSAGE)
-    except _ws.UpgradeRefused as e:
-        resp = Response(e.status, e.headers, e.body)
-        if e.status in (401, 403):
-            raise AuthError(e.status, resp.error_message()) from None
+        ws = await connect(
+            channel_url(base),
+            extra_headers=headers,
+            open_timeout=_OPEN_TIMEOUT,
+            close_timeout=_CLOSE_TIMEOUT,
+            max_size=_MAX_MESSAGE,
+            # Job data is JSON the worker's own network carries; deflating
+            # each frame costs both sides more CPU than it saves there.
+            compression=None,
+        )
+    except InvalidStatusCode as e:
+        resp = Response(e.status_code, {k.lower(): v for k, v in e.headers.raw_items()}, b"")
+        if e.status_code in (401, 403):
+            raise AuthError(e.status_code, _status_text(e.status_code)) from None
         raise Refused(resp) from None
+    except asyncio.TimeoutError:
+        raise TransportError(f"the worker channel did not open within {_OPEN_TIMEOUT:g}s") from None
+    except (OSError, InvalidHandshake, InvalidURI) as e:
+        raise TransportError(f"the worker channel did not open: {type(e).__name__}: {e}") from None
     ch = Channel(ws, on_offer)
     try:
         await ws.send(json.dumps({"type": "hello", **hello(ch)}, separators=(",", ":")))
         text = await asyncio.wait_for(ws.recv(), _OPEN_TIMEOUT)
-    except (_ws.Closed, asyncio.TimeoutError) as e:
+    except (ConnectionClosed, asyncio.TimeoutError) as e:
         await ws.close()
         raise TransportError(f"the worker channel broke before its welcome: {e or type(e).__name__}") from None
     except BaseException:
-        ws.abort()  # cancelled: the worker stops
+        ws.transport.abort()  # cancelled: the worker stops
         raise
-    try:
-        f = json.loads(text)
-    except ValueError:
-        f = None
+    f: Any = None
+    if isinstance(text, str):
+        try:
+            f = json.loads(text)
+        except ValueError:
+            pass
     if not isinstance(f, dict) or f.get("type") not in ("welcome", "error"):
-        await ws.close(_ws.PROTOCOL_ERROR)
-        raise TransportError(f"the worker channel's first frame is not a welcome: {text[:100]}")
+        await ws.close(1002)
+        raise TransportError(f"the worker channel's first frame is not a welcome: {text[:100]!r}")
     if f["type"] == "error":
-        await ws.close(_ws.POLICY)
+        await ws.close(1008)
         resp = _error_response(f)
         raise NqdError(resp.status, f"nqd refused the channel's hello: {resp.error_message()}", resp.error_fields())
     ch._start(f)
     return ch
+
+
+def _status_text(status: int) -> str:
+    """The reason phrase of an HTTP status: the body of a refused upgrade is
+    not read."""
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return f"HTTP {status}"

@@ -583,8 +583,11 @@ class Worker:
         upgrade, and the worker claims over HTTP instead."""
         assert self._stop is not None
         backoff = Backoff(self.retry_base, self.retry_cap)
+        # The upgrade carries what every HTTP call does: the token and the
+        # Nqd-Worker-* headers.
+        headers = {**self._self, **({"Authorization": f"Bearer {self.token}"} if self.token else {})}
         while not self._stop.is_set():
-            opening = asyncio.create_task(open_channel(self.url, self.token, lambda c: self._hello(c, queues), self._offered))
+            opening = asyncio.create_task(open_channel(self.url, headers, lambda c: self._hello(c, queues), self._offered))
             await asyncio.wait({opening, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
             if not opening.done():
                 opening.cancel()
