@@ -10,6 +10,7 @@ import secrets
 import socket
 import sys
 from importlib import metadata
+from pathlib import Path
 
 
 def _id_part(s: str, n: int) -> str:
@@ -19,6 +20,19 @@ def _id_part(s: str, n: int) -> str:
 
 
 def _sdk_version() -> str:
+    """This package's version: that of the pyproject.toml beside it when it
+    runs from its source tree (which no install's metadata describes), else
+    that of the installed package."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+
+        try:
+            with (Path(__file__).resolve().parent.parent / "pyproject.toml").open("rb") as f:
+                project = tomllib.load(f).get("project")
+            if isinstance(project, dict) and project.get("name") == "nqd-worker" and isinstance(project.get("version"), str):
+                return str(project["version"])
+        except (OSError, ValueError):  # none there, or not TOML
+            pass
     try:
         return metadata.version("nqd-worker")
     except metadata.PackageNotFoundError:

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import tomllib
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -34,6 +35,12 @@ def nqd_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("bin") / "nqd"
     subprocess.run([go, "build", "-o", str(out), "./cmd/server"], cwd=REPO, check=True)
     return out
+
+
+def sdk_version() -> str:
+    """The version the SDK's packaging metadata gives, the one place it is kept."""
+    with (SDK / "pyproject.toml").open("rb") as f:
+        return str(tomllib.load(f)["project"]["version"])
 
 
 def free_port() -> int:

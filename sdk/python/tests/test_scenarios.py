@@ -11,7 +11,7 @@ import time
 from typing import Any, Callable
 
 import pytest
-from conftest import Nqd
+from conftest import Nqd, sdk_version
 from helpers import Running, retried_by_another_worker, wait_for
 
 from nqd_worker import AuthError, Context, NqdError, PermanentError, SyncContext, Worker
@@ -610,7 +610,7 @@ def test_worker_is_listed(nqd: Nqd, transport: str) -> None:
     got = listed[0]
     assert (got["sdk"], got["transport"], got["status"], got["concurrency"]) == ("python", transport, "active", 3)
     assert got["queues"] == [a, b]
-    assert got["host"] and got["version"]
+    assert got["host"] and got["version"] == sdk_version()
     # It said goodbye (over the channel, by closing it): nqd shows it left.
     wait_for(
         "the worker left",
