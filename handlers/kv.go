@@ -2,11 +2,13 @@ package handlers
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/store"
 )
@@ -84,6 +86,17 @@ func kvKey(r *http.Request) (string, error) {
 	return key, nil
 }
 
+// kvWriteKey is kvKey for a write, which may not touch nqd's own records.
+func kvWriteKey(r *http.Request) (string, error) {
+	key, err := kvKey(r)
+	if err == nil && store.ReservedKVKey(key) {
+		err = &nqd.Error{Code: nqd.CodeForbidden, Message: fmt.Sprintf(
+			"Keys starting with %q are nqd's own records (the sweeper's lease, the worker registry): the KV routes read them but do not write them.",
+			store.ReservedKVPrefix)}
+	}
+	return key, err
+}
+
 func (a *API) getKV(w http.ResponseWriter, r *http.Request) error {
 	key, err := kvKey(r)
 	if err != nil {
@@ -116,7 +129,7 @@ func (a *API) getKVField(w http.ResponseWriter, r *http.Request) error {
 
 // putKV replaces the record; ttlMs 0 or absent keeps it until deleted.
 func (a *API) putKV(w http.ResponseWriter, r *http.Request) error {
-	key, err := kvKey(r)
+	key, err := kvWriteKey(r)
 	if err != nil {
 		return err
 	}
@@ -133,7 +146,7 @@ func (a *API) putKV(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *API) deleteKV(w http.ResponseWriter, r *http.Request) error {
-	key, err := kvKey(r)
+	key, err := kvWriteKey(r)
 	if err == nil {
 		err = a.kv.Delete(r.Context(), key)
 	}
@@ -147,7 +160,7 @@ func (a *API) deleteKV(w http.ResponseWriter, r *http.Request) error {
 // setKVFields writes some fields, keeping the others and the TTL; it creates
 // the record if there is none.
 func (a *API) setKVFields(w http.ResponseWriter, r *http.Request) error {
-	key, err := kvKey(r)
+	key, err := kvWriteKey(r)
 	if err != nil {
 		return err
 	}
@@ -166,7 +179,7 @@ func (a *API) setKVFields(w http.ResponseWriter, r *http.Request) error {
 // casKV answers 409 when the condition does not hold and 404 when there is
 // no record.
 func (a *API) casKV(w http.ResponseWriter, r *http.Request) error {
-	key, err := kvKey(r)
+	key, err := kvWriteKey(r)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/auth"
 	"github.com/nqd-dev/nqd/handlers"
+	"github.com/nqd-dev/nqd/sweeper"
 )
 
 // withKV serves the KV routes from the test's embedded store.
@@ -253,4 +254,40 @@ func TestKVScopes(t *testing.T) {
 		wantStatus(t, api.do(t, as(readTok, get(target))), http.StatusOK)
 	}
 	wantStatus(t, api.do(t, as(writeTok, writes[3])), http.StatusNoContent)
+}
+
+// TestKVReservedKeys: nqd's own records (the sweeper's lease, the worker
+// registry's) can be read through the KV routes but not written or deleted,
+// so no token can forge a lease or a worker.
+func TestKVReservedKeys(t *testing.T) {
+	api := newTestAPI(t, withKV)
+	kv := api.store.(handlers.KV)
+	lease := sweeper.LeaseKey
+	if _, err := kv.Put(t.Context(), lease, map[string]string{"holder": "instance-1"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	rec := "/api/_kv/" + lease
+	for _, r := range []request{
+		kvReq(http.MethodPut, rec, `{"fields":{"holder":"forged"}}`),
+		post(rec+"/fields", `{"fields":{"holder":"forged"}}`),
+		post(rec+"/cas", `{"field":"holder","expected":"instance-1","set":{"holder":"forged"}}`),
+		kvReq(http.MethodDelete, rec, ""),
+		kvReq(http.MethodPut, "/api/_kv/nqd.worker.w1", `{"fields":{"queues":"q"}}`),
+	} {
+		res := api.do(t, r)
+		wantStatus(t, res, http.StatusForbidden)
+		if e := decode[errorBody](t, res); e.Error.Code != nqd.CodeForbidden || !strings.Contains(e.Error.Message, `"nqd."`) {
+			t.Errorf("%s %s: %+v, want forbidden naming the prefix", r.method, r.target, e.Error)
+		}
+	}
+	got := decode[kvRecordBody](t, api.do(t, get(rec)))
+	if got.Fields["holder"] != "instance-1" || got.Version != 1 {
+		t.Errorf("the lease after refused writes: %+v", got)
+	}
+	wantStatus(t, api.do(t, get("/api/_kv?prefix=nqd.")), http.StatusOK)
+	wantStatus(t, api.do(t, get("/api/_kv/nqd.worker.w1")), http.StatusNotFound)
+	// Only the prefix with its dot is reserved.
+	for _, key := range []string{"nqd", "nqdx.lease", "app.nqd.lease"} {
+		wantStatus(t, api.do(t, kvReq(http.MethodPut, "/api/_kv/"+key, `{"fields":{"a":"1"}}`)), http.StatusOK)
+	}
 }

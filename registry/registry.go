@@ -82,8 +82,9 @@ const (
 	MaxConcurrency = 100000
 )
 
-// kvPrefix starts every worker's KV record key.
-const kvPrefix = "nqd.worker."
+// kvPrefix starts every worker's KV record key: nqd's own, which the
+// public KV routes cannot write.
+const kvPrefix = store.ReservedKVPrefix + "worker."
 
 // Hello is what a worker says of itself when it arrives.
 type Hello struct {

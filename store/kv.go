@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nqd-dev/nqd/event"
@@ -169,6 +170,14 @@ func FieldOf(ctx context.Context, get func(context.Context, string) (Record, err
 	}
 	return v, nil
 }
+
+// ReservedKVPrefix starts the keys of nqd's own records, such as the
+// sweeper's lease and the worker registry's records. nqd writes them through
+// the store; the public KV routes refuse to, so that no token can forge them.
+const ReservedKVPrefix = "nqd."
+
+// ReservedKVKey reports whether key is one of nqd's own (ReservedKVPrefix).
+func ReservedKVKey(key string) bool { return strings.HasPrefix(key, ReservedKVPrefix) }
 
 // ValidKVKey reports whether key may name a record. Keys follow the context
 // id rule of event/names.go (dots separate segments, as in

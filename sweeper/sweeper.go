@@ -27,7 +27,7 @@ import (
 )
 
 // LeaseKey is the KV record that says which instance sweeps.
-const LeaseKey = "nqd.sweeper.lease"
+const LeaseKey = store.ReservedKVPrefix + "sweeper.lease"
 
 // Engine is what the sweeper needs of the flow engine.
 type Engine interface {
