@@ -98,9 +98,16 @@ class Channel:
         ref = str(self._seq)
         fut: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         self._pending[ref] = (fut, on_answer)
+        text = json.dumps({"type": call, "ref": ref, "queue": queue, "jobId": job_id, **body}, separators=(",", ":"))
+
+        async def exchange() -> Response:
+            # The send waits while the socket's buffer is full (nqd reads
+            # no more while it works on maxInFlight requests), within timeout.
+            await self.ws.send(text)
+            return await asyncio.shield(fut)
+
         try:
-            await self.ws.send(json.dumps({"type": call, "ref": ref, "queue": queue, "jobId": job_id, **body}, separators=(",", ":")))
-            return await asyncio.wait_for(asyncio.shield(fut), timeout)
+            return await asyncio.wait_for(exchange(), timeout)
         except ConnectionClosed as e:
             raise TransportError(f"the worker channel closed: {e}") from None
         except asyncio.TimeoutError:
