@@ -193,7 +193,7 @@ type API struct {
 	channels      ChannelObserver
 	// flowStats and queueCounts feed the sockets' live stats and counts.
 	flowStats    *watch[flowMeta]
-	queueCounts  *watch[engine.QueueCounts]
+	queueCounts  *watch[queueView]
 	triggerStats *watch[string]
 	triggerList  TriggerLister
 	engine       *engine.Engine

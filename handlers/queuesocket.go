@@ -33,10 +33,20 @@ type queueReply struct {
 	QueueName string `json:"queueName"`
 }
 
+// countsMessage is the v0.5 shape plus, beside counts (which the UI shows
+// key by key), nqd's workers and unserved, as in the HTTP queue list.
 type countsMessage struct {
 	Type      string     `json:"type"`
 	QueueName string     `json:"queueName"`
 	Counts    countsBody `json:"counts"`
+	served
+}
+
+// queueView is what the socket shows of a queue: its counts and its
+// workers. A change of either sends fresh counts.
+type queueView struct {
+	counts engine.QueueCounts
+	served served
 }
 
 // queueEvent is a live queue event. nqd tells a queue's changes from its
@@ -97,28 +107,29 @@ func (s *queueSession) Message(typ string, raw []byte) bool {
 // of its counts, an event per state that gained jobs (waiting, active,
 // completed, failed) and the new counts.
 func (s *queueSession) followQueue(name string) *subscription {
-	var sent *engine.QueueCounts
-	return s.api.queueCounts.each(s.socketClient, func(snap map[string]engine.QueueCounts) bool {
-		c := snap[name] // an unknown queue is empty
+	var sent *queueView
+	return s.api.queueCounts.each(s.socketClient, func(snap map[string]queueView) bool {
+		v := snap[name] // an unknown queue is empty
 		if sent == nil {
-			if s.sendCounts(name, c) != nil {
+			if s.sendCounts(name, v) != nil {
 				return false
 			}
 			_ = s.conn.Send(queueReply{Type: "subscribed", QueueName: name})
-			sent = &c
+			sent = &v
 			return true
 		}
-		if c == *sent {
+		if v == *sent {
 			return true
 		}
+		c, then := v.counts, sent.counts
 		for _, e := range []struct {
 			typ       string
 			now, then int64
 		}{
-			{"waiting", c.Waiting, sent.Waiting},
-			{"active", c.Active, sent.Active},
-			{"completed", c.Completed, sent.Completed},
-			{"failed", c.Failed, sent.Failed},
+			{"waiting", c.Waiting, then.Waiting},
+			{"active", c.Active, then.Active},
+			{"completed", c.Completed, then.Completed},
+			{"failed", c.Failed, then.Failed},
 		} {
 			if e.now > e.then {
 				if s.conn.Send(queueEvent{Type: "event", QueueName: name, Event: queueEventBody{EventType: e.typ}}) != nil {
@@ -126,16 +137,16 @@ func (s *queueSession) followQueue(name string) *subscription {
 				}
 			}
 		}
-		if s.sendCounts(name, c) != nil {
+		if s.sendCounts(name, v) != nil {
 			return false
 		}
-		*sent = c
+		*sent = v
 		return true
 	})
 }
 
-func (s *queueSession) sendCounts(name string, c engine.QueueCounts) error {
-	return s.conn.Send(countsMessage{Type: "counts", QueueName: name, Counts: toCounts(c)})
+func (s *queueSession) sendCounts(name string, v queueView) error {
+	return s.conn.Send(countsMessage{Type: "counts", QueueName: name, Counts: toCounts(v.counts), served: v.served})
 }
 
 func (s *queueSession) Close() {
@@ -144,13 +155,21 @@ func (s *queueSession) Close() {
 	}
 }
 
-// readQueueCounts reads the counts of every queue the flows use.
-func (a *API) readQueueCounts(ctx context.Context) (map[string]engine.QueueCounts, error) {
+// readQueueCounts reads the counts and workers of every queue the flows use,
+// and the workers of queues that have workers but no jobs yet.
+func (a *API) readQueueCounts(ctx context.Context) (map[string]queueView, error) {
 	names, err := a.engine.QueueNames(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string]engine.QueueCounts, len(names))
+	workers, err := a.queueWorkers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]queueView, len(names))
+	for q := range workers {
+		out[q] = queueView{served: servedBy(workers, q, engine.QueueCounts{})}
+	}
 	for _, n := range names {
 		q, err := a.engine.Queue(ctx, n)
 		if errors.Is(err, store.ErrNotFound) {
@@ -159,7 +178,7 @@ func (a *API) readQueueCounts(ctx context.Context) (map[string]engine.QueueCount
 		if err != nil {
 			return nil, err
 		}
-		out[n] = q.Counts
+		out[n] = queueView{counts: q.Counts, served: servedBy(workers, n, q.Counts)}
 	}
 	return out, nil
 }

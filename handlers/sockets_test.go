@@ -21,6 +21,7 @@ import (
 	"github.com/nqd-dev/nqd/internal/pgtest"
 	"github.com/nqd-dev/nqd/internal/redistest"
 	"github.com/nqd-dev/nqd/internal/testkit"
+	"github.com/nqd-dev/nqd/registry"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
 	"github.com/nqd-dev/nqd/store/pgstore"
@@ -606,6 +607,56 @@ func TestQueueSocket(t *testing.T) {
 			ws.expect("pong")
 			ws.send(`{"type":"unsubscribe","queueName":"sq"}`)
 			ws.expect("unsubscribed")
+		})
+	}
+}
+
+// TestQueueSocketWorkers: the counts carry the queue's workers and whether
+// jobs wait with none, as the HTTP queue list does, and a worker arriving
+// sends fresh counts though the counts did not change.
+func TestQueueSocketWorkers(t *testing.T) {
+	for _, backend := range socketBackends {
+		t.Run(backend, func(t *testing.T) {
+			sts := openSocketStores(t, backend, 2)
+			withWorkers := func(st socketStore) func(*handlers.Deps) {
+				return func(d *handlers.Deps) { d.State = newStates(t, st) }
+			}
+			one := startSocketNode(t, sts[0], withWorkers(sts[0]))
+			two := one
+			if len(sts) > 1 {
+				two = startSocketNode(t, sts[1], withWorkers(sts[1]))
+			}
+			reg := registry.New(one.st.(registry.Store), one.st.(registry.KV), registry.Options{Log: testkit.Logger(t)})
+			if _, err := one.engine.Start(t.Context(), "sf", json.RawMessage(`{}`), ""); err != nil {
+				t.Fatal(err)
+			}
+			ws := dialSocket(t, two.url, "/api/_queues/ws", nil)
+			ws.expect("connected")
+			ws.send(`{"type":"subscribe","queueName":"sq"}`)
+			m := ws.expect("counts")
+			if counts, _ := m["counts"].(map[string]any); counts["waiting"] != float64(1) || m["workers"] != float64(0) || m["unserved"] != true {
+				t.Fatalf("counts of a queue with a job and no worker: %v", m)
+			}
+			if _, ok := m["counts"].(map[string]any)["workers"]; ok {
+				t.Fatalf("workers inside counts, which the UI shows key by key: %v", m)
+			}
+			ws.expect("subscribed")
+
+			hello := registry.Hello{ID: "w1", Queues: []string{"sq", "idle"}, Concurrency: 2, Transport: registry.TransportChannel}
+			if err := reg.Arrive(t.Context(), hello); err != nil {
+				t.Fatal(err)
+			}
+			m = ws.expect("counts")
+			if counts, _ := m["counts"].(map[string]any); counts["waiting"] != float64(1) || m["workers"] != float64(1) || m["unserved"] != false {
+				t.Fatalf("counts once a worker serves the queue: %v", m)
+			}
+			// A queue no flow uses yet shows its workers too.
+			ws.send(`{"type":"subscribe","queueName":"idle"}`)
+			m = ws.expect("counts")
+			if m["queueName"] != "idle" || m["workers"] != float64(1) || m["unserved"] != false {
+				t.Fatalf("counts of a queue with a worker and no jobs: %v", m)
+			}
+			ws.expect("subscribed")
 		})
 	}
 }
