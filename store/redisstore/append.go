@@ -103,15 +103,9 @@ func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, 
 	} else {
 		args = append(args, 0, "", "")
 	}
-	reply, err := s.pipe.run(ctx, s.scripts.append, keys, args)
-	if err != nil && mayHaveRun(err) {
-		reply, err = s.resolveAppend(ctx, keys, args, err)
-	}
-	if errors.Is(err, store.ErrOutcomeUnknown) {
-		return store.AppendResult{}, err
-	}
+	reply, err := s.write(ctx, "append", s.scripts.append, keys, args)
 	if err != nil {
-		return store.AppendResult{}, mapErr(ctx, "append", err)
+		return store.AppendResult{}, err
 	}
 	res, err := s.appendResult(c, evs, reply)
 	if token {
@@ -146,23 +140,43 @@ func newToken() string {
 	return "\x00" + hex.EncodeToString(b[:])
 }
 
-// resolveAppend sends the append again, with its idempotency key, until it is
-// answered or ctx (at most maxResolve) ends; then the outcome is unknown.
-func (s *Store) resolveAppend(ctx context.Context, keys []string, args []any, cause error) ([]any, error) {
+// write calls script, a write, and when its reply was lost sends it again
+// (resend). The error is mapped for the caller: a write that may have run
+// but whose outcome could not be learnt is store.ErrOutcomeUnknown.
+func (s *Store) write(ctx context.Context, op string, script *redis.Script, keys []string, args []any) ([]any, error) {
+	reply, err := s.pipe.run(ctx, script, keys, args)
+	if err != nil && mayHaveRun(err) {
+		reply, err = s.resend(ctx, op, script, keys, args, err)
+	}
+	if err != nil && !errors.Is(err, store.ErrOutcomeUnknown) {
+		err = mapErr(ctx, op, err)
+	}
+	return reply, err
+}
+
+// resend sends a write whose reply was lost again, until it is answered or
+// ctx (at most maxResolve) ends; then the outcome is unknown. The reply lost
+// on a primary that failed over, or a replica's acknowledgement that did not
+// come (Options.WaitReplicas), so becomes the true answer. It is only for a
+// script whose second run answers as its first did and writes nothing more:
+// an append under its idempotency key, a claim under its lease (claim_jobs'
+// record), a run update under its record, a heartbeat (which writes the same
+// lease end again).
+func (s *Store) resend(ctx context.Context, op string, script *redis.Script, keys []string, args []any, cause error) ([]any, error) {
 	ctx, cancel := context.WithTimeout(ctx, maxResolve)
 	defer cancel()
-	s.log.Warn().Err(cause).Msg("append: its outcome is not known yet; asking again with its idempotency key")
+	s.log.Warn().Err(cause).Str("op", op).Msg("a write's outcome is not known yet; sending it again, which answers as the first run did")
 	wait := 50 * time.Millisecond
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("redisstore: append: %w: %w", store.ErrOutcomeUnknown, cause)
+			return nil, fmt.Errorf("redisstore: %s: %w: %w", op, store.ErrOutcomeUnknown, cause)
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, time.Second)
 		// Through the pipeline, so that with Options.WaitReplicas the
 		// answer waits for the replicas as the first call did.
-		reply, err := s.pipe.run(ctx, s.scripts.append, keys, args)
+		reply, err := s.pipe.run(ctx, script, keys, args)
 		var rerr redis.Error
 		switch {
 		case err == nil:

@@ -2,7 +2,9 @@ package redisstore
 
 import (
 	"context"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -61,13 +63,17 @@ func decodeJob(v string) (store.Job, error) {
 }
 
 // Claim hands out jobs ready or lease-expired at now (scripts/claim.lua).
-// Errors: store.ErrInvalid, store.ErrUnavailable, store.ErrClosed.
+// A claim whose reply was lost is sent again (see write); the script's
+// record of the jobs the lease took answers it with those jobs, which would
+// otherwise stay leased to nobody until the lease ends. Errors:
+// store.ErrInvalid, store.ErrUnavailable, store.ErrOutcomeUnknown,
+// store.ErrClosed.
 func (s *Store) Claim(ctx context.Context, queues []string, now, leaseUntil int64, lease string, max int) ([]store.Job, error) {
 	if err := s.checkOpen("claim"); err != nil {
 		return nil, err
 	}
-	keys := make([]string, 1, 1+2*len(queues))
-	keys[0] = s.pausedKey()
+	keys := make([]string, 2, 2+2*len(queues))
+	keys[0], keys[1] = s.pausedKey(), s.claimKey(lease)
 	for _, q := range queues {
 		if !event.ValidName(q) {
 			return nil, invalid("claim", "queue %q", q)
@@ -82,11 +88,18 @@ func (s *Store) Claim(ctx context.Context, queues []string, now, leaseUntil int6
 	for _, q := range queues {
 		args = append(args, q)
 	}
-	vals, err := s.pipe.run(ctx, s.scripts.claim, keys, args)
+	vals, err := s.write(ctx, "claim", s.scripts.claim, keys, args)
 	if err != nil {
-		return nil, mapErr(ctx, "claim", err)
+		return nil, err
 	}
 	return decodeClaimed(vals)
+}
+
+// claimKey is where a claim records the jobs lease took: a digest, as the
+// lease is a worker's credential.
+func (s *Store) claimKey(lease string) string {
+	sum := sha256.Sum256([]byte(lease))
+	return s.prefix + ":engine:claims:" + hex.EncodeToString(sum[:16])
 }
 
 // decodeClaimed reads what claim_jobs (scripts/lib.lua) answers: a pair per
@@ -105,9 +118,10 @@ func decodeClaimed(vals []any) ([]store.Job, error) {
 	return out, nil
 }
 
-// Heartbeat extends a held lease (scripts/heartbeat.lua). Errors:
+// Heartbeat extends a held lease (scripts/heartbeat.lua); one whose reply
+// was lost is sent again (see write), writing the same lease end. Errors:
 // store.ErrNotFound, store.ErrConflict, store.ErrInvalid,
-// store.ErrUnavailable, store.ErrClosed.
+// store.ErrUnavailable, store.ErrOutcomeUnknown, store.ErrClosed.
 func (s *Store) Heartbeat(ctx context.Context, ref store.JobAck, leaseUntil int64) (store.Job, error) {
 	if err := s.checkOpen("heartbeat"); err != nil {
 		return store.Job{}, err
@@ -115,9 +129,9 @@ func (s *Store) Heartbeat(ctx context.Context, ref store.JobAck, leaseUntil int6
 	if !event.ValidName(ref.Queue) {
 		return store.Job{}, invalid("heartbeat", "queue %q", ref.Queue)
 	}
-	reply, err := s.pipe.run(ctx, heartbeatScript, []string{s.readyKey(ref.Queue), s.jobsKey(ref.Queue)}, []any{ref.ID, ref.Lease, leaseUntil})
+	reply, err := s.write(ctx, "heartbeat", heartbeatScript, []string{s.readyKey(ref.Queue), s.jobsKey(ref.Queue)}, []any{ref.ID, ref.Lease, leaseUntil})
 	if err != nil {
-		return store.Job{}, mapErr(ctx, "heartbeat", err)
+		return store.Job{}, err
 	}
 	switch code, _ := reply[0].(int64); code {
 	case 1:

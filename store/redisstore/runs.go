@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha1"
 	_ "embed"
 	"encoding/hex"
@@ -77,8 +78,12 @@ func decodeMeta(flow, run string, h map[string]string) (store.RunMeta, error) {
 	return m, nil
 }
 
-// UpdateRun applies u in one script (scripts/run_update.lua). Errors:
-// store.ErrConflict, store.ErrInvalid, store.ErrUnavailable, store.ErrClosed.
+// UpdateRun applies u in one script (scripts/run_update.lua). The update
+// records its answer under a token of its own for tokenWindow, so one whose
+// reply was lost is sent again (see write) and answered as the first run
+// was, with the jobs it claimed, rather than refused for the version it
+// wrote itself. Errors: store.ErrConflict, store.ErrInvalid,
+// store.ErrUnavailable, store.ErrOutcomeUnknown, store.ErrClosed.
 func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendResult, error) {
 	if err := s.checkOpen("update run"); err != nil {
 		return store.AppendResult{}, err
@@ -207,10 +212,11 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 	} else {
 		args = append(args, 0)
 	}
+	args = append(args, tokenWindow.Milliseconds(), keyAt(s.newUpdateKey()))
 
-	reply, err := s.pipe.run(ctx, s.scripts.runUpdate, keys, args)
+	reply, err := s.write(ctx, "update run", s.scripts.runUpdate, keys, args)
 	if err != nil {
-		return store.AppendResult{}, mapWriteErr(ctx, "update run", err)
+		return store.AppendResult{}, err
 	}
 	if code, _ := reply[0].(int64); code != 0 {
 		reason, _ := reply[1].(string)
@@ -342,4 +348,12 @@ func (s *Store) DeleteRuns(ctx context.Context, flow string) (int, error) {
 		return 0, mapErr(ctx, "delete runs", err)
 	}
 	return len(runs), nil
+}
+
+// newUpdateKey is where a run update records its answer: a token of its own,
+// new for each UpdateRun call and the same for each time it is sent.
+func (s *Store) newUpdateKey() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return s.prefix + ":engine:updates:" + hex.EncodeToString(b[:])
 }

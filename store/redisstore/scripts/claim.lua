@@ -2,7 +2,10 @@
 -- new lease (claim_jobs, from lib.lua).
 --
 -- KEYS[1]     <p>:engine:queues:paused, the set of paused queue names
--- KEYS[2..]   pairs, one per queue in the order asked: <p>:queue:<q>:ready,
+-- KEYS[2]     <p>:engine:claims:<digest of the lease>, the claim's record
+--             (see claim_jobs): a claim sent again after its answer was lost
+--             answers the jobs the first took
+-- KEYS[3..]   pairs, one per queue in the order asked: <p>:queue:<q>:ready,
 --             <p>:queue:<q>:jobs
 -- ARGV[1]     now (epoch ms)
 -- ARGV[2]     leaseUntil (epoch ms)
@@ -17,7 +20,7 @@
 -- over from an expired lease, else 0.
 
 local queues = {}
-for q = 2, #KEYS, 2 do
-  queues[#queues + 1] = {KEYS[q], KEYS[q + 1], ARGV[4 + q / 2]}
+for q = 3, #KEYS, 2 do
+  queues[#queues + 1] = {KEYS[q], KEYS[q + 1], ARGV[4 + (q - 1) / 2]}
 end
-return claim_jobs(KEYS[1], queues, ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]))
+return claim_jobs(KEYS[1], queues, ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), KEYS[2])

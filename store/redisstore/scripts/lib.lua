@@ -85,9 +85,27 @@ end
 -- "<attempt> <score> <leaseUntil> <lease>\n<job JSON>". Returns a pair per
 -- claimed job: its new value, and 1 when it was taken over from an expired
 -- lease, else 0.
-local function claim_jobs(paused, queues, now, until_, lease, max)
+--
+-- With record (a key; false for none) the claim is remembered there until
+-- its lease ends, and a claim under the same record finds it: the same call
+-- sent again after its answer was lost answers the jobs the first took, as
+-- far as the lease still holds them, and claims nothing more. A claim that
+-- took nothing leaves no record: sent again, it claims afresh.
+local function claim_jobs(paused, queues, now, until_, lease, max, record)
   local out = {}
-  for _, q in ipairs(queues) do
+  if record and redis.call('EXISTS', record) == 1 then
+    local taken = redis.call('LRANGE', record, 0, -1)
+    for i = 1, #taken, 3 do
+      local q = queues[tonumber(taken[i])]
+      local v = q and redis.call('HGET', q[2], taken[i + 1])
+      if v and string.match(v, '^%S+ %S+ %S+ ([^\n]*)\n') == lease then
+        out[#out + 1] = v
+        out[#out + 1] = tonumber(taken[i + 2])
+      end
+    end
+    return out
+  end
+  for qi, q in ipairs(queues) do
     if #out / 2 >= max then break end
     local ready, jobs = q[1], q[2]
     local ids = {}
@@ -108,8 +126,12 @@ local function claim_jobs(paused, queues, now, until_, lease, max)
         redis.call('ZADD', ready, until_, id)
         out[#out + 1] = v
         out[#out + 1] = held ~= '' and 1 or 0
+        if record then redis.call('RPUSH', record, qi, id, out[#out]) end
       end
     end
+  end
+  if record and #out > 0 then
+    redis.call('PEXPIRE', record, math.max(tonumber(until_) - tonumber(now), 1))
   end
   return out
 end

@@ -46,6 +46,10 @@
 --   the most jobs to claim after the rest ("0": no claim), then now, the
 --   lease's end, the lease, the position of the paused queues, k, and k
 --   queues to claim from: ready position, jobs position, name.
+--   last, the record's window in ms and the position in KEYS of the
+--   update's record (<p>:engine:updates:<token>; "0": none): an update sent
+--   again after its answer was lost finds the record and answers what the
+--   first answered, writing nothing.
 --
 -- A job's value is "<attempt> <score> <leaseUntil> <lease>\n<job JSON>"; a
 -- job enqueued claimed is scored, as claim.lua scores it, by its lease's end.
@@ -58,6 +62,13 @@ local a = 0
 local function arg()
   a = a + 1
   return ARGV[a]
+end
+
+local record = tonumber(ARGV[#ARGV])
+record = record > 0 and KEYS[record]
+if record then
+  local done = redis.call('GET', record)
+  if done then return cmsgpack.unpack(done) end
 end
 
 local channel, member, maxlen = arg(), arg(), tonumber(arg())
@@ -175,8 +186,9 @@ if claimMax > 0 then
   for i = 1, tonumber(arg()) do
     queues[i] = {KEYS[tonumber(arg())], KEYS[tonumber(arg())], arg()}
   end
-  claimed = claim_jobs(KEYS[pausedAt], queues, now, until_, lease, claimMax)
+  claimed = claim_jobs(KEYS[pausedAt], queues, now, until_, lease, claimMax, false)
 end
 table.insert(out, 1, 0)
 if claimed then out[#out + 1] = claimed end
+if record then redis.call('SET', record, cmsgpack.pack(out), 'PX', arg()) end
 return out
