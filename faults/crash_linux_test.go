@@ -16,9 +16,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/nqd-dev/nqd/internal/pgtest"
 	"github.com/nqd-dev/nqd/internal/redistest"
 	"github.com/nqd-dev/nqd/internal/spawn"
+	"github.com/nqd-dev/nqd/wiring"
 )
 
 var (
@@ -27,8 +30,12 @@ var (
 	buildErr  error
 )
 
-// TestMain removes the nqd binary the crash tests build.
+// TestMain routes go-redis's own log through zerolog, as nqd's main does,
+// so that the dial failures of a Redis a test stopped stay out of the
+// output (RouteRedisLog logs them at debug level), and removes the nqd binary the
+// crash tests build.
 func TestMain(m *testing.M) {
+	wiring.RouteRedisLog(zerolog.New(os.Stderr).Level(zerolog.InfoLevel))
 	code := m.Run()
 	if binPath != "" {
 		_ = os.RemoveAll(filepath.Dir(binPath))
