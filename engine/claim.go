@@ -110,12 +110,33 @@ func (e *Engine) handOut(ctx context.Context, jobs []store.Job) ([]store.Job, er
 			return nil, err
 		}
 		if ok {
+			j = e.renewLate(ctx, j)
 			e.opts.Observer.Claimed(j)
 			e.recent.claimed(j)
 			out = append(out, j)
 		}
 	}
 	return out, nil
+}
+
+// renewLate extends the lease of a job whose claim was answered late: its
+// lease started when the claim was sent, and a claim whose reply a failover
+// lost is answered only once the store has sent it again, seconds later.
+// With less than half of the lease left, the worker would have too little
+// of it before its first heartbeat. A failed extension leaves the job as
+// claimed: its lease still holds until it ends.
+func (e *Engine) renewLate(ctx context.Context, j store.Job) store.Job {
+	now, lease := e.nowMS(), e.opts.Lease.Milliseconds()
+	if j.LeaseUntil-now >= lease/2 {
+		return j
+	}
+	renewed, err := e.st.Heartbeat(ctx, store.JobAck{Queue: j.Queue, ID: j.ID, Lease: j.Lease}, now+lease)
+	if err != nil {
+		e.log.Warn().Err(err).Str("job", j.ID).Msg("a late claim's lease could not be extended")
+		return j
+	}
+	j.LeaseUntil = renewed.LeaseUntil
+	return j
 }
 
 // closed reports whether ch is closed.

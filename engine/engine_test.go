@@ -333,6 +333,47 @@ func TestLeaseExpiryRedelivers(t *testing.T) {
 	})
 }
 
+// slowClaims is a store whose claims are answered late: the clock moves on
+// by delay while each runs, as when a failover made the store send a claim
+// again.
+type slowClaims struct {
+	engine.Store
+	clock *testkit.Clock
+	delay time.Duration
+}
+
+func (s slowClaims) Claim(ctx context.Context, queues []string, now, leaseUntil int64, lease string, max int) ([]store.Job, error) {
+	jobs, err := s.Store.Claim(ctx, queues, now, leaseUntil, lease, max)
+	s.clock.Add(s.delay)
+	return jobs, err
+}
+
+// TestLateClaimRenewsLease: a job whose claim was answered with less than
+// half of its lease left is handed out with a whole lease.
+func TestLateClaimRenewsLease(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, st engine.Store) {
+		ctx := t.Context()
+		c := testkit.NewClock(time.UnixMilli(1_700_000_000_000))
+		e := newEngine(t, slowClaims{Store: st, clock: c, delay: 8 * time.Second}, c)
+		mustDefine(t, e, "example-flow", "example-flow")
+		if _, err := e.Start(ctx, "example-flow", nil, ""); err != nil {
+			t.Fatal(err)
+		}
+		jobs, err := e.Claim(ctx, []string{"default"}, 1, 0)
+		if err != nil || len(jobs) != 1 {
+			t.Fatal(jobs, err)
+		}
+		want := c.Now().Add(10 * time.Second).UnixMilli()
+		if jobs[0].LeaseUntil != want {
+			t.Errorf("handed out with its lease until %d, want %d (a whole lease from now)", jobs[0].LeaseUntil, want)
+		}
+		stored, err := st.Job(ctx, store.JobRef{Queue: "default", ID: jobs[0].ID})
+		if err != nil || stored.LeaseUntil != want || stored.Lease != jobs[0].Lease {
+			t.Errorf("stored job = %+v, %v; want it held by the same lease until %d", stored, err, want)
+		}
+	})
+}
+
 func TestIdempotentStart(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, st engine.Store) {
 		c := testkit.NewClock(time.UnixMilli(1_700_000_000_000))
