@@ -79,10 +79,10 @@ func clusterUnderLoad(t *testing.T, replicas int, reshard bool) failoverResult {
 		prefix = cl.LowSlotTag(t, "nqr", reshardSlots)
 	}
 	base := startAppOn(t, "-redis-url", cl.URL(), "-prefix", prefix, "-redis-wait-replicas", strconv.Itoa(replicas), "-flows-dir", "../examples/flows",
-		// A claim whose answer the failover lost and could not be asked
-		// again leaves its job leased until the lease ends; a short one
-		// keeps the test short.
-		"-job-lease", "3s")
+		// Longer than the failover (2-3s), as a lease must be for a
+		// worker's reports to outlast it; short enough that a job left
+		// leased to nobody would end its run within the test.
+		"-job-lease", "10s")
 	startDemoWorker(t, base)
 	starter := newStarter(base, "pipeline")
 	go starter.run()
