@@ -150,6 +150,9 @@ type welcomeFrame struct {
 	HeartbeatMs   int64  `json:"heartbeatMs"`
 	MaxFrameBytes int64  `json:"maxFrameBytes"`
 	MaxInFlight   int    `json:"maxInFlight"`
+	// NextInAck says that a complete frame may carry nextInAck: a worker
+	// of an nqd without it sends none, which that nqd would refuse.
+	NextInAck bool `json:"nextInAck"`
 }
 
 // jobFrame is what every request frame has besides its call's body.
@@ -175,6 +178,10 @@ type completeFrame struct {
 	jobFrame
 	completeRequest
 	Next bool `json:"next"`
+	// NextInAck, with Next, has the slot's next job come in the ack's body
+	// (completeBody, as the HTTP completion's claim answers) rather than in
+	// an offer after it: one frame where there were two.
+	NextInAck bool `json:"nextInAck"`
 }
 
 type failFrame struct {
@@ -309,7 +316,7 @@ func (c *workerChannel) helloed(raw []byte) {
 	c.log = c.api.log.With().Str("worker", h.ID).Logger()
 	lease := c.api.jobLease
 	c.send("welcome", welcomeFrame{Type: "welcome", LeaseMs: lease.Milliseconds(), HeartbeatMs: (lease / 3).Milliseconds(),
-		MaxFrameBytes: c.api.limits.MaxBodyBytes + channelFrameSlack, MaxInFlight: maxChannelInFlight})
+		MaxFrameBytes: c.api.limits.MaxBodyBytes + channelFrameSlack, MaxInFlight: maxChannelInFlight, NextInAck: true})
 	if reg := c.api.workers; reg != nil {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.conn.Context()), registryTimeout)
 		if err := reg.Arrive(ctx, h); err != nil {
@@ -323,11 +330,14 @@ func (c *workerChannel) helloed(raw []byte) {
 
 // answer is what a request frame is answered with: the HTTP call's body,
 // and jobs to offer right after it, or with next a slot that waits for its
-// next job after it (nextJob).
+// next job after it (nextJob). With inAck (a complete frame's nextInAck)
+// the jobs, or the slot's wait for its next job, come first, and the jobs
+// go in the ack's body (completeBody) rather than in an offer.
 type answer struct {
 	body  any
 	offer []store.Job
 	next  bool
+	inAck bool
 }
 
 // request runs one request frame in a goroutine of its own once fewer than
@@ -364,15 +374,31 @@ func (c *workerChannel) request(raw []byte, do func(ctx context.Context, raw []b
 			c.answerError(ref, err)
 			return
 		}
+		if ans.inAck {
+			if ans.next {
+				release()
+				ans.offer = c.nextJob()
+			}
+			if ans.offer == nil {
+				ans.offer = []store.Job{}
+			}
+			ans.body = completeBody{Status: "ok", Jobs: ans.offer}
+		}
 		if !c.send("ack", ackFrame{Type: "ack", Ref: ref, Body: ans.body}) {
 			return
 		}
-		if len(ans.offer) > 0 {
+		switch {
+		case len(ans.offer) == 0:
+		case ans.inAck:
+			c.api.channels.Offered(len(ans.offer))
+		default:
 			c.offer(ans.offer)
 		}
-		if ans.next {
+		if ans.next && !ans.inAck {
 			release()
-			c.nextJob()
+			if jobs := c.nextJob(); len(jobs) > 0 {
+				c.offer(jobs)
+			}
 		}
 	})
 }
@@ -444,6 +470,9 @@ func (c *workerChannel) complete(ctx context.Context, raw []byte, head *jobFrame
 	if err == nil && f.Claim != nil {
 		err = invalidField("claim", "not on the channel: next offers the slot's next job")
 	}
+	if err == nil && f.NextInAck && !f.Next {
+		err = invalidField("nextInAck", "only with next")
+	}
 	if err != nil {
 		c.ended(false, err)
 		return answer{}, err
@@ -466,6 +495,7 @@ func (c *workerChannel) complete(ctx context.Context, raw []byte, head *jobFrame
 			// its lease runs out, and the slot is free.
 			c.log.Error().Err(err).Msg("the input of a claimed job could not be read from the bucket")
 			c.ended(f.Next, nil)
+			ok.inAck = f.NextInAck
 			return ok, nil
 		}
 		// The slot is taken again at once; a job beyond it (a store that
@@ -474,39 +504,35 @@ func (c *workerChannel) complete(ctx context.Context, raw []byte, head *jobFrame
 		c.free -= len(jobs) - 1
 		c.inFlight += len(jobs) - 1
 		c.mu.Unlock()
-		ok.offer = jobs
+		ok.offer, ok.inAck = jobs, f.NextInAck
 		return ok, nil
 	}
 	c.ended(false, nil)
-	ok.next = f.Next
+	ok.next, ok.inAck = f.Next, f.NextInAck
 	return ok, nil
 }
 
 // nextJob is the slot a completion with next freed, when the completion's
 // write took no job for it: it waits briefly to be handed one started
 // meanwhile, as the completion's claim over HTTP does (claimNext), and
-// otherwise counts as free. Each slot waits on its own, so that every
-// start finds a waiting claim while the worker's slots wait, where the
-// offer loop's one claim would take a single job and then look at the
-// store again. A pause while it waits leaves the slot taken.
-func (c *workerChannel) nextJob() {
+// returns it for the worker; otherwise the slot counts as free. Each slot
+// waits on its own, so that every start finds a waiting claim while the
+// worker's slots wait, where the offer loop's one claim would take a
+// single job and then look at the store again. A pause while it waits
+// leaves the slot taken.
+func (c *workerChannel) nextJob() []store.Job {
 	c.mu.Lock()
 	pauses := c.pauses
 	c.mu.Unlock()
 	jobs := c.api.claimNext(c.conn.Context(), c.log, c.hello.Queues, 1, nextJobWait)
 	c.mu.Lock()
 	c.inFlight += len(jobs)
-	c.mu.Unlock()
-	if len(jobs) > 0 {
-		c.offer(jobs)
-		return
-	}
-	c.mu.Lock()
 	paused := c.pauses != pauses
 	c.mu.Unlock()
-	if !paused {
+	if len(jobs) == 0 && !paused {
 		c.addFree(1)
 	}
+	return jobs
 }
 
 func (c *workerChannel) fail(ctx context.Context, raw []byte, head *jobFrame) (answer, error) {

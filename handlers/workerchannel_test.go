@@ -80,6 +80,7 @@ type frame struct {
 	Jobs        []store.Job `json:"jobs"`
 	LeaseMs     int64       `json:"leaseMs"`
 	HeartbeatMs int64       `json:"heartbeatMs"`
+	NextInAck   bool        `json:"nextInAck"`
 }
 
 // testChannel is a worker's end of a channel.
@@ -110,8 +111,8 @@ func hello(t *testing.T, n *channelNode, concurrency int) *testChannel {
 	}
 	c.send(map[string]any{"type": "hello", "workerId": "w-1", "name": "test", "sdk": "go", "version": "1",
 		"host": "box", "queues": []string{"q"}, "concurrency": concurrency})
-	if w := c.next(); w.Type != "welcome" || w.LeaseMs != engine.DefaultLease.Milliseconds() || w.HeartbeatMs != w.LeaseMs/3 {
-		t.Fatalf("hello answered %+v; want a welcome with the lease and a third of it", w)
+	if w := c.next(); w.Type != "welcome" || w.LeaseMs != engine.DefaultLease.Milliseconds() || w.HeartbeatMs != w.LeaseMs/3 || !w.NextInAck {
+		t.Fatalf("hello answered %+v; want a welcome with the lease, a third of it and nextInAck", w)
 	}
 	return c
 }
@@ -301,6 +302,57 @@ func TestWorkerChannelNextJob(t *testing.T) {
 			}
 			if j3 := c.offer(); j3.RunID == j2.RunID || (j3.RunID != runs[0] && j3.RunID != runs[1]) {
 				t.Fatalf("offered %+v after %+v; want the other run's job", j3, j2)
+			}
+		})
+	}
+}
+
+// TestWorkerChannelNextInAck: a completion with next and nextInAck takes
+// the slot's next job in its ack, which is then the only frame: a job
+// ready at once, or one started while the slot waits; a wait that finds
+// none answers no jobs and leaves the slot free for an offer, on every
+// store.
+func TestWorkerChannelNextInAck(t *testing.T) {
+	for _, backend := range socketBackends {
+		t.Run(backend, func(t *testing.T) {
+			n := newChannelNode(t, openSocketStores(t, backend, 1)[0])
+			c := hello(t, n, 1)
+			runs := startRuns(t, n.e, 2)
+			j := c.offer()
+			next := map[string]any{"next": true, "nextInAck": true}
+			var body struct {
+				Status string
+				Jobs   []store.Job
+			}
+			done := c.call("complete", "c1", j, next)
+			if done.Type != "ack" || json.Unmarshal(done.Body, &body) != nil || body.Status != "ok" || len(body.Jobs) != 1 {
+				t.Fatalf("complete answered %+v; want an ack with the slot's next job", done)
+			}
+			j2 := body.Jobs[0]
+			if j2.Run == j.Run || (j2.Run != runs[0] && j2.Run != runs[1]) || j2.Lease == "" {
+				t.Fatalf("the ack brought %+v after %+v; want the other run's job", j2, j)
+			}
+			// The slot is taken: no offer comes before the heartbeat's ack.
+			if beat := c.call("heartbeat", "h1", j2, nil); beat.Type != "ack" {
+				t.Fatalf("heartbeat answered %+v", beat)
+			}
+			// No job is ready: the ack answers none once its wait is over,
+			// and the slot is free for the run started after it.
+			body.Jobs = nil
+			done = c.call("complete", "c2", j2, next)
+			if done.Type != "ack" || json.Unmarshal(done.Body, &body) != nil || body.Jobs == nil || len(body.Jobs) != 0 {
+				t.Fatalf("complete answered %+v; want an ack with no jobs", done)
+			}
+			later := startRuns(t, n.e, 1)
+			if j3 := c.offer(); j3.Run != later[0] {
+				t.Fatalf("offered %+v; want the job of the run started last", j3)
+			}
+			if k := kinds(t, n.st, j2.Run); k["step.completed"] != 1 || k["flow.completed"] != 1 {
+				t.Errorf("run %s: %v; want one step.completed and flow.completed", j2.Run, k)
+			}
+			if f := c.call("complete", "c3", j2, map[string]any{"nextInAck": true}); f.Type != "error" ||
+				f.Status != http.StatusBadRequest || f.Error.Fields["nextInAck"] == "" {
+				t.Fatalf("nextInAck without next answered %+v; want a 400 naming the field", f)
 			}
 		})
 	}

@@ -198,3 +198,131 @@ func TestNoChannelFallsBackToHTTP(t *testing.T) {
 
 // transportForced reports whether the suite runs over HTTP only.
 func transportForced() bool { return os.Getenv(transportEnv) == "http" }
+
+// frameProxy relays the worker channel to nqd, counting the frames nqd
+// sends by type and the completions that ask for their next job in the
+// ack; with older it takes nextInAck out of the welcome, as an nqd without
+// it would send. Every other call goes to nqd as it is.
+type frameProxy struct {
+	older bool
+
+	mu        sync.Mutex
+	sent      map[string]int // frames nqd sent, by type
+	inAckDone int            // complete frames with nextInAck
+}
+
+func newFrameProxy(t *testing.T, n *nqd, older bool) (*frameProxy, string) {
+	t.Helper()
+	target, err := url.Parse(n.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &frameProxy{older: older, sent: map[string]int{}}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/api/_workers/channel" {
+			rp.ServeHTTP(w, r)
+			return
+		}
+		up, _, err := websocket.Dial(r.Context(), "ws"+strings.TrimPrefix(n.base, "http")+r.URL.Path, nil)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer func() { _ = up.CloseNow() }()
+		down, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer func() { _ = down.CloseNow() }()
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		go func() {
+			defer cancel()
+			p.pump(ctx, down, up, p.fromWorker)
+		}()
+		p.pump(ctx, up, down, p.fromNQD)
+	}))
+	t.Cleanup(srv.Close)
+	return p, srv.URL
+}
+
+// pump relays from's frames to to, each through edit, until either ends.
+func (p *frameProxy) pump(ctx context.Context, from, to *websocket.Conn, edit func([]byte) []byte) {
+	for {
+		typ, b, err := from.Read(ctx)
+		if err != nil {
+			return
+		}
+		if err := to.Write(ctx, typ, edit(b)); err != nil {
+			return
+		}
+	}
+}
+
+func (p *frameProxy) fromWorker(b []byte) []byte {
+	var f map[string]any
+	if json.Unmarshal(b, &f) == nil && f["type"] == "complete" && f["nextInAck"] == true {
+		p.mu.Lock()
+		p.inAckDone++
+		p.mu.Unlock()
+	}
+	return b
+}
+
+func (p *frameProxy) fromNQD(b []byte) []byte {
+	var f map[string]any
+	if json.Unmarshal(b, &f) != nil {
+		return b
+	}
+	typ, _ := f["type"].(string)
+	p.mu.Lock()
+	p.sent[typ]++
+	p.mu.Unlock()
+	if typ == "welcome" && p.older {
+		delete(f, "nextInAck")
+		b, _ = json.Marshal(f)
+	}
+	return b
+}
+
+func (p *frameProxy) counts() (offers, inAckDones int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sent["offer"], p.inAckDone
+}
+
+// 24. A completion's ack brings the slot's next job: with one slot and
+// runs waiting, nqd offers the first job and each completion's ack the
+// next, so the channel carries one frame per job. A worker of an nqd whose
+// welcome does not say nextInAck sends none and takes its jobs in offers.
+func TestCompletionAckBringsNextJob(t *testing.T) {
+	if transportForced() {
+		t.Skip("a channel scenario")
+	}
+	for _, older := range []bool{false, true} {
+		t.Run(map[bool]string{false: "nextInAck", true: "older nqd"}[older], func(t *testing.T) {
+			n := startNQD(t)
+			n.putFlow("chain", "entry: work\nsteps:\n  work: {queue: q1}\n")
+			var runs []string
+			for range 5 {
+				runs = append(runs, n.start("chain", nil))
+			}
+			p, base := newFrameProxy(t, n, older)
+			runWorker(t, base, worker.Config{Queues: []string{"q1"}, Concurrency: 1},
+				map[string]worker.Handler{"work": func(context.Context, *worker.StepContext) (any, error) { return "ok", nil }})
+			for _, run := range runs {
+				if evs := n.mustComplete(run, runWithin); count(evs, "step.completed") != 1 {
+					t.Errorf("run %s: %s", run, keys(evs))
+				}
+			}
+			offers, inAck := p.counts()
+			switch {
+			case !older && (offers != 1 || inAck < len(runs)):
+				t.Errorf("%d offers, %d completions with nextInAck for %d runs waiting; want 1 offer and every completion", offers, inAck, len(runs))
+			case older && (offers != len(runs) || inAck != 0):
+				t.Errorf("%d offers, %d completions with nextInAck for %d runs waiting; want an offer per job and none", offers, inAck, len(runs))
+			}
+		})
+	}
+}

@@ -47,6 +47,9 @@ type chConn struct {
 	refs    atomic.Uint64
 	done    chan struct{} // closed once the read loop ends
 	restart atomic.Bool   // nqd said it restarts: reconnect at once
+	// nextInAck: nqd's welcome said a completion with next may take the
+	// slot's next job in its ack rather than in an offer after it.
+	nextInAck bool
 
 	mu      sync.Mutex
 	pending map[string]chan chAnswer
@@ -70,8 +73,9 @@ type inFrame struct {
 		Message string            `json:"message"`
 		Fields  map[string]string `json:"fields"`
 	} `json:"error"`
-	Message string `json:"message"`
-	Jobs    []Job  `json:"jobs"`
+	Message   string `json:"message"`
+	Jobs      []Job  `json:"jobs"`
+	NextInAck bool   `json:"nextInAck"`
 }
 
 // call sends the request frame f (its ref filled in here) and decodes its
@@ -192,7 +196,9 @@ func (c *client) channel() *chConn { return c.ch.Load() }
 // "/complete" or "/fail", over the channel when one is open and over HTTP
 // otherwise. next asks, with an outcome, for the slot's next job: over
 // HTTP a completion's body has the claim for it, over the channel the
-// frame says next instead. It returns the channel that answered.
+// frame says next instead, and a completion takes the job in its ack
+// (its body's jobs, as over HTTP) when nqd welcomed nextInAck. It returns
+// the channel that answered.
 func (c *client) report(ctx context.Context, j Job, call string, body map[string]any, key string, next bool, out any) (*chConn, error) {
 	ch := c.channel()
 	if ch == nil {
@@ -210,6 +216,9 @@ func (c *client) report(ctx context.Context, j Job, call string, body map[string
 	}
 	if next {
 		f["next"] = true
+		if call == "/complete" && ch.nextInAck {
+			f["nextInAck"] = true
+		}
 	}
 	return ch, ch.call(ctx, f, out)
 }
@@ -302,6 +311,7 @@ func (w *worker) connect(ctx context.Context) (*chConn, error) {
 		_ = ws.CloseNow()
 		return nil, err
 	}
+	c.nextInAck = f.NextInAck
 	w.slotMu.Lock()
 	w.c.ch.Store(c)
 	w.slotMu.Unlock()

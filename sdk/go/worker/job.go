@@ -81,7 +81,8 @@ func (w *worker) handler(j Job) Handler {
 // report is acknowledged, the handler, then complete or fail, sent under
 // reports. While claiming lasts, the outcome asks for the slot's next job:
 // a completion over HTTP claims it, and runJob returns it; over the channel
-// nqd offers it, and freedOn is the channel that acknowledged the outcome.
+// the completion's ack brings it (nextInAck) or nqd offers it, and freedOn
+// is the channel that acknowledged the outcome.
 func (w *worker) runJob(claiming, jobs, reports context.Context, j Job) (next *Job, freedOn *chConn) {
 	jobCtx, cancel := context.WithCancelCause(jobs)
 	defer cancel(nil)
