@@ -329,7 +329,7 @@ func TestWorkerChannelNextInAck(t *testing.T) {
 				t.Fatalf("complete answered %+v; want an ack with the slot's next job", done)
 			}
 			j2 := body.Jobs[0]
-			if j2.Run == j.Run || (j2.Run != runs[0] && j2.Run != runs[1]) || j2.Lease == "" {
+			if j2.RunID == j.RunID || (j2.RunID != runs[0] && j2.RunID != runs[1]) || j2.Lease == "" {
 				t.Fatalf("the ack brought %+v after %+v; want the other run's job", j2, j)
 			}
 			// The slot is taken: no offer comes before the heartbeat's ack.
@@ -344,11 +344,11 @@ func TestWorkerChannelNextInAck(t *testing.T) {
 				t.Fatalf("complete answered %+v; want an ack with no jobs", done)
 			}
 			later := startRuns(t, n.e, 1)
-			if j3 := c.offer(); j3.Run != later[0] {
+			if j3 := c.offer(); j3.RunID != later[0] {
 				t.Fatalf("offered %+v; want the job of the run started last", j3)
 			}
-			if k := kinds(t, n.st, j2.Run); k["step.completed"] != 1 || k["flow.completed"] != 1 {
-				t.Errorf("run %s: %v; want one step.completed and flow.completed", j2.Run, k)
+			if k := kinds(t, n.st, j2.RunID); k["step.completed"] != 1 || k["flow.completed"] != 1 {
+				t.Errorf("run %s: %v; want one step.completed and flow.completed", j2.RunID, k)
 			}
 			if f := c.call("complete", "c3", j2, map[string]any{"nextInAck": true}); f.Type != "error" ||
 				f.Status != http.StatusBadRequest || f.Error.Fields["nextInAck"] == "" {
