@@ -13,11 +13,11 @@ import (
 	"github.com/nqd-dev/nqd/compact"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/internal/s3test"
-	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/reducers"
 	"github.com/nqd-dev/nqd/snapshots"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/store/boltstore/bolttest"
 )
 
 var kinds = []string{"item.added", "item.done", "item.note"}
@@ -32,7 +32,7 @@ func batch(from, n int) []event.Event {
 
 func openStores(t *testing.T) (*boltstore.Store, *archive.Bucket) {
 	t.Helper()
-	st := testkit.Bolt(t, boltstore.Options{})
+	st := bolttest.Open(t, boltstore.Options{})
 	dir, err := archive.NewDir(filepath.Join(t.TempDir(), "archive"), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +143,7 @@ func TestCompactLongRun(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer arch.Close()
-		testCompactLongRun(t, testkit.Bolt(t, boltstore.Options{}), arch)
+		testCompactLongRun(t, bolttest.Open(t, boltstore.Options{}), arch)
 	})
 }
 

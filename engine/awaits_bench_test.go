@@ -14,6 +14,7 @@ import (
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/store/boltstore/bolttest"
 	"github.com/nqd-dev/nqd/store/redisstore"
 )
 
@@ -24,7 +25,7 @@ import (
 func BenchmarkTriggerToResumed(b *testing.B) {
 	stores := map[string]func(b *testing.B) engine.Store{
 		"bolt": func(b *testing.B) engine.Store {
-			return testkit.Bolt(b, boltstore.Options{})
+			return bolttest.Open(b, boltstore.Options{})
 		},
 		"redis": func(b *testing.B) engine.Store {
 			s, err := redisstore.New(redistest.Client(b), redisstore.Options{Prefix: redistest.Prefix(b), Logger: zerolog.Nop()})
@@ -107,7 +108,7 @@ func BenchmarkTriggerToResumed(b *testing.B) {
 // clock with the engine's default tick: 100 runs each wait 300 ms, and the
 // lateness is step.resumed's store time minus the await's resume time.
 func BenchmarkTimerLateness(b *testing.B) {
-	st := testkit.Bolt(b, boltstore.Options{})
+	st := bolttest.Open(b, boltstore.Options{})
 	e := engine.New(st, engine.Options{Logger: zerolog.Nop()})
 	go func() { _ = e.Run(b.Context()) }()
 	if err := e.PutDefinition(b.Context(), &flows.Definition{Name: "later", Entry: "wait", Steps: map[string]flows.Step{

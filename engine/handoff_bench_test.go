@@ -8,6 +8,7 @@ import (
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/store/boltstore/bolttest"
 )
 
 // BenchmarkRunOnWaitingClaim is one run at a time on the embedded store
@@ -19,7 +20,7 @@ func BenchmarkRunOnWaitingClaim(b *testing.B) {
 	for _, mode := range []string{"claim", "handoff"} {
 		b.Run(mode, func(b *testing.B) {
 			ctx := b.Context()
-			st := &countingStore{Store: testkit.Bolt(b, boltstore.Options{})}
+			st := &countingStore{Store: bolttest.Open(b, boltstore.Options{})}
 			if mode == "handoff" {
 				st.features = leasing
 			}

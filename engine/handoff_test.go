@@ -14,6 +14,7 @@ import (
 	"github.com/nqd-dev/nqd/internal/wait"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/store/boltstore/bolttest"
 )
 
 // leasing is the one feature of the stores of the hand-over tests: they
@@ -63,7 +64,7 @@ var leasingBackends = []struct {
 	name string
 	open func(t *testing.T) engine.Store
 }{
-	{"bolt", func(t *testing.T) engine.Store { return testkit.Bolt(t, boltstore.Options{}) }},
+	{"bolt", func(t *testing.T) engine.Store { return bolttest.Open(t, boltstore.Options{}) }},
 	{"redis", func(t *testing.T) engine.Store { return backendtest.OpenRedis(t, "") }},
 }
 
@@ -257,7 +258,7 @@ func TestEmitHandsJobToWaitingClaim(t *testing.T) {
 // On a store that cannot take a job claimed nothing is ever handed over,
 // so a handed claim answers at once instead of waiting.
 func TestHandedClaimWithoutHandOversDoesNotWait(t *testing.T) {
-	st := &countingStore{Store: testkit.Bolt(t, boltstore.Options{})}
+	st := &countingStore{Store: bolttest.Open(t, boltstore.Options{})}
 	e := engine.New(st, engine.Options{Lease: 10 * time.Second, PollInterval: time.Hour, Logger: testkit.Logger(t)})
 	got := make(chan claimResult, 1)
 	go func() {

@@ -14,6 +14,7 @@ import (
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/store/boltstore/bolttest"
 )
 
 // countingStore counts the reads a decision can spare. It reports the
@@ -286,7 +287,7 @@ func claimOf(t *testing.T, e *engine.Engine, run string) store.Job {
 // caller is told to claim.
 func TestCompleteClaimingTakesTheNextJobInItsWrite(t *testing.T) {
 	ctx := t.Context()
-	inner := testkit.Bolt(t, boltstore.Options{})
+	inner := bolttest.Open(t, boltstore.Options{})
 	st := &countingStore{Store: inner, features: store.Features{ClaimsInUpdate: true}}
 	e := engine.New(st, engine.Options{Lease: 10 * time.Second, Logger: testkit.Logger(t)})
 	mustDefine(t, e, "diamond", "diamond")

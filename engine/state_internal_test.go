@@ -7,9 +7,11 @@ import (
 	"time"
 
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/flows/flowstest"
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/store/boltstore/bolttest"
 )
 
 // TestRememberedStateIsTheRecords: the decoded state a commit leaves for
@@ -18,10 +20,10 @@ import (
 // emits carry JSON the way clients send it.
 func TestRememberedStateIsTheRecords(t *testing.T) {
 	ctx := t.Context()
-	st := testkit.Bolt(t, boltstore.Options{})
+	st := bolttest.Open(t, boltstore.Options{})
 	c := testkit.NewClock(time.UnixMilli(1_700_000_000_000))
 	e := New(st, Options{Now: c.Now, Lease: 10 * time.Second, Logger: testkit.Logger(t)})
-	defs := testkit.DefineFlows(t, e, "../flows/testdata")
+	defs := flowstest.Define(t, e, "../flows/testdata")
 	checked := 0
 	check := func(when string) {
 		t.Helper()

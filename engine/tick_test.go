@@ -11,6 +11,7 @@ import (
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/store/boltstore/bolttest"
 )
 
 // TestRunFiresTimersOnItsTick runs the engine's own loop on a synctest
@@ -20,7 +21,7 @@ import (
 func TestRunFiresTimersOnItsTick(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const delay, tick = time.Minute, 250 * time.Millisecond
-		st := testkit.Bolt(t, boltstore.Options{})
+		st := bolttest.Open(t, boltstore.Options{})
 		e := engine.New(st, engine.Options{Interval: tick, Logger: testkit.Logger(t)})
 		awaitFlow(t, e, "later", &flows.Await{Type: "time", Delay: delay.Milliseconds()})
 		s, err := e.Start(t.Context(), "later", nil, "")

@@ -13,8 +13,8 @@ import (
 	"github.com/nqd-dev/nqd"
 	"github.com/nqd-dev/nqd/engine"
 	"github.com/nqd-dev/nqd/handlers"
-	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/store/boltstore/bolttest"
 	"github.com/nqd-dev/nqd/stream"
 )
 
@@ -22,7 +22,7 @@ func TestRoutesDocumented(t *testing.T) {
 	doc, _ := mustSpec(t)
 	// The routes are walked, never called, so a nil KV store will do; the
 	// engine reads its store's features.
-	eng := engine.New(testkit.Bolt(t, boltstore.Options{}), engine.Options{})
+	eng := engine.New(bolttest.Open(t, boltstore.Options{}), engine.Options{})
 	routes, ok := handlers.New(handlers.Deps{Stream: fakeStreamer{}, Engine: eng, Metrics: http.NotFoundHandler(),
 		KV: (*boltstore.Store)(nil)}).Routes().(chi.Routes)
 	if !ok {

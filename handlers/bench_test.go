@@ -20,9 +20,9 @@ import (
 	"github.com/nqd-dev/nqd/handlers"
 	"github.com/nqd-dev/nqd/internal/gcfloor"
 	"github.com/nqd-dev/nqd/internal/redistest"
-	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/store/boltstore/bolttest"
 	"github.com/nqd-dev/nqd/store/redisstore"
 )
 
@@ -39,7 +39,7 @@ func BenchmarkAppendHTTP(b *testing.B) {
 	// As cmd/server runs nqd: no collection below the default heap floor.
 	b.Cleanup(gcfloor.Start(gcfloor.DefaultFloor).Stop)
 	b.Run("bolt", func(b *testing.B) {
-		st := testkit.Bolt(b, boltstore.Options{Logger: zerolog.Nop()})
+		st := bolttest.Open(b, boltstore.Options{Logger: zerolog.Nop()})
 		benchAppendClients(b, st)
 	})
 	b.Run("redis", func(b *testing.B) {

@@ -13,11 +13,12 @@ import (
 	"github.com/nqd-dev/nqd/handlers"
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/store/boltstore/bolttest"
 )
 
 func newFlowServer(t *testing.T) *httptest.Server {
 	t.Helper()
-	st := testkit.Bolt(t, boltstore.Options{})
+	st := bolttest.Open(t, boltstore.Options{})
 	log := testkit.Logger(t)
 	api := handlers.New(handlers.Deps{Store: st, Engine: engine.New(st, engine.Options{Logger: log}), Log: log})
 	srv := httptest.NewServer(api.Routes())

@@ -28,6 +28,7 @@ import (
 	"github.com/nqd-dev/nqd/snapshots"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/store/boltstore/bolttest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -88,7 +89,7 @@ func newTestAPI(t testing.TB, opts ...func(*handlers.Deps)) *testAPI {
 	t.Helper()
 	clock := testkit.NewClock(epoch)
 	log := testkit.Logger(t)
-	st := testkit.Bolt(t, boltstore.Options{Now: clock.Now, Logger: log})
+	st := bolttest.Open(t, boltstore.Options{Now: clock.Now, Logger: log})
 	deps := handlers.Deps{Store: st, State: newStates(t, st), Engine: engine.New(st, engine.Options{Logger: log}), KV: st, Restorer: st, Log: log}
 	for _, opt := range opts {
 		opt(&deps)
@@ -104,7 +105,7 @@ func newEngineStore(t testing.TB, backend string, now func() time.Time) engine.S
 	if backend == "redis" {
 		return backendtest.OpenRedis(t, "")
 	}
-	return testkit.Bolt(t, boltstore.Options{Now: now, Logger: testkit.Logger(t)})
+	return bolttest.Open(t, boltstore.Options{Now: now, Logger: testkit.Logger(t)})
 }
 
 // newRedisTestAPI builds the API on the shared test Redis, under a key prefix

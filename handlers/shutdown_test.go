@@ -16,6 +16,7 @@ import (
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/store/boltstore/bolttest"
 )
 
 // claimWatch tells when the engine first found no job for a claim, which
@@ -70,7 +71,7 @@ func TestCompletionClaimsNothingOnShutdown(t *testing.T) {
 	ctx := t.Context()
 	clock := testkit.NewClock(epoch)
 	log := testkit.Logger(t)
-	st := testkit.Bolt(t, boltstore.Options{Now: clock.Now, Logger: log})
+	st := bolttest.Open(t, boltstore.Options{Now: clock.Now, Logger: log})
 	e := engine.New(st, engine.Options{Now: clock.Now, Logger: log})
 	if err := e.PutDefinition(ctx, &flows.Definition{Name: "one", Entry: "start", Steps: map[string]flows.Step{
 		"start": {Queue: "q1"},

@@ -24,6 +24,7 @@ import (
 	"github.com/nqd-dev/nqd/registry"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/store/boltstore/bolttest"
 	"github.com/nqd-dev/nqd/store/pgstore"
 	"github.com/nqd-dev/nqd/store/redisstore"
 	"github.com/nqd-dev/nqd/stream"
@@ -49,7 +50,7 @@ func openSocketStores(t *testing.T, backend string, n int) []socketStore {
 	var out []socketStore
 	switch backend {
 	case "bolt":
-		out = append(out, testkit.Bolt(t, boltstore.Options{Logger: log}))
+		out = append(out, bolttest.Open(t, boltstore.Options{Logger: log}))
 	case "redis":
 		client, prefix := redistest.Client(t), redistest.Prefix(t)
 		for range n {

@@ -15,6 +15,7 @@ import (
 	"github.com/nqd-dev/nqd/internal/redistest"
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/store/boltstore/bolttest"
 	"github.com/nqd-dev/nqd/triggers"
 )
 
@@ -64,7 +65,7 @@ func openTriggerStore(t *testing.T, backend, shared string) engine.Store {
 	case "postgres":
 		return backendtest.OpenPostgres(t, shared)
 	}
-	return testkit.Bolt(t, boltstore.Options{Logger: log})
+	return bolttest.Open(t, boltstore.Options{Logger: log})
 }
 
 // triggerAPIOn builds the API with a trigger registry on st.

@@ -14,6 +14,7 @@ import (
 	"github.com/nqd-dev/nqd/reducers"
 	"github.com/nqd-dev/nqd/registry"
 	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/store/boltstore/bolttest"
 )
 
 type workersAPI struct {
@@ -28,7 +29,7 @@ func newWorkersAPI(t *testing.T) workersAPI {
 	t.Helper()
 	clock := testkit.NewClock(epoch)
 	log := testkit.Logger(t)
-	st := testkit.Bolt(t, boltstore.Options{Now: clock.Now, Logger: log})
+	st := bolttest.Open(t, boltstore.Options{Now: clock.Now, Logger: log})
 	e := engine.New(st, engine.Options{Now: clock.Now, Logger: log})
 	d := &flows.Definition{Name: "gf", Entry: "first", Steps: map[string]flows.Step{"first": {Queue: "default"}}}
 	if err := e.PutDefinition(t.Context(), d); err != nil {

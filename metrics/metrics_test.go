@@ -12,12 +12,12 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/nqd-dev/nqd/event"
-	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/internal/wait"
 	"github.com/nqd-dev/nqd/metrics"
 	"github.com/nqd-dev/nqd/snapshots"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/store/boltstore/bolttest"
 	"github.com/nqd-dev/nqd/stream"
 )
 
@@ -44,12 +44,12 @@ func wantLines(t *testing.T, text string, lines ...string) {
 
 func newBolt(t *testing.T) store.Store {
 	t.Helper()
-	return testkit.Bolt(t, boltstore.Options{})
+	return bolttest.Open(t, boltstore.Options{})
 }
 
 func TestStore(t *testing.T) {
 	m := metrics.New()
-	bolt := testkit.Bolt(t, boltstore.Options{Appended: m.EventsAppended})
+	bolt := bolttest.Open(t, boltstore.Options{Appended: m.EventsAppended})
 	st := m.Store(bolt)
 	c := store.Context{Type: "flow", ID: "r1"}
 	ctx := context.Background()

@@ -18,6 +18,7 @@ import (
 	"github.com/nqd-dev/nqd/retention"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/store/boltstore/bolttest"
 )
 
 // t0 starts the clock that both the store's id stamping and the reaper read.
@@ -25,7 +26,7 @@ var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 
 func newTestStore(t *testing.T, clk *testkit.Clock) *boltstore.Store {
 	t.Helper()
-	return testkit.Bolt(t, boltstore.Options{
+	return bolttest.Open(t, boltstore.Options{
 		Now:       clk.Now,
 		Retention: store.Retention{Completed: 7 * 24 * time.Hour, Failed: 30 * 24 * time.Hour},
 	})

@@ -21,6 +21,7 @@ import (
 	"github.com/nqd-dev/nqd/snapshots"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/store/boltstore/bolttest"
 	"github.com/nqd-dev/nqd/triggers"
 )
 
@@ -294,7 +295,7 @@ func must(t *testing.T, err error) {
 // inactive trigger's schedule pauses and a deleted one's goes.
 func TestScheduleTriggersFireThroughTheRegistry(t *testing.T) {
 	ctx := t.Context()
-	st := testkit.Bolt(t, boltstore.Options{})
+	st := bolttest.Open(t, boltstore.Options{})
 	c := testkit.NewClock(t0)
 	states := snapshots.New(st, snapshots.Options{Logger: testkit.Logger(t)})
 	t.Cleanup(func() { _ = states.Close() })
@@ -355,7 +356,7 @@ func TestScheduleTriggersFireThroughTheRegistry(t *testing.T) {
 // A one-time schedule fires its one due time and then stays paused.
 func TestOneTimeScheduleFiresOnce(t *testing.T) {
 	ctx := t.Context()
-	st := testkit.Bolt(t, boltstore.Options{})
+	st := bolttest.Open(t, boltstore.Options{})
 	c := testkit.NewClock(t0)
 	n := newInstance(t, st, c)
 	mustDefine(t, n.eng)

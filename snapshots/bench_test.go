@@ -12,11 +12,11 @@ import (
 
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/internal/redistest"
-	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/reducers"
 	"github.com/nqd-dev/nqd/snapshots"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/store/boltstore/bolttest"
 	"github.com/nqd-dev/nqd/store/redisstore"
 )
 
@@ -51,7 +51,7 @@ func runEvents(c store.Context, n int) []event.Event {
 
 func benchBolt(b *testing.B) store.Store {
 	b.Helper()
-	return testkit.Bolt(b, boltstore.Options{})
+	return bolttest.Open(b, boltstore.Options{})
 }
 
 func benchRedis(b *testing.B) store.Store {

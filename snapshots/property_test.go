@@ -15,6 +15,7 @@ import (
 	"github.com/nqd-dev/nqd/snapshots"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/store/boltstore/bolttest"
 )
 
 // backends runs f once per store backend, each on a fresh store.
@@ -31,7 +32,7 @@ func backends(t *testing.T, f func(t *testing.T, newStore func(t *testing.T) sto
 
 func newBoltStore(t *testing.T) store.Store {
 	t.Helper()
-	return testkit.Bolt(t, boltstore.Options{Logger: testkit.Logger(t)})
+	return bolttest.Open(t, boltstore.Options{Logger: testkit.Logger(t)})
 }
 
 func newRedisStore(t *testing.T) store.Store { return backendtest.OpenRedis(t, "") }

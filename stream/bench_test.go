@@ -20,10 +20,10 @@ import (
 
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/internal/redistest"
-	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/internal/wait"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/store/boltstore/bolttest"
 )
 
 // TestMain lets the idle-connection benchmark run its clients in a child
@@ -43,7 +43,7 @@ func benchBackends(b *testing.B, f func(b *testing.B, s store.Store)) {
 
 func openBoltForBench(b *testing.B) store.Store {
 	b.Helper()
-	return testkit.Bolt(b, boltstore.Options{})
+	return bolttest.Open(b, boltstore.Options{})
 }
 
 func prefixOf(s store.Store) string {

@@ -20,6 +20,7 @@ import (
 	"github.com/nqd-dev/nqd/internal/wait"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/store/boltstore/bolttest"
 )
 
 // waitFor bounds every wait of these tests: long enough for a loaded
@@ -44,7 +45,7 @@ var backends = []backend{{name: "bolt", open: newBoltStore}}
 
 func newBoltStore(t *testing.T) store.Store {
 	t.Helper()
-	return testkit.Bolt(t, boltstore.Options{})
+	return bolttest.Open(t, boltstore.Options{})
 }
 
 // eachBackend runs f as a subtest per backend.

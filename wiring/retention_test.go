@@ -11,6 +11,7 @@ import (
 	"github.com/nqd-dev/nqd/internal/wait"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/store/boltstore/bolttest"
 	"github.com/nqd-dev/nqd/wiring"
 )
 
@@ -25,7 +26,7 @@ func TestStartRetentionArchivesThenExpires(t *testing.T) {
 }
 
 func testRetentionArchives(t *testing.T, cfg config.Config) {
-	st := testkit.Bolt(t, boltstore.Options{Retention: wiring.RetentionPolicy(cfg)})
+	st := bolttest.Open(t, boltstore.Options{Retention: wiring.RetentionPolicy(cfg)})
 	finished := time.Now().Add(-2 * time.Hour).UnixMilli()
 	m := store.RunMeta{FlowName: "f", RunID: "r1", Status: store.RunCompleted, StartedAt: finished, CompletedAt: finished}
 	if _, err := st.UpdateRun(t.Context(), store.RunUpdate{Meta: m, Events: []event.Event{{Kind: "flow.completed", Subject: "r1", RunID: "r1", FlowName: "f"}}}); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/nqd-dev/nqd/metrics"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/store/boltstore/bolttest"
 	"github.com/nqd-dev/nqd/wiring"
 )
 
@@ -22,7 +23,7 @@ import (
 // runs when it starts, well within one interval.
 func TestStartSweeperRepairsOrphan(t *testing.T) {
 	cfg := config.Config{SweepInterval: time.Hour, StallAfter: time.Hour}
-	st := testkit.Bolt(t, boltstore.Options{})
+	st := bolttest.Open(t, boltstore.Options{})
 	log := testkit.Logger(t)
 	e := engine.New(st, engine.Options{Logger: log})
 	d := &flows.Definition{Name: "f", Entry: "a", Steps: map[string]flows.Step{"a": {Queue: "default"}}}

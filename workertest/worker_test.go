@@ -14,11 +14,13 @@ import (
 	"time"
 
 	"github.com/nqd-dev/nqd/engine"
+	"github.com/nqd-dev/nqd/flows/flowstest"
 	"github.com/nqd-dev/nqd/handlers"
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/sdk/go/worker"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/store/boltstore/bolttest"
 	"github.com/rs/zerolog"
 )
 
@@ -27,11 +29,11 @@ import (
 func TestRunExampleAndDiamond(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	st := testkit.Bolt(t, boltstore.Options{})
+	st := bolttest.Open(t, boltstore.Options{})
 	log := testkit.Logger(t)
 	e := engine.New(st, engine.Options{Logger: log, Interval: 20 * time.Millisecond})
 	go func() { _ = e.Run(ctx) }()
-	testkit.DefineFlows(t, e, "../flows/testdata")
+	flowstest.Define(t, e, "../flows/testdata")
 	srv := httptest.NewServer(handlers.New(handlers.Deps{Store: st, Engine: e, Log: log}).Routes())
 	defer srv.Close()
 

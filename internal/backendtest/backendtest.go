@@ -13,6 +13,7 @@ import (
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
+	"github.com/nqd-dev/nqd/store/boltstore/bolttest"
 	"github.com/nqd-dev/nqd/store/pgstore"
 	"github.com/nqd-dev/nqd/store/redisstore"
 )
@@ -53,7 +54,7 @@ func backend(t *testing.T, name string) Backend {
 		var st *boltstore.Store
 		return Backend{Name: name, Open: func(t testing.TB) store.Backend {
 			if st == nil {
-				st = testkit.Bolt(t, boltstore.Options{Logger: testkit.Logger(t)})
+				st = bolttest.Open(t, boltstore.Options{Logger: testkit.Logger(t)})
 			}
 			return st
 		}}

@@ -1,11 +1,12 @@
 // Package testkit holds what tests across nqd's packages would otherwise each
-// rebuild: an embedded store opened for one test, a clock moved by hand, and
-// a logger that writes into the test's output.
+// rebuild: a clock moved by hand, a logger that writes into the test's
+// output, a run's events of some kinds, and an HTTP server on in-memory
+// pipes. It imports nothing of nqd above package store, so the tests of
+// every store can use it (store/boltstore/bolttest opens an embedded store).
 package testkit
 
 import (
 	"context"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -14,31 +15,13 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/nqd-dev/nqd/event"
-	"github.com/nqd-dev/nqd/flows"
 	"github.com/nqd-dev/nqd/store"
-	"github.com/nqd-dev/nqd/store/boltstore"
 )
 
 // Logger writes into t's output, so a failing test shows what nqd logged
 // and a passing one stays quiet.
 func Logger(t testing.TB) zerolog.Logger {
 	return zerolog.New(zerolog.NewTestWriter(t))
-}
-
-// Bolt opens an embedded store in a directory of its own, closed when the
-// test ends; a failure to close fails the test.
-func Bolt(t testing.TB, opts boltstore.Options) *boltstore.Store {
-	t.Helper()
-	s, err := boltstore.Open(filepath.Join(t.TempDir(), "nqd.db"), opts)
-	if err != nil {
-		t.Fatalf("open the embedded store: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("close the embedded store: %v", err)
-		}
-	})
-	return s
 }
 
 // Clock is a clock that moves only when a test moves it. Its Now fits every
@@ -85,24 +68,4 @@ func RangeKinds(ctx context.Context, st Ranger, c store.Context, kinds ...string
 		return nil, err
 	}
 	return slices.DeleteFunc(evs, func(e event.Event) bool { return !slices.Contains(kinds, e.Kind) }), nil
-}
-
-// Definer stores flow definitions, as the engine does.
-type Definer interface {
-	PutDefinition(ctx context.Context, d *flows.Definition) error
-}
-
-// DefineFlows stores every flow definition of dir with e, and returns them.
-func DefineFlows(t testing.TB, e Definer, dir string) []*flows.Definition {
-	t.Helper()
-	defs, err := flows.LoadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range defs {
-		if err := e.PutDefinition(t.Context(), d); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return defs
 }

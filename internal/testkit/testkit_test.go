@@ -9,10 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/internal/testkit"
-	"github.com/nqd-dev/nqd/store"
-	"github.com/nqd-dev/nqd/store/boltstore"
 )
 
 func TestClock(t *testing.T) {
@@ -32,20 +29,6 @@ func TestClock(t *testing.T) {
 	c.Set(start.Add(-time.Hour))
 	if want := start.Add(-time.Hour); !c.Now().Equal(want) {
 		t.Errorf("after Set: %s, want %s", c.Now(), want)
-	}
-}
-
-// TestBoltTakesTheClock: the store opened by Bolt honours its options, so a
-// test's clock decides the ids it assigns.
-func TestBoltTakesTheClock(t *testing.T) {
-	c := testkit.NewClock(time.UnixMilli(1_800_000_000_123))
-	s := testkit.Bolt(t, boltstore.Options{Now: c.Now, Logger: testkit.Logger(t)})
-	res, err := s.Append(t.Context(), store.Context{Type: "flow", ID: "run-1"}, []event.Event{{Kind: "flow.started"}}, store.AppendOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := res.Events[0].ID.MS; got != 1_800_000_000_123 {
-		t.Errorf("id time %d, want the clock's 1800000000123", got)
 	}
 }
 
