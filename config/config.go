@@ -24,6 +24,7 @@ import (
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/handlers"
 	"github.com/nqd-dev/nqd/internal/gcfloor"
+	"github.com/nqd-dev/nqd/registry"
 	"github.com/nqd-dev/nqd/snapshots"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/redisstore"
@@ -88,6 +89,11 @@ type Config struct {
 
 	// JobLease is how long a worker holds a claimed job without a heartbeat.
 	JobLease time.Duration
+
+	// The worker registry (registry.Options).
+	WorkerHeartbeat time.Duration // a worker's heartbeat events are at most this often; also the sweep's interval
+	WorkerLostAfter time.Duration // a worker heard from by no instance this long is marked lost
+	WorkerRetain    time.Duration // registry events older than this are trimmed
 
 	// Access control and abuse limits. Tokens hold only hashes and
 	// StreamTokenKeys unexported secrets, so printing a Config leaks neither.
@@ -182,6 +188,9 @@ func settings(c *Config) []setting {
 		{"sweep-interval", "NQ_SWEEP_INTERVAL", "time between sweeps for overdue awaits, stuck runs and orphaned run records", durText(sweeper.DefaultInterval), dur(&c.SweepInterval)},
 		{"stall-after", "NQ_STALL_AFTER", "how long a run with no pending await and no leased job may go without an event before it is flagged stuck", durText(sweeper.DefaultStallAfter), dur(&c.StallAfter)},
 		{"job-lease", "NQ_JOB_LEASE", "how long a worker holds a claimed job without a heartbeat before it goes to another worker", durText(engine.DefaultLease), dur(&c.JobLease)},
+		{"worker-heartbeat", "NQ_WORKER_HEARTBEAT", "the worker registry writes a worker's heartbeat event at most this often (across all instances) and sweeps for lost workers this often", durText(registry.DefaultInterval), dur(&c.WorkerHeartbeat)},
+		{"worker-lost-after", "NQ_WORKER_LOST_AFTER", "a worker heard from by no instance for this long is marked lost; more than NQ_WORKER_HEARTBEAT plus a claim's longest wait (30s)", durText(registry.DefaultLostAfter), dur(&c.WorkerLostAfter)},
+		{"worker-retain", "NQ_WORKER_RETAIN", "how long the worker registry's stream keeps its events; at least NQ_WORKER_LOST_AFTER plus NQ_WORKER_HEARTBEAT", durText(registry.DefaultRetain), dur(&c.WorkerRetain)},
 		{"sse-max-lifetime", "NQ_SSE_MAX_LIFETIME", "rotate SSE connections after this long, with jitter (0: never)", "0", dur(&c.SSEMaxLifetime)},
 		{"", "NQ_TOKENS", "API tokens name:scope:secret or name:scope:sha256:<hex>, comma-separated", "", tokens(&c.Tokens)},
 		{"tokens-file", "NQ_TOKENS_FILE", "file of API tokens, one name:scope:sha256:<hex> a line", "", str(&c.TokensFile)},
@@ -469,6 +478,21 @@ func (c Config) validate() error {
 	}
 	if c.JobLease < time.Second {
 		bad("NQ_JOB_LEASE", "want at least 1s, got %s", c.JobLease)
+	}
+	if c.WorkerHeartbeat < time.Second {
+		bad("NQ_WORKER_HEARTBEAT", "want at least 1s, got %s", c.WorkerHeartbeat)
+	}
+	// An idle HTTP worker calls only when its long-polling claim ends, and
+	// its record is written at the first call a heartbeat after the last:
+	// a shorter timeout would mark live workers lost.
+	if least := c.WorkerHeartbeat + handlers.MaxClaimWait; c.WorkerLostAfter <= least {
+		bad("NQ_WORKER_LOST_AFTER", "want more than NQ_WORKER_HEARTBEAT (%s) plus a claim's longest wait (%s), got %s",
+			c.WorkerHeartbeat, handlers.MaxClaimWait, c.WorkerLostAfter)
+	}
+	// A connected worker's newest event is younger than this; trimming
+	// sooner would drop it from the registry.
+	if least := registry.StaleAfter(c.WorkerHeartbeat, c.WorkerLostAfter); c.WorkerRetain < least {
+		bad("NQ_WORKER_RETAIN", "want at least NQ_WORKER_LOST_AFTER plus NQ_WORKER_HEARTBEAT (%s), got %s", least, c.WorkerRetain)
 	}
 	if c.WebBase != "" && (!strings.HasPrefix(c.WebBase, "/") || strings.HasPrefix(c.WebBase, "/api") || strings.ContainsAny(c.WebBase, "*{}? ")) {
 		bad("NQ_WEB_BASE", "want a path such as /ui, not under /api, got %q", c.WebBase)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nqd-dev/nqd/auth"
 	"github.com/nqd-dev/nqd/internal/gcfloor"
+	"github.com/nqd-dev/nqd/registry"
 )
 
 func env(m map[string]string) func(string) string {
@@ -202,6 +203,36 @@ func TestLoadJobLease(t *testing.T) {
 	}
 	if _, err := Load(nil, env(map[string]string{"NQ_JOB_LEASE": "500ms"}), io.Discard); err == nil || !strings.Contains(err.Error(), "NQ_JOB_LEASE") {
 		t.Errorf("NQ_JOB_LEASE=500ms: err = %v, want it named", err)
+	}
+}
+
+func TestLoadWorkerRegistry(t *testing.T) {
+	c, err := Load(nil, env(nil), io.Discard)
+	if err != nil || c.WorkerHeartbeat != registry.DefaultInterval || c.WorkerLostAfter != registry.DefaultLostAfter || c.WorkerRetain != registry.DefaultRetain {
+		t.Errorf("defaults = %s, %s, %s, %v; want the registry's", c.WorkerHeartbeat, c.WorkerLostAfter, c.WorkerRetain, err)
+	}
+	c, err = Load([]string{"-worker-lost-after", "2m"}, env(map[string]string{"NQ_WORKER_HEARTBEAT": "5s", "NQ_WORKER_LOST_AFTER": "40s", "NQ_WORKER_RETAIN": "10m"}), io.Discard)
+	if err != nil || c.WorkerHeartbeat != 5*time.Second || c.WorkerLostAfter != 2*time.Minute || c.WorkerRetain != 10*time.Minute {
+		t.Errorf("Load = %s, %s, %s, %v; want 5s, 2m, 10m", c.WorkerHeartbeat, c.WorkerLostAfter, c.WorkerRetain, err)
+	}
+	for _, tc := range []struct {
+		env  map[string]string
+		name string
+	}{
+		{map[string]string{"NQ_WORKER_HEARTBEAT": "100ms"}, "NQ_WORKER_HEARTBEAT"},
+		// Not above the heartbeat plus a claim's 30s wait: live workers would be lost.
+		{map[string]string{"NQ_WORKER_LOST_AFTER": "10s"}, "NQ_WORKER_LOST_AFTER"},
+		{map[string]string{"NQ_WORKER_LOST_AFTER": "45s"}, "NQ_WORKER_LOST_AFTER"},
+		{map[string]string{"NQ_WORKER_HEARTBEAT": "1m"}, "NQ_WORKER_LOST_AFTER"},
+		// Shorter than lost plus heartbeat: a connected worker's events would be trimmed.
+		{map[string]string{"NQ_WORKER_RETAIN": "70s"}, "NQ_WORKER_RETAIN"},
+	} {
+		if _, err := Load(nil, env(tc.env), io.Discard); err == nil || !strings.Contains(err.Error(), tc.name+":") {
+			t.Errorf("%v: err = %v, want %s named", tc.env, err, tc.name)
+		}
+	}
+	if _, err := Load(nil, env(map[string]string{"NQ_WORKER_LOST_AFTER": "46s", "NQ_WORKER_RETAIN": "61s"}), io.Discard); err != nil {
+		t.Errorf("lost just above heartbeat plus claim wait, retain at stale: %v", err)
 	}
 }
 

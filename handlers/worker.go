@@ -24,8 +24,9 @@ import (
 // reports progress as events, heartbeats to keep its lease, and completes or
 // fails the job. Every call after the claim sends the lease the claim gave.
 
-// maxClaimWait bounds a long-polling claim.
-const maxClaimWait = 30 * time.Second
+// MaxClaimWait bounds a long-polling claim: an idle HTTP worker calls at
+// least this often, which the worker registry's lost timeout must allow.
+const MaxClaimWait = 30 * time.Second
 
 type claimRequest struct {
 	Queues []string `json:"queues" validate:"required,min=1,max=32,dive,key_name"`
@@ -51,7 +52,7 @@ func (a *API) claimJobs(w http.ResponseWriter, r *http.Request) error {
 	if err := a.noteClaim(r, req.Queues, req.Max); err != nil {
 		return err
 	}
-	wait := min(time.Duration(req.WaitMs)*time.Millisecond, maxClaimWait)
+	wait := min(time.Duration(req.WaitMs)*time.Millisecond, MaxClaimWait)
 	jobs, err := a.claimResolved(r.Context(), a.engine.Claim, req.Queues, req.Max, wait)
 	if err != nil {
 		return err

@@ -600,7 +600,7 @@ func (c *workerChannel) offers() {
 				continue
 			}
 		}
-		jobs, err := c.api.claimResolved(ctx, c.api.engine.Claim, c.hello.Queues, n, maxClaimWait)
+		jobs, err := c.api.claimResolved(ctx, c.api.engine.Claim, c.hello.Queues, n, MaxClaimWait)
 		c.mu.Lock()
 		c.reserved -= n
 		// A pause while the claim went on leaves the jobs it took

@@ -61,11 +61,11 @@ const (
 // Defaults of Options.
 const (
 	DefaultInterval = 15 * time.Second
-	// DefaultLostBeats is how many intervals a worker may go unseen before
-	// it is marked lost. An HTTP worker's claim long-polls for up to 30 s,
-	// and its KV record is written at the first call an Interval after the
-	// last write: an idle worker's record can be 45 s old, so 60 s.
-	DefaultLostBeats = 4
+	// DefaultLostAfter is how long a worker may go unseen before it is
+	// marked lost. An HTTP worker's claim long-polls for up to 30 s, and
+	// its KV record is written at the first call an Interval after the last
+	// write: an idle worker's record can be 45 s old, so 60 s.
+	DefaultLostAfter = 60 * time.Second
 	DefaultRetain    = time.Hour
 	// DefaultMaxWorkers bounds the workers one instance keeps in memory.
 	DefaultMaxWorkers = 10000
@@ -136,9 +136,9 @@ type Options struct {
 	// Interval is the heartbeat interval: a worker's heartbeat event is
 	// written at most once per Interval, and the sweep runs every Interval.
 	Interval time.Duration
-	// LostBeats is how many Intervals a worker may go unseen before it is
-	// marked lost.
-	LostBeats int
+	// LostAfter is how long a worker may go unseen before it is marked
+	// lost.
+	LostAfter time.Duration
 	// Retain is how long the registry stream keeps its events; older ones
 	// are trimmed by the sweep.
 	Retain time.Duration
@@ -172,8 +172,8 @@ func New(st Store, kv KV, opts Options) *Registry {
 	if opts.Interval <= 0 {
 		opts.Interval = DefaultInterval
 	}
-	if opts.LostBeats <= 0 {
-		opts.LostBeats = DefaultLostBeats
+	if opts.LostAfter <= 0 {
+		opts.LostAfter = DefaultLostAfter
 	}
 	if opts.Retain <= 0 {
 		opts.Retain = DefaultRetain
@@ -191,25 +191,23 @@ func New(st Store, kv KV, opts Options) *Registry {
 func (r *Registry) Interval() time.Duration { return r.opts.Interval }
 
 // LostAfter is how long a worker may go unseen before it is marked lost.
-func (r *Registry) LostAfter() time.Duration {
-	return time.Duration(r.opts.LostBeats) * r.opts.Interval
-}
+func (r *Registry) LostAfter() time.Duration { return r.opts.LostAfter }
 
 // StaleAfter is how long after its last registry event an active worker
 // is shown lost though no departure was written: LostAfter, plus the
 // Interval a heartbeat event may lag behind the worker's last call.
-func (r *Registry) StaleAfter() time.Duration { return StaleAfter(r.opts.Interval, r.opts.LostBeats) }
+func (r *Registry) StaleAfter() time.Duration { return StaleAfter(r.opts.Interval, r.opts.LostAfter) }
 
-// StaleAfter is Registry.StaleAfter for an interval and lost beats, the
+// StaleAfter is Registry.StaleAfter for an interval and a lost timeout, the
 // defaults when zero.
-func StaleAfter(interval time.Duration, lostBeats int) time.Duration {
+func StaleAfter(interval, lostAfter time.Duration) time.Duration {
 	if interval <= 0 {
 		interval = DefaultInterval
 	}
-	if lostBeats <= 0 {
-		lostBeats = DefaultLostBeats
+	if lostAfter <= 0 {
+		lostAfter = DefaultLostAfter
 	}
-	return time.Duration(lostBeats+1) * interval
+	return lostAfter + interval
 }
 
 // errTooMany refuses a worker beyond MaxWorkers.

@@ -127,7 +127,7 @@ func New(ctx context.Context, cfg config.Config, log zerolog.Logger) (*App, erro
 		return nil, errors.Join(err, a.Close())
 	}
 	a.closers = append(a.closers, func() error { stopSweeper(); return nil })
-	workers, stopWorkers := StartWorkers(ctx, st, log)
+	workers, stopWorkers := StartWorkers(ctx, cfg, st, log)
 	a.closers = append(a.closers, func() error { stopWorkers(); return nil })
 	if err := a.Metrics.WatchQueues(st, engineQueues(eng), queueWorkers(states, workers)); err != nil {
 		return nil, errors.Join(err, a.Close())

@@ -7,19 +7,22 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/nqd-dev/nqd/config"
 	"github.com/nqd-dev/nqd/event"
 	"github.com/nqd-dev/nqd/registry"
 )
 
-// StartWorkers builds the worker registry on st and sweeps it every
-// heartbeat interval until stop is called. Every instance sweeps; the
-// registry writes each departure once however many do.
-func StartWorkers(ctx context.Context, st interface {
+// StartWorkers builds the worker registry on st with cfg's intervals and
+// sweeps it every heartbeat interval until stop is called. Every instance
+// sweeps; the registry writes each departure once however many do.
+func StartWorkers(ctx context.Context, cfg config.Config, st interface {
 	registry.Store
 	registry.KV
 }, log zerolog.Logger) (reg *registry.Registry, stop func()) {
 	log = log.With().Str("component", "workers").Logger()
-	reg = registry.New(st, st, registry.Options{Log: log})
+	reg = registry.New(st, st, registry.Options{
+		Interval: cfg.WorkerHeartbeat, LostAfter: cfg.WorkerLostAfter, Retain: cfg.WorkerRetain, Log: log,
+	})
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	wg.Go(func() { reg.Run(ctx) })
