@@ -348,6 +348,18 @@ func (c *Cluster) WaitFailover(t testing.TB, key string, old *Server) *Server {
 	}
 }
 
+// TakeOver makes replica the primary of its shard at once with CLUSTER
+// FAILOVER TAKEOVER: no agreement of the other primaries and no handshake
+// with its own, which may be dead. Wait for the slot map with WaitFailover.
+func (c *Cluster) TakeOver(t testing.TB, replica *Server) {
+	t.Helper()
+	cl := redis.NewClient(&redis.Options{Addr: replica.Addr, MaxRetries: -1})
+	defer func() { _ = cl.Close() }()
+	if err := cl.Do(context.Background(), "cluster", "failover", "takeover").Err(); err != nil {
+		t.Fatalf("redistest: CLUSTER FAILOVER TAKEOVER on %s: %v", replica.Addr, err)
+	}
+}
+
 // servingPrimary is the node that every one of live names as the primary of
 // slot, or nil while they disagree or cannot say.
 func servingPrimary(ctx context.Context, live []*Server, slot int) *Server {

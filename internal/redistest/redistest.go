@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -155,6 +156,26 @@ func (s *Server) Kill() {
 	_ = s.cmd.Process.Kill()
 	<-s.done
 	s.cmd = nil
+}
+
+// Stop freezes the server with SIGSTOP, as a stalled process or a cut
+// link would: it reads nothing and answers nothing, and what peers send it
+// waits in the kernel's socket buffers, or in their own, until Continue.
+func (s *Server) Stop(t testing.TB) { s.signal(t, syscall.SIGSTOP) }
+
+// Continue resumes a server that Stop froze.
+func (s *Server) Continue(t testing.TB) { s.signal(t, syscall.SIGCONT) }
+
+func (s *Server) signal(t testing.TB, sig syscall.Signal) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		t.Fatalf("redistest: %s is not running", s.Addr)
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("redistest: %v to %s: %v", sig, s.Addr, err)
+	}
 }
 
 // Restart kills the server if it runs and starts it again on the same port
