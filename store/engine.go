@@ -199,7 +199,10 @@ type RunStore interface {
 	// Claim hands out up to max jobs of queues (in the order given) that are
 	// ready at now or whose lease expired by now, each under lease until
 	// leaseUntil; a job taken over from an expired lease comes with Expired
-	// set and its Attempt counted up. Errors: ErrInvalid, ErrUnavailable.
+	// set and its Attempt counted up. lease is new for each call: a store
+	// that sends a claim again after its answer was lost (the Redis store)
+	// knows it by its lease and answers the jobs the lease took. Errors:
+	// ErrInvalid, ErrUnavailable, ErrOutcomeUnknown.
 	Claim(ctx context.Context, queues []string, now, leaseUntil int64, lease string, max int) ([]Job, error)
 	// Heartbeat extends a claimed job's lease to leaseUntil. Errors:
 	// ErrNotFound (the job is gone), ErrConflict (another lease holds it),
