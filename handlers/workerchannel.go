@@ -102,8 +102,10 @@ type workerChannel struct {
 	api  *API
 	conn *socket.Conn
 	log  zerolog.Logger
-	// requests holds a token per request being worked on.
+	// requests holds a token per request being worked on; work hands a
+	// request to an idle runner (run).
 	requests chan struct{}
+	work     chan func()
 	wg       sync.WaitGroup
 
 	// hello is set by the read loop once, before anything reads it.
@@ -126,7 +128,7 @@ type workerChannel struct {
 func (a *API) newWorkerChannel(c *socket.Conn) *workerChannel {
 	a.channels.ChannelOpened()
 	return &workerChannel{api: a, conn: c, log: a.log,
-		requests: make(chan struct{}, maxChannelInFlight), wake: make(chan struct{}, 1)}
+		requests: make(chan struct{}, maxChannelInFlight), work: make(chan func()), wake: make(chan struct{}, 1)}
 }
 
 // helloFrame is a worker's first frame. Its concurrency bounds the jobs
@@ -355,7 +357,7 @@ func (c *workerChannel) request(raw []byte, do func(ctx context.Context, raw []b
 	case <-c.conn.Context().Done():
 		return
 	}
-	c.wg.Go(func() {
+	c.run(func() {
 		// A slot waiting for its next job after the ack holds no token.
 		release := sync.OnceFunc(func() { <-c.requests })
 		defer release()
@@ -398,6 +400,39 @@ func (c *workerChannel) request(raw []byte, do func(ctx context.Context, raw []b
 			release()
 			if jobs := c.nextJob(); len(jobs) > 0 {
 				c.offer(jobs)
+			}
+		}
+	})
+}
+
+// runnerIdle is how long a runner of a channel's requests waits for the
+// next one before it exits.
+const runnerIdle = time.Second
+
+// run runs f on an idle runner of the channel's requests, or on a new one.
+// A runner waits a while for the next request before it exits: its stack,
+// grown once deep in the engine and the store, then serves the next
+// request as it is, where a goroutine of its own per request grew its
+// stack again each time.
+func (c *workerChannel) run(f func()) {
+	select {
+	case c.work <- f:
+		return
+	default:
+	}
+	c.wg.Go(func() {
+		idle := time.NewTimer(runnerIdle)
+		defer idle.Stop()
+		done := c.conn.Context().Done()
+		for {
+			f()
+			idle.Reset(runnerIdle)
+			select {
+			case f = <-c.work:
+			case <-idle.C:
+				return
+			case <-done:
+				return
 			}
 		}
 	})
