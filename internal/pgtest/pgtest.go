@@ -15,7 +15,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -38,10 +37,12 @@ import (
 const startTimeout = 30 * time.Second
 
 var (
-	sharedOnce sync.Once
-	shared     *Server
-	sharedErr  error
-	schemaSeq  atomic.Uint64
+	// shared is the server every test of this binary shares, started on
+	// first use. It lives as long as the test binary: the kernel signal set
+	// up in spawn ends it when the binary exits, and a later run removes its
+	// directory.
+	shared    = sync.OnceValues(Launch)
+	schemaSeq atomic.Uint64
 )
 
 // URL returns the connection URL of a schema that no other test uses, on the
@@ -85,16 +86,11 @@ func serverURL(t testing.TB) string {
 	if u := os.Getenv("POSTGRES_URL"); u != "" {
 		return u
 	}
-	sharedOnce.Do(func() {
-		// The shared server lives as long as the test binary; the kernel
-		// signal set up in spawn ends it when the binary exits, and a later
-		// run removes its directory.
-		shared, sharedErr = launch()
-	})
-	if sharedErr != nil {
-		unavailable(t, sharedErr)
+	s, err := shared()
+	if err != nil {
+		unavailable(t, err)
 	}
-	return shared.URL
+	return s.URL
 }
 
 func exec1(ctx context.Context, connURL, sql string) error {
@@ -107,17 +103,11 @@ func exec1(ctx context.Context, connURL, sql string) error {
 	return err
 }
 
-// Server is a postgres process started by this package.
+// Server is a postgres process that a test may kill and restart.
 type Server struct {
 	URL  string
-	bin  string
 	dir  string
-	port int
-	cred *syscall.Credential
-
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
+	proc *spawn.Server
 }
 
 // Start runs a dedicated server that the test may Kill and Restart; it is
@@ -125,78 +115,18 @@ type Server struct {
 // break their server use it instead of URL.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	s, err := launch()
+	s, err := Launch()
 	if err != nil {
 		unavailable(t, err)
 	}
-	t.Cleanup(func() {
-		s.Kill()
-		_ = os.RemoveAll(s.dir)
-	})
+	t.Cleanup(s.Close)
 	return s
 }
 
-// Kill ends the server at once with SIGKILL, as a crash would, and waits for
-// it to exit. Killing a stopped server does nothing.
-func (s *Server) Kill() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil {
-		return
-	}
-	kill(s.cmd)
-	<-s.done
-	s.cmd = nil
-}
-
-// Restart kills the server if it runs and starts it again on the same port
-// with the same data directory, so it comes back with every committed write.
-func (s *Server) Restart(t testing.TB) {
-	t.Helper()
-	s.Kill()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	// The killed backends detach from the shared memory as they exit, a
-	// moment after the postmaster; until then a new postmaster refuses to
-	// start, so it is tried again for a while.
-	deadline := time.Now().Add(startTimeout)
-	for {
-		cmd, done, err := run(s.bin, s.dir, s.port, s.cred)
-		if err == nil {
-			s.cmd, s.done = cmd, done
-			return
-		}
-		if !strings.Contains(err.Error(), "is still in use") || time.Now().After(deadline) {
-			t.Fatalf("pgtest: restart postgres on port %d: %v", s.port, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// Launch starts a server outside a test, for a benchmark that measures nqd
-// on PostgreSQL; the caller must Close it. Like the test servers it dies
-// with this process, however that ends.
-func Launch() (*Server, error) { return launch() }
-
-// Close kills the server and removes its directory.
-func (s *Server) Close() {
-	s.Kill()
-	_ = os.RemoveAll(s.dir)
-}
-
-// PID is the postmaster's process id, or 0 when the server is stopped; its
-// backends are its children.
-func (s *Server) PID() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil || s.cmd.Process == nil {
-		return 0
-	}
-	return s.cmd.Process.Pid
-}
-
-// launch initialises a cluster in a new temporary directory and starts it.
-func launch() (*Server, error) {
+// Launch starts a dedicated server outside a test, for a benchmark that
+// measures nqd on PostgreSQL; the caller must Close it. Like the test
+// servers it dies with this process, however that ends.
+func Launch() (*Server, error) {
 	bin, err := binDir()
 	if err != nil {
 		return nil, err
@@ -209,9 +139,51 @@ func launch() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	s, err := launch(bin, dir, cred)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+	}
+	return s, err
+}
+
+// Kill ends the server at once with SIGKILL, as a crash would, and waits for
+// it to exit. Killing a stopped server does nothing.
+func (s *Server) Kill() { s.proc.Kill() }
+
+// Restart kills the server if it runs and starts it again on the same port
+// with the same data directory, so it comes back with every committed write.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	// The killed backends detach from the shared memory as they exit, a
+	// moment after the postmaster; until then a new postmaster refuses to
+	// start, so it is tried again for a while.
+	deadline := time.Now().Add(startTimeout)
+	for {
+		err := s.proc.Restart()
+		if err == nil {
+			return
+		}
+		if !strings.Contains(err.Error(), "is still in use") || time.Now().After(deadline) {
+			t.Fatalf("pgtest: restart postgres on port %d: %v", s.proc.Port, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Close kills the server and removes its directory.
+func (s *Server) Close() {
+	s.Kill()
+	_ = os.RemoveAll(s.dir)
+}
+
+// PID is the postmaster's process id, or 0 when the server is stopped; its
+// backends are its children.
+func (s *Server) PID() int { return s.proc.PID() }
+
+// launch initialises a cluster in dir and starts it on a free port.
+func launch(bin, dir string, cred *syscall.Credential) (*Server, error) {
 	if cred != nil {
 		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
-			_ = os.RemoveAll(dir)
 			return nil, err
 		}
 	}
@@ -222,77 +194,31 @@ func launch() (*Server, error) {
 		"--wal-segsize=1")
 	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	if out, err := initdb.CombinedOutput(); err != nil {
-		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("initdb: %v: %s", err, out)
 	}
-	var lastErr error
-	// A free port found by listening may be taken by someone else before
-	// postgres binds it; a few attempts make that race harmless.
-	for range 3 {
-		port, err := freePort()
-		if err != nil {
-			_ = os.RemoveAll(dir)
-			return nil, err
-		}
-		cmd, done, err := run(bin, dir, port, cred)
-		if err == nil {
-			return &Server{URL: serverURLOf(port), bin: bin, dir: dir, port: port, cred: cred, cmd: cmd, done: done}, nil
-		}
-		lastErr = err
-	}
-	_ = os.RemoveAll(dir)
-	return nil, lastErr
-}
-
-// run starts postgres in the foreground, so it is this process's child, and
-// waits until it accepts connections.
-func run(bin, dir string, port int, cred *syscall.Credential) (*exec.Cmd, chan struct{}, error) {
-	logf, err := os.OpenFile(filepath.Join(dir, "postgres.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	proc, err := spawn.Launch(spawn.Config{
+		Name: "postgres", Dir: dir, Log: "postgres.log", Cred: cred,
+		Command: func(port int) *exec.Cmd {
+			return exec.Command(filepath.Join(bin, "postgres"),
+				"-D", data, "-p", strconv.Itoa(port),
+				"-c", "listen_addresses=127.0.0.1",
+				"-c", "unix_socket_directories="+dir,
+				"-c", "max_connections=400",
+				// A throwaway server: durability across a machine crash buys
+				// nothing, but a killed server must keep what it
+				// acknowledged, so commits still wait for the WAL write.
+				"-c", "fsync=off", "-c", "full_page_writes=off",
+				"-c", "min_wal_size=2MB", "-c", "max_wal_size=64MB",
+			)
+		},
+		Ready:   func(ctx context.Context, port int) error { return exec1(ctx, serverURLOf(port), "SELECT 1") },
+		Timeout: startTimeout,
+		Kill:    kill,
+	})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	defer func() { _ = logf.Close() }()
-	cmd := exec.Command(filepath.Join(bin, "postgres"),
-		"-D", filepath.Join(dir, "data"), "-p", strconv.Itoa(port),
-		"-c", "listen_addresses=127.0.0.1",
-		"-c", "unix_socket_directories="+dir,
-		"-c", "max_connections=400",
-		// A throwaway server: durability across a machine crash buys nothing,
-		// but a killed server must keep what it acknowledged, so commits
-		// still wait for the WAL write.
-		"-c", "fsync=off", "-c", "full_page_writes=off",
-		"-c", "min_wal_size=2MB", "-c", "max_wal_size=64MB",
-	)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := spawn.Start(cmd, cred); err != nil {
-		return nil, nil, err
-	}
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(done)
-	}()
-	url := serverURLOf(port)
-	deadline := time.Now().Add(startTimeout)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		pingErr := exec1(ctx, url, "SELECT 1")
-		cancel()
-		if pingErr == nil {
-			return cmd, done, nil
-		}
-		if time.Now().After(deadline) {
-			kill(cmd)
-			<-done
-			return nil, nil, fmt.Errorf("postgres on port %d did not accept connections within %s: %w", port, startTimeout, pingErr)
-		}
-		select {
-		case <-done:
-			log, _ := os.ReadFile(filepath.Join(dir, "postgres.log"))
-			return nil, nil, fmt.Errorf("postgres on port %d exited at start: %s", port, log)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	return &Server{URL: serverURLOf(proc.Port), dir: dir, proc: proc}, nil
 }
 
 func serverURLOf(port int) string {
@@ -315,7 +241,7 @@ func binDir() (string, error) {
 			return d, nil
 		}
 	}
-	return "", errMissing
+	return "", &spawn.Missing{What: "PostgreSQL (initdb, postgres)"}
 }
 
 // version reads the major version out of /usr/lib/postgresql/<version>/bin.
@@ -345,22 +271,8 @@ func credential() (*syscall.Credential, error) {
 	return nil, errors.New("running as root and neither a postgres nor a nobody user exists to run PostgreSQL as")
 }
 
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = ln.Close() }()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-var errMissing = errors.New("PostgreSQL (initdb, postgres) is not installed")
-
 // unavailable skips the test, or fails it when CI requires PostgreSQL.
 func unavailable(t testing.TB, err error) {
 	t.Helper()
-	if os.Getenv("NQD_REQUIRE_POSTGRES") == "1" || !errors.Is(err, errMissing) {
-		t.Fatalf("pgtest: %v", err)
-	}
-	t.Skipf("pgtest: %v (set NQD_REQUIRE_POSTGRES=1 to fail instead)", err)
+	spawn.Unavailable(t, "pgtest", "NQD_REQUIRE_POSTGRES", err)
 }

@@ -161,6 +161,7 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	if err != nil {
 		unavailable(t, err)
 	}
+	t.Cleanup(c.Close)
 	return c
 }
 
@@ -218,7 +219,7 @@ func (c *Cluster) addrs() []string {
 
 func launchCluster(opts ClusterOptions, dir string) (*Cluster, error) {
 	if _, err := exec.LookPath("redis-cli"); err != nil {
-		return nil, errMissing
+		return nil, &spawn.Missing{What: "redis-cli"}
 	}
 	timeout := opts.NodeTimeout
 	if timeout <= 0 {
@@ -231,7 +232,7 @@ func launchCluster(opts ClusterOptions, dir string) (*Cluster, error) {
 			c.Close()
 			return nil, err
 		}
-		s, err := launch(Options{AOF: opts.AOF}, nodeDir, 0, []string{
+		s, err := launch(Options{AOF: opts.AOF}, nodeDir, []string{
 			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", strconv.FormatInt(timeout.Milliseconds(), 10),
 			// A replica takes over however long it was cut off: the

@@ -31,10 +31,12 @@ import (
 const startTimeout = 15 * time.Second
 
 var (
-	sharedOnce sync.Once
-	shared     *Server
-	sharedErr  error
-	prefixSeq  atomic.Uint64
+	// shared is the server every test of this binary shares, started on
+	// first use. It lives as long as the test binary: the kernel signal set
+	// up in spawn ends it when the binary exits, and a later run removes its
+	// directory.
+	shared    = sync.OnceValues(func() (*Server, error) { return Launch(Options{}) })
+	prefixSeq atomic.Uint64
 )
 
 // Addr returns the address of the Redis shared by every test of this binary,
@@ -44,23 +46,11 @@ func Addr(t testing.TB) string {
 	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
 		return addr
 	}
-	sharedOnce.Do(func() {
-		// The shared server lives as long as the test binary; the kernel
-		// signal set up in spawn ends it when the binary exits, and a later
-		// run removes its directory.
-		dir, err := spawn.OwnedTempDir("nqd-redistest-")
-		if err != nil {
-			sharedErr = err
-			return
-		}
-		if shared, sharedErr = launch(Options{}, dir, 0, nil); sharedErr != nil {
-			_ = os.RemoveAll(dir)
-		}
-	})
-	if sharedErr != nil {
-		unavailable(t, sharedErr)
+	s, err := shared()
+	if err != nil {
+		unavailable(t, err)
 	}
-	return shared.Addr
+	return s.Addr
 }
 
 // Client returns a client of the shared Redis, closed when the test ends.
@@ -119,44 +109,43 @@ type Options struct {
 	AOF bool
 }
 
-// Server is a redis-server process owned by one test.
+// Server is a redis-server process that a test may kill and restart.
 type Server struct {
 	Addr string
 	dir  string
-	port int
-	opts Options
-
-	args []string // more redis-server arguments, such as a cluster node's
-
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
+	proc *spawn.Server
 }
 
-// Start runs a dedicated redis-server that the test may Kill and Restart. It
-// is killed when the test ends.
+// Start runs a dedicated redis-server that the test may Kill and Restart; it
+// is killed and its directory removed when the test ends.
 func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
-	s, err := launch(opts, t.TempDir(), 0, nil)
+	s, err := Launch(opts)
 	if err != nil {
 		unavailable(t, err)
 	}
-	t.Cleanup(func() { s.Kill() })
+	t.Cleanup(s.Close)
 	return s
+}
+
+// Launch starts a dedicated server outside a test, for a benchmark; the
+// caller must Close it. Like the test servers it dies with this process,
+// however that ends.
+func Launch(opts Options) (*Server, error) {
+	dir, err := spawn.OwnedTempDir("nqd-redistest-")
+	if err != nil {
+		return nil, err
+	}
+	s, err := launch(opts, dir, nil)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+	}
+	return s, err
 }
 
 // Kill ends the server at once with SIGKILL, as a crash would, and waits for
 // the process to exit. Killing a stopped server does nothing.
-func (s *Server) Kill() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil {
-		return
-	}
-	_ = s.cmd.Process.Kill()
-	<-s.done
-	s.cmd = nil
-}
+func (s *Server) Kill() { s.proc.Kill() }
 
 // Stop freezes the server with SIGSTOP, as a stalled process or a cut
 // link would: it reads nothing and answers nothing, and what peers send it
@@ -168,12 +157,7 @@ func (s *Server) Continue(t testing.TB) { s.signal(t, syscall.SIGCONT) }
 
 func (s *Server) signal(t testing.TB, sig syscall.Signal) {
 	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil {
-		t.Fatalf("redistest: %s is not running", s.Addr)
-	}
-	if err := s.cmd.Process.Signal(sig); err != nil {
+	if err := s.proc.Signal(sig); err != nil {
 		t.Fatalf("redistest: %v to %s: %v", sig, s.Addr, err)
 	}
 }
@@ -182,79 +166,47 @@ func (s *Server) signal(t testing.TB, sig syscall.Signal) {
 // with the same directory, so an AOF server comes back with its data.
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
+	if err := s.proc.Restart(); err != nil {
+		t.Fatalf("redistest: restart redis-server on port %d: %v", s.proc.Port, err)
+	}
+}
+
+// Close kills the server and removes its directory.
+func (s *Server) Close() {
 	s.Kill()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cmd, done, err := run(s.opts, s.dir, s.port, s.args)
-	if err != nil {
-		t.Fatalf("redistest: restart redis-server on port %d: %v", s.port, err)
-	}
-	s.cmd, s.done = cmd, done
+	_ = os.RemoveAll(s.dir)
 }
 
-func launch(opts Options, dir string, port int, extra []string) (*Server, error) {
+// PID is the server's process id, or 0 when it is stopped.
+func (s *Server) PID() int { return s.proc.PID() }
+
+// launch starts redis-server in dir on a free port, with the extra
+// arguments (a cluster node's), and waits until it answers PING.
+func launch(opts Options, dir string, extra []string) (*Server, error) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
-		return nil, errMissing
+		return nil, &spawn.Missing{What: "redis-server"}
 	}
-	var lastErr error
-	// A free port found by listening may be taken by someone else before
-	// redis-server binds it; a few attempts make that race harmless.
-	for range 3 {
-		p := port
-		if p == 0 {
-			var err error
-			if p, err = freePort(); err != nil {
-				return nil, err
+	proc, err := spawn.Launch(spawn.Config{
+		Name: "redis-server", Dir: dir, Log: "redis.log",
+		Command: func(port int) *exec.Cmd {
+			args := []string{
+				"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+				"--save", "", "--dir", dir, "--daemonize", "no", "--loglevel", "warning",
 			}
-		}
-		cmd, done, err := run(opts, dir, p, extra)
-		if err == nil {
-			return &Server{Addr: "127.0.0.1:" + strconv.Itoa(p), dir: dir, port: p, opts: opts, args: extra, cmd: cmd, done: done}, nil
-		}
-		lastErr = err
+			if opts.AOF {
+				args = append(args, "--appendonly", "yes", "--appendfsync", "always")
+			} else {
+				args = append(args, "--appendonly", "no")
+			}
+			return exec.Command("redis-server", append(args, extra...)...)
+		},
+		Ready:   func(_ context.Context, port int) error { return ping("127.0.0.1:" + strconv.Itoa(port)) },
+		Timeout: startTimeout,
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, lastErr
-}
-
-// run starts redis-server and waits until it answers PING.
-func run(opts Options, dir string, port int, extra []string) (*exec.Cmd, chan struct{}, error) {
-	args := []string{
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--dir", dir, "--daemonize", "no", "--loglevel", "warning",
-		"--logfile", "redis.log",
-	}
-	if opts.AOF {
-		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
-	} else {
-		args = append(args, "--appendonly", "no")
-	}
-	args = append(args, extra...)
-	cmd := exec.Command("redis-server", args...)
-	cmd.Dir = dir
-	if err := spawn.Start(cmd, nil); err != nil {
-		return nil, nil, err
-	}
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(done)
-	}()
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	deadline := time.Now().Add(startTimeout)
-	for {
-		if pingErr := ping(addr); pingErr == nil {
-			return cmd, done, nil
-		} else if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			<-done
-			return nil, nil, fmt.Errorf("redis-server on %s did not answer PING within %s: %w", addr, startTimeout, pingErr)
-		}
-		select {
-		case <-done:
-			return nil, nil, fmt.Errorf("redis-server on %s exited at start (see %s/redis.log)", addr, dir)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	return &Server{Addr: "127.0.0.1:" + strconv.Itoa(proc.Port), dir: dir, proc: proc}, nil
 }
 
 func ping(addr string) error {
@@ -278,22 +230,8 @@ func ping(addr string) error {
 	return nil
 }
 
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = ln.Close() }()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-var errMissing = errors.New("redis-server is not installed")
-
 // unavailable skips the test, or fails it when CI requires Redis.
 func unavailable(t testing.TB, err error) {
 	t.Helper()
-	if os.Getenv("NQD_REQUIRE_REDIS") == "1" || !errors.Is(err, errMissing) {
-		t.Fatalf("redistest: %v", err)
-	}
-	t.Skipf("redistest: %v (set NQD_REQUIRE_REDIS=1 to fail instead)", err)
+	spawn.Unavailable(t, "redistest", "NQD_REQUIRE_REDIS", err)
 }

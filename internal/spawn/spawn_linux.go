@@ -1,6 +1,8 @@
 // Package spawn starts the servers tests run against (redis-server,
 // PostgreSQL) so that they do not outlive the test binary, and makes the
-// temporary directories that live as long as a test binary.
+// temporary directories that live as long as a test binary. A Server
+// (Launch) is one such server on a free port, which a test may kill and
+// restart; Unavailable skips a test whose server is not installed.
 package spawn
 
 import (

@@ -2,7 +2,9 @@
 
 // Package spawn starts the servers tests run against (redis-server,
 // PostgreSQL), and makes the temporary directories that live as long as a
-// test binary.
+// test binary. A Server (Launch) is one such server on a free port, which a
+// test may kill and restart; Unavailable skips a test whose server is not
+// installed.
 package spawn
 
 import (
