@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -115,20 +116,28 @@ type workerChannel struct {
 	// free as nqd counts them; reserved how many of those a claim of the
 	// offer loop is filling; inFlight the jobs the worker holds, for the
 	// registry; pauses the pause frames so far. A slot waiting for its
-	// next job (nextJob) is in none of these. wake tells the offer loop
-	// that free grew.
+	// next job (nextJob) is in none of these.
 	mu       sync.Mutex
 	free     int
 	reserved int
 	inFlight int
 	pauses   int
-	wake     chan struct{}
+	// caps is the hello's queueConcurrency (nil without), set before any
+	// goroutine of the channel starts. qfree counts the free slots of each
+	// capped queue as free counts the worker's, and qreserved those a
+	// claim is filling, so that no claim takes a capped queue past its cap.
+	caps      map[string]int
+	qfree     map[string]int
+	qreserved map[string]int
+	// wakes tell the offer loops (one for all queues, or one per queue
+	// with caps) that free slots grew.
+	wakes []chan struct{}
 }
 
 func (a *API) newWorkerChannel(c *socket.Conn) *workerChannel {
 	a.channels.ChannelOpened()
 	return &workerChannel{api: a, conn: c, log: a.log,
-		requests: make(chan struct{}, maxChannelInFlight), work: make(chan func()), wake: make(chan struct{}, 1)}
+		requests: make(chan struct{}, maxChannelInFlight), work: make(chan func())}
 }
 
 // helloFrame is a worker's first frame. Its concurrency bounds the jobs
@@ -143,6 +152,12 @@ type helloFrame struct {
 	Queues      []string `json:"queues" validate:"required,min=1,max=32,dive,key_name"`
 	Concurrency int      `json:"concurrency" validate:"gte=1,lte=1000"`
 	Slots       *int     `json:"slots" validate:"omitempty,gte=0,lte=1000"`
+	// QueueConcurrency, when set, caps the jobs of each queue the worker
+	// runs at once; the caps add up to at most Concurrency. One channel
+	// then serves queues of different concurrency. Held is how many jobs
+	// of each queue the worker holds as it says hello (a reconnect).
+	QueueConcurrency map[string]int `json:"queueConcurrency" validate:"max=32,dive,keys,key_name,endkeys,gte=1,lte=1000"`
+	Held             map[string]int `json:"held" validate:"max=32,dive,keys,key_name,endkeys,gte=0,lte=1000"`
 }
 
 // welcomeFrame answers a hello.
@@ -195,6 +210,9 @@ type failFrame struct {
 type slotsFrame struct {
 	Type string `json:"type"`
 	Add  int    `json:"add" validate:"gte=1,lte=1000"`
+	// Queue names the queue whose jobs held the slots, which frees them
+	// there too when the hello capped it.
+	Queue string `json:"queue" validate:"omitempty,key_name"`
 }
 
 type ackFrame struct {
@@ -225,6 +243,7 @@ func (c *workerChannel) Message(typ string, raw []byte) bool {
 	case "slots":
 		var f slotsFrame
 		if c.decode(raw, &f, "") {
+			c.freeQueue(f.Queue, f.Add)
 			c.addFree(f.Add)
 		}
 	case "pause":
@@ -302,6 +321,9 @@ func (c *workerChannel) helloed(raw []byte) {
 	if err == nil && f.Slots != nil && *f.Slots > f.Concurrency {
 		err = invalidField("slots", "must be at most concurrency")
 	}
+	if err == nil {
+		err = checkQueueCaps(&f)
+	}
 	if err != nil {
 		c.answerError("", err)
 		c.conn.Fail(websocket.StatusPolicyViolation, "bad hello")
@@ -314,6 +336,18 @@ func (c *workerChannel) helloed(raw []byte) {
 	}
 	c.mu.Lock()
 	c.free, c.inFlight = free, f.Concurrency-free
+	groups := [][]string{h.Queues}
+	if len(f.QueueConcurrency) > 0 {
+		c.caps, c.qfree, c.qreserved = f.QueueConcurrency, map[string]int{}, map[string]int{}
+		for q, n := range f.QueueConcurrency {
+			c.qfree[q] = n - f.Held[q]
+		}
+		// Each queue's long-polling claim waits for that queue's room.
+		groups = groups[:0]
+		for _, q := range h.Queues {
+			groups = append(groups, []string{q})
+		}
+	}
 	c.mu.Unlock()
 	c.log = c.api.log.With().Str("worker", h.ID).Logger()
 	lease := c.api.jobLease
@@ -327,7 +361,110 @@ func (c *workerChannel) helloed(raw []byte) {
 		cancel()
 		c.wg.Go(func() { c.beats(reg, lease/3) })
 	}
-	c.wg.Go(c.offers)
+	c.wakes = make([]chan struct{}, len(groups))
+	for i := range groups {
+		c.wakes[i] = make(chan struct{}, 1)
+	}
+	for i, qs := range groups {
+		c.wg.Go(func() { c.offers(qs, c.wakes[i]) })
+	}
+}
+
+// checkQueueCaps checks a hello's queueConcurrency and held against its
+// queues and concurrency. Every queue is capped and the caps fit in
+// concurrency, so that each queue's room is free slots of the worker's
+// that no other queue's claim can take.
+func checkQueueCaps(f *helloFrame) error {
+	if len(f.QueueConcurrency) == 0 {
+		if len(f.Held) > 0 {
+			return invalidField("held", "only with queueConcurrency")
+		}
+		return nil
+	}
+	sum := 0
+	for q, n := range f.QueueConcurrency {
+		if !slices.Contains(f.Queues, q) {
+			return invalidField("queueConcurrency", "names only queues of queues")
+		}
+		sum += n
+	}
+	for _, q := range f.Queues {
+		if _, ok := f.QueueConcurrency[q]; !ok {
+			return invalidField("queueConcurrency", "names every queue of queues")
+		}
+	}
+	if sum > f.Concurrency {
+		return invalidField("queueConcurrency", "adds up to at most concurrency")
+	}
+	for q, n := range f.Held {
+		if n > f.QueueConcurrency[q] {
+			return invalidField("held", "names only queues of queueConcurrency, each with at most its concurrency")
+		}
+	}
+	return nil
+}
+
+// claimable is the queues of qs a claim for at most n jobs may take from,
+// and n cut to the room the capped ones among them have; that room is
+// reserved until unreserve. extra, when capped, has one slot more: a
+// completion's, whose claim is stored only with it. Called with mu held.
+func (c *workerChannel) claimable(qs []string, n int, extra string) ([]string, int) {
+	if c.caps == nil {
+		return qs, n
+	}
+	open := make([]string, 0, len(qs))
+	for _, q := range qs {
+		free, capped := c.qfree[q]
+		if capped {
+			room := free - c.qreserved[q]
+			if q == extra {
+				room++
+			}
+			if room <= 0 {
+				continue
+			}
+			n = min(n, room)
+		}
+		open = append(open, q)
+	}
+	if len(open) == 0 {
+		return nil, 0
+	}
+	c.reserveQueues(open, n)
+	return open, n
+}
+
+// reserveQueues adds n to the reserved room of the capped queues of qs (a
+// negative n gives it back). Called with mu held.
+func (c *workerChannel) reserveQueues(qs []string, n int) {
+	for _, q := range qs {
+		if _, capped := c.caps[q]; capped {
+			c.qreserved[q] += n
+		}
+	}
+}
+
+// tookQueues counts the slots of the capped queues that jobs take. Called
+// with mu held.
+func (c *workerChannel) tookQueues(jobs []store.Job) {
+	for _, j := range jobs {
+		if _, capped := c.caps[j.Queue]; capped {
+			c.qfree[j.Queue]--
+		}
+	}
+}
+
+// freeQueue counts n more free slots of queue q when the hello capped it.
+func (c *workerChannel) freeQueue(q string, n int) {
+	if c.caps == nil {
+		return
+	}
+	c.mu.Lock()
+	if cap, capped := c.caps[q]; capped {
+		c.qfree[q] = min(c.qfree[q]+n, cap)
+	}
+	c.mu.Unlock()
+	c.wakeAll()
 }
 
 // answer is what a request frame is answered with: the HTTP call's body,
@@ -516,12 +653,25 @@ func (c *workerChannel) complete(ctx context.Context, raw []byte, head *jobFrame
 	if f.Next {
 		// The slot the job frees takes a job ready now in the
 		// completion's own write, where the store can.
-		next = &engine.Next{Queues: c.hello.Queues, Max: 1}
+		c.mu.Lock()
+		qs, n := c.claimable(c.hello.Queues, 1, f.Queue)
+		c.mu.Unlock()
+		if n > 0 {
+			next = &engine.Next{Queues: qs, Max: 1}
+			defer func() {
+				c.mu.Lock()
+				c.reserveQueues(qs, -n)
+				c.mu.Unlock()
+			}()
+		}
 	}
 	jobs, claimed, err := c.api.completeReport(ctx, ack, &f.completeRequest, next)
 	if err != nil {
 		c.ended(false, err)
 		return answer{}, err
+	}
+	if f.Next {
+		c.freeQueue(f.Queue, 1)
 	}
 	ok := answer{body: statusBody{Status: "ok"}}
 	if claimed && len(jobs) > 0 {
@@ -538,6 +688,7 @@ func (c *workerChannel) complete(ctx context.Context, raw []byte, head *jobFrame
 		c.mu.Lock()
 		c.free -= len(jobs) - 1
 		c.inFlight += len(jobs) - 1
+		c.tookQueues(jobs)
 		c.mu.Unlock()
 		ok.offer, ok.inAck = jobs, f.NextInAck
 		return ok, nil
@@ -558,9 +709,15 @@ func (c *workerChannel) complete(ctx context.Context, raw []byte, head *jobFrame
 func (c *workerChannel) nextJob() []store.Job {
 	c.mu.Lock()
 	pauses := c.pauses
+	qs, n := c.claimable(c.hello.Queues, 1, "")
 	c.mu.Unlock()
-	jobs := c.api.claimNext(c.conn.Context(), c.log, c.hello.Queues, 1, nextJobWait)
+	jobs := []store.Job{}
+	if n > 0 {
+		jobs = c.api.claimNext(c.conn.Context(), c.log, qs, 1, nextJobWait)
+	}
 	c.mu.Lock()
+	c.reserveQueues(qs, -n)
+	c.tookQueues(jobs)
 	c.inFlight += len(jobs)
 	paused := c.pauses != pauses
 	c.mu.Unlock()
@@ -580,6 +737,9 @@ func (c *workerChannel) fail(ctx context.Context, raw []byte, head *jobFrame) (a
 	c.ended(f.Next && err == nil, err)
 	if err != nil {
 		return answer{}, err
+	}
+	if f.Next {
+		c.freeQueue(f.Queue, 1)
 	}
 	return answer{body: statusBody{Status: "ok"}}, nil
 }
@@ -609,21 +769,31 @@ func (c *workerChannel) addFree(n int) {
 	c.mu.Lock()
 	c.free = min(c.free+n, c.hello.Concurrency)
 	c.mu.Unlock()
-	select {
-	case c.wake <- struct{}{}:
-	default:
+	c.wakeAll()
+}
+
+// wakeAll tells every offer loop that slots were freed.
+func (c *workerChannel) wakeAll() {
+	for _, wake := range c.wakes {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
 	}
 }
 
-// offers claims jobs for the worker's free slots and offers them, until
-// the channel ends: a long-polling claim for as many jobs as slots are
-// free, woken as any claim is.
-func (c *workerChannel) offers() {
+// offers claims jobs of queues for the worker's free slots and offers
+// them, until the channel ends: a long-polling claim for as many jobs as
+// slots are free (and, for a capped queue, as it has room for), woken as
+// any claim is.
+func (c *workerChannel) offers(queues []string, wake <-chan struct{}) {
 	ctx := c.conn.Context()
 	for {
 		c.mu.Lock()
 		n := min(c.free-c.reserved, maxOffer)
+		var qs []string
 		if n > 0 {
+			qs, n = c.claimable(queues, n, "")
 			c.reserved += n
 		}
 		c.mu.Unlock()
@@ -631,16 +801,18 @@ func (c *workerChannel) offers() {
 			select {
 			case <-ctx.Done():
 				return
-			case <-c.wake:
+			case <-wake:
 				continue
 			}
 		}
-		jobs, err := c.api.claimResolved(ctx, c.api.engine.Claim, c.hello.Queues, n, MaxClaimWait)
+		jobs, err := c.api.claimResolved(ctx, c.api.engine.Claim, qs, n, MaxClaimWait)
 		c.mu.Lock()
 		c.reserved -= n
+		c.reserveQueues(qs, -n)
 		// A pause while the claim went on leaves the jobs it took
 		// offered: never more than the slots free before it.
 		c.free = max(c.free-len(jobs), 0)
+		c.tookQueues(jobs)
 		c.inFlight += len(jobs)
 		c.mu.Unlock()
 		if len(jobs) > 0 {

@@ -533,3 +533,109 @@ func TestWorkerChannelLargeData(t *testing.T) {
 		t.Errorf("events %v; want a step.completed with the result by reference", evs)
 	}
 }
+
+// TestWorkerChannelQueueConcurrency: a hello's queueConcurrency caps the
+// jobs of each queue the channel is offered, a freed slot of a full queue
+// takes that queue's next job, and held counts the jobs a reconnecting
+// worker still runs, on every store.
+func TestWorkerChannelQueueConcurrency(t *testing.T) {
+	for _, backend := range socketBackends {
+		t.Run(backend, func(t *testing.T) {
+			n := newChannelNode(t, openSocketStores(t, backend, 1)[0])
+			for _, q := range []string{"a", "b"} {
+				d := &flows.Definition{Name: "f" + q, Entry: "work", Steps: map[string]flows.Step{"work": {Queue: q}}}
+				if err := n.e.PutDefinition(t.Context(), d); err != nil {
+					t.Fatal(err)
+				}
+				for range 3 {
+					if _, err := n.e.Start(t.Context(), "f"+q, json.RawMessage(`{}`), ""); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			c, _, err := dialChannel(t, n, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.send(map[string]any{"type": "hello", "workerId": "w-1", "queues": []string{"a", "b"}, "concurrency": 3,
+				"queueConcurrency": map[string]int{"a": 1, "b": 2}})
+			if w := c.next(); w.Type != "welcome" {
+				t.Fatalf("hello answered %+v", w)
+			}
+			held := map[string][]store.Job{}
+			for got := 0; got < 3; {
+				f := c.next()
+				if f.Type != "offer" {
+					t.Fatalf("got %+v; want offers", f)
+				}
+				for _, j := range f.Jobs {
+					held[j.Queue] = append(held[j.Queue], j)
+				}
+				got += len(f.Jobs)
+			}
+			if len(held["a"]) != 1 || len(held["b"]) != 2 {
+				t.Fatalf("offered %d jobs of a and %d of b; want 1 and 2", len(held["a"]), len(held["b"]))
+			}
+			// Every slot is taken: the answer to a heartbeat comes before
+			// any further offer.
+			if beat := c.call("heartbeat", "h1", held["a"][0], nil); beat.Type != "ack" {
+				t.Fatalf("heartbeat answered %+v", beat)
+			}
+			// b is full: the slot a completion of a frees takes a's next job.
+			if done := c.call("complete", "c1", held["a"][0], map[string]any{"next": true}); done.Type != "ack" {
+				t.Fatalf("complete answered %+v", done)
+			}
+			if j := c.offer(); j.Queue != "a" {
+				t.Fatalf("offered %+v after a's job; want a's next job", j)
+			}
+
+			// A worker that reconnects holding a job of a, its only room
+			// there, is offered a's job only once it frees that slot.
+			c2, _, err := dialChannel(t, n, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c2.send(map[string]any{"type": "hello", "workerId": "w-2", "queues": []string{"a"}, "concurrency": 2, "slots": 1,
+				"queueConcurrency": map[string]int{"a": 1}, "held": map[string]int{"a": 1}})
+			if w := c2.next(); w.Type != "welcome" {
+				t.Fatalf("hello answered %+v", w)
+			}
+			c2.send(map[string]any{"type": "slots", "add": 0})
+			if f := c2.next(); f.Type != "error" || f.Error.Fields["add"] == "" {
+				t.Fatalf("got %+v before the slot of a was freed; want the bad slots frame's error", f)
+			}
+			c2.send(map[string]any{"type": "slots", "add": 1, "queue": "a"})
+			if j := c2.offer(); j.Queue != "a" {
+				t.Fatalf("offered %+v; want a's last job", j)
+			}
+		})
+	}
+}
+
+func TestWorkerChannelQueueConcurrencyRefusals(t *testing.T) {
+	n := newChannelNode(t, openSocketStores(t, "bolt", 1)[0])
+	for _, tc := range []struct {
+		caps, held map[string]int
+		field      string
+	}{
+		{map[string]int{"q": 1, "x": 1}, nil, "queueConcurrency"}, // not a queue of the hello
+		{map[string]int{"q": 1}, nil, "queueConcurrency"},         // p is not capped
+		{map[string]int{"q": 2, "p": 2}, nil, "queueConcurrency"}, // more than concurrency together
+		{map[string]int{"q": 0, "p": 1}, nil, "queueConcurrency[q]"},
+		{map[string]int{"q": 1, "p": 1}, map[string]int{"q": 2}, "held"},
+		{nil, map[string]int{"q": 1}, "held"},
+	} {
+		c, _, err := dialChannel(t, n, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.send(map[string]any{"type": "hello", "workerId": "w", "queues": []string{"q", "p"}, "concurrency": 3,
+			"queueConcurrency": tc.caps, "held": tc.held})
+		if f := c.next(); f.Type != "error" || f.Status != http.StatusBadRequest || f.Error.Fields[tc.field] == "" {
+			t.Errorf("queueConcurrency %v, held %v answered %+v; want a 400 naming %s", tc.caps, tc.held, f, tc.field)
+		}
+		if s := c.closedWith(); s != websocket.StatusPolicyViolation {
+			t.Errorf("closed with %v; want 1008", s)
+		}
+	}
+}
