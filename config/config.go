@@ -55,6 +55,7 @@ type Config struct {
 	IdempotencyWindow  time.Duration
 	RedisWaitReplicas  int              // 0: a write is acknowledged once the primary has it
 	RedisWaitTimeout   time.Duration    // how long a write waits for RedisWaitReplicas
+	RedisShards        int              // shards the Redis keys are split over; 1: one hash tag
 	StreamMaxLen       int64            // 0: streams are not trimmed
 	StreamMaxLenByType map[string]int64 // overrides StreamMaxLen per context type
 
@@ -155,6 +156,7 @@ func settings(c *Config) []setting {
 		{"redis-url", "NQ_REDIS_URL", "Redis URL (redis://, rediss://; add ?master_name= for Sentinel); empty uses the embedded store", "", str(&c.RedisURL)},
 		{"redis-wait-replicas", "NQ_REDIS_WAIT_REPLICAS", "acknowledge a write on Redis once this many replicas have it (WAIT); 0: once the primary has it", "0", integer(&c.RedisWaitReplicas)},
 		{"redis-wait-timeout", "NQ_REDIS_WAIT_TIMEOUT", "how long a write waits for NQ_REDIS_WAIT_REPLICAS before its outcome is unknown", durText(redisstore.DefaultWaitTimeout), dur(&c.RedisWaitTimeout)},
+		{"redis-shards", "NQ_REDIS_SHARDS", "shards the Redis keys are split over, each its own hash slot on a cluster (docs/redis-cluster.md); data written with one number is not found with another, so nqd refuses to start on it", "1", integer(&c.RedisShards)},
 		{"postgres-url", "NQ_POSTGRES_URL", "PostgreSQL URL (postgres://user:pass@host/db?sslmode=...); empty uses the embedded store", "", str(&c.PostgresURL)},
 		{"data-dir", "NQ_DATA_DIR", "directory of the embedded store", "./data", str(&c.DataDir)},
 		{"prefix", "NQ_PREFIX", "storage key prefix", store.DefaultPrefix, str(&c.Prefix)},
@@ -450,6 +452,9 @@ func (c Config) validate() error {
 	}
 	if c.RedisWaitTimeout <= 0 {
 		bad("NQ_REDIS_WAIT_TIMEOUT", "must be positive")
+	}
+	if c.RedisShards < 1 || c.RedisShards > redisstore.MaxShards {
+		bad("NQ_REDIS_SHARDS", "want 1 to %d, got %d", redisstore.MaxShards, c.RedisShards)
 	}
 	for name, d := range map[string]time.Duration{"NQ_RETAIN_COMPLETED": c.RetainCompleted, "NQ_RETAIN_FAILED": c.RetainFailed, "NQ_RETAIN_CANCELLED": c.RetainCancelled} {
 		if d < 0 {

@@ -20,16 +20,20 @@ func init() {
 	backends = append(backends, backend{name: "redis", open: func(t *testing.T) store.Store {
 		return newRedisStore(t, redistest.Prefix(t))
 	}}, backend{name: "redis-cluster", open: func(t *testing.T) store.Store {
-		return newClusterStore(t, redistest.ClusterPrefix(t))
+		return newClusterStore(t, redistest.ClusterPrefix(t), 1)
+	}}, backend{name: "redis-shards", open: func(t *testing.T) store.Store {
+		return newShardedStore(t, redistest.Prefix(t), 4)
+	}}, backend{name: "redis-cluster-shards", open: func(t *testing.T) store.Store {
+		return newClusterStore(t, redistest.ClusterPrefix(t), 9)
 	}})
 }
 
-// newClusterStore is newRedisStore on the shared test cluster: the stream
-// is served through sharded Pub/Sub.
-func newClusterStore(t testing.TB, prefix string) *prefixed {
+// newClusterStore is newRedisStore on the shared test cluster, its keys
+// split over shards: the stream is served through sharded Pub/Sub.
+func newClusterStore(t testing.TB, prefix string, shards int) *prefixed {
 	t.Helper()
 	client := redistest.NewClusterClient(t, redistest.ClusterURL(t))
-	s, err := redisstore.New(client, redisstore.Options{Prefix: prefix, Logger: testLogger(t)})
+	s, err := redisstore.New(client, redisstore.Options{Prefix: prefix, Shards: shards, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatalf("redis cluster store: %v", err)
 	}
@@ -44,8 +48,14 @@ func newClusterStore(t testing.TB, prefix string) *prefixed {
 // own Pub/Sub connection, on the shared test server.
 func newRedisStore(t testing.TB, prefix string) *prefixed {
 	t.Helper()
+	return newShardedStore(t, prefix, 1)
+}
+
+// newShardedStore is newRedisStore with its keys split over shards.
+func newShardedStore(t testing.TB, prefix string, shards int) *prefixed {
+	t.Helper()
 	client := redis.NewClient(&redis.Options{Addr: redistest.Addr(t)})
-	s, err := redisstore.New(client, redisstore.Options{Prefix: prefix, Logger: testLogger(t)})
+	s, err := redisstore.New(client, redisstore.Options{Prefix: prefix, Shards: shards, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatalf("redis store: %v", err)
 	}

@@ -237,6 +237,7 @@ func (a *App) openStore(ctx context.Context) (store.Backend, error) {
 			MaxLenByType:      a.cfg.StreamMaxLenByType,
 			WaitReplicas:      a.cfg.RedisWaitReplicas,
 			WaitTimeout:       a.cfg.RedisWaitTimeout,
+			Shards:            a.cfg.RedisShards,
 			Logger:            a.log,
 			Retention:         RetentionPolicy(a.cfg),
 			Appended:          a.Metrics.EventsAppended,
@@ -245,8 +246,11 @@ func (a *App) openStore(ctx context.Context) (store.Backend, error) {
 			return nil, err
 		}
 		a.closers = append(a.closers, st.Close)
+		if err := st.CheckShards(pingCtx); err != nil {
+			return nil, fmt.Errorf("NQ_REDIS_SHARDS=%d: %w", a.cfg.RedisShards, err)
+		}
 		a.secrets = st
-		a.log.Info().Str("store", "redis").Str("redis", redactURL(a.cfg.RedisURL)).Str("mode", mode).Str("prefix", a.cfg.Prefix).Msg("using the Redis store")
+		a.log.Info().Str("store", "redis").Str("redis", redactURL(a.cfg.RedisURL)).Str("mode", mode).Str("prefix", a.cfg.Prefix).Int("shards", a.cfg.RedisShards).Msg("using the Redis store")
 		return st, nil
 	case "postgres":
 		if a.cfg.StreamMaxLen > 0 || len(a.cfg.StreamMaxLenByType) > 0 {

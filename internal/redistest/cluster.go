@@ -138,13 +138,15 @@ func ClusterPrefix(t testing.TB) string {
 		defer func() { _ = c.Close() }()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		// nqd tags a prefix's keys {<prefix>}; an untagged key may sit on
-		// any primary.
+		// nqd tags a prefix's keys {<prefix>}, or {<prefix>:<n>} with
+		// several shards; an untagged key may sit on any primary.
 		err = c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-			if err := DeleteKeys(ctx, node, "{"+p+"}:*"); err != nil {
-				return err
+			for _, pattern := range []string{"{" + p + "}:*", "{" + p + ":*", p + ":*"} {
+				if err := DeleteKeys(ctx, node, pattern); err != nil {
+					return err
+				}
 			}
-			return DeleteKeys(ctx, node, p+":*")
+			return nil
 		})
 		if err != nil {
 			t.Errorf("redistest: delete keys of %s: %v", p, err)

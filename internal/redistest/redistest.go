@@ -62,7 +62,8 @@ func Client(t testing.TB) *redis.Client {
 }
 
 // Prefix returns a key prefix no other test uses and deletes every key under
-// it when the test ends. Keys are expected to look like `<prefix>:...`.
+// it when the test ends. Keys are expected to look like `<prefix>:...`, or
+// `{<prefix>:...`.
 func Prefix(t testing.TB) string {
 	t.Helper()
 	addr := Addr(t)
@@ -72,32 +73,46 @@ func Prefix(t testing.TB) string {
 		defer func() { _ = c.Close() }()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := DeleteKeys(ctx, c, p+":*"); err != nil {
-			t.Errorf("redistest: delete keys of %s: %v", p, err)
+		// A store of several shards tags its keys {<prefix>:<n>}.
+		for _, pattern := range []string{p + ":*", "{" + p + ":*"} {
+			if err := DeleteKeys(ctx, c, pattern); err != nil {
+				t.Errorf("redistest: delete keys of %s: %v", p, err)
+			}
 		}
 	})
 	return p
 }
 
 // DeleteKeys removes every key matching pattern, scanning so a large keyspace
-// never blocks the server.
+// never blocks the server. Each key goes in a command of its own, in one
+// pipeline per batch: a cluster node refuses one command over keys of
+// several slots.
 func DeleteKeys(ctx context.Context, c redis.UniversalClient, pattern string) error {
 	iter := c.Scan(ctx, 0, pattern, 500).Iterator()
 	batch := make([]string, 0, 500)
+	unlink := func() error {
+		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, k := range batch {
+				p.Unlink(ctx, k)
+			}
+			return nil
+		})
+		batch = batch[:0]
+		return err
+	}
 	for iter.Next(ctx) {
 		batch = append(batch, iter.Val())
 		if len(batch) == cap(batch) {
-			if err := c.Unlink(ctx, batch...).Err(); err != nil {
+			if err := unlink(); err != nil {
 				return err
 			}
-			batch = batch[:0]
 		}
 	}
 	if err := iter.Err(); err != nil {
 		return err
 	}
 	if len(batch) > 0 {
-		return c.Unlink(ctx, batch...).Err()
+		return unlink()
 	}
 	return nil
 }

@@ -48,8 +48,9 @@ func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, 
 		return store.AppendResult{}, invalid("append", "queue %q", opts.Held.Queue)
 	}
 
-	stream := s.streamKey(c)
-	keys := []string{stream, s.indexKey(store.Index{Type: c.Type}), s.watchedKey()}
+	sh := s.on(c.ID)
+	stream := sh.streamKey(c)
+	keys := []string{stream, sh.indexKey(store.Index{Type: c.Type}), sh.watchedKey()}
 	// keyAt returns the KEYS position (1-based, as Lua counts) of k, adding it
 	// once: a batch of starts of one flow needs its index key only once.
 	keyAt := func(k string) int {
@@ -65,7 +66,7 @@ func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, 
 	if key == "" {
 		key, window, same, token = newToken(), tokenWindow, true, true
 	}
-	idem := keyAt(s.idemKey(c, key))
+	idem := keyAt(sh.idemKey(c, key))
 
 	raw, err := store.EncodeEvents(evs)
 	if err != nil {
@@ -77,13 +78,13 @@ func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, 
 		bodies[i] = raw[i]
 		joins[i] = 0
 		if ix, ok := store.JoinedIndex(e); ok {
-			joins[i] = keyAt(s.indexKey(ix))
+			joins[i] = keyAt(sh.indexKey(ix))
 		}
 	}
 
 	kinds := make([]any, len(evs))
 	for i, e := range evs {
-		kinds[i] = keyAt(s.kindKey(e.Kind))
+		kinds[i] = keyAt(sh.kindKey(e.Kind))
 	}
 
 	fp := store.Fingerprint(raw)
@@ -92,18 +93,18 @@ func (s *Store) Append(ctx context.Context, c store.Context, evs []event.Event, 
 		sameArg = 1
 	}
 	args := make([]any, 0, 14+3*len(evs))
-	args = append(args, s.channel(c), c.ID, s.maxLen(c.Type), idem, window.Milliseconds(), len(evs))
+	args = append(args, sh.channel(c), c.ID, s.maxLen(c.Type), idem, window.Milliseconds(), len(evs))
 	args = append(args, bodies...)
 	args = append(args, joins...)
-	args = append(args, s.kindWindow().Milliseconds(), c.Type, len(s.kindKey("")))
+	args = append(args, s.kindWindow().Milliseconds(), c.Type, len(sh.kindKey("")))
 	args = append(args, kinds...)
 	args = append(args, hex.EncodeToString(fp[:]), sameArg)
 	if h := opts.Held; h != nil {
-		args = append(args, keyAt(s.jobsKey(h.Queue)), h.ID, h.Lease)
+		args = append(args, keyAt(sh.jobsKey(h.Queue)), h.ID, h.Lease)
 	} else {
 		args = append(args, 0, "", "")
 	}
-	reply, err := s.write(ctx, "append", s.scripts.append, keys, args)
+	reply, err := s.write(ctx, sh, "append", s.scripts.append, keys, args)
 	if err != nil {
 		return store.AppendResult{}, err
 	}
@@ -127,9 +128,9 @@ const maxResolve = 10 * time.Second
 
 // idemKey is where an idempotency key of c keeps the ids it stored: a
 // digest, so that no client string reaches a key name.
-func (s *Store) idemKey(c store.Context, key string) string {
+func (sh *shard) idemKey(c store.Context, key string) string {
 	sum := sha256.Sum256([]byte(key))
-	return s.streamKey(c) + ":idem:" + hex.EncodeToString(sum[:])
+	return sh.streamKey(c) + ":idem:" + hex.EncodeToString(sum[:])
 }
 
 // newToken is the idempotency key of an append whose caller gave none. It
@@ -140,13 +141,13 @@ func newToken() string {
 	return "\x00" + hex.EncodeToString(b[:])
 }
 
-// write calls script, a write, and when its reply was lost sends it again
-// (resend). The error is mapped for the caller: a write that may have run
+// write calls script, a write on sh, and when its reply was lost sends it
+// again (resend). The error is mapped for the caller: a write that may have run
 // but whose outcome could not be learnt is store.ErrOutcomeUnknown.
-func (s *Store) write(ctx context.Context, op string, script *redis.Script, keys []string, args []any) ([]any, error) {
-	reply, err := s.pipe.run(ctx, script, keys, args)
+func (s *Store) write(ctx context.Context, sh *shard, op string, script *redis.Script, keys []string, args []any) ([]any, error) {
+	reply, err := sh.pipe.run(ctx, script, keys, args)
 	if err != nil && mayHaveRun(err) {
-		reply, err = s.resend(ctx, op, script, keys, args, err)
+		reply, err = s.resend(ctx, sh, op, script, keys, args, err)
 	}
 	if err != nil && !errors.Is(err, store.ErrOutcomeUnknown) {
 		err = mapErr(ctx, op, err)
@@ -162,7 +163,7 @@ func (s *Store) write(ctx context.Context, op string, script *redis.Script, keys
 // an append under its idempotency key, a claim under its lease (claim_jobs'
 // record), a run update under its record, a heartbeat (which writes the same
 // lease end again).
-func (s *Store) resend(ctx context.Context, op string, script *redis.Script, keys []string, args []any, cause error) ([]any, error) {
+func (s *Store) resend(ctx context.Context, sh *shard, op string, script *redis.Script, keys []string, args []any, cause error) ([]any, error) {
 	ctx, cancel := context.WithTimeout(ctx, maxResolve)
 	defer cancel()
 	s.log.Warn().Err(cause).Str("op", op).Msg("a write's outcome is not known yet; sending it again, which answers as the first run did")
@@ -176,7 +177,7 @@ func (s *Store) resend(ctx context.Context, op string, script *redis.Script, key
 		wait = min(2*wait, time.Second)
 		// Through the pipeline, so that with Options.WaitReplicas the
 		// answer waits for the replicas as the first call did.
-		reply, err := s.pipe.run(ctx, script, keys, args)
+		reply, err := sh.pipe.run(ctx, script, keys, args)
 		var rerr redis.Error
 		switch {
 		case err == nil:

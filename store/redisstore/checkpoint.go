@@ -36,7 +36,7 @@ var (
 // the cache, the older ones time travel to the past.
 const keepCheckpoints = 4
 
-func (s *Store) checkpointsKey(c store.Context) string { return s.streamKey(c) + ":checkpoints" }
+func (sh *shard) checkpointsKey(c store.Context) string { return sh.streamKey(c) + ":checkpoints" }
 
 // checkpointField formats id so that byte order is id order.
 func checkpointField(id event.ID) string { return fmt.Sprintf("%020d-%020d", id.MS, id.Seq) }
@@ -67,8 +67,9 @@ func (s *Store) PutCheckpoint(ctx context.Context, c store.Context, at event.ID,
 	if at.IsZero() {
 		return invalid("put checkpoint", "zero id")
 	}
-	keys := []string{s.checkpointsKey(c), s.streamKey(c)}
-	err := s.pipe.call(ctx, checkpointPutScript, keys, []any{checkpointField(at), state, keepCheckpoints}).Err()
+	sh := s.on(c.ID)
+	keys := []string{sh.checkpointsKey(c), sh.streamKey(c)}
+	err := sh.pipe.call(ctx, checkpointPutScript, keys, []any{checkpointField(at), state, keepCheckpoints}).Err()
 	return mapErr(ctx, "put checkpoint", err)
 }
 
@@ -81,7 +82,7 @@ func (s *Store) Checkpoint(ctx context.Context, c store.Context, atOrBefore even
 	if !c.Valid() {
 		return event.ID{}, nil, invalid("checkpoint", "context %q", c)
 	}
-	res, err := checkpointGetScript.Run(ctx, s.client, []string{s.checkpointsKey(c)}, checkpointField(atOrBefore)).Slice()
+	res, err := checkpointGetScript.Run(ctx, s.client, []string{s.on(c.ID).checkpointsKey(c)}, checkpointField(atOrBefore)).Slice()
 	if err != nil {
 		return event.ID{}, nil, mapErr(ctx, "checkpoint", err)
 	}

@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -15,23 +16,29 @@ import (
 )
 
 // TestConformanceOnCluster runs the suite on a Redis Cluster of three
-// primaries with a replica each: every scenario's prefix is a slot of its
-// own, so the scenarios spread over the primaries.
+// primaries with a replica each: with one shard every scenario's prefix is
+// a slot of its own, so the scenarios spread over the primaries; with nine
+// (three per primary) every scenario's keys do, and a script whose keys
+// crossed slots would fail with CROSSSLOT.
 func TestConformanceOnCluster(t *testing.T) {
-	storetest.RunAll(t, func(t *testing.T, opts storetest.Options) storetest.Harness {
-		client := redistest.ClusterClient(t)
-		prefix := redistest.ClusterPrefix(t)
-		open := func() store.Backend {
-			s, err := redisstore.New(client, redisstore.Options{Prefix: prefix, Retention: opts.Retention, Logger: testkit.Logger(t)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = s.Close() })
-			return s
-		}
-		// Reopen is a second instance on the same cluster and prefix.
-		return storetest.Harness{Store: open(), Reopen: open}
-	})
+	for _, shards := range []int{1, 9} {
+		t.Run(fmt.Sprintf("shards=%d", shards), func(t *testing.T) {
+			storetest.RunAll(t, func(t *testing.T, opts storetest.Options) storetest.Harness {
+				client := redistest.ClusterClient(t)
+				prefix := redistest.ClusterPrefix(t)
+				open := func() store.Backend {
+					s, err := redisstore.New(client, redisstore.Options{Prefix: prefix, Retention: opts.Retention, Shards: shards, Logger: testkit.Logger(t)})
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { _ = s.Close() })
+					return s
+				}
+				// Reopen is a second instance on the same cluster and prefix.
+				return storetest.Harness{Store: open(), Reopen: open}
+			})
+		})
+	}
 }
 
 // TestWaitReplicas: with WaitReplicas an append is acknowledged once the

@@ -18,7 +18,7 @@ func (s *Store) PutDefinition(ctx context.Context, name string, body []byte) err
 	if !event.ValidName(name) {
 		return invalid("put definition", "flow name %q", name)
 	}
-	return mapErr(ctx, "put definition", s.client.HSet(ctx, s.defsKey(), name, body).Err())
+	return mapErr(ctx, "put definition", s.client.HSet(ctx, s.home().defsKey(), name, body).Err())
 }
 
 // Definition returns a stored definition. Errors: store.ErrNotFound,
@@ -30,7 +30,7 @@ func (s *Store) Definition(ctx context.Context, name string) ([]byte, error) {
 	if !event.ValidName(name) {
 		return nil, invalid("definition", "flow name %q", name)
 	}
-	body, err := s.client.HGet(ctx, s.defsKey(), name).Bytes()
+	body, err := s.client.HGet(ctx, s.home().defsKey(), name).Bytes()
 	if err != nil {
 		return nil, mapErr(ctx, "definition "+name, err)
 	}
@@ -46,7 +46,7 @@ func (s *Store) DeleteDefinition(ctx context.Context, name string) error {
 	if !event.ValidName(name) {
 		return invalid("delete definition", "flow name %q", name)
 	}
-	n, err := s.client.HDel(ctx, s.defsKey(), name).Result()
+	n, err := s.client.HDel(ctx, s.home().defsKey(), name).Result()
 	if err != nil {
 		return mapErr(ctx, "delete definition", err)
 	}
@@ -62,7 +62,7 @@ func (s *Store) Definitions(ctx context.Context) (map[string][]byte, error) {
 	if err := s.checkOpen("definitions"); err != nil {
 		return nil, err
 	}
-	all, err := s.client.HGetAll(ctx, s.defsKey()).Result()
+	all, err := s.client.HGetAll(ctx, s.home().defsKey()).Result()
 	if err != nil {
 		return nil, mapErr(ctx, "definitions", err)
 	}

@@ -33,16 +33,16 @@ var (
 // runStatuses are the statuses whose indexes DeleteRuns removes.
 var runStatuses = []string{store.RunRunning, store.RunAwaiting, store.RunCompleted, store.RunFailed, store.RunCancelled}
 
-func (s *Store) defsKey() string   { return s.prefix + ":engine:flows:defs" }
-func (s *Store) timersKey() string { return s.prefix + ":engine:timers:due" }
-func (s *Store) metaKey(flow, run string) string {
-	return s.prefix + ":flows:" + flow + ":meta:" + run
+func (sh *shard) defsKey() string   { return sh.prefix + ":engine:flows:defs" }
+func (sh *shard) timersKey() string { return sh.prefix + ":engine:timers:due" }
+func (sh *shard) metaKey(flow, run string) string {
+	return sh.prefix + ":flows:" + flow + ":meta:" + run
 }
-func (s *Store) statusKey(flow, status string) string {
-	return s.prefix + ":flows:" + flow + ":status:" + status
+func (sh *shard) statusKey(flow, status string) string {
+	return sh.prefix + ":flows:" + flow + ":status:" + status
 }
-func (s *Store) readyKey(queue string) string { return s.prefix + ":queue:" + queue + ":ready" }
-func (s *Store) jobsKey(queue string) string  { return s.prefix + ":queue:" + queue + ":jobs" }
+func (sh *shard) readyKey(queue string) string { return sh.prefix + ":queue:" + queue + ":ready" }
+func (sh *shard) jobsKey(queue string) string  { return sh.prefix + ":queue:" + queue + ":jobs" }
 
 func (s *Store) checkOpen(op string) error {
 	if s.closed.Load() {

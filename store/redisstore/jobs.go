@@ -63,6 +63,10 @@ func decodeJob(v string) (store.Job, error) {
 }
 
 // Claim hands out jobs ready or lease-expired at now (scripts/claim.lua).
+// With several shards it visits them in turn, from the shard after the one
+// the previous claim started at, each shard one script, until max jobs are
+// claimed: a claim takes the first shard's jobs before the next's, so a
+// queue's order holds within a shard.
 // A claim whose reply was lost is sent again (see write); the script's
 // record of the jobs the lease took answers it with those jobs, which would
 // otherwise stay leased to nobody until the lease ends. Errors:
@@ -72,34 +76,57 @@ func (s *Store) Claim(ctx context.Context, queues []string, now, leaseUntil int6
 	if err := s.checkOpen("claim"); err != nil {
 		return nil, err
 	}
-	keys := make([]string, 2, 2+2*len(queues))
-	keys[0], keys[1] = s.pausedKey(), s.claimKey(lease)
 	for _, q := range queues {
 		if !event.ValidName(q) {
 			return nil, invalid("claim", "queue %q", q)
 		}
-		keys = append(keys, s.readyKey(q), s.jobsKey(q))
 	}
 	if max <= 0 || !validLease(lease) {
 		return nil, invalid("claim", "%d jobs under lease %q", max, lease)
 	}
-	args := make([]any, 0, 4+len(queues))
-	args = append(args, now, leaseUntil, lease, max)
-	for _, q := range queues {
-		args = append(args, q)
-	}
-	vals, err := s.write(ctx, "claim", s.scripts.claim, keys, args)
-	if err != nil {
+	var out []store.Job
+	err := s.eachShard(func(sh *shard) (bool, error) {
+		keys := make([]string, 2, 2+2*len(queues))
+		keys[0], keys[1] = sh.pausedKey(), sh.claimKey(lease)
+		for _, q := range queues {
+			keys = append(keys, sh.readyKey(q), sh.jobsKey(q))
+		}
+		args := make([]any, 0, 4+len(queues))
+		args = append(args, now, leaseUntil, lease, max-len(out))
+		for _, q := range queues {
+			args = append(args, q)
+		}
+		vals, err := s.write(ctx, sh, "claim", s.scripts.claim, keys, args)
+		if err != nil {
+			return false, err
+		}
+		jobs, err := decodeClaimed(vals)
+		out = append(out, jobs...)
+		return len(out) >= max, err
+	})
+	if err != nil && len(out) == 0 {
 		return nil, err
 	}
-	return decodeClaimed(vals)
+	// Jobs claimed on one shard before another failed are held under the
+	// lease: they are handed out rather than left to their lease's end.
+	if out == nil {
+		out = []store.Job{}
+	}
+	return out, nil
+}
+
+// jobShard is the shard of a job: its run's, whose updates enqueue it. A
+// job's id is <run>:<step>, and a run id holds no colon.
+func (s *Store) jobShard(id string) *shard {
+	run, _, _ := strings.Cut(id, ":")
+	return s.on(run)
 }
 
 // claimKey is where a claim records the jobs lease took: a digest, as the
 // lease is a worker's credential.
-func (s *Store) claimKey(lease string) string {
+func (sh *shard) claimKey(lease string) string {
 	sum := sha256.Sum256([]byte(lease))
-	return s.prefix + ":engine:claims:" + hex.EncodeToString(sum[:16])
+	return sh.prefix + ":engine:claims:" + hex.EncodeToString(sum[:16])
 }
 
 // decodeClaimed reads what claim_jobs (scripts/lib.lua) answers: a pair per
@@ -129,7 +156,8 @@ func (s *Store) Heartbeat(ctx context.Context, ref store.JobAck, leaseUntil int6
 	if !event.ValidName(ref.Queue) {
 		return store.Job{}, invalid("heartbeat", "queue %q", ref.Queue)
 	}
-	reply, err := s.write(ctx, "heartbeat", heartbeatScript, []string{s.readyKey(ref.Queue), s.jobsKey(ref.Queue)}, []any{ref.ID, ref.Lease, leaseUntil})
+	sh := s.jobShard(ref.ID)
+	reply, err := s.write(ctx, sh, "heartbeat", heartbeatScript, []string{sh.readyKey(ref.Queue), sh.jobsKey(ref.Queue)}, []any{ref.ID, ref.Lease, leaseUntil})
 	if err != nil {
 		return store.Job{}, err
 	}
@@ -152,7 +180,7 @@ func (s *Store) Job(ctx context.Context, ref store.JobRef) (store.Job, error) {
 	if !event.ValidName(ref.Queue) {
 		return store.Job{}, invalid("job", "queue %q", ref.Queue)
 	}
-	v, err := s.client.HGet(ctx, s.jobsKey(ref.Queue), ref.ID).Result()
+	v, err := s.client.HGet(ctx, s.jobShard(ref.ID).jobsKey(ref.Queue), ref.ID).Result()
 	if err != nil {
 		return store.Job{}, mapErr(ctx, "job "+ref.ID, err)
 	}

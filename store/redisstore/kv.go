@@ -18,6 +18,8 @@ import (
 //
 //	<p>:_kv:<key>   hash: the record's fields, plus _v = its version; PEXPIRE holds its TTL
 //
+// on the shard of <key> (see shards.go).
+//
 // "_kv" cannot be a context type (types start with a letter), so no client's
 // context stream, index or the engine's keys can share a name with a record,
 // and a scan's MATCH pattern sees records only. Keys, field names and scan
@@ -49,8 +51,8 @@ const versionField = "_v"
 // scanCount is the SCAN batch size: the keys read per pipeline.
 const scanCount = 500
 
-func (s *Store) kvPrefix() string        { return s.prefix + ":_kv:" }
-func (s *Store) kvKey(key string) string { return s.kvPrefix() + key }
+func (sh *shard) kvPrefix() string        { return sh.prefix + ":_kv:" }
+func (sh *shard) kvKey(key string) string { return sh.kvPrefix() + key }
 
 func checkKV(op, key string, fields map[string]string, needFields bool) error {
 	err := store.CheckKVKey(key)
@@ -104,8 +106,8 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, error) {
 	var all *redis.MapStringStringCmd
 	var ttl *redis.DurationCmd
 	_, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		all = p.HGetAll(ctx, s.kvKey(key))
-		ttl = p.PTTL(ctx, s.kvKey(key))
+		all = p.HGetAll(ctx, s.on(key).kvKey(key))
+		ttl = p.PTTL(ctx, s.on(key).kvKey(key))
 		return nil
 	})
 	if err != nil {
@@ -130,7 +132,7 @@ func (s *Store) GetField(ctx context.Context, key, field string) (string, error)
 	if !store.ValidKVField(field) {
 		return "", invalid("kv get field", "field %q", field)
 	}
-	v, err := s.client.HGet(ctx, s.kvKey(key), field).Result()
+	v, err := s.client.HGet(ctx, s.on(key).kvKey(key), field).Result()
 	if err != nil {
 		return "", mapErr(ctx, "kv get field", err)
 	}
@@ -153,7 +155,7 @@ func (s *Store) Put(ctx context.Context, key string, fields map[string]string, t
 	if ttl > 0 {
 		ms = max(ttl.Milliseconds(), 1)
 	}
-	v, err := s.pipe.call(ctx, kvPutScript, []string{s.kvKey(key)}, pairs([]any{ms}, fields)).Int64()
+	v, err := s.on(key).pipe.call(ctx, kvPutScript, []string{s.on(key).kvKey(key)}, pairs([]any{ms}, fields)).Int64()
 	if err != nil {
 		return 0, mapWriteErr(ctx, "kv put", err)
 	}
@@ -169,7 +171,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := checkKV("kv delete", key, nil, false); err != nil {
 		return err
 	}
-	n, err := s.client.Del(ctx, s.kvKey(key)).Result()
+	n, err := s.client.Del(ctx, s.on(key).kvKey(key)).Result()
 	if err != nil {
 		return mapErr(ctx, "kv delete", err)
 	}
@@ -188,7 +190,7 @@ func (s *Store) SetFields(ctx context.Context, key string, fields map[string]str
 	if err := checkKV("kv set fields", key, fields, true); err != nil {
 		return 0, err
 	}
-	v, err := s.pipe.call(ctx, kvSetScript, []string{s.kvKey(key)}, pairs([]any{store.MaxKVFields}, fields)).Int64()
+	v, err := s.on(key).pipe.call(ctx, kvSetScript, []string{s.on(key).kvKey(key)}, pairs([]any{store.MaxKVFields}, fields)).Int64()
 	if err != nil {
 		return 0, mapWriteErr(ctx, "kv set fields", err)
 	}
@@ -212,7 +214,7 @@ func (s *Store) CompareAndSwap(ctx context.Context, key string, cond store.Condi
 		return 0, invalid("kv compare and swap", "condition %+v", cond)
 	}
 	head := []any{cond.Field, cond.Value, cond.Version, store.MaxKVFields}
-	v, err := s.pipe.call(ctx, kvCASScript, []string{s.kvKey(key)}, pairs(head, set)).Int64()
+	v, err := s.on(key).pipe.call(ctx, kvCASScript, []string{s.on(key).kvKey(key)}, pairs(head, set)).Int64()
 	if err != nil {
 		return 0, mapWriteErr(ctx, "kv compare and swap", err)
 	}
@@ -238,29 +240,32 @@ func (s *Store) Scan(ctx context.Context, q store.ScanQuery) ([]store.KVEntry, e
 	if !q.Valid() {
 		return nil, invalid("kv scan", "query %+v", q)
 	}
-	base := s.kvPrefix()
-	// Validation leaves no glob character in the prefix or the key prefix.
-	pattern := base + q.Prefix + "*"
-	node, err := s.keyspace(ctx)
-	if err != nil {
-		return nil, mapErr(ctx, "kv scan", err)
-	}
 	var out []store.KVEntry
-	var cursor uint64
-	for {
-		keys, next, err := node.Scan(ctx, cursor, pattern, scanCount).Result()
+	// Each shard holds the records of its keys: a scan walks them all.
+	for _, sh := range s.shards {
+		base := sh.kvPrefix()
+		// Validation leaves no glob character in the prefix or the key prefix.
+		pattern := base + q.Prefix + "*"
+		node, err := s.keyspace(ctx, sh)
 		if err != nil {
 			return nil, mapErr(ctx, "kv scan", err)
 		}
-		found, err := s.readBatch(ctx, base, keys, q.Filter)
-		if err != nil {
-			return nil, err
+		var cursor uint64
+		for {
+			keys, next, err := node.Scan(ctx, cursor, pattern, scanCount).Result()
+			if err != nil {
+				return nil, mapErr(ctx, "kv scan", err)
+			}
+			found, err := s.readBatch(ctx, base, keys, q.Filter)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, found...)
+			if next == 0 || q.Max > 0 && len(out) >= q.Max && len(s.shards) == 1 {
+				break
+			}
+			cursor = next
 		}
-		out = append(out, found...)
-		if next == 0 || q.Max > 0 && len(out) >= q.Max {
-			break
-		}
-		cursor = next
 	}
 	slices.SortFunc(out, func(a, b store.KVEntry) int { return strings.Compare(a.Key, b.Key) })
 	// SCAN may return a key twice; a record counts once.

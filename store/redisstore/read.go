@@ -32,7 +32,7 @@ func (s *Store) Range(ctx context.Context, c store.Context, q store.RangeQuery) 
 	if !ok {
 		return []event.Event{}, nil
 	}
-	key := s.streamKey(c)
+	key := s.on(c.ID).streamKey(c)
 	count := int64(pageSize)
 	if q.Limit > 0 && q.Limit < pageSize {
 		count = int64(q.Limit)
@@ -115,7 +115,7 @@ func prev(id event.ID) event.ID {
 func (s *Store) decode(dec *event.Decoder, c store.Context, m streamEntry) (event.Event, bool) {
 	id, err := event.ParseID(string(m.id))
 	if err != nil {
-		s.log.Warn().Str("stream", s.streamKey(c)).Bytes("entry", m.id).Msg("skipping an entry with an unreadable id")
+		s.log.Warn().Str("stream", s.on(c.ID).streamKey(c)).Bytes("entry", m.id).Msg("skipping an entry with an unreadable id")
 		return event.Event{}, false
 	}
 	var e event.Event
@@ -131,7 +131,7 @@ func (s *Store) decode(dec *event.Decoder, c store.Context, m streamEntry) (even
 		e, err = event.DecodeNodeFields(id, c.ID, fields)
 	}
 	if err != nil {
-		s.log.Warn().Err(err).Str("stream", s.streamKey(c)).Bytes("entry", m.id).Msg("skipping an undecodable entry")
+		s.log.Warn().Err(err).Str("stream", s.on(c.ID).streamKey(c)).Bytes("entry", m.id).Msg("skipping an undecodable entry")
 		return event.Event{}, false
 	}
 	return e, true
@@ -146,7 +146,7 @@ func (s *Store) Info(ctx context.Context, c store.Context) (store.StreamInfo, er
 	if !c.Valid() {
 		return store.StreamInfo{}, invalid("info", "context %q", c)
 	}
-	key := s.streamKey(c)
+	key := s.on(c.ID).streamKey(c)
 	var length *redis.IntCmd
 	var first, last *redis.XMessageSliceCmd
 	_, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {

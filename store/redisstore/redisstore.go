@@ -42,6 +42,10 @@
 //
 //	<p>:_kv:<key>                     hash: a record's fields and its version _v; PEXPIRE holds its TTL
 //
+// With Options.Shards above 1, <p> is one of the shards' hash tags
+// {<prefix>:<k>}: each context and run, with every key its scripts touch,
+// lives on the shard of its id (see shards.go).
+//
 // The engine's own keys have three parts after the prefix because two-part
 // keys are context streams (<p>:<type>:<id>): a client appending to a
 // context named like one of them could otherwise break it.
@@ -109,6 +113,12 @@ type Options struct {
 	WaitReplicas int
 	// WaitTimeout bounds the wait for replicas; default DefaultWaitTimeout.
 	WaitTimeout time.Duration
+	// Shards splits the keys over this many shards (see shards.go), each
+	// its own hash slot on a Redis Cluster, so that a deployment's work
+	// spreads over the cluster's primaries; 0 or 1 keeps one, the layout
+	// nqd always had. Data written with one number is not found with
+	// another: CheckShards refuses to start so.
+	Shards int
 	// Appended, when set, is told how many events each Append or
 	// UpdateRun stored (a replay stores none), for the appended-events
 	// metric: every write of events passes here, whoever makes it. It must
@@ -131,15 +141,14 @@ const (
 type Store struct {
 	client redis.UniversalClient
 	opts   Options
-	// prefix starts every key: opts.Prefix, or on a Redis Cluster the hash
-	// tag {opts.Prefix}, which puts every key in one slot (see the package
-	// doc).
-	prefix  string
+	// shards hold the keys (see shards.go); with one, its prefix is
+	// opts.Prefix, or on a Redis Cluster the hash tag {opts.Prefix}, which
+	// puts every key in one slot.
+	shards  []*shard
+	rotate  atomic.Uint64 // where eachShard starts
 	cluster bool
 	scripts *scriptSet
 	log     zerolog.Logger
-	feed    *liveFeed
-	pipe    *pipeliner
 	closed  atomic.Bool
 }
 
@@ -177,19 +186,45 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 	if opts.LiveProbeInterval == 0 {
 		opts.LiveProbeInterval = defaultLiveProbeInterval
 	}
-	s := &Store{client: client, opts: opts, log: opts.Logger, prefix: opts.Prefix, scripts: plainScripts}
-	if _, ok := client.(*redis.ClusterClient); ok {
-		s.cluster, s.prefix, s.scripts = true, "{"+opts.Prefix+"}", shardedScripts
+	if opts.Shards < 0 || opts.Shards > MaxShards {
+		return nil, fmt.Errorf("redisstore: %d shards, want 1 to %d: %w", opts.Shards, MaxShards, store.ErrInvalid)
 	}
-	s.feed = newLiveFeed(client, opts.LiveProbeInterval, s.log)
-	if s.cluster {
-		s.feed.anchor = s.prefix + ":engine:live"
+	s := &Store{client: client, opts: opts, log: opts.Logger}
+	cc, cluster := client.(*redis.ClusterClient)
+	prefix := opts.Prefix
+	if cluster {
+		s.cluster, prefix = true, "{"+opts.Prefix+"}"
 	}
-	s.pipe = newPipeliner(client)
-	s.pipe.waitReplicas, s.pipe.waitTimeout = opts.WaitReplicas, opts.WaitTimeout
-	if cc, ok := client.(*redis.ClusterClient); ok {
-		s.pipe.node = func(ctx context.Context) (*redis.Client, error) { return cc.MasterForKey(ctx, s.prefix) }
-		s.pipe.reload = cc.ReloadState
+	s.scripts = scriptsFor(cluster, opts.Shards > 1)
+	newPipe := func(tag string) *pipeliner {
+		p := newPipeliner(client)
+		p.waitReplicas, p.waitTimeout = opts.WaitReplicas, opts.WaitTimeout
+		if cluster {
+			p.node = func(ctx context.Context) (*redis.Client, error) { return cc.MasterForKey(ctx, tag) }
+			p.reload = cc.ReloadState
+		}
+		return p
+	}
+	// On one server a pipeline and a Pub/Sub connection serve every shard;
+	// on a cluster each shard's slot has its own primary.
+	var pipe *pipeliner
+	var feed *liveFeed
+	tags := []string{prefix}
+	if opts.Shards > 1 {
+		tags = shardTags(opts.Prefix, opts.Shards)
+	}
+	for _, tag := range tags {
+		sh := &shard{prefix: tag, pipe: pipe, feed: feed}
+		if cluster || pipe == nil {
+			sh.pipe = newPipe(tag)
+			sh.feed = newLiveFeed(client, opts.LiveProbeInterval, s.log)
+			if cluster {
+				sh.feed.anchor = tag + ":engine:live"
+			} else {
+				pipe, feed = sh.pipe, sh.feed
+			}
+		}
+		s.shards = append(s.shards, sh)
 	}
 	return s, nil
 }
@@ -216,8 +251,13 @@ func (s *Store) Ping(ctx context.Context) error {
 // claim.lua stores a claimed one). The live feed is not reliable: Redis
 // Pub/Sub drops what it sends while the connection is down, so subscribers
 // check what they receive against the stream.
+//
+// With several shards a run update neither checks the definition (the
+// definitions live on one shard, the update on its run's) nor claims (it
+// could claim from its run's shard only).
 func (s *Store) Features() store.Features {
-	return store.Features{ChecksDefinitions: true, ClaimsInUpdate: true, EnqueuesLeased: true}
+	one := len(s.shards) == 1
+	return store.Features{ChecksDefinitions: one, ClaimsInUpdate: one, EnqueuesLeased: true}
 }
 
 // LiveHealthy checks the live path end to end: a PING travels over the shared
@@ -228,7 +268,15 @@ func (s *Store) LiveHealthy(ctx context.Context) error {
 	if s.closed.Load() {
 		return fmt.Errorf("redisstore: live: %w", store.ErrClosed)
 	}
-	return s.feed.probe(ctx)
+	for _, sh := range s.shards {
+		if err := sh.feed.probe(ctx); err != nil {
+			return err
+		}
+		if !s.cluster {
+			break // one feed serves every shard
+		}
+	}
+	return nil
 }
 
 // Close ends every subscription with store.ErrClosed, releases the Pub/Sub
@@ -238,28 +286,18 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
-	s.feed.close()
-	s.pipe.close()
+	s.closeShards()
 	return nil
 }
 
-// keyspace returns a client whose SCAN sees every key of the store: the
-// client itself, or on a cluster the primary that serves the prefix's slot.
-func (s *Store) keyspace(ctx context.Context) (redis.UniversalClient, error) {
-	if cc, ok := s.client.(*redis.ClusterClient); ok {
-		return cc.MasterForKey(ctx, s.prefix)
-	}
-	return s.client, nil
+func (sh *shard) streamKey(c store.Context) string {
+	return sh.prefix + ":" + c.Type + ":" + c.ID
 }
 
-func (s *Store) streamKey(c store.Context) string {
-	return s.prefix + ":" + c.Type + ":" + c.ID
-}
+func (sh *shard) channel(c store.Context) string { return sh.streamKey(c) + ":live" }
 
-func (s *Store) channel(c store.Context) string { return s.streamKey(c) + ":live" }
-
-func (s *Store) indexKey(ix store.Index) string {
-	k := s.prefix + ":" + ix.Type + "s"
+func (sh *shard) indexKey(ix store.Index) string {
+	k := sh.prefix + ":" + ix.Type + "s"
 	if ix.Name != "" {
 		k += ":" + ix.Name
 	}

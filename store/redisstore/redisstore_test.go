@@ -1,6 +1,7 @@
 package redisstore_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -30,20 +31,27 @@ func newTestStore(t testing.TB, opts redisstore.Options) (*redisstore.Store, *re
 	return s, client
 }
 
+// TestConformance runs the suite on one shard, the layout nqd always had,
+// and on four, where every scenario's contexts and runs spread over the
+// shards and its reads gather them.
 func TestConformance(t *testing.T) {
-	storetest.RunAll(t, func(t *testing.T, opts storetest.Options) storetest.Harness {
-		prefix := redistest.Prefix(t)
-		s, client := newTestStore(t, redisstore.Options{Prefix: prefix, Retention: opts.Retention})
-		return storetest.Harness{Store: s, Reopen: func() store.Backend {
-			// A second instance on the same Redis and prefix.
-			other, err := redisstore.New(client, redisstore.Options{Prefix: prefix, Retention: opts.Retention, Logger: testkit.Logger(t)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = other.Close() })
-			return other
-		}}
-	})
+	for _, shards := range []int{1, 4} {
+		t.Run(fmt.Sprintf("shards=%d", shards), func(t *testing.T) {
+			storetest.RunAll(t, func(t *testing.T, opts storetest.Options) storetest.Harness {
+				prefix := redistest.Prefix(t)
+				s, client := newTestStore(t, redisstore.Options{Prefix: prefix, Retention: opts.Retention, Shards: shards})
+				return storetest.Harness{Store: s, Reopen: func() store.Backend {
+					// A second instance on the same Redis and prefix.
+					other, err := redisstore.New(client, redisstore.Options{Prefix: prefix, Retention: opts.Retention, Shards: shards, Logger: testkit.Logger(t)})
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { _ = other.Close() })
+					return other
+				}}
+			})
+		})
+	}
 }
 
 func BenchmarkStore(b *testing.B) {

@@ -30,7 +30,8 @@ func (s *Store) Restore(ctx context.Context, c store.Context, evs []event.Event,
 		return fmt.Errorf("redisstore: %w", err)
 	}
 
-	keys := []string{s.streamKey(c), s.indexKey(store.Index{Type: c.Type})}
+	sh := s.on(c.ID)
+	keys := []string{sh.streamKey(c), sh.indexKey(store.Index{Type: c.Type})}
 	keyAt := func(k string) int {
 		for i, have := range keys {
 			if have == k {
@@ -50,7 +51,7 @@ func (s *Store) Restore(ctx context.Context, c store.Context, evs []event.Event,
 			if !ix.Valid() {
 				return invalid("restore", "%s: event %d: index name %q", c, i, ix.Name)
 			}
-			joins[i] = keyAt(s.indexKey(ix))
+			joins[i] = keyAt(sh.indexKey(ix))
 		}
 	}
 
@@ -66,12 +67,12 @@ func (s *Store) Restore(ctx context.Context, c store.Context, evs []event.Event,
 		if err != nil {
 			return invalid("restore", "%s: record: %v", c, err)
 		}
-		args = append(args, keyAt(s.metaKey(record.FlowName, record.RunID)), keyAt(s.statusKey(record.FlowName, record.Status)), record.StartedAt)
+		args = append(args, keyAt(sh.metaKey(record.FlowName, record.RunID)), keyAt(sh.statusKey(record.FlowName, record.Status)), record.StartedAt)
 		args = append(args, len(fields)/2)
 		args = append(args, fields...)
 	}
 
-	reply, err := s.pipe.run(ctx, restoreScript, keys, args)
+	reply, err := sh.pipe.run(ctx, restoreScript, keys, args)
 	if err != nil {
 		return mapWriteErr(ctx, "restore", err)
 	}

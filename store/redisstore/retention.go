@@ -1,9 +1,11 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -18,7 +20,7 @@ var deleteRunLua string
 
 var deleteRunScript = redis.NewScript(deleteRunLua)
 
-func (s *Store) expiringKey() string { return s.prefix + ":engine:runs:expiring" }
+func (sh *shard) expiringKey() string { return sh.prefix + ":engine:runs:expiring" }
 
 // ExpiredRuns returns up to max runs due at now, earliest first. Errors:
 // store.ErrUnavailable, store.ErrClosed.
@@ -29,22 +31,32 @@ func (s *Store) ExpiredRuns(ctx context.Context, now int64, max int) ([]store.Ex
 	if max <= 0 {
 		return nil, nil
 	}
-	zs, err := s.client.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
-		Key: s.expiringKey(), Start: "-inf", Stop: strconv.FormatInt(now, 10), ByScore: true, Count: int64(max),
-	}).Result()
-	if err != nil {
-		return nil, mapErr(ctx, "expired runs", err)
-	}
-	out := make([]store.ExpiredRun, 0, len(zs))
-	for _, z := range zs {
-		member, _ := z.Member.(string)
-		flow, run, ok := strings.Cut(member, ":")
-		if !ok {
-			s.log.Warn().Str("member", member).Msg("dropping an unreadable retention entry")
-			s.client.ZRem(ctx, s.expiringKey(), member)
-			continue
+	// Each shard's earliest, merged: the earliest max of all.
+	var out []store.ExpiredRun
+	for _, sh := range s.shards {
+		zs, err := s.client.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
+			Key: sh.expiringKey(), Start: "-inf", Stop: strconv.FormatInt(now, 10), ByScore: true, Count: int64(max),
+		}).Result()
+		if err != nil {
+			return nil, mapErr(ctx, "expired runs", err)
 		}
-		out = append(out, store.ExpiredRun{FlowName: flow, RunID: run, Due: int64(z.Score)})
+		for _, z := range zs {
+			member, _ := z.Member.(string)
+			flow, run, ok := strings.Cut(member, ":")
+			if !ok {
+				s.log.Warn().Str("member", member).Msg("dropping an unreadable retention entry")
+				s.client.ZRem(ctx, sh.expiringKey(), member)
+				continue
+			}
+			out = append(out, store.ExpiredRun{FlowName: flow, RunID: run, Due: int64(z.Score)})
+		}
+	}
+	if len(s.shards) > 1 {
+		slices.SortStableFunc(out, func(a, b store.ExpiredRun) int { return cmp.Compare(a.Due, b.Due) })
+		out = window(out, 0, max)
+	}
+	if out == nil {
+		out = []store.ExpiredRun{}
 	}
 	return out, nil
 }
@@ -59,12 +71,13 @@ func (s *Store) DeleteExpiredRun(ctx context.Context, flow, run string, now int6
 		return invalid("delete expired run", "run %q of flow %q", run, flow)
 	}
 	c := store.Context{Type: "flow", ID: run}
-	keys := []string{s.expiringKey(), s.metaKey(flow, run), s.streamKey(c), s.checkpointsKey(c),
-		s.indexKey(store.Index{Type: "flow"}), s.indexKey(store.Index{Type: "flow", Name: flow})}
+	sh := s.on(run)
+	keys := []string{sh.expiringKey(), sh.metaKey(flow, run), sh.streamKey(c), sh.checkpointsKey(c),
+		sh.indexKey(store.Index{Type: "flow"}), sh.indexKey(store.Index{Type: "flow", Name: flow})}
 	for _, st := range runStatuses {
-		keys = append(keys, s.statusKey(flow, st))
+		keys = append(keys, sh.statusKey(flow, st))
 	}
-	code, err := s.pipe.call(ctx, deleteRunScript, keys, []any{flow + ":" + run, run, now}).Int()
+	code, err := sh.pipe.call(ctx, deleteRunScript, keys, []any{flow + ":" + run, run, now}).Int()
 	if err != nil {
 		return mapErr(ctx, "delete expired run", err)
 	}

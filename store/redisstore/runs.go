@@ -7,6 +7,7 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -93,8 +94,12 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 	}
 	m := u.Meta
 	c := u.EventStream()
+	sh := s.on(c.ID)
+	if err := s.sameShard(sh, u); err != nil {
+		return store.AppendResult{}, err
+	}
 	keys := make([]string, 0, 16)
-	keys = append(keys, s.metaKey(m.FlowName, m.RunID), s.streamKey(c), s.indexKey(store.Index{Type: c.Type}), s.timersKey())
+	keys = append(keys, sh.metaKey(m.FlowName, m.RunID), sh.streamKey(c), sh.indexKey(store.Index{Type: c.Type}), sh.timersKey())
 	keyAt := func(k string) int {
 		for i, have := range keys {
 			if have == k {
@@ -112,16 +117,22 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 	// Sized for the usual update at once: growing it step by step was a
 	// tenth of the bytes a run allocates.
 	args := make([]any, 0, 64+len(fields)+2*len(u.Events)+5*len(u.Enqueue)+2*len(u.SetTimers))
-	args = append(args, s.channel(c), c.ID, s.maxLen(c.Type), m.Version, m.Status, m.StartedAt)
-	if u.Definition != nil {
+	args = append(args, sh.channel(c), c.ID, s.maxLen(c.Type), m.Version, m.Status, m.StartedAt)
+	if u.Definition != nil && len(s.shards) == 1 {
 		sum := sha1.Sum(u.Definition)
-		args = append(args, keyAt(s.defsKey()), m.FlowName, hex.EncodeToString(sum[:]))
+		args = append(args, keyAt(sh.defsKey()), m.FlowName, hex.EncodeToString(sum[:]))
 	} else {
 		args = append(args, 0, "", "")
 	}
-	args = append(args, len(u.Consume))
-	for _, k := range u.Consume {
-		args = append(args, keyAt(s.consumedKey(k)))
+	// With several shards the events are reserved on their own shards
+	// first (consume), not in the update's script.
+	consumed := u.Consume
+	if len(s.shards) > 1 {
+		consumed = nil
+	}
+	args = append(args, len(consumed))
+	for _, k := range consumed {
+		args = append(args, keyAt(sh.consumedKey(k)))
 	}
 	args = append(args, s.kindWindow().Milliseconds())
 	var leased []any
@@ -131,7 +142,7 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 		}
 	}
 	if len(leased) > 0 {
-		args = append(args, keyAt(s.pausedKey()))
+		args = append(args, keyAt(sh.pausedKey()))
 	} else {
 		args = append(args, 0)
 	}
@@ -147,7 +158,7 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 	}
 	args = append(args, len(statuses))
 	for _, st := range statuses {
-		args = append(args, st, keyAt(s.statusKey(m.FlowName, st)))
+		args = append(args, st, keyAt(sh.statusKey(m.FlowName, st)))
 	}
 	args = append(args, len(fields)/2)
 	args = append(args, fields...)
@@ -162,21 +173,21 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 		args = append(args, bodies[i])
 		joins[i] = 0
 		if ix, ok := store.JoinedIndex(e); ok {
-			joins[i] = keyAt(s.indexKey(ix))
+			joins[i] = keyAt(sh.indexKey(ix))
 		}
 	}
 	args = append(args, joins...)
 
 	if a := u.Ack; a != nil {
-		args = append(args, keyAt(s.readyKey(a.Queue)), keyAt(s.jobsKey(a.Queue)), a.ID, a.Lease)
+		args = append(args, keyAt(sh.readyKey(a.Queue)), keyAt(sh.jobsKey(a.Queue)), a.ID, a.Lease)
 	} else if h := u.Held; h != nil {
-		args = append(args, 0, keyAt(s.jobsKey(h.Queue)), h.ID, h.Lease)
+		args = append(args, 0, keyAt(sh.jobsKey(h.Queue)), h.ID, h.Lease)
 	} else {
 		args = append(args, 0, 0, "", "")
 	}
 	args = append(args, len(u.Remove))
 	for _, r := range u.Remove {
-		args = append(args, keyAt(s.readyKey(r.Queue)), keyAt(s.jobsKey(r.Queue)), r.ID)
+		args = append(args, keyAt(sh.readyKey(r.Queue)), keyAt(sh.jobsKey(r.Queue)), r.ID)
 	}
 	args = append(args, len(u.Enqueue))
 	for _, j := range u.Enqueue {
@@ -184,7 +195,7 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 		if err != nil {
 			return store.AppendResult{}, invalid("update run", "job %s: %v", j.ID, err)
 		}
-		args = append(args, keyAt(s.readyKey(j.Queue)), keyAt(s.jobsKey(j.Queue)), j.ID, score, v)
+		args = append(args, keyAt(sh.readyKey(j.Queue)), keyAt(sh.jobsKey(j.Queue)), j.ID, score, v)
 	}
 	args = append(args, len(u.ClearTimers))
 	for _, t := range u.ClearTimers {
@@ -194,10 +205,10 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 	for _, t := range u.SetTimers {
 		args = append(args, t.Name(), t.Due)
 	}
-	args = append(args, keyAt(s.expiringKey()), m.FlowName+":"+m.RunID, s.opts.Retention.ExpiresAt(m))
+	args = append(args, keyAt(sh.expiringKey()), m.FlowName+":"+m.RunID, s.opts.Retention.ExpiresAt(m))
 	if k := u.IdempotencyKey; k != "" {
 		fp := store.Fingerprint(bodies)
-		args = append(args, keyAt(s.idemKey(c, k)), s.opts.IdempotencyWindow.Milliseconds(), hex.EncodeToString(fp[:]))
+		args = append(args, keyAt(sh.idemKey(c, k)), s.opts.IdempotencyWindow.Milliseconds(), hex.EncodeToString(fp[:]))
 	} else {
 		args = append(args, 0, 0, "")
 	}
@@ -205,23 +216,39 @@ func (s *Store) UpdateRun(ctx context.Context, u store.RunUpdate) (store.AppendR
 		if !validLease(cl.Lease) {
 			return store.AppendResult{}, invalid("update run", "claim under lease %q", cl.Lease)
 		}
-		args = append(args, cl.Max, cl.Now, cl.LeaseUntil, cl.Lease, keyAt(s.pausedKey()), len(cl.Queues))
+		args = append(args, cl.Max, cl.Now, cl.LeaseUntil, cl.Lease, keyAt(sh.pausedKey()), len(cl.Queues))
 		for _, q := range cl.Queues {
-			args = append(args, keyAt(s.readyKey(q)), keyAt(s.jobsKey(q)), q)
+			args = append(args, keyAt(sh.readyKey(q)), keyAt(sh.jobsKey(q)), q)
 		}
 	} else {
 		args = append(args, 0)
 	}
-	args = append(args, tokenWindow.Milliseconds(), keyAt(s.newUpdateKey()))
+	args = append(args, tokenWindow.Milliseconds(), keyAt(sh.newUpdateKey()))
 
-	reply, err := s.write(ctx, "update run", s.scripts.runUpdate, keys, args)
+	updated := false
+	if len(s.shards) > 1 && len(u.Consume) > 0 {
+		release, err := s.consume(ctx, u.Consume, m.FlowName+":"+m.RunID)
+		if err != nil {
+			return store.AppendResult{}, err
+		}
+		defer func() {
+			if !updated {
+				release()
+			}
+		}()
+	}
+	reply, err := s.write(ctx, sh, "update run", s.scripts.runUpdate, keys, args)
 	if err != nil {
+		// An update whose outcome is unknown may have run: its
+		// reservations stay.
+		updated = errors.Is(err, store.ErrOutcomeUnknown)
 		return store.AppendResult{}, err
 	}
 	if code, _ := reply[0].(int64); code != 0 {
 		reason, _ := reply[1].(string)
 		return store.AppendResult{}, fmt.Errorf("redisstore: run %s of %s: %w: %s", m.RunID, m.FlowName, store.ErrConflict, reason)
 	}
+	updated = true
 	var claimed []store.Job
 	if u.Claim != nil {
 		vals, _ := reply[len(reply)-1].([]any)
@@ -247,7 +274,7 @@ func (s *Store) RunMeta(ctx context.Context, flow, run string) (store.RunMeta, e
 	if !event.ValidName(flow) || !event.ValidContextID(run) {
 		return store.RunMeta{}, invalid("run", "run %q of flow %q", run, flow)
 	}
-	h, err := s.client.HGetAll(ctx, s.metaKey(flow, run)).Result()
+	h, err := s.client.HGetAll(ctx, s.on(run).metaKey(flow, run)).Result()
 	if err != nil {
 		return store.RunMeta{}, mapErr(ctx, "run", err)
 	}
@@ -258,9 +285,10 @@ func (s *Store) RunMeta(ctx context.Context, flow, run string) (store.RunMeta, e
 }
 
 // ListRuns pages over a flow's runs, newest first, in the order IndexList
-// uses. Each record is read right after the page, so a run that changed
-// status in between comes with its new status. Errors: store.ErrInvalid,
-// store.ErrUnavailable, store.ErrClosed.
+// uses, gathered from the shards as IndexList gathers. Each record is read
+// right after the page, so a run that changed status in between comes with
+// its new status. Errors: store.ErrInvalid, store.ErrUnavailable,
+// store.ErrClosed.
 func (s *Store) ListRuns(ctx context.Context, flow, status string, offset, limit int) (store.RunPage, error) {
 	if err := s.checkOpen("list runs"); err != nil {
 		return store.RunPage{}, err
@@ -271,32 +299,25 @@ func (s *Store) ListRuns(ctx context.Context, flow, status string, offset, limit
 	if offset < 0 || limit < 0 {
 		return store.RunPage{}, invalid("list runs", "offset %d, limit %d", offset, limit)
 	}
-	key := s.indexKey(store.Index{Type: "flow", Name: flow})
-	if status != "" {
-		key = s.statusKey(flow, status)
+	key := func(sh *shard) string {
+		if status != "" {
+			return sh.statusKey(flow, status)
+		}
+		return sh.indexKey(store.Index{Type: "flow", Name: flow})
 	}
-	page := store.RunPage{Runs: []store.RunMeta{}}
-	if limit == 0 {
-		n, err := s.client.ZCard(ctx, key).Result()
-		page.Total = n
-		return page, mapErr(ctx, "list runs", err)
-	}
-	reply, err := indexListScript.Run(ctx, s.client, []string{key}, offset, limit).Slice()
+	ix, err := s.gatherIndex(ctx, key, offset, limit)
 	if err != nil {
 		return store.RunPage{}, mapErr(ctx, "list runs", err)
 	}
-	page.Total, _ = reply[0].(int64)
-	pipe := s.client.Pipeline()
-	var metas []*redis.MapStringStringCmd
-	for i := 1; i+1 < len(reply); i += 2 {
-		run, _ := reply[i].(string)
-		raw, _ := reply[i+1].(string)
-		score, _ := strconv.ParseFloat(raw, 64)
-		page.Runs = append(page.Runs, store.RunMeta{FlowName: flow, RunID: run, StartedAt: int64(score)})
-		metas = append(metas, pipe.HGetAll(ctx, s.metaKey(flow, run)))
-	}
-	if len(metas) == 0 {
+	page := store.RunPage{Runs: []store.RunMeta{}, Total: ix.Total}
+	if len(ix.Entries) == 0 {
 		return page, nil
+	}
+	pipe := s.client.Pipeline()
+	metas := make([]*redis.MapStringStringCmd, len(ix.Entries))
+	for i, en := range ix.Entries {
+		page.Runs = append(page.Runs, store.RunMeta{FlowName: flow, RunID: en.ID, StartedAt: en.Score})
+		metas[i] = pipe.HGetAll(ctx, s.on(en.ID).metaKey(flow, en.ID))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return store.RunPage{}, mapErr(ctx, "list runs", err)
@@ -314,9 +335,9 @@ func (s *Store) ListRuns(ctx context.Context, flow, status string, offset, limit
 }
 
 // DeleteRuns removes every run of flow (streams, checkpoints, records and
-// indexes) in one MULTI. Jobs and timers of the removed runs are left to the
-// engine, which drops them when it finds their run gone. Errors:
-// store.ErrInvalid, store.ErrUnavailable, store.ErrClosed.
+// indexes) in one MULTI per shard. Jobs and timers of the removed runs are
+// left to the engine, which drops them when it finds their run gone.
+// Errors: store.ErrInvalid, store.ErrUnavailable, store.ErrClosed.
 func (s *Store) DeleteRuns(ctx context.Context, flow string) (int, error) {
 	if err := s.checkOpen("delete runs"); err != nil {
 		return 0, err
@@ -324,36 +345,78 @@ func (s *Store) DeleteRuns(ctx context.Context, flow string) (int, error) {
 	if !event.ValidName(flow) {
 		return 0, invalid("delete runs", "flow %q", flow)
 	}
-	index := s.indexKey(store.Index{Type: "flow", Name: flow})
-	runs, err := s.client.ZRange(ctx, index, 0, -1).Result()
-	if err != nil {
-		return 0, mapErr(ctx, "delete runs", err)
+	deleted := 0
+	for _, sh := range s.shards {
+		index := sh.indexKey(store.Index{Type: "flow", Name: flow})
+		runs, err := s.client.ZRange(ctx, index, 0, -1).Result()
+		if err != nil {
+			return deleted, mapErr(ctx, "delete runs", err)
+		}
+		_, err = s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			for _, run := range runs {
+				c := store.Context{Type: "flow", ID: run}
+				p.Del(ctx, sh.streamKey(c), sh.checkpointsKey(c), sh.metaKey(flow, run))
+				p.ZRem(ctx, sh.indexKey(store.Index{Type: "flow"}), run)
+			}
+			p.Del(ctx, index)
+			for _, run := range runs {
+				p.ZRem(ctx, sh.expiringKey(), flow+":"+run)
+			}
+			for _, st := range runStatuses {
+				p.Del(ctx, sh.statusKey(flow, st))
+			}
+			return nil
+		})
+		if err != nil {
+			return deleted, mapErr(ctx, "delete runs", err)
+		}
+		deleted += len(runs)
 	}
-	_, err = s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		for _, run := range runs {
-			c := store.Context{Type: "flow", ID: run}
-			p.Del(ctx, s.streamKey(c), s.checkpointsKey(c), s.metaKey(flow, run))
-			p.ZRem(ctx, s.indexKey(store.Index{Type: "flow"}), run)
-		}
-		p.Del(ctx, index)
-		for _, run := range runs {
-			p.ZRem(ctx, s.expiringKey(), flow+":"+run)
-		}
-		for _, st := range runStatuses {
-			p.Del(ctx, s.statusKey(flow, st))
-		}
+	return deleted, nil
+}
+
+// sameShard checks that everything u writes lives on sh, the shard of its
+// stream: the run's record, its jobs and its timers. The engine writes a
+// run's own only; anything else would need a second slot.
+func (s *Store) sameShard(sh *shard, u store.RunUpdate) error {
+	if len(s.shards) == 1 {
 		return nil
-	})
-	if err != nil {
-		return 0, mapErr(ctx, "delete runs", err)
 	}
-	return len(runs), nil
+	bad := func(what string) error {
+		return invalid("update run", "%s is not on the shard of %s", what, u.EventStream())
+	}
+	if s.on(u.Meta.RunID) != sh {
+		return bad("run " + u.Meta.RunID)
+	}
+	for _, a := range []*store.JobAck{u.Ack, u.Held} {
+		if a != nil && s.jobShard(a.ID) != sh {
+			return bad("job " + a.ID)
+		}
+	}
+	for _, j := range u.Enqueue {
+		if s.jobShard(j.ID) != sh {
+			return bad("job " + j.ID)
+		}
+	}
+	for _, r := range u.Remove {
+		if s.jobShard(r.ID) != sh {
+			return bad("job " + r.ID)
+		}
+	}
+	for _, ts := range [][]store.Timer{u.SetTimers, u.ClearTimers} {
+		for _, t := range ts {
+			if s.on(t.RunID) != sh {
+				return bad("timer " + t.Name())
+			}
+		}
+	}
+	return nil
 }
 
 // newUpdateKey is where a run update records its answer: a token of its own,
 // new for each UpdateRun call and the same for each time it is sent.
-func (s *Store) newUpdateKey() string {
+func (sh *shard) newUpdateKey() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
-	return s.prefix + ":engine:updates:" + hex.EncodeToString(b[:])
+	return sh.prefix + ":engine:updates:" + hex.EncodeToString(b[:])
 }

@@ -10,7 +10,7 @@ import (
 
 // secretKey holds a secret nqd made for itself, such as the key that signs
 // trigger ids: <p>:engine:secret:<name>, a string written once.
-func (s *Store) secretKey(name string) string { return s.prefix + ":engine:secret:" + name }
+func (sh *shard) secretKey(name string) string { return sh.prefix + ":engine:secret:" + name }
 
 // Secret returns the secret stored under name, storing fresh first when
 // there is none, so that every instance on this Redis, and every restart,
@@ -24,7 +24,7 @@ func (s *Store) Secret(ctx context.Context, name, fresh string) (string, error) 
 	if s.closed.Load() {
 		return "", fmt.Errorf("redisstore: secret: %w", store.ErrClosed)
 	}
-	key := s.secretKey(name)
+	key := s.home().secretKey(name)
 	// SETNX and then GET: of instances starting together one SETNX wins,
 	// and as nothing changes the value afterwards, every GET reads it.
 	if err := s.client.SetNX(ctx, key, fresh, 0).Err(); err != nil {

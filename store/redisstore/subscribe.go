@@ -47,7 +47,8 @@ func (s *Store) Subscribe(ctx context.Context, c store.Context, buffer int) (sto
 	if buffer <= 0 {
 		buffer = s.opts.SubscriptionBuffer
 	}
-	return s.feed.subscribe(ctx, s.channel(c), buffer)
+	sh := s.on(c.ID)
+	return sh.feed.subscribe(ctx, sh.channel(c), buffer)
 }
 
 // liveFeed multiplexes every subscription of a Store over one Pub/Sub connection,

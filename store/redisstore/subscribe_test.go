@@ -32,7 +32,7 @@ func TestResubscribeBeforeUnsubscribe(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	s.feed.unsubDelay = time.Hour
+	s.home().feed.unsubDelay = time.Hour
 
 	c := store.Context{Type: "flow", ID: "run-back"}
 	for round := range 5 {
@@ -60,8 +60,8 @@ func TestResubscribeBeforeUnsubscribe(t *testing.T) {
 	if !strings.Contains(stats, "cmdstat_subscribe:calls=1,") || strings.Contains(stats, "cmdstat_unsubscribe:") {
 		t.Errorf("want one SUBSCRIBE and no UNSUBSCRIBE for five subscribers in turn; commandstats:\n%s", stats)
 	}
-	n, err := client.PubSubNumSub(ctx, s.channel(c)).Result()
-	if err != nil || n[s.channel(c)] != 1 {
+	n, err := client.PubSubNumSub(ctx, s.home().channel(c)).Result()
+	if err != nil || n[s.home().channel(c)] != 1 {
 		t.Errorf("Redis subscribers of the channel = %v, %v; want 1 until the delay passes", n, err)
 	}
 }

@@ -9,8 +9,9 @@ import (
 	"github.com/nqd-dev/nqd/store"
 )
 
-// DueTimers claims timers due at now (scripts/due_timers.lua). Errors:
-// store.ErrUnavailable, store.ErrClosed.
+// DueTimers claims timers due at now (scripts/due_timers.lua), visiting
+// the shards in turn until max are taken. Errors: store.ErrUnavailable,
+// store.ErrClosed.
 func (s *Store) DueTimers(ctx context.Context, now, holdUntil int64, max int) ([]store.Timer, error) {
 	if err := s.checkOpen("due timers"); err != nil {
 		return nil, err
@@ -18,20 +19,28 @@ func (s *Store) DueTimers(ctx context.Context, now, holdUntil int64, max int) ([
 	if max <= 0 {
 		return nil, nil
 	}
-	vals, err := s.pipe.call(ctx, dueTimersScript, []string{s.timersKey()}, []any{now, holdUntil, max}).StringSlice()
-	if err != nil {
-		return nil, mapErr(ctx, "due timers", err)
-	}
 	var out []store.Timer
-	for i := 0; i+1 < len(vals); i += 2 {
-		p := strings.SplitN(vals[i], ":", 4)
-		due, err := strconv.ParseFloat(vals[i+1], 64)
-		if len(p) != 4 || err != nil {
-			s.log.Warn().Str("timer", vals[i]).Msg("dropping an unreadable timer")
-			s.client.ZRem(ctx, s.timersKey(), vals[i])
-			continue
+	err := s.eachShard(func(sh *shard) (bool, error) {
+		vals, err := sh.pipe.call(ctx, dueTimersScript, []string{sh.timersKey()}, []any{now, holdUntil, max - len(out)}).StringSlice()
+		if err != nil {
+			return false, mapErr(ctx, "due timers", err)
 		}
-		out = append(out, store.Timer{Kind: p[0], FlowName: p[1], RunID: p[2], Step: p[3], Due: int64(due)})
+		for i := 0; i+1 < len(vals); i += 2 {
+			p := strings.SplitN(vals[i], ":", 4)
+			due, err := strconv.ParseFloat(vals[i+1], 64)
+			if len(p) != 4 || err != nil {
+				s.log.Warn().Str("timer", vals[i]).Msg("dropping an unreadable timer")
+				s.client.ZRem(ctx, sh.timersKey(), vals[i])
+				continue
+			}
+			out = append(out, store.Timer{Kind: p[0], FlowName: p[1], RunID: p[2], Step: p[3], Due: int64(due)})
+		}
+		return len(out) >= max, nil
+	})
+	if err != nil && len(out) == 0 {
+		return nil, err
 	}
+	// Timers taken on one shard before another failed are held: they are
+	// fired now rather than at the end of their hold.
 	return out, nil
 }

@@ -28,7 +28,8 @@ func (s *Store) Trim(ctx context.Context, c store.Context, before event.ID) (int
 	if before.IsZero() {
 		return 0, invalid("trim", "before the zero id")
 	}
-	n, err := s.pipe.call(ctx, trimScript, []string{s.streamKey(c)}, []any{before.String()}).Int64()
+	sh := s.on(c.ID)
+	n, err := sh.pipe.call(ctx, trimScript, []string{sh.streamKey(c)}, []any{before.String()}).Int64()
 	if err != nil {
 		return 0, mapErr(ctx, "trim", err)
 	}

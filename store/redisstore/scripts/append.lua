@@ -112,7 +112,7 @@ end
 local ids = append_events(stream, channel, member, maxlen, KEYS[2], bodies, joins, function(i, id, ms, body)
   local kx = tonumber(ARGV[9 + 2 * n + i])
   if kx > 0 and isWatched(kx) then
-    redis.call('XADD', KEYS[kx], 'MINID', '~', math.max(ms - kindWindow, 0), '*', 't', ctype, 'c', member, 's', id, 'e', body)
+    redis.call('XADD', KEYS[kx], 'MINID', '~', math.max(ms - kindWindow, 0), kind_id(KEYS[kx]), 't', ctype, 'c', member, 's', id, 'e', body)
   end
 end)
 

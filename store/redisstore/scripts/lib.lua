@@ -70,6 +70,27 @@ local function append_events(stream, channel, member, maxlen, typeIndex, bodies,
   return ids
 end
 
+-- kind_id is the id of the next entry of the kind index at key: "*" (the
+-- stream's next id), or with KIND_CLOCK (several shards, each with its own
+-- kind index) one from the server's clock in microseconds,
+-- <ms>-<microsecond of the ms * 1000>, unless the stream's newest entry is
+-- not older. Entries of several shards then merge in the order they were
+-- appended in, as far as the servers' clocks agree (see KindEvents).
+local function kind_id(key)
+  if not KIND_CLOCK then return '*' end
+  local t = redis.call('TIME')
+  local us = tonumber(t[2])
+  local ms = tonumber(t[1]) * 1000 + math.floor(us / 1000)
+  local seq = (us % 1000) * 1000
+  local newest = redis.call('XREVRANGE', key, '+', '-', 'COUNT', 1)
+  if #newest > 0 then
+    local lms, lseq = string.match(newest[1][1], '^(%d+)-(%d+)$')
+    lms, lseq = tonumber(lms), tonumber(lseq)
+    if lms > ms or (lms == ms and lseq >= seq) then return '*' end
+  end
+  return string.format('%d-%d', ms, seq)
+end
+
 -- held_by says whether the job id of the jobs hash is claimed under lease.
 -- A job's value is "<attempt> <score> <leaseUntil> <lease>\n<job JSON>".
 local function held_by(jobs, id, lease)
