@@ -158,7 +158,8 @@ bench-pg: build
 	$(GO) run ./cmd/nqbench -nqd bin/nqd -duration 10s -profiles pg-appends,pg-flows -markdown bin/bench-pg.md
 
 ## bench-cluster: HTTP appends with nqd on one Redis and on a Redis Cluster of three primaries with a
-## replica each (about 1 minute), with each node's keys and commands; prints them
+## replica each, its keys in one shard and in nine (about 1.5 minutes), with each node's keys and
+## commands; prints them
 bench-cluster: build
 	$(GO) run ./cmd/nqbench -nqd bin/nqd -duration 10s -append-rate 1000 -profiles cluster
 

@@ -15,14 +15,17 @@ import (
 
 // clusterResult is the cluster profile: the appends profile's nqd side on
 // one Redis and on a Redis Cluster of three primaries with a replica each,
-// and where the keys and commands went. On one machine a cluster cannot
-// add throughput; the profile shows what it costs and that every step of
-// nqd stays on the one primary serving its slot (no command crosses slots:
-// one would fail the append, counted among the errors).
+// the cluster with one shard (NQ_REDIS_SHARDS=1) and with nine, three per
+// primary, and where the keys and commands went. On one machine a cluster
+// cannot add throughput; the profile shows what it costs, that one shard
+// keeps nqd on the one primary serving its slot and nine spread it over the
+// three, and that no command crosses slots (one would fail its append,
+// counted among the errors).
 type clusterResult struct {
 	Rows []clusterRow `json:"rows"`
-	// Fanout is the fan-out profile with nqd on the cluster: live delivery
-	// over sharded Pub/Sub, and its checker.
+	// Fanout is the fan-out profile with nqd on the cluster with nine
+	// shards: live delivery over sharded Pub/Sub from every primary, and
+	// its checker.
 	Fanout *fanoutResult `json:"fanout,omitempty"`
 }
 
@@ -31,8 +34,8 @@ type clusterRow struct {
 	Nodes []nodeShare `json:"nodes"`
 }
 
-// nodeShare is one Redis node's part of a row: its role, the keys it holds
-// at the end and the commands it processed during the measured run
+// nodeShare is one Redis node's part of a row: its role, the keys the
+// measured run added to it and the commands it processed during the run
 // (replicas count the writes they replay).
 type nodeShare struct {
 	Addr     string `json:"addr"`
@@ -58,14 +61,23 @@ func runCluster(ctx context.Context, o options, redisAddr string, redisPID int, 
 		name, url string
 		pid       int
 		nodes     []string
+		shards    int
+		fanout    bool
 	}{
-		{"one Redis", "redis://" + redisAddr + "/0", redisPID, []string{redisAddr}},
-		{"Redis Cluster, 3 primaries", cl.URL(), 0, clusterAddrs},
+		{"one Redis", "redis://" + redisAddr + "/0", redisPID, []string{redisAddr}, 1, false},
+		{"Redis Cluster, 3 primaries, 1 shard", cl.URL(), 0, clusterAddrs, 1, false},
+		{"Redis Cluster, 3 primaries, 9 shards", cl.URL(), 0, clusterAddrs, 9, true},
 	} {
 		if ctx.Err() != nil {
 			break
 		}
-		proc, base, err := startNQD(o.nqd, "NQ_REDIS_URL="+target.url, "NQ_PREFIX=nqbenchcluster")
+		// A prefix per number of shards: nqd refuses data written with
+		// another number.
+		prefix := "nqbenchcluster"
+		if target.shards > 1 {
+			prefix = fmt.Sprintf("nqbenchshards%d", target.shards)
+		}
+		proc, base, err := startNQD(o.nqd, "NQ_REDIS_URL="+target.url, "NQ_PREFIX="+prefix, fmt.Sprintf("NQ_REDIS_SHARDS=%d", target.shards))
 		if err != nil {
 			return res, err
 		}
@@ -74,7 +86,7 @@ func runCluster(ctx context.Context, o options, redisAddr string, redisPID int, 
 		row, r, _ := measureNQDAppends(ctx, e, "cluster "+target.name, o.appendRate, o.duration, o.appendConns, o.contexts)
 		after := nodeStats(ctx, target.nodes)
 		var fanoutErr error
-		if target.pid == 0 {
+		if target.fanout {
 			f, err := runFanout(ctx, e, o.fanoutRate, o.duration, o.fanoutContexts, o.fanoutSubs, o.appendConns)
 			res.Fanout, fanoutErr = &f, err
 		}
@@ -88,6 +100,7 @@ func runCluster(ctx context.Context, o options, redisAddr string, redisPID int, 
 		}
 		cr := clusterRow{Load: row}
 		for i, n := range after {
+			n.Keys -= before[i].Keys
 			n.Commands -= before[i].Commands
 			cr.Nodes = append(cr.Nodes, n)
 		}
