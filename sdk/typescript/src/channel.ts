@@ -17,6 +17,9 @@ export interface Hello {
   queues: string[]
   concurrency: number
   slots: number
+  /** Each queue's concurrency, and the jobs of each the worker holds (docs/worker-protocol.md, Queues of different concurrency). */
+  queueConcurrency?: Record<string, number> | undefined
+  held?: Record<string, number> | undefined
 }
 
 /** nqd's answer to the hello. */

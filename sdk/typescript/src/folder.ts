@@ -41,7 +41,15 @@ export interface FolderWorker {
   stop(graceMs?: number): Promise<void>
 }
 
-/** Loads the step files, stores their flows in nqd when asked, and prepares one worker per queue. */
+/** The most queues one worker channel serves, and the most jobs it holds (its hello's limits). */
+const maxQueues = 32
+const maxConcurrency = 1000
+
+/**
+ * Loads the step files, stores their flows in nqd when asked, and prepares
+ * one worker for their queues, each queue with its own concurrency: one
+ * worker channel for the process (for up to 32 queues and 1000 jobs).
+ */
 export async function loadFolder(opts: FolderOptions): Promise<FolderWorker> {
   const line = (prefix: string, m: string, meta?: Record<string, unknown>): void => {
     console.error(`${prefix}${m}${meta === undefined ? '' : ' ' + JSON.stringify(meta)}`)
@@ -81,7 +89,7 @@ export async function loadFolder(opts: FolderOptions): Promise<FolderWorker> {
   } else if (built.triggers.length > 0) {
     log.info(`the step files name triggers (${built.triggers.map(t => t.name).join(', ')}); --store-flows registers them`)
   }
-  // One worker per queue, with the handlers of the steps on it.
+  // The handlers of the steps on each queue, and the queue's concurrency.
   const byQueue = new Map<string, { handlers: Record<string, Handler>, concurrency: number }>()
   for (const f of files) {
     if (f.handler === undefined || f.config?.flow === undefined) {
@@ -110,16 +118,33 @@ export async function loadFolder(opts: FolderOptions): Promise<FolderWorker> {
       }
     }
   }
-  const workers: Worker[] = [...byQueue].map(([queue, q]) => createWorker({
-    url: opts.url,
-    token: opts.token,
-    queues: [queue],
-    concurrency: q.concurrency,
-    handlers: q.handlers,
-    logger: log,
-    transport: opts.transport,
-    name: `nqd-worker ${queue}`,
-  }))
+  // One worker, and so one channel, for as many queues as nqd takes on
+  // one: at most maxQueues, with at most maxConcurrency jobs together.
+  const parts: [string, { handlers: Record<string, Handler>, concurrency: number }][][] = []
+  let sum = 0
+  for (const entry of byQueue) {
+    const last = parts.at(-1)
+    if (last === undefined || last.length === maxQueues || sum + entry[1].concurrency > maxConcurrency) {
+      parts.push([entry])
+      sum = entry[1].concurrency
+    } else {
+      last.push(entry)
+      sum += entry[1].concurrency
+    }
+  }
+  const workers: Worker[] = []
+  for (const part of parts) {
+    workers.push(createWorker({
+      url: opts.url,
+      token: opts.token,
+      queues: part.map(([queue]) => queue),
+      queueConcurrency: Object.fromEntries(part.map(([queue, q]) => [queue, q.concurrency])),
+      handlers: Object.assign({}, ...part.map(([, q]) => q.handlers)) as Record<string, Handler>,
+      logger: log,
+      transport: opts.transport,
+      name: 'nqd-worker',
+    }))
+  }
   return {
     flows,
     refused,

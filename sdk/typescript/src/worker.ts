@@ -36,6 +36,14 @@ export interface WorkerOptions {
    */
   concurrency?: number | undefined
   /**
+   * Jobs of each queue held at once, when the queues differ: every queue of
+   * queues gets one, and concurrency defaults to (and must be at least)
+   * their sum. Over the worker channel nqd offers a queue's jobs only while
+   * it has room (an nqd that cannot makes the worker claim over HTTP); over
+   * HTTP each queue is claimed on its own.
+   */
+  queueConcurrency?: Record<string, number> | undefined
+  /**
    * Step handlers keyed by `<flowName>/<step>`, or by step name alone for
    * every flow; the flow-qualified key wins, so one worker serves two
    * flows with a step of the same name.
@@ -161,6 +169,33 @@ class LeaseEndedError extends Error {
   }
 }
 
+/**
+ * Checks queueConcurrency against queues: every queue gets a whole number
+ * of jobs from 1 to 1000, and no other queue is named.
+ */
+function checkQueueConcurrency(queues: string[], caps: Record<string, number> | undefined): Record<string, number> | undefined {
+  if (caps === undefined) {
+    return undefined
+  }
+  for (const q of queues) {
+    const n = caps[q]
+    if (n === undefined || !Number.isInteger(n) || n < 1 || n > 1000) {
+      throw new TypeError(`createWorker: queueConcurrency must give queue ${JSON.stringify(q)} a whole number of jobs from 1 to 1000`)
+    }
+  }
+  for (const q of Object.keys(caps)) {
+    if (!queues.includes(q)) {
+      throw new TypeError(`createWorker: queueConcurrency names ${JSON.stringify(q)}, which is not one of queues`)
+    }
+  }
+  return { ...caps }
+}
+
+/** Whether err is an nqd that predates queueConcurrency refusing the channel's hello for it. */
+function takesNoQueueConcurrency(err: unknown): boolean {
+  return err instanceof NqdError && err.status === 400 && err.fields?.queueConcurrency === 'unknown field'
+}
+
 function errorText(err: unknown): string {
   if (err instanceof Error) {
     return err.message
@@ -178,6 +213,7 @@ class WorkerImpl implements Worker {
   readonly log: Logger
   private readonly queues: string[]
   private readonly concurrency: number
+  private readonly queueConcurrency: Record<string, number> | undefined
   private readonly handlers: Record<string, Handler>
   readonly heartbeatMs: number | undefined
   private readonly claimWaitMs: number
@@ -194,8 +230,7 @@ class WorkerImpl implements Worker {
   /** The channel while it is open and welcomed: job calls go over it, else over HTTP. */
   private conn: Channel | undefined
   private readonly running = new Set<JobRun>()
-  /** Claims on their way, the slots they reserved, and their promises. */
-  private claims = 0
+  /** The slots claims on their way reserved, and their promises. */
   private reserved = 0
   private readonly claiming = new Set<Promise<void>>()
   private failures = 0
@@ -218,14 +253,20 @@ class WorkerImpl implements Worker {
   private runningHandlers = 0
   private stopping = false
   private readonly stopClaims = new AbortController()
-  private slotFreed: (() => void) | undefined
+  /** The claim loops waiting for a free slot, woken by slotFreed. */
+  private readonly waiting = new Set<() => void>()
   private loop: Promise<void> | undefined
 
   constructor(opts: WorkerOptions) {
     if (opts.queues.length === 0) {
       throw new TypeError('createWorker: give at least one queue')
     }
-    this.concurrency = Math.max(1, Math.floor(opts.concurrency ?? 4))
+    this.queueConcurrency = checkQueueConcurrency(opts.queues, opts.queueConcurrency)
+    const sum = Object.values(this.queueConcurrency ?? {}).reduce((a, b) => a + b, 0)
+    this.concurrency = Math.max(1, Math.floor(opts.concurrency ?? (sum > 0 ? sum : 4)))
+    if (this.concurrency < sum) {
+      throw new TypeError(`createWorker: concurrency ${String(this.concurrency)} is less than queueConcurrency's sum ${String(sum)}`)
+    }
     this.self = selfHeaders(this.concurrency)
     this.http = new Http({ url: opts.url, token: opts.token, headers: this.self })
     this.log = opts.logger ?? consoleLogger
@@ -261,7 +302,7 @@ class WorkerImpl implements Worker {
       this.completing.add(run)
       return
     }
-    this.slotFreed?.()
+    this.slotFreed()
   }
 
   /**
@@ -269,7 +310,16 @@ class WorkerImpl implements Worker {
    * not while the worker stops. Over the channel nqd offers it instead.
    */
   claimsNext(): boolean {
-    return !this.stopping && this.transport === 'http'
+    // With queueConcurrency each queue's claim keeps its own count.
+    return !this.stopping && this.transport === 'http' && this.queueConcurrency === undefined
+  }
+
+  /** Wakes the claim loops waiting for a free slot. */
+  slotFreed(): void {
+    for (const wake of this.waiting) {
+      wake()
+    }
+    this.waiting.clear()
   }
 
   /** The claim a completion carries. */
@@ -303,7 +353,7 @@ class WorkerImpl implements Worker {
         void p.finally(() => this.handingBack.delete(p))
       }
     }
-    this.slotFreed?.()
+    this.slotFreed()
   }
 
   start(): Promise<void> {
@@ -357,7 +407,7 @@ class WorkerImpl implements Worker {
       try {
         await ch.ready
       } catch (err) {
-        if (fallsBack(err)) {
+        if (fallsBack(err) || takesNoQueueConcurrency(err)) {
           this.log.info(`nqd cannot open the worker channel: claiming over HTTP (${errorText(err)})`)
           this.transport = 'http'
           return this.claimLoop()
@@ -415,7 +465,17 @@ class WorkerImpl implements Worker {
       version: this.self['nqd-worker-version'] ?? 'unknown', host: this.self['nqd-worker-host'] ?? '',
       queues: this.queues, concurrency: this.concurrency,
       slots: this.stopping ? 0 : Math.max(0, this.concurrency - this.running.size),
+      ...(this.queueConcurrency === undefined ? {} : { queueConcurrency: this.queueConcurrency, held: this.heldByQueue() }),
     }
+  }
+
+  /** The jobs held now of each queue of queueConcurrency. */
+  private heldByQueue(): Record<string, number> {
+    const held: Record<string, number> = {}
+    for (const run of this.running) {
+      held[run.queue] = (held[run.queue] ?? 0) + 1
+    }
+    return held
   }
 
   /**
@@ -447,7 +507,7 @@ class WorkerImpl implements Worker {
     this.stopClaims.abort()
     // nqd offers nothing more; outcomes from now on free no slot.
     this.conn?.tell({ type: 'pause' })
-    this.slotFreed?.()
+    this.slotFreed()
     const deadline = Date.now() + graceMs
     const stepsUntil = deadline - Math.min(reportReserveMs, graceMs / 5)
     // Ended with the wait: a timer left behind would keep the process up
@@ -488,45 +548,70 @@ class WorkerImpl implements Worker {
   }
 
   /**
-   * Claims jobs for free slots until stop(), one claim on its way at a time;
-   * a slot is free once its job's outcome is acknowledged.
+   * Claims jobs for free slots until stop(): of every queue at once, or
+   * with queueConcurrency of each queue on its own, for that queue's free
+   * slots. A slot is free once its job's outcome is acknowledged.
    */
   private async claimLoop(): Promise<void> {
-    while (!this.isStopping()) {
-      const free = this.concurrency - this.running.size - this.reserved
-      if (free <= 0 || this.claims >= 1) {
-        await new Promise<void>((resolve) => { this.slotFreed = resolve })
-        this.slotFreed = undefined
-        continue
-      }
-      const n = Math.min(free, 100)
-      this.claims++
-      this.reserved += n
-      void this.claimOnce(n).finally(() => {
-        this.claims--
-        this.reserved -= n
-        this.slotFreed?.()
-      })
-    }
+    const caps = this.queueConcurrency
+    const groups = caps === undefined ? [this.queues] : this.queues.map(q => [q])
+    await Promise.all(groups.map(qs => this.claimQueues(qs, caps?.[qs[0] ?? ''])))
     await Promise.allSettled([...this.claiming])
     if (this.fatal !== undefined) {
       throw this.fatal
     }
   }
 
+  /** Claims jobs of queues, at most cap held at once, one claim on its way at a time. */
+  private async claimQueues(queues: string[], cap: number | undefined): Promise<void> {
+    let claiming = false
+    let reserved = 0
+    while (!this.isStopping()) {
+      let free = this.concurrency - this.running.size - this.reserved
+      if (cap !== undefined) {
+        free = Math.min(free, cap - this.heldOf(queues[0]) - reserved)
+      }
+      if (free <= 0 || claiming) {
+        await new Promise<void>((resolve) => { this.waiting.add(resolve) })
+        continue
+      }
+      const n = Math.min(free, 100)
+      claiming = true
+      reserved += n
+      this.reserved += n
+      void this.claimOnce(queues, n).finally(() => {
+        claiming = false
+        reserved -= n
+        this.reserved -= n
+        this.slotFreed()
+      })
+    }
+  }
+
+  /** The jobs of queue held now. */
+  private heldOf(queue: string | undefined): number {
+    let n = 0
+    for (const run of this.running) {
+      if (run.queue === queue) {
+        n++
+      }
+    }
+    return n
+  }
+
   /** One claim for n slots; on an error it waits out its backoff holding them. */
-  private claimOnce(n: number): Promise<void> {
-    const p = this.claimSlots(n)
+  private claimOnce(queues: string[], n: number): Promise<void> {
+    const p = this.claimSlots(queues, n)
     this.claiming.add(p)
     void p.finally(() => this.claiming.delete(p))
     return p
   }
 
-  private async claimSlots(n: number): Promise<void> {
+  private async claimSlots(queues: string[], n: number): Promise<void> {
     let jobs: Job[]
     try {
       const ans = await this.http.post<ClaimAnswer>('/api/_workers/claim',
-        { queues: this.queues, max: n, waitMs: this.claimWaitMs },
+        { queues, max: n, waitMs: this.claimWaitMs },
         { signal: this.stopClaims.signal, timeoutMs: this.claimWaitMs + callTimeoutMs })
       jobs = ans.jobs
       this.failures = 0
@@ -540,7 +625,7 @@ class WorkerImpl implements Worker {
         this.fatal = err
         this.stopping = true
         this.stopClaims.abort()
-        this.slotFreed?.()
+        this.slotFreed()
         return
       }
       const wait = backoffDelay(this.failures++, 250, 15_000)
@@ -563,9 +648,9 @@ class WorkerImpl implements Worker {
       // Its outcome did not free its slot on the channel the slot counts
       // on (it went over HTTP, say, or was given up): say so there.
       if (!run.slotFreed && !this.stopping) {
-        run.slotChannel?.tell({ type: 'slots', add: 1 })
+        run.slotChannel?.tell(this.queueConcurrency === undefined ? { type: 'slots', add: 1 } : { type: 'slots', add: 1, queue: job.queue })
       }
-      this.slotFreed?.()
+      this.slotFreed()
     })
     return run
   }
@@ -621,6 +706,11 @@ class JobRun implements ContextHost {
    * first report or its outcome to travel with.
    */
   private startTimer: NodeJS.Timeout | undefined
+
+  /** The queue the job came from. */
+  get queue(): string {
+    return this.job.queue
+  }
 
   constructor(w: WorkerImpl, job: Job, handler: Handler | undefined) {
     this.w = w

@@ -20,6 +20,14 @@ describe('nqd-worker <path>...', () => {
     const cli = runCli([join(pkgDir, 'examples'), '--url', nqd.url, '--store-flows'], admin)
     try {
       await waitFor('the CLI to serve its queues', () => cli.out().includes('serving queues'), 30_000)
+      // One worker for the process, every queue with its own concurrency, on one channel.
+      const queues = /serving queues (.*) from /.exec(cli.out())?.[1]?.split(', ') ?? []
+      assert.ok(queues.length > 1, cli.out())
+      const listed = await waitFor('the worker listed', async () => {
+        const ans = await nqd.call<{ workers: { sdk: string, transport: string, queues: string[] }[] }>('GET', '/api/_workers?status=active')
+        return ans.workers.length > 0 ? ans.workers : undefined
+      })
+      assert.deepEqual(listed.map(w => [w.sdk, w.transport, [...w.queues].sort()]), [['typescript', 'channel', [...queues].sort()]])
       assert.match(cli.out(), /stored flow ml-training: train/)
       assert.match(cli.out(), /stored flow orders: /)
 

@@ -10,7 +10,7 @@ import { kinds, memoryLogger, startNqd, startRedis, waitFor, type Nqd } from './
 import { startProxy } from './proxy.js'
 
 /** Starts a worker, returning it and a stop that also checks how start() ended. */
-function serve(transport: Transport, nqd: Nqd, queues: string[], handlers: Record<string, Handler>, extra: { concurrency?: number, token?: string, heartbeatMs?: number } = {}): { w: Worker, lines: string[], stop: () => Promise<void> } {
+function serve(transport: Transport, nqd: Nqd, queues: string[], handlers: Record<string, Handler>, extra: { concurrency?: number, queueConcurrency?: Record<string, number>, token?: string, heartbeatMs?: number } = {}): { w: Worker, lines: string[], stop: () => Promise<void> } {
   const logger = memoryLogger()
   const w = createWorker({ url: nqd.url, queues, handlers, logger, claimWaitMs: 1000, transport, ...extra })
   const running = w.start()
@@ -55,6 +55,40 @@ function scenarios(transport: Transport): void {
         assert.deepEqual(done?.data?.result, { n: 42 })
         assert.deepEqual(kinds(run.events), ['flow.started', 'step.started', 'step.completed', 'flow.completed'])
         assert.deepEqual(seen, [{ jobId: `${runId}:double`, queue: 'q-one', flowId: runId, flowName: 'one', stepName: 'double', attempt: 1 }])
+      } finally {
+        await wk.stop()
+      }
+    })
+
+    it('holds at most each queue\'s concurrency of its jobs (queueConcurrency), within a larger concurrency', { timeout: 60_000 }, async () => {
+      await nqd.putFlow({ name: 'capped-a', entry: 'sa', steps: { sa: { queue: 'q-cap-a' } } })
+      await nqd.putFlow({ name: 'capped-b', entry: 'sb', steps: { sb: { queue: 'q-cap-b' } } })
+      const caps: Record<string, number> = { 'q-cap-a': 1, 'q-cap-b': 2 }
+      const now: Record<string, number> = { 'q-cap-a': 0, 'q-cap-b': 0 }
+      const most: Record<string, number> = { 'q-cap-a': 0, 'q-cap-b': 0 }
+      // Every step waits until both queues ran as many jobs as they may at once.
+      let full!: () => void
+      const bothFull = new Promise<void>((resolve) => { full = resolve })
+      const step: Handler = async (_input, ctx) => {
+        now[ctx.queue] = (now[ctx.queue] ?? 0) + 1
+        most[ctx.queue] = Math.max(most[ctx.queue] ?? 0, now[ctx.queue] ?? 0)
+        if (now['q-cap-a'] === caps['q-cap-a'] && now['q-cap-b'] === caps['q-cap-b']) {
+          full()
+        }
+        await bothFull
+        now[ctx.queue] = (now[ctx.queue] ?? 0) - 1
+        return { ok: true }
+      }
+      const runs: string[] = []
+      for (let i = 0; i < 3; i++) {
+        runs.push(await nqd.start('capped-a', {}), await nqd.start('capped-b', {}))
+      }
+      const wk = serve(transport, nqd, ['q-cap-a', 'q-cap-b'], { sa: step, sb: step }, { concurrency: 6, queueConcurrency: caps })
+      try {
+        for (const run of runs) {
+          assert.equal((await nqd.finished(run)).state.status, 'completed')
+        }
+        assert.deepEqual(most, caps)
       } finally {
         await wk.stop()
       }
