@@ -406,7 +406,8 @@ func checkQueueCaps(f *helloFrame) error {
 
 // claimable is the queues of qs a claim for at most n jobs may take from,
 // and n cut to the room the capped ones among them have; that room is
-// reserved until unreserve. extra, when capped, has one slot more: a
+// reserved until the claim gives it back (reserveQueues with -n). extra,
+// when capped, has one slot more: a
 // completion's, whose claim is stored only with it. Called with mu held.
 func (c *workerChannel) claimable(qs []string, n int, extra string) ([]string, int) {
 	if c.caps == nil {
@@ -460,8 +461,8 @@ func (c *workerChannel) freeQueue(q string, n int) {
 		return
 	}
 	c.mu.Lock()
-	if cap, capped := c.caps[q]; capped {
-		c.qfree[q] = min(c.qfree[q]+n, cap)
+	if most, capped := c.caps[q]; capped {
+		c.qfree[q] = min(c.qfree[q]+n, most)
 	}
 	c.mu.Unlock()
 	c.wakeAll()
