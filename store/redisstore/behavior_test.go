@@ -89,7 +89,7 @@ func TestReadsNodeModuleEntries(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	s, client := newTestStore(t, redisstore.Options{Prefix: prefix})
 	c := store.Context{Type: "flow", ID: "run-node"}
-	key := prefix + ":flow:run-node"
+	key := s.KeyPrefixOf("run-node") + ":flow:run-node"
 	for _, fields := range []map[string]any{
 		{"type": "step.started", "runId": "run-node", "flowName": "billing", "data": `{"input":{"x":1}}`,
 			"ts": "1700000000000", "stepName": "charge", "stepId": "charge-1", "attempt": "2"},
@@ -128,9 +128,11 @@ func TestReadsNodeModuleEntries(t *testing.T) {
 	}
 }
 
+// TestKeysAreTheDocumentedOnes checks the names of the one-shard layout
+// (docs/storage.md); TestShardsSpreadRunsOverSlots those of several.
 func TestKeysAreTheDocumentedOnes(t *testing.T) {
 	prefix := redistest.Prefix(t)
-	s, client := newTestStore(t, redisstore.Options{Prefix: prefix, IdempotencyWindow: time.Hour})
+	s, client := newTestStore(t, redisstore.Options{Prefix: prefix, IdempotencyWindow: time.Hour, Shards: 1})
 	run := store.Context{Type: "flow", ID: "run-1"}
 	hook := store.Context{Type: "webhook", ID: "hook.1~x"}
 	const idemKey = "a key with spaces, : * { } and \n"
@@ -238,7 +240,7 @@ func TestSubscriptionsShareOneChannelSubscription(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	s, client := newTestStore(t, redisstore.Options{Prefix: prefix})
 	c := store.Context{Type: "flow", ID: "run-shared"}
-	channel := prefix + ":flow:run-shared:live"
+	channel := s.KeyPrefixOf("run-shared") + ":flow:run-shared:live"
 	numsub := func() int64 {
 		n, err := client.PubSubNumSub(t.Context(), channel).Result()
 		if err != nil {
@@ -308,7 +310,8 @@ func TestSubscribeManyAtOnce(t *testing.T) {
 	const n = 40
 	channels := make([]string, n)
 	for i := range n {
-		channels[i] = fmt.Sprintf("%s:flow:run-%d:live", prefix, i)
+		id := fmt.Sprintf("run-%d", i)
+		channels[i] = s.KeyPrefixOf(id) + ":flow:" + id + ":live"
 	}
 	numsub := func() int64 {
 		counts, err := client.PubSubNumSub(t.Context(), channels...).Result()

@@ -20,7 +20,7 @@ func TestCheckpointsFollowTheStream(t *testing.T) {
 	s, client := newTestStore(t, redisstore.Options{Prefix: prefix})
 	ctx := t.Context()
 	c := store.Context{Type: "flow", ID: "r1"}
-	key := prefix + ":flow:r1:checkpoints"
+	key := s.KeyPrefixOf("r1") + ":flow:r1:checkpoints"
 
 	if err := s.PutCheckpoint(ctx, c, event.ID{MS: 5}, []byte("s")); err != nil {
 		t.Fatalf("PutCheckpoint without a stream: %v", err)
@@ -36,7 +36,7 @@ func TestCheckpointsFollowTheStream(t *testing.T) {
 	if ttl := client.PTTL(ctx, key).Val(); ttl != -1 {
 		t.Errorf("PTTL of a checkpoint beside a stream without expiry = %v, want none", ttl)
 	}
-	if err := client.PExpire(ctx, prefix+":flow:r1", time.Hour).Err(); err != nil {
+	if err := client.PExpire(ctx, s.KeyPrefixOf("r1")+":flow:r1", time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.PutCheckpoint(ctx, c, got[0].ID, []byte("s2")); err != nil {

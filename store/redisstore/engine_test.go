@@ -28,7 +28,7 @@ func TestRunRecordIsContractHash(t *testing.T) {
 	if _, err := s.UpdateRun(ctx, store.RunUpdate{Meta: m}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := client.HGetAll(ctx, prefix+":flows:fl:meta:r1").Result()
+	got, err := client.HGetAll(ctx, s.KeyPrefixOf("r1")+":flows:fl:meta:r1").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func TestRunRecordIsContractHash(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("record hash (-want +got):\n%s", diff)
 	}
-	if n, _ := client.ZCard(ctx, prefix+":flows:fl:status:running").Result(); n != 1 {
+	if n, _ := client.ZCard(ctx, s.KeyPrefixOf("r1")+":flows:fl:status:running").Result(); n != 1 {
 		t.Errorf("running index holds %d runs, want 1", n)
 	}
 }
@@ -103,7 +103,9 @@ func TestJobInputKeepsLargeNumbers(t *testing.T) {
 func TestRunUpdateChecksDefinition(t *testing.T) {
 	ctx := t.Context()
 	prefix := redistest.Prefix(t)
-	s, client := newTestStore(t, redisstore.Options{Prefix: prefix})
+	// Several shards check no definition: they live on another shard
+	// than most runs.
+	s, client := newTestStore(t, redisstore.Options{Prefix: prefix, Shards: 1})
 	if !s.Features().ChecksDefinitions {
 		t.Fatal("Features().ChecksDefinitions = false")
 	}
@@ -127,7 +129,7 @@ func TestRunUpdateChecksDefinition(t *testing.T) {
 	if err := update("r2", []byte(`{"v":1}`)); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("update naming a replaced definition = %v, want ErrConflict", err)
 	}
-	if n, _ := client.Exists(ctx, prefix+":flows:fl:meta:r2", prefix+":flow:r2").Result(); n != 0 {
+	if n, _ := client.Exists(ctx, s.KeyPrefixOf("r2")+":flows:fl:meta:r2", s.KeyPrefixOf("r2")+":flow:r2").Result(); n != 0 {
 		t.Errorf("a refused update left %d keys", n)
 	}
 	if err := update("r2", nil); err != nil {

@@ -91,13 +91,13 @@ func TestPublishedRecordIsMarshalJSON(t *testing.T) {
 	seed := event.Event{Kind: "log", Subject: later.ID}
 	body, _ := seed.MarshalBody()
 	if err := client.XAdd(t.Context(), &redis.XAddArgs{
-		Stream: prefix + ":flow:run-2400", ID: strconv.FormatInt(future, 10) + "-0", Values: []any{"e", body},
+		Stream: s.KeyPrefixOf("run-2400") + ":flow:run-2400", ID: strconv.FormatInt(future, 10) + "-0", Values: []any{"e", body},
 	}).Err(); err != nil {
 		t.Fatal(err)
 	}
 
 	for _, c := range []store.Context{now, later} {
-		ps := client.Subscribe(t.Context(), prefix+":flow:"+c.ID+":live")
+		ps := client.Subscribe(t.Context(), s.KeyPrefixOf(c.ID)+":flow:"+c.ID+":live")
 		t.Cleanup(func() { _ = ps.Close() })
 		if _, err := ps.Receive(t.Context()); err != nil { // the SUBSCRIBE confirmation
 			t.Fatal(err)

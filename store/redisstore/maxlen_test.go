@@ -26,8 +26,8 @@ func TestMaxLenByType(t *testing.T) {
 			}
 		}
 	}
-	capped := client.XLen(t.Context(), prefix+":trigger:t1").Val()
-	kept := client.XLen(t.Context(), prefix+":flow:r1").Val()
+	capped := client.XLen(t.Context(), s.KeyPrefixOf("t1")+":trigger:t1").Val()
+	kept := client.XLen(t.Context(), s.KeyPrefixOf("r1")+":flow:r1").Val()
 	if kept != 1000 || capped >= 500 || capped < 10 {
 		t.Fatalf("after 1,000 events each: trigger stream %d (capped at ~10), flow stream %d (uncapped)", capped, kept)
 	}

@@ -2,6 +2,8 @@ package redisstore_test
 
 import (
 	"fmt"
+	"os"
+	"strconv"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -14,9 +16,14 @@ import (
 )
 
 // newTestStore returns a Store on the shared test Redis under a prefix of its
-// own, closed and emptied when the test ends.
+// own, closed and emptied when the test ends. NQD_TEST_REDIS_SHARDS sets the
+// shards of a store whose options set none, so that the package's tests run
+// on several shards too.
 func newTestStore(t testing.TB, opts redisstore.Options) (*redisstore.Store, *redis.Client) {
 	t.Helper()
+	if n, err := strconv.Atoi(os.Getenv("NQD_TEST_REDIS_SHARDS")); err == nil && opts.Shards == 0 {
+		opts.Shards = n
+	}
 	client := redis.NewClient(&redis.Options{Addr: redistest.Addr(t)})
 	t.Cleanup(func() { _ = client.Close() })
 	if opts.Prefix == "" {

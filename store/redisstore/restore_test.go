@@ -23,7 +23,7 @@ func TestRestoreWritesRunUpdateHash(t *testing.T) {
 	if _, err := live.UpdateRun(ctx, store.RunUpdate{Meta: m, Events: []event.Event{{Kind: "flow.started", FlowName: "fl"}}}); err != nil {
 		t.Fatal(err)
 	}
-	want, err := liveClient.HGetAll(ctx, livePrefix+":flows:fl:meta:r1").Result()
+	want, err := liveClient.HGetAll(ctx, live.KeyPrefixOf("r1")+":flows:fl:meta:r1").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestRestoreWritesRunUpdateHash(t *testing.T) {
 	if err := dst.Restore(ctx, c, evs, &stored); err != nil {
 		t.Fatal(err)
 	}
-	got, err := client.HGetAll(ctx, prefix+":flows:fl:meta:r1").Result()
+	got, err := client.HGetAll(ctx, dst.KeyPrefixOf("r1")+":flows:fl:meta:r1").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
