@@ -63,7 +63,13 @@ func (e Event) appendWire(b []byte, withPosition bool) ([]byte, error) {
 
 // appendMember appends name (quoted, with its colon) and s as a JSON string.
 func appendMember(b []byte, name, s string) []byte {
-	b = append(b, name...)
+	return AppendString(append(b, name...), s)
+}
+
+// AppendString appends s as a JSON string, as encoding/json writes it; one
+// with nothing to escape (names, kinds, ids) is copied without an
+// allocation.
+func AppendString(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
 			q, _ := json.Marshal(s) // a string always encodes

@@ -112,3 +112,17 @@ func TestAppendV05(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendString: a string is written as encoding/json writes it, with
+// and without characters to escape.
+func TestAppendString(t *testing.T) {
+	for _, s := range []string{"", "step.completed", "a\"b", `back\slash`, "<tag>&", "tab\there", "\x00\x1f", "é ü", "\u2028\u2029", "\xff"} {
+		want, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := AppendString([]byte("x"), s); string(got) != "x"+string(want) {
+			t.Errorf("AppendString(%q) = %s; want x%s", s, got, want)
+		}
+	}
+}

@@ -68,20 +68,17 @@ func appendEvent(b []byte, ev event.Event) ([]byte, error) {
 	if err != nil {
 		return b, err
 	}
-	return appendEventRecord(b, ev, rec)
+	return appendEventRecord(b, ev, rec), nil
 }
 
-func appendEventRecord(b []byte, ev event.Event, rec []byte) ([]byte, error) {
-	kind, err := json.Marshal(ev.Kind)
-	if err != nil {
-		return b, err
-	}
+// appendEventRecord is appendEvent of ev whose record is rec.
+func appendEventRecord(b []byte, ev event.Event, rec []byte) []byte {
 	b = appendID(b, ev.ID)
 	b = append(b, `data: {"v":1,"event":`...)
-	b = append(b, kind...)
+	b = event.AppendString(b, ev.Kind)
 	b = append(b, `,"record":`...)
 	b = append(b, rec...)
-	return append(b, "}\n\n"...), nil
+	return append(b, "}\n\n"...)
 }
 
 // appendTail appends the raw-tail message the v0.3 UI reads,

@@ -153,7 +153,8 @@ func (h *Handler) logger(r *http.Request) *zerolog.Logger {
 func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, req Request) error {
 	c, p := req.Context, h.plan(req)
 	log := h.logger(r)
-	end := &ending{reason: CloseError}
+	// Room for the four things a stream gives back (ending), at once.
+	end := &ending{reason: CloseError, fns: make([]func(), 0, 4)}
 	end.add(req.Release)
 	handed := false // to a taken connection, which ends the stream itself
 	defer func() {

@@ -476,11 +476,7 @@ func (t *topic) deliver(ev event.Event) {
 		t.hub.log.Error().Err(err).Str("context", t.c.String()).Str("id", ev.ID.String()).Msg("cannot encode event")
 		return
 	}
-	f := &frame{id: ev.ID, ev: ev}
-	if f.data, err = appendEventRecord(make([]byte, 0, len(rec)+len(ev.Kind)+64), ev, rec); err != nil {
-		t.hub.log.Error().Err(err).Str("context", t.c.String()).Str("id", ev.ID.String()).Msg("cannot encode event")
-		return
-	}
+	f := &frame{id: ev.ID, ev: ev, data: appendEventRecord(make([]byte, 0, len(rec)+len(ev.Kind)+64), ev, rec)}
 	start := time.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()

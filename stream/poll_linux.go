@@ -152,16 +152,19 @@ func (p *poller) loop() {
 	defer close(p.done)
 	evs := make([]unix.EpollEvent, pollBatch)
 	buf := make([]byte, 512)
+	// One wait function for every wake-up: a closure made in the loop was
+	// an allocation per wake-up.
+	var n int
+	var werr error
+	wait := func(fd uintptr) bool {
+		n, werr = unix.EpollWait(int(fd), evs, 0)
+		if werr == unix.EINTR {
+			n, werr = 0, nil
+		}
+		return n > 0 || werr != nil
+	}
 	for {
-		var n int
-		var werr error
-		err := p.rc.Read(func(fd uintptr) bool {
-			n, werr = unix.EpollWait(int(fd), evs, 0)
-			if werr == unix.EINTR {
-				n, werr = 0, nil
-			}
-			return n > 0 || werr != nil
-		})
+		err := p.rc.Read(wait)
 		if err != nil || werr != nil {
 			// Closed (the normal end), or epoll itself broke: either way,
 			// each connection still watched is handed back.
