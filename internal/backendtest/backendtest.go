@@ -6,6 +6,8 @@
 package backendtest
 
 import (
+	"os"
+	"strconv"
 	"testing"
 
 	"github.com/nqd-dev/nqd/internal/pgtest"
@@ -60,7 +62,9 @@ func backend(t *testing.T, name string) Backend {
 		}}
 	case Redis:
 		prefix := redistest.Prefix(t)
-		return Backend{Name: name, Open: func(t testing.TB) store.Backend { return OpenRedis(t, prefix) }}
+		// NQD_TEST_REDIS_SHARDS runs the tests on a store of several shards.
+		shards, _ := strconv.Atoi(os.Getenv("NQD_TEST_REDIS_SHARDS"))
+		return Backend{Name: name, Open: func(t testing.TB) store.Backend { return openRedis(t, prefix, shards) }}
 	case Postgres:
 		url := pgtest.URL(t)
 		return Backend{Name: name, Open: func(t testing.TB) store.Backend { return OpenPostgres(t, url) }}
@@ -69,15 +73,20 @@ func backend(t *testing.T, name string) Backend {
 	return Backend{}
 }
 
-// OpenRedis opens a Redis store on its own client of the test binary's
-// server, under prefix (one of the test's own when empty), closed when the
-// test ends.
+// OpenRedis opens a Redis store of one shard on its own client of the test
+// binary's server, under prefix (one of the test's own when empty), closed
+// when the test ends.
 func OpenRedis(t testing.TB, prefix string) *redisstore.Store {
 	t.Helper()
 	if prefix == "" {
 		prefix = redistest.Prefix(t)
 	}
-	st, err := redisstore.New(redistest.Client(t), redisstore.Options{Prefix: prefix, Logger: testkit.Logger(t)})
+	return openRedis(t, prefix, 1)
+}
+
+func openRedis(t testing.TB, prefix string, shards int) *redisstore.Store {
+	t.Helper()
+	st, err := redisstore.New(redistest.Client(t), redisstore.Options{Prefix: prefix, Shards: shards, Logger: testkit.Logger(t)})
 	if err != nil {
 		t.Fatalf("open the Redis store: %v", err)
 	}
