@@ -33,6 +33,9 @@
 //	                                  ends (ms); written by run_update.lua, emptied by delete_run.lua
 //	<p>:engine:secret:<name>          string: a secret nqd made for itself, such as the trigger key
 //	                                  (Secret), written once by the first instance
+//	<p>:engine:consumed:<kind>:<id>   string: an entry of the kind index consumed by an event await
+//	<p>:engine:shards                 string: the number of shards the data was written with
+//	                                  (CheckShards), under the one-shard prefix whatever the number
 //	<p>:engine:claims:<digest>        list: queue position, job id, expired flag of each job a claim's
 //	                                  lease took (digest: of the lease), until the lease ends
 //	<p>:engine:updates:<token>        string: a run update's answer (MessagePack) under a random token
