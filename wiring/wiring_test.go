@@ -122,6 +122,32 @@ func TestRedisBackend(t *testing.T) {
 	}
 }
 
+// TestRedisShards: nqd serves its API with the keys split over shards, and
+// refuses to start on that data with another number of shards, naming the
+// setting.
+func TestRedisShards(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.RedisURL = "redis://" + redistest.Addr(t) + "/0"
+	cfg.Prefix = redistest.Prefix(t)
+	cfg.RedisShards = 4
+	base, stop := mustStartApp(t, cfg)
+	for _, run := range []string{"run-1", "run-2", "run-3"} {
+		if code, _ := do(t, "POST", base+"/api/_events/flow/"+run, `{"kind":"flow.started","flowName":"demo"}`); code != http.StatusCreated {
+			t.Fatalf("append to %s: got %d, want 201", run, code)
+		}
+	}
+	_, list := do(t, "GET", base+"/api/_events/flow/list?name=demo", "")
+	if items, _ := list["items"].([]any); len(items) != 3 {
+		t.Fatalf("runs of demo: got %v, want three", list)
+	}
+	stop()
+	cfg.RedisShards = 2
+	_, err := New(context.Background(), cfg, zerolog.Nop())
+	if err == nil || !strings.Contains(err.Error(), "NQ_REDIS_SHARDS=2") {
+		t.Fatalf("start with 2 shards on data of 4: %v, want a refusal naming NQ_REDIS_SHARDS", err)
+	}
+}
+
 func TestUnreachableRedisFailsAtStart(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.RedisURL = "redis://:secret@127.0.0.1:1/0"
