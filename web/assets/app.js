@@ -309,7 +309,7 @@ function startForm(name) {
  * after each burst of events. The browser resumes a dropped stream by itself
  * with Last-Event-ID (the server sets retry:), so reconnection is left to it.
  */
-function watchRun(id, onState, onEvent = () => {}, onStatus = () => {}) {
+function watchRun(id, onState, onEvent = () => {}, onStatus = () => {}, onMissing = () => {}) {
   let closed = false, shown = null, es = null, lastId = '', retry = 0;
   let asked = 0;
   const load = throttle(150, async () => {
@@ -318,7 +318,11 @@ function watchRun(id, onState, onEvent = () => {}, onStatus = () => {}) {
       const res = await api(`_events/flow/${enc(id)}/state`);
       // An answer overtaken by a later request's would show an older state.
       if (!closed && mine === asked) { shown = res.state; onState(res.state, res.lastEventId); }
-    } catch { /* the stream's status shows the trouble */ }
+    } catch (err) {
+      // A run with no events (404) is shown once its first event streams in;
+      // other trouble shows in the stream's status.
+      if (err instanceof ApiError && err.status === 404 && !closed && mine === asked) onMissing();
+    }
   });
   const parse = m => { try { return JSON.parse(m.data); } catch { return {}; } };
   // open (re)connects. The browser itself resumes a dropped connection; a
@@ -509,13 +513,14 @@ function runPage(root, id) {
     }
   }
 
+  function onMissing() {
+    replace(statusEl, badge('unknown'));
+    replace(notice, h('div', {class: 'notice', role: 'alert', id: 'not-found'}, h('strong', {}, 'Run not found.'), ` No events are stored for ${id}. The page shows the run as soon as one arrives.`));
+  }
+
   function onState(s) {
     state = s;
-    if (s.eventCount === 0) {
-      replace(notice, h('div', {class: 'notice', role: 'alert', id: 'not-found'}, h('strong', {}, 'Run not found.'), ` No events are stored for ${id}. The page shows the run as soon as one arrives.`));
-    } else if (notice.querySelector('#not-found')) {
-      replace(notice);
-    }
+    if (notice.querySelector('#not-found')) replace(notice);
     renderHead();
     renderSteps();
     renderAwaits();
@@ -555,7 +560,7 @@ function runPage(root, id) {
   const watch = watchRun(id, onState, onEvent, s => {
     live.className = `live ${s}`;
     live.textContent = s === 'live' ? 'live' : s === 'closed' ? 'disconnected' : 'reconnecting…';
-  });
+  }, onMissing);
   const ticker = setInterval(() => {
     const el = document.getElementById('elapsed');
     if (el && el.dataset.start && !el.dataset.ended) el.textContent = duration(Date.now() - Number(el.dataset.start));
