@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nqd-dev/nqd/examples/demo"
+	"github.com/nqd-dev/nqd/internal/backendtest"
 )
 
 // BenchmarkPipeline measures whole runs of the three-step pipeline flow:
@@ -13,9 +14,9 @@ import (
 // completing over HTTP through the worker SDK, until every run completed.
 // It reports runs/s and steps/s; one op is one run.
 func BenchmarkPipeline(b *testing.B) {
-	for _, backend := range backends {
-		b.Run(backend.name, func(b *testing.B) {
-			base := startServer(b, backend.args(b))
+	for _, name := range backends {
+		b.Run(name, func(b *testing.B) {
+			base := startServer(b, backendtest.Named(b, name).Args(b))
 			startWorker(b, base, 32, demo.Handlers(demo.Options{}))
 			// One run first, so the worker's connections are warm.
 			startRun(b, base, "pipeline", nil)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/nqd-dev/nqd/internal/backendtest"
 	"github.com/nqd-dev/nqd/sdk/go/worker"
 )
 
@@ -18,7 +19,8 @@ import (
 // the demo worker: example-flow with its retried fetch, the diamond, and the
 // ml-training run writing state.
 func TestExampleFlows(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, args []string) {
+	backendtest.Each(t, backends, func(t *testing.T, b backendtest.Backend) {
+		args := b.Args(t)
 		base := startServer(t, args)
 		startWorker(t, base, 4, demoHandlers())
 		example := startRun(t, base, "example-flow", map[string]any{"url": "https://example.com"})
@@ -99,7 +101,8 @@ func TestExampleFlows(t *testing.T) {
 // TestFailureAndCancel: a non-retriable failure fails the run, and a cancel
 // while a step runs stops the step and every step after it.
 func TestFailureAndCancel(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, args []string) {
+	backendtest.Each(t, backends, func(t *testing.T, b backendtest.Backend) {
+		args := b.Args(t)
 		base := startServer(t, args)
 		var mu sync.Mutex
 		published := 0

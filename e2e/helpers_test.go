@@ -16,34 +16,16 @@ import (
 
 	"github.com/nqd-dev/nqd/config"
 	"github.com/nqd-dev/nqd/examples/demo"
-	"github.com/nqd-dev/nqd/internal/pgtest"
-	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/internal/backendtest"
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/internal/wait"
 	"github.com/nqd-dev/nqd/sdk/go/worker"
 	"github.com/nqd-dev/nqd/wiring"
 )
 
-// backends are the settings that pick each store, given a test.
-var backends = []struct {
-	name string
-	args func(t testing.TB) []string
-}{
-	{"bolt", func(t testing.TB) []string { return []string{"-data-dir", t.TempDir()} }},
-	{"redis", func(t testing.TB) []string {
-		return []string{"-redis-url", "redis://" + redistest.Addr(t), "-prefix", redistest.Prefix(t)}
-	}},
-	{"redis-cluster", func(t testing.TB) []string {
-		return []string{"-redis-url", redistest.ClusterURL(t), "-prefix", redistest.ClusterPrefix(t)}
-	}},
-	{"postgres", func(t testing.TB) []string { return []string{"-postgres-url", pgtest.URL(t)} }},
-}
-
-func forEachBackend(t *testing.T, f func(t *testing.T, args []string)) {
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) { f(t, b.args(t)) })
-	}
-}
+// backends are the stores the e2e tests run nqd on: each backend, and Redis
+// Cluster.
+var backends = []string{backendtest.Embedded, backendtest.Redis, backendtest.RedisCluster, backendtest.Postgres}
 
 // startServer runs the real wiring with the example flows on 127.0.0.1:0
 // until the test ends, and returns its base URL.

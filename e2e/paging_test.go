@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/nqd-dev/nqd/examples/demo"
+	"github.com/nqd-dev/nqd/internal/backendtest"
 )
 
 // TestRunningPagesWhileCompleting pages through runs?status=running with
@@ -13,7 +14,8 @@ import (
 // and holds each run once; a run listed may have completed since the index
 // was read, never anything else.
 func TestRunningPagesWhileCompleting(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, args []string) {
+	backendtest.Each(t, backends, func(t *testing.T, b backendtest.Backend) {
+		args := b.Args(t)
 		const n, limit = 60, 7
 		base := startServer(t, args)
 		started := map[string]bool{}

@@ -3,13 +3,10 @@ package handlers
 import (
 	"math"
 	"net/http"
-	"strings"
 
 	"github.com/go-chi/chi/v5"
 
 	"github.com/nqd-dev/nqd"
-	"github.com/nqd-dev/nqd/event"
-	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/stream"
 )
 
@@ -56,7 +53,7 @@ func (a *API) serveStream(w http.ResponseWriter, r *http.Request) {
 // (err); a raw tail of no context (the quiet `<prefix>:events`) names none.
 func (a *API) streamRequest(r *http.Request) (req stream.Request, typ, id string, err error) {
 	q := r.URL.Query()
-	req.Resume, req.From = resumePosition(r)
+	req.Resume, req.From = stream.ResumePosition(r)
 	if typ = chi.URLParam(r, "type"); typ != "" {
 		id = chi.URLParam(r, "id")
 		if req.Context, err = a.contextParam(r); err != nil {
@@ -67,46 +64,20 @@ func (a *API) streamRequest(r *http.Request) (req stream.Request, typ, id string
 	}
 	req.Tail = true
 	key := q.Get("stream")
-	_, rest, _ := strings.Cut(key, ":")
-	if typ, id, _ = strings.Cut(rest, ":"); id == "" {
-		typ = ""
-	}
-	if q.Has("stream") && key == "" {
-		return req, typ, id, invalidField("stream", "must not be empty: "+a.keyPrefix+":<type>:<id>")
-	}
-	// The v0.3 UI's dashboard tails `<prefix>:events` by default (or sends no
-	// stream), which nothing writes: it gets an open, quiet stream, as it
-	// did there.
-	if key == "" || key == a.keyPrefix+":events" {
+	c, quiet, ok := stream.TailStream(key, a.keyPrefix)
+	typ, id = c.Type, c.ID
+	switch {
+	case q.Has("stream") && key == "":
+		err = invalidField("stream", "must not be empty: "+a.keyPrefix+":<type>:<id>")
+	case quiet:
+		// The v0.3 UI's dashboard tails `<prefix>:events` by default (or
+		// sends no stream), which nothing writes: it gets an open, quiet
+		// stream, as it did there.
 		req.Quiet = true
-		return req, typ, id, nil
+	case !ok:
+		err = invalidField("stream", "must be "+a.keyPrefix+":<type>:<id> with a valid type and id")
+	default:
+		req.Context = c
 	}
-	prefix, _, _ := strings.Cut(key, ":")
-	req.Context = store.Context{Type: typ, ID: id}
-	if prefix != a.keyPrefix || !req.Context.Valid() {
-		return req, typ, id, invalidField("stream", "must be "+a.keyPrefix+":<type>:<id> with a valid type and id")
-	}
-	return req, typ, id, nil
-}
-
-// resumePosition reads the client's last event: the Last-Event-ID header,
-// which a browser sends on its own reconnects and so is the freshest, then
-// the lastEventId and fromId query parameters of a first connect. A position
-// that is not an id resumes from nowhere (the zero ID): the stream can only
-// reset it. "0" is the beginning, as in Redis: no position at all.
-func resumePosition(r *http.Request) (resume bool, from event.ID) {
-	s := r.Header.Get("Last-Event-ID")
-	for _, name := range []string{"lastEventId", "fromId"} {
-		if s == "" {
-			s = r.URL.Query().Get(name)
-		}
-	}
-	if s == "" {
-		return false, event.ID{}
-	}
-	id, err := event.ParseID(s)
-	if err != nil {
-		return true, event.ID{}
-	}
-	return !id.IsZero(), id
+	return req, typ, id, err
 }

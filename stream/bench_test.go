@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/nqd-dev/nqd/event"
-	"github.com/nqd-dev/nqd/internal/redistest"
+	"github.com/nqd-dev/nqd/internal/backendtest"
 	"github.com/nqd-dev/nqd/internal/wait"
 	"github.com/nqd-dev/nqd/store"
 	"github.com/nqd-dev/nqd/store/boltstore"
@@ -36,28 +36,16 @@ func TestMain(m *testing.M) {
 }
 
 // benchBackends runs f on bolt, and on Redis when a server is available.
-func benchBackends(b *testing.B, f func(b *testing.B, s store.Store)) {
-	b.Run("bolt", func(b *testing.B) { f(b, openBoltForBench(b)) })
-	b.Run("redis", func(b *testing.B) { f(b, newRedisStore(b, redistest.Prefix(b))) })
-}
-
-func openBoltForBench(b *testing.B) store.Store {
-	b.Helper()
-	return bolttest.Open(b, boltstore.Options{})
-}
-
-func prefixOf(s store.Store) string {
-	if p, ok := s.(*prefixed); ok {
-		return p.prefix
-	}
-	return "nq"
+func benchBackends(b *testing.B, f func(b *testing.B, s store.Backend)) {
+	b.Run("bolt", func(b *testing.B) { f(b, bolttest.Open(b, boltstore.Options{})) })
+	b.Run("redis", func(b *testing.B) { f(b, backendtest.OpenRedis(b, "")) })
 }
 
 // BenchmarkTimeToFirstEvent measures a new connection's time to its first
 // backfilled event, on a context of 100 events.
 func BenchmarkTimeToFirstEvent(b *testing.B) {
-	benchBackends(b, func(b *testing.B, s store.Store) {
-		h := NewHandler(Options{Store: s, Prefix: prefixOf(s)})
+	benchBackends(b, func(b *testing.B, s store.Backend) {
+		h := NewHandler(Options{Store: s})
 		srv := newBenchServer(b, h)
 		c := store.Context{Type: "flow", ID: fmt.Sprintf("ttfe-%d", time.Now().UnixNano())}
 		appendN(b, s, c, 100)
@@ -92,8 +80,8 @@ func BenchmarkTimeToFirstEvent(b *testing.B) {
 // measures each delivery, from the start of the append to the client's read.
 func BenchmarkFanout1000(b *testing.B) {
 	const clients = 1000
-	benchBackends(b, func(b *testing.B, s store.Store) {
-		h := NewHandler(Options{Store: s, Prefix: prefixOf(s), TrustLive: prefixOf(s) == "nq"})
+	benchBackends(b, func(b *testing.B, s store.Backend) {
+		h := NewHandler(Options{Store: s, TrustLive: s.Features().LiveReliable})
 		srv := newBenchServer(b, h)
 		c := store.Context{Type: "flow", ID: fmt.Sprintf("fan-%d", time.Now().UnixNano())}
 		u := srv + "/api/_events/flow/" + c.ID + "/stream?backfill=0"
@@ -184,7 +172,7 @@ func BenchmarkFanout1000(b *testing.B) {
 func BenchmarkIdleConnMemory(b *testing.B) {
 	const conns, perContext = 10000, 10
 	for b.Loop() {
-		s := openBoltForBench(b)
+		s := bolttest.Open(b, boltstore.Options{})
 		h := NewHandler(Options{Store: s, TrustLive: true})
 		srv := newBenchServer(b, h)
 		before := memNow()

@@ -12,6 +12,7 @@ import (
 	"github.com/r3labs/sse/v2"
 
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/backendtest"
 	"github.com/nqd-dev/nqd/store"
 )
 
@@ -73,8 +74,8 @@ func disconnectPoints() int {
 func TestExactAcrossDisconnects(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
-	eachBackend(t, func(t *testing.T, b backend) {
-		s := b.open(t)
+	backendtest.Each(t, backends, func(t *testing.T, b backendtest.Backend) {
+		s := b.Open(t)
 		srv := newTestServer(t, newTestHandler(t, s, Options{}))
 		t.Run("raw reader", func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 1))

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/backendtest"
 	"github.com/nqd-dev/nqd/store"
 )
 
@@ -143,8 +144,8 @@ func (s *faultSub) Err() error {
 func (s *faultSub) Close() { s.once.Do(func() { close(s.kill) }) }
 
 func TestRepairsSilentlyDroppedEvent(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b backend) {
-		s := b.open(t)
+	backendtest.Each(t, backends, func(t *testing.T, b backendtest.Backend) {
+		s := b.Open(t)
 		f := &faultSource{Source: s}
 		h := NewHandler(Options{Store: f, Log: testLogger(t), CheckInterval: 20 * time.Millisecond})
 		srv := newTestServer(t, h)
@@ -171,8 +172,8 @@ func TestRepairsSilentlyDroppedEvent(t *testing.T) {
 }
 
 func TestRepairsLostFeed(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b backend) {
-		s := b.open(t)
+	backendtest.Each(t, backends, func(t *testing.T, b backendtest.Backend) {
+		s := b.Open(t)
 		f := &faultSource{Source: s}
 		h := NewHandler(Options{Store: f, Log: testLogger(t), CheckInterval: -1})
 		srv := newTestServer(t, h)
@@ -214,8 +215,8 @@ func TestSubscribeFailureIs503(t *testing.T) {
 // TestSlowClientIsolated stops one client reading: it is disconnected while
 // another client of the same context receives everything.
 func TestSlowClientIsolated(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b backend) {
-		s := b.open(t)
+	backendtest.Each(t, backends, func(t *testing.T, b backendtest.Backend) {
+		s := b.Open(t)
 		h := newTestHandler(t, s, Options{QueueEvents: 1000, QueueBytes: 4 << 20, WriteTimeout: 2 * time.Second})
 		srv := newTestServer(t, h)
 		c := newContext(t)

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/backendtest"
 	"github.com/nqd-dev/nqd/internal/testkit"
 	"github.com/nqd-dev/nqd/internal/wait"
 	"github.com/nqd-dev/nqd/store"
@@ -27,32 +28,15 @@ import (
 // machine running -race, short enough to fail rather than hang.
 const waitFor = 10 * time.Second
 
-// backend is one store implementation the stream tests run on.
-type backend struct {
-	name string
-	open func(t *testing.T) store.Store
-}
-
-// prefixed is a store whose keys start with prefix, which raw-tail stream
-// names must carry.
-type prefixed struct {
-	store.Store
-	prefix string
-}
-
-// backends lists the stores to test; Redis joins it in redis_test.go.
-var backends = []backend{{name: "bolt", open: newBoltStore}}
+// backends are the stores the stream tests run on: each backend, Redis
+// Cluster, whose live feed is sharded Pub/Sub, and both with their keys
+// split over shards.
+var backends = []string{backendtest.Embedded, backendtest.Postgres, backendtest.Redis, backendtest.RedisCluster,
+	backendtest.RedisShards, backendtest.RedisClusterShards}
 
 func newBoltStore(t *testing.T) store.Store {
 	t.Helper()
 	return bolttest.Open(t, boltstore.Options{})
-}
-
-// eachBackend runs f as a subtest per backend.
-func eachBackend(t *testing.T, f func(t *testing.T, b backend)) {
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) { f(t, b) })
-	}
 }
 
 func testLogger(t testing.TB) zerolog.Logger {
@@ -82,12 +66,13 @@ func routes(h *Handler, extra ...func(*http.ServeMux)) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/_events/sse", func(w http.ResponseWriter, r *http.Request) {
 		req := Request{Tail: true}
-		key := r.URL.Query().Get("stream")
-		if key == "" || key == h.o.Prefix+":events" {
-			req.Quiet = true
-		} else {
-			_, rest, _ := strings.Cut(key, ":")
-			req.Context.Type, req.Context.ID, _ = strings.Cut(rest, ":")
+		c, quiet, ok := TailStream(r.URL.Query().Get("stream"), h.o.Prefix)
+		if !ok {
+			http.Error(w, "not a stream of "+h.o.Prefix, http.StatusBadRequest)
+			return
+		}
+		if req.Quiet = quiet; !quiet {
+			req.Context = c
 		}
 		serveTest(h, w, r, req)
 	})
@@ -104,20 +89,11 @@ func routes(h *Handler, extra ...func(*http.ServeMux)) http.Handler {
 	return mux
 }
 
-// serveTest stands in for the stream routes of package handlers, which read
-// and authorize the request there (their tests cover that part): it takes
-// the client's position as they do, and answers a refusal with their status.
+// serveTest stands in for the stream routes of package handlers, which
+// authorize the request there (their tests cover that part): it reads the
+// client's position as they do, and answers a refusal with their status.
 func serveTest(h *Handler, w http.ResponseWriter, r *http.Request, req Request) {
-	pos := r.Header.Get("Last-Event-ID")
-	for _, name := range []string{"lastEventId", "fromId"} {
-		if pos == "" {
-			pos = r.URL.Query().Get(name)
-		}
-	}
-	if pos != "" {
-		id, err := event.ParseID(pos)
-		req.Resume, req.From = err != nil || !id.IsZero(), id
-	}
+	req.Resume, req.From = ResumePosition(r)
 	if err := h.Serve(w, r, req); err != nil {
 		status := http.StatusInternalServerError
 		if errors.Is(err, ErrDraining) || errors.Is(err, store.ErrUnavailable) {
@@ -145,9 +121,6 @@ func newTestHandler(t *testing.T, s store.Store, o Options) *Handler {
 	t.Helper()
 	o.Store = s
 	o.Log = testLogger(t)
-	if p, ok := s.(*prefixed); ok {
-		o.Prefix = p.prefix
-	}
 	if o.CheckInterval == 0 {
 		o.CheckInterval = 50 * time.Millisecond
 	}

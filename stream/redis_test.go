@@ -8,69 +8,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/backendtest"
 	"github.com/nqd-dev/nqd/internal/redistest"
-	"github.com/nqd-dev/nqd/store"
-	"github.com/nqd-dev/nqd/store/redisstore"
 )
-
-func init() {
-	backends = append(backends, backend{name: "redis", open: func(t *testing.T) store.Store {
-		return newRedisStore(t, redistest.Prefix(t))
-	}}, backend{name: "redis-cluster", open: func(t *testing.T) store.Store {
-		return newClusterStore(t, redistest.ClusterPrefix(t), 1)
-	}}, backend{name: "redis-shards", open: func(t *testing.T) store.Store {
-		return newShardedStore(t, redistest.Prefix(t), 4)
-	}}, backend{name: "redis-cluster-shards", open: func(t *testing.T) store.Store {
-		return newClusterStore(t, redistest.ClusterPrefix(t), 9)
-	}})
-}
-
-// newClusterStore is newRedisStore on the shared test cluster, its keys
-// split over shards: the stream is served through sharded Pub/Sub.
-func newClusterStore(t testing.TB, prefix string, shards int) *prefixed {
-	t.Helper()
-	client := redistest.NewClusterClient(t, redistest.ClusterURL(t))
-	s, err := redisstore.New(client, redisstore.Options{Prefix: prefix, Shards: shards, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatalf("redis cluster store: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = s.Close()
-		_ = client.Close()
-	})
-	return &prefixed{Store: s, prefix: prefix}
-}
-
-// newRedisStore is one nqd instance's Redis store: its own client, so its
-// own Pub/Sub connection, on the shared test server.
-func newRedisStore(t testing.TB, prefix string) *prefixed {
-	t.Helper()
-	return newShardedStore(t, prefix, 1)
-}
-
-// newShardedStore is newRedisStore with its keys split over shards.
-func newShardedStore(t testing.TB, prefix string, shards int) *prefixed {
-	t.Helper()
-	client := redis.NewClient(&redis.Options{Addr: redistest.Addr(t)})
-	s, err := redisstore.New(client, redisstore.Options{Prefix: prefix, Shards: shards, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatalf("redis store: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = s.Close()
-		_ = client.Close()
-	})
-	return &prefixed{Store: s, prefix: prefix}
-}
 
 // TestTwoInstances appends through one instance and streams from another
 // sharing the same Redis.
 func TestTwoInstances(t *testing.T) {
 	prefix := redistest.Prefix(t)
-	writer, reader := newRedisStore(t, prefix), newRedisStore(t, prefix)
+	writer, reader := backendtest.OpenRedis(t, prefix), backendtest.OpenRedis(t, prefix)
 	srv := newTestServer(t, newTestHandler(t, reader, Options{}))
 	c := newContext(t)
 	old := appendN(t, writer, c, 2)
@@ -87,7 +34,7 @@ func TestTwoInstances(t *testing.T) {
 // TestResetAfterTrim resumes from an event that retention removed.
 func TestResetAfterTrim(t *testing.T) {
 	prefix := redistest.Prefix(t)
-	s := newRedisStore(t, prefix)
+	s := backendtest.OpenRedis(t, prefix)
 	srv := newTestServer(t, newTestHandler(t, s, Options{}))
 	c := newContext(t)
 	evs := appendN(t, s, c, 10)
@@ -112,7 +59,7 @@ func TestResetAfterTrim(t *testing.T) {
 // one it sent without reading the stream, even when they are milliseconds
 // apart (where ids alone prove nothing).
 func TestRedisLiveNeedsNoReads(t *testing.T) {
-	s := newRedisStore(t, redistest.Prefix(t))
+	s := backendtest.OpenRedis(t, "")
 	rc := &readCounter{Source: s}
 	h := NewHandler(Options{Store: rc, Log: testLogger(t), CheckInterval: -1})
 	srv := newTestServer(t, h)

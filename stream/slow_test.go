@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/backendtest"
 	"github.com/nqd-dev/nqd/store"
 )
 
@@ -19,8 +20,8 @@ import (
 // The write timeout is a minute, so only the queue bound can cut them.
 func TestSlowClientsCutAtTheBound(t *testing.T) {
 	const stalled = 20
-	eachBackend(t, func(t *testing.T, b backend) {
-		s := b.open(t)
+	backendtest.Each(t, backends, func(t *testing.T, b backendtest.Backend) {
+		s := b.Open(t)
 		rec := newRecorder()
 		h := newTestHandler(t, s, Options{Observer: rec, QueueEvents: 1000, QueueBytes: 1 << 20, WriteTimeout: time.Minute})
 		srv := newTestServer(t, h)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/backendtest"
 	"github.com/nqd-dev/nqd/store"
 )
 
@@ -155,8 +156,8 @@ func dialNoCleanup(t *testing.T, url string) *sseConn {
 // each stream gets a contiguous run of the stream's events, once, in order,
 // through the writer's last event.
 func TestTopicStartExact(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b backend) {
-		s := b.open(t)
+	backendtest.Each(t, backends, func(t *testing.T, b backendtest.Backend) {
+		s := b.Open(t)
 		const rounds, streams = 8, 6
 		for round := range rounds {
 			h := newTestHandler(t, s, Options{})

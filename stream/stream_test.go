@@ -17,12 +17,13 @@ import (
 	"time"
 
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/internal/backendtest"
 	"github.com/nqd-dev/nqd/store"
 )
 
 func TestHeadersAndFraming(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b backend) {
-		s := b.open(t)
+	backendtest.Each(t, backends, func(t *testing.T, b backendtest.Backend) {
+		s := b.Open(t)
 		srv := newTestServer(t, newTestHandler(t, s, Options{Retry: 1500 * time.Millisecond}))
 		c := newContext(t)
 		evs := appendN(t, s, c, 2)
@@ -68,8 +69,8 @@ func TestHeadersAndFraming(t *testing.T) {
 }
 
 func TestBackfillLimits(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b backend) {
-		s := b.open(t)
+	backendtest.Each(t, backends, func(t *testing.T, b backendtest.Backend) {
+		s := b.Open(t)
 		srv := newTestServer(t, newTestHandler(t, s, Options{MaxBackfill: 5}))
 		c := newContext(t)
 		evs := appendN(t, s, c, 8)
@@ -107,8 +108,8 @@ func TestBackfillLimits(t *testing.T) {
 
 // TestBackfillPages covers streams longer than one store read.
 func TestBackfillPages(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b backend) {
-		s := b.open(t)
+	backendtest.Each(t, backends, func(t *testing.T, b backendtest.Backend) {
+		s := b.Open(t)
 		c := newContext(t)
 		evs := make([]event.Event, 0, 2*pageSize+10)
 		for len(evs) < 2*pageSize+10 {
@@ -150,8 +151,8 @@ func TestBackfillPages(t *testing.T) {
 }
 
 func TestResume(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b backend) {
-		s := b.open(t)
+	backendtest.Each(t, backends, func(t *testing.T, b backendtest.Backend) {
+		s := b.Open(t)
 		srv := newTestServer(t, newTestHandler(t, s, Options{}))
 		c := newContext(t)
 		evs := appendN(t, s, c, 6)
@@ -177,8 +178,8 @@ func TestResume(t *testing.T) {
 }
 
 func TestResetOnUnknownPosition(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b backend) {
-		s := b.open(t)
+	backendtest.Each(t, backends, func(t *testing.T, b backendtest.Backend) {
+		s := b.Open(t)
 		c := newContext(t)
 		evs := appendN(t, s, c, 5)
 		last := evs[len(evs)-1].ID
@@ -243,8 +244,8 @@ func TestResetOnUnknownPosition(t *testing.T) {
 }
 
 func TestHandoffRace(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b backend) {
-		s := b.open(t)
+	backendtest.Each(t, backends, func(t *testing.T, b backendtest.Backend) {
+		s := b.Open(t)
 		c := newContext(t)
 		before := appendN(t, s, c, 3)
 		var injected []event.Event
@@ -297,8 +298,8 @@ func TestHeartbeat(t *testing.T) {
 }
 
 func TestRawTail(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b backend) {
-		s := b.open(t)
+	backendtest.Each(t, backends, func(t *testing.T, b backendtest.Backend) {
+		s := b.Open(t)
 		h := newTestHandler(t, s, Options{})
 		srv := newTestServer(t, h)
 		c := newContext(t)

@@ -1,14 +1,16 @@
 // Package backendtest opens nqd's store backends for tests: the embedded
 // store in a temporary directory, Redis on the test binary's throwaway
-// server (internal/redistest) under a key prefix of the test's own, and
-// PostgreSQL in a schema of the test's own (internal/pgtest). Each runs a
-// test once per backend with a fresh store.
+// server or cluster (internal/redistest) under a key prefix of the test's
+// own, and PostgreSQL in a schema of the test's own (internal/pgtest). Each
+// runs a test once per backend with a fresh store.
 package backendtest
 
 import (
 	"os"
 	"strconv"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/nqd-dev/nqd/internal/pgtest"
 	"github.com/nqd-dev/nqd/internal/redistest"
@@ -25,9 +27,18 @@ const (
 	Embedded = "bolt"
 	Redis    = "redis"
 	Postgres = "postgres"
+	// RedisCluster is Redis on a cluster of three primaries with a replica
+	// each, for the tests of what a cluster changes (sharded Pub/Sub, a
+	// prefix's hash slot); the others leave it out for its cost.
+	RedisCluster = "redis-cluster"
+	// RedisShards and RedisClusterShards are Redis and RedisCluster with
+	// the keys split over shards (NQ_REDIS_SHARDS): 4 on the one server, 9
+	// on the cluster, each shard its own hash slot there.
+	RedisShards        = "redis-shards"
+	RedisClusterShards = "redis-cluster-shards"
 )
 
-// All names every backend.
+// All names every backend but the Redis Cluster and the sharded ones.
 var All = []string{Embedded, Redis, Postgres}
 
 // Backend opens stores of one backend for one test.
@@ -39,18 +50,26 @@ type Backend struct {
 	// their own; the embedded store, which one process owns, is the same
 	// store each time.
 	Open func(t testing.TB) store.Backend
+	// Args are the flags that run nqd on this backend: on Redis and
+	// PostgreSQL on the data Open's stores share, on the embedded store in
+	// a directory of its own (one process owns an embedded store).
+	Args func(t testing.TB) []string
 }
 
-// Each runs f in a subtest per backend named (Embedded, Redis, Postgres),
-// each with a Backend of its own. Without a Redis or PostgreSQL server on
-// the machine those subtests are skipped, as redistest and pgtest skip.
+// Each runs f in a subtest per backend named (Embedded, Redis, Postgres,
+// RedisCluster), each with a Backend of its own. Without a Redis or
+// PostgreSQL server on the machine those subtests are skipped, as redistest
+// and pgtest skip.
 func Each(t *testing.T, names []string, f func(t *testing.T, b Backend)) {
 	for _, name := range names {
-		t.Run(name, func(t *testing.T) { f(t, backend(t, name)) })
+		t.Run(name, func(t *testing.T) { f(t, Named(t, name)) })
 	}
 }
 
-func backend(t *testing.T, name string) Backend {
+// Named is the Backend of that name for t, as Each gives it to a subtest:
+// for a benchmark, or a test of one backend.
+func Named(t testing.TB, name string) Backend {
+	t.Helper()
 	switch name {
 	case Embedded:
 		var st *boltstore.Store
@@ -59,15 +78,27 @@ func backend(t *testing.T, name string) Backend {
 				st = bolttest.Open(t, boltstore.Options{Logger: testkit.Logger(t)})
 			}
 			return st
-		}}
-	case Redis:
-		prefix := redistest.Prefix(t)
+		}, Args: func(t testing.TB) []string { return []string{"-data-dir", t.TempDir()} }}
+	case Redis, RedisShards:
+		prefix, url := redistest.Prefix(t), "redis://"+redistest.Addr(t)
 		// NQD_TEST_REDIS_SHARDS runs the tests on a store of several shards.
 		shards, _ := strconv.Atoi(os.Getenv("NQD_TEST_REDIS_SHARDS"))
-		return Backend{Name: name, Open: func(t testing.TB) store.Backend { return openRedis(t, prefix, shards) }}
+		if shards = max(shards, 1); name == RedisShards {
+			shards = 4
+		}
+		return Backend{Name: name, Open: func(t testing.TB) store.Backend { return openRedis(t, redistest.Client(t), prefix, shards) },
+			Args: func(testing.TB) []string { return redisArgs(url, prefix, shards) }}
+	case RedisCluster, RedisClusterShards:
+		prefix, url, shards := redistest.ClusterPrefix(t), redistest.ClusterURL(t), 1
+		if name == RedisClusterShards {
+			shards = 9
+		}
+		return Backend{Name: name, Open: func(t testing.TB) store.Backend { return openRedis(t, redistest.ClusterClient(t), prefix, shards) },
+			Args: func(testing.TB) []string { return redisArgs(url, prefix, shards) }}
 	case Postgres:
 		url := pgtest.URL(t)
-		return Backend{Name: name, Open: func(t testing.TB) store.Backend { return OpenPostgres(t, url) }}
+		return Backend{Name: name, Open: func(t testing.TB) store.Backend { return OpenPostgres(t, url) },
+			Args: func(testing.TB) []string { return []string{"-postgres-url", url} }}
 	}
 	t.Fatalf("backendtest: no backend %q", name)
 	return Backend{}
@@ -81,12 +112,23 @@ func OpenRedis(t testing.TB, prefix string) *redisstore.Store {
 	if prefix == "" {
 		prefix = redistest.Prefix(t)
 	}
-	return openRedis(t, prefix, 1)
+	return openRedis(t, redistest.Client(t), prefix, 1)
 }
 
-func openRedis(t testing.TB, prefix string, shards int) *redisstore.Store {
+// OpenRedisCluster opens a Redis store on its own client of the test
+// binary's cluster, under prefix (one of the test's own when empty), closed
+// when the test ends.
+func OpenRedisCluster(t testing.TB, prefix string) *redisstore.Store {
 	t.Helper()
-	st, err := redisstore.New(redistest.Client(t), redisstore.Options{Prefix: prefix, Shards: shards, Logger: testkit.Logger(t)})
+	if prefix == "" {
+		prefix = redistest.ClusterPrefix(t)
+	}
+	return openRedis(t, redistest.ClusterClient(t), prefix, 1)
+}
+
+func openRedis(t testing.TB, client redis.UniversalClient, prefix string, shards int) *redisstore.Store {
+	t.Helper()
+	st, err := redisstore.New(client, redisstore.Options{Prefix: prefix, Shards: shards, Logger: testkit.Logger(t)})
 	if err != nil {
 		t.Fatalf("open the Redis store: %v", err)
 	}
@@ -96,6 +138,10 @@ func openRedis(t testing.TB, prefix string, shards int) *redisstore.Store {
 		}
 	})
 	return st
+}
+
+func redisArgs(url, prefix string, shards int) []string {
+	return []string{"-redis-url", url, "-prefix", prefix, "-redis-shards", strconv.Itoa(shards)}
 }
 
 // OpenPostgres opens a PostgreSQL store on url (a schema of the test's own

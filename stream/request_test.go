@@ -1,4 +1,4 @@
-package handlers
+package stream
 
 import (
 	"net/http/httptest"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/nqd-dev/nqd/event"
+	"github.com/nqd-dev/nqd/store"
 )
 
 func TestResumePosition(t *testing.T) {
@@ -30,7 +31,7 @@ func TestResumePosition(t *testing.T) {
 			if tc.header != "" {
 				r.Header.Set("Last-Event-ID", tc.header)
 			}
-			resume, from := resumePosition(r)
+			resume, from := ResumePosition(r)
 			want := event.ID{}
 			if tc.from != "" {
 				var err error
@@ -58,7 +59,7 @@ func FuzzResumePosition(f *testing.F) {
 		if header != "" {
 			r.Header.Set("Last-Event-ID", header)
 		}
-		resume, from := resumePosition(r)
+		resume, from := ResumePosition(r)
 		sent := r.Header.Get("Last-Event-ID")
 		if sent == "" {
 			sent = query
@@ -81,4 +82,27 @@ func FuzzResumePosition(f *testing.F) {
 			t.Fatalf("resumes from %v, the client sent %q", from, sent)
 		}
 	})
+}
+
+func TestTailStream(t *testing.T) {
+	for _, tc := range []struct {
+		key       string
+		c         store.Context
+		quiet, ok bool
+	}{
+		{"", store.Context{}, true, true},
+		{"nq:events", store.Context{}, true, true},
+		{"nq:flow:run-1", store.Context{Type: "flow", ID: "run-1"}, false, true},
+		// Another prefix's stream is refused, but names its context for
+		// the access check.
+		{"other:flow:run-1", store.Context{Type: "flow", ID: "run-1"}, false, false},
+		{"other:events", store.Context{}, false, false},
+		{"nq:flow", store.Context{}, false, false},
+		{"nq:flow:bad id", store.Context{Type: "flow", ID: "bad id"}, false, false},
+	} {
+		c, quiet, ok := TailStream(tc.key, "nq")
+		if c != tc.c || quiet != tc.quiet || ok != tc.ok {
+			t.Errorf("TailStream(%q) = %+v, %v, %v; want %+v, %v, %v", tc.key, c, quiet, ok, tc.c, tc.quiet, tc.ok)
+		}
+	}
 }
