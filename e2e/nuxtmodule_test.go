@@ -13,34 +13,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
-	"time"
 )
 
 func TestNuxtQueueV05UIThroughModule(t *testing.T) {
-	repo := os.Getenv("NQD_NUXT_QUEUE_REPO")
-	if repo == "" {
-		t.Skip("NQD_NUXT_QUEUE_REPO not set: give it a local copy of the Nuxt Queue repository to walk its v0.5.15 UI through nqd-nuxt")
-	}
-	for _, tool := range []string{"git", "node", "npm", "npx", "chromium"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("the v0.5 UI test needs %s: %v", tool, err)
-		}
-	}
-	root, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	nqd := startServer(t, []string{"-data-dir", t.TempDir(), "-allow-open-webhooks", "true"})
-	startStepFiles(t, root, nqd)
-	waitFor(t, 30*time.Second, "the step files' flows stored", func() bool {
-		return len(flowNamed(t, nqd, "hello", "approval")) == 2
-	})
+	repo, root := needNuxtQueue(t, "git", "node", "npm", "npx", "chromium")
+	nqd, _ := startWithStepFiles(t, root)
 
 	dir := t.TempDir()
 	checkoutUI(t, repo, dir)
@@ -51,63 +32,14 @@ func TestNuxtQueueV05UIThroughModule(t *testing.T) {
 
 	appAddr := freeAddr(t)
 	_, appPort, _ := net.SplitHostPort(appAddr)
-	startCmd(t, dir, []string{"HOST=127.0.0.1", "PORT=" + appPort, "NUXT_TELEMETRY_DISABLED=1", "NUXT_NQD_URL=" + nqd}, "node", "ui-host/.output/server/index.mjs")
-	app := "http://" + appAddr
-	waitFor(t, 30*time.Second, "the Nuxt app up", func() bool {
-		res, err := http.Get(app + "/_nvent")
-		if err != nil {
-			return false
-		}
-		res.Body.Close()
-		return res.StatusCode == http.StatusOK
-	})
+	startNuxt(t, dir, appPort, []string{"NUXT_NQD_URL=" + nqd})
 	// Stands for the network between the browser and the app, so that the
 	// page's sockets can be broken.
-	front := newFrontProxy(t, app)
+	front := newFrontProxy(t, "http://"+appAddr)
 	b := newBrowser(t)
 	page := func(p string) string { return front.URL + "/_nvent" + p }
 
-	t.Run("flows list with live stats", func(t *testing.T) {
-		b.nav(t, page("?p=/flows"))
-		b.waitText(t, `/\bhello\b/`)
-		b.waitText(t, `/\bapproval\b/`)
-	})
-
-	t.Run("start a run and watch it to the end", func(t *testing.T) {
-		b.nav(t, page("?p=/flows/hello"))
-		b.waitText(t, `/No runs yet/`)
-		b.click(t, "button", "Start")
-		b.click(t, "button", "Start Flow")
-		b.waitText(t, `/\b1 run\b/`)
-		b.waitText(t, `/greeting/`)
-		b.waitText(t, `/completed/i`)
-		runs := flowRuns(t, nqd, "hello")
-		if len(runs) != 1 || runs[0].Status != "completed" {
-			t.Fatalf("runs of hello = %+v, want one completed", runs)
-		}
-	})
-
-	t.Run("webhook await continued through the app, through a dropped socket", func(t *testing.T) {
-		b.nav(t, page("?p=/flows/approval"))
-		b.click(t, "button", "Start")
-		b.click(t, "button", "Start Flow")
-		b.waitText(t, `/awaiting/i`)
-		runs := flowRuns(t, nqd, "approval")
-		if len(runs) != 1 {
-			t.Fatalf("runs of approval = %+v, want one", runs)
-		}
-		if n := front.dropSockets(); n == 0 {
-			t.Fatal("the page held no WebSocket through the app")
-		}
-		res := post(t, front.URL+"/api/_webhook/await/approval/"+runs[0].ID+"/approve", `{"approvedBy":"ops"}`)
-		if res.status != http.StatusOK || !strings.Contains(res.body, `"success":true`) {
-			t.Fatalf("await webhook: %d %s", res.status, res.body)
-		}
-		b.waitText(t, `/Completed/i`)
-		if front.upgrades() < 2 {
-			t.Errorf("%d socket upgrades, want the page to have reconnected after the drop", front.upgrades())
-		}
-	})
+	walkRuns(t, b, front, nqd)
 
 	t.Run("queues", func(t *testing.T) {
 		b.nav(t, page("?p=/queues"))
@@ -179,22 +111,4 @@ export default defineNuxtConfig({
 			t.Fatal(err)
 		}
 	}
-}
-
-// flowNamed returns those of names that nqd has stored as flows.
-func flowNamed(t *testing.T, nqd string, names ...string) []string {
-	t.Helper()
-	var listed []struct{ ID string }
-	if getJSON(nqd+"/api/_flows", &listed) != nil {
-		return nil
-	}
-	var got []string
-	for _, f := range listed {
-		for _, n := range names {
-			if f.ID == n {
-				got = append(got, n)
-			}
-		}
-	}
-	return got
 }

@@ -46,43 +46,16 @@ const (
 )
 
 func TestNuxtQueueV05UI(t *testing.T) {
-	repo := os.Getenv("NQD_NUXT_QUEUE_REPO")
-	if repo == "" {
-		t.Skip("NQD_NUXT_QUEUE_REPO not set: give it a local copy of the Nuxt Queue repository to walk its v0.5.15 UI")
-	}
-	for _, tool := range []string{"git", "node", "npx", "chromium"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("the v0.5 UI test needs %s: %v", tool, err)
-		}
-	}
-	root, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
-
+	repo, root := needNuxtQueue(t, "git", "node", "npx", "chromium")
 	// nqd forwards what is not its API to the Nuxt app (NQ_UI_UPSTREAM), so
 	// the UI and its sockets share one origin; the app starts after the
 	// build, which reads the flows from nqd, so its port is chosen now.
 	nuxtAddr := freeAddr(t)
 	_, nuxtPort, _ := net.SplitHostPort(nuxtAddr)
-	nqd := startServer(t, []string{"-data-dir", t.TempDir(), "-allow-open-webhooks", "true", "-ui-upstream", "http://" + nuxtAddr})
-	startStepFiles(t, root, nqd)
-	var listed []struct{ ID string }
-	waitFor(t, 30*time.Second, "the step files' flows stored", func() bool {
-		if getJSON(nqd+"/api/_flows", &listed) != nil {
-			return false
-		}
-		stored := 0
-		for _, f := range listed {
-			if f.ID == "hello" || f.ID == "approval" {
-				stored++
-			}
-		}
-		return stored == 2
-	})
+	nqd, flows := startWithStepFiles(t, root, "-ui-upstream", "http://"+nuxtAddr)
 
 	build := buildUI(t, repo, nqd)
-	startNuxt(t, build, nuxtPort)
+	startNuxt(t, build, nuxtPort, nil)
 	front := newFrontProxy(t, nqd)
 	b := newBrowser(t)
 	page := func(p string) string { return front.URL + "/_nvent" + p }
@@ -90,57 +63,10 @@ func TestNuxtQueueV05UI(t *testing.T) {
 	t.Run("dashboard", func(t *testing.T) {
 		b.nav(t, page(""))
 		b.waitText(t, `/Registered Flows/`)
-		b.waitText(t, fmt.Sprintf(`/\b%d\s*flows\b/`, len(listed)))
+		b.waitText(t, fmt.Sprintf(`/\b%d\s*flows\b/`, flows))
 	})
 
-	t.Run("flows list with live stats", func(t *testing.T) {
-		b.nav(t, page("?p=/flows"))
-		b.waitText(t, `/\bhello\b/`)
-		b.waitText(t, `/\bapproval\b/`)
-	})
-
-	t.Run("start a run and watch it to the end", func(t *testing.T) {
-		b.nav(t, page("?p=/flows/hello"))
-		b.waitText(t, `/No runs yet/`)
-		b.click(t, "button", "Start")
-		b.click(t, "button", "Start Flow")
-		b.waitText(t, `/\b1 run\b/`)
-		// The run is selected: its timeline fills live, log lines included.
-		b.waitText(t, `/greeting/`)
-		b.waitText(t, `/replying/`)
-		b.waitText(t, `/completed/i`)
-		runs := flowRuns(t, nqd, "hello")
-		if len(runs) != 1 || runs[0].Status != "completed" {
-			t.Fatalf("runs of hello = %+v, want one completed", runs)
-		}
-	})
-
-	t.Run("webhook await continued by its URL, through a dropped socket", func(t *testing.T) {
-		b.nav(t, page("?p=/flows/approval"))
-		b.click(t, "button", "Start")
-		b.click(t, "button", "Start Flow")
-		b.waitText(t, `/awaiting/i`)
-		runs := flowRuns(t, nqd, "approval")
-		if len(runs) != 1 {
-			t.Fatalf("runs of approval = %+v, want one", runs)
-		}
-		// Every socket the page holds breaks; the timeline's reconnects.
-		if n := front.dropSockets(); n == 0 {
-			t.Fatal("the page held no WebSocket through the front proxy")
-		}
-		res := post(t, front.URL+"/api/_webhook/await/approval/"+runs[0].ID+"/approve", `{"approvedBy":"ops"}`)
-		if res.status != http.StatusOK || !strings.Contains(res.body, `"success":true`) {
-			t.Fatalf("await webhook: %d %s", res.status, res.body)
-		}
-		b.waitText(t, `/Completed/i`)
-		waitFor(t, 20*time.Second, "the approval run completed", func() bool {
-			runs := flowRuns(t, nqd, "approval")
-			return len(runs) == 1 && runs[0].Status == "completed"
-		})
-		if front.upgrades() < 2 {
-			t.Errorf("%d socket upgrades, want the page to have reconnected after the drop", front.upgrades())
-		}
-	})
+	walkRuns(t, b, front, nqd)
 
 	t.Run("cancel and restart", func(t *testing.T) {
 		res := post(t, nqd+"/api/_flows/approval/start", `{"amount":5}`)
@@ -270,6 +196,107 @@ func TestNuxtQueueV05UI(t *testing.T) {
 	b.logConsole(t)
 }
 
+// needNuxtQueue skips the test without a local copy of the Nuxt Queue
+// repository in NQD_NUXT_QUEUE_REPO, and fails it without one of tools; it
+// returns that copy and the root of this repository.
+func needNuxtQueue(t *testing.T, tools ...string) (repo, root string) {
+	t.Helper()
+	repo = os.Getenv("NQD_NUXT_QUEUE_REPO")
+	if repo == "" {
+		t.Skip("NQD_NUXT_QUEUE_REPO not set: give it a local copy of the Nuxt Queue repository to walk its " + uiTag + " UI")
+	}
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("the v0.5 UI test needs %s: %v", tool, err)
+		}
+	}
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return repo, root
+}
+
+// startWithStepFiles runs nqd with args and nqd-worker on the v0.5 step
+// files until their flows are stored; it returns nqd's URL and how many
+// flows it lists.
+func startWithStepFiles(t *testing.T, root string, args ...string) (nqd string, flows int) {
+	t.Helper()
+	nqd = startServer(t, append([]string{"-data-dir", t.TempDir(), "-allow-open-webhooks", "true"}, args...))
+	startStepFiles(t, root, nqd)
+	var listed []struct{ ID string }
+	waitFor(t, 30*time.Second, "the step files' flows stored", func() bool {
+		if getJSON(nqd+"/api/_flows", &listed) != nil {
+			return false
+		}
+		stored := 0
+		for _, f := range listed {
+			if f.ID == "hello" || f.ID == "approval" {
+				stored++
+			}
+		}
+		return stored == 2
+	})
+	return nqd, len(listed)
+}
+
+// walkRuns walks the pages of the step files' flows: their list, a run
+// started and watched to its end, and an await continued by its webhook
+// through front while every socket the page holds is broken.
+func walkRuns(t *testing.T, b *browser, front *frontProxy, nqd string) {
+	t.Helper()
+	page := func(p string) string { return front.URL + "/_nvent" + p }
+
+	t.Run("flows list with live stats", func(t *testing.T) {
+		b.nav(t, page("?p=/flows"))
+		b.waitText(t, `/\bhello\b/`)
+		b.waitText(t, `/\bapproval\b/`)
+	})
+
+	t.Run("start a run and watch it to the end", func(t *testing.T) {
+		b.nav(t, page("?p=/flows/hello"))
+		b.waitText(t, `/No runs yet/`)
+		b.click(t, "button", "Start")
+		b.click(t, "button", "Start Flow")
+		b.waitText(t, `/\b1 run\b/`)
+		// The run is selected: its timeline fills live, log lines included.
+		b.waitText(t, `/greeting/`)
+		b.waitText(t, `/replying/`)
+		b.waitText(t, `/completed/i`)
+		runs := flowRuns(t, nqd, "hello")
+		if len(runs) != 1 || runs[0].Status != "completed" {
+			t.Fatalf("runs of hello = %+v, want one completed", runs)
+		}
+	})
+
+	t.Run("webhook await continued by its URL, through a dropped socket", func(t *testing.T) {
+		b.nav(t, page("?p=/flows/approval"))
+		b.click(t, "button", "Start")
+		b.click(t, "button", "Start Flow")
+		b.waitText(t, `/awaiting/i`)
+		runs := flowRuns(t, nqd, "approval")
+		if len(runs) != 1 {
+			t.Fatalf("runs of approval = %+v, want one", runs)
+		}
+		// Every socket the page holds breaks; the timeline's reconnects.
+		if n := front.dropSockets(); n == 0 {
+			t.Fatal("the page held no WebSocket through the front proxy")
+		}
+		res := post(t, front.URL+"/api/_webhook/await/approval/"+runs[0].ID+"/approve", `{"approvedBy":"ops"}`)
+		if res.status != http.StatusOK || !strings.Contains(res.body, `"success":true`) {
+			t.Fatalf("await webhook: %d %s", res.status, res.body)
+		}
+		b.waitText(t, `/Completed/i`)
+		waitFor(t, 20*time.Second, "the approval run completed", func() bool {
+			runs := flowRuns(t, nqd, "approval")
+			return len(runs) == 1 && runs[0].Status == "completed"
+		})
+		if front.upgrades() < 2 {
+			t.Errorf("%d socket upgrades, want the page to have reconnected after the drop", front.upgrades())
+		}
+	})
+}
+
 // startStepFiles builds the TypeScript SDK and runs nqd-worker on the v0.5
 // step files in testdata, storing their flows.
 func startStepFiles(t *testing.T, root, nqd string) {
@@ -346,10 +373,11 @@ func checkoutUI(t *testing.T, repo, dir string) {
 	}
 }
 
-// startNuxt runs the built host app on port until the test ends.
-func startNuxt(t *testing.T, dir, port string) {
+// startNuxt runs the built host app on port, with env, until the test ends.
+func startNuxt(t *testing.T, dir, port string, env []string) {
 	t.Helper()
-	startCmd(t, dir, []string{"HOST=127.0.0.1", "PORT=" + port, "NUXT_TELEMETRY_DISABLED=1"}, "node", "ui-host/.output/server/index.mjs")
+	env = append([]string{"HOST=127.0.0.1", "PORT=" + port, "NUXT_TELEMETRY_DISABLED=1"}, env...)
+	startCmd(t, dir, env, "node", "ui-host/.output/server/index.mjs")
 	u := "http://127.0.0.1:" + port
 	waitFor(t, 30*time.Second, "the Nuxt app up", func() bool {
 		res, err := http.Get(u + "/_nvent")
