@@ -28,6 +28,8 @@ export interface Welcome {
   heartbeatMs: number
   maxFrameBytes: number
   maxInFlight: number
+  /** A completion with next may take the slot's next job in its ack (nextInAck). */
+  nextInAck: boolean
 }
 
 /** The job calls a channel carries, named as their frames are. */
@@ -106,6 +108,11 @@ export class Channel {
   private readonly pending = new Map<string, Pending>()
   private seq = 0
   private restart = false
+  /**
+   * Set by the welcome: a completion with next may ask for the slot's next
+   * job in its ack (nextInAck), which an nqd without it would refuse.
+   */
+  nextInAck = false
 
   /**
    * Opens the channel; hello is asked for the hello once the upgrade is
@@ -195,9 +202,11 @@ export class Channel {
         }
         settled = true
         clearTimeout(timer)
+        this.nextInAck = f.nextInAck === true
         resolve({
           leaseMs: f.leaseMs, heartbeatMs: f.heartbeatMs ?? f.leaseMs / 3,
           maxFrameBytes: f.maxFrameBytes ?? 0, maxInFlight: f.maxInFlight ?? 0,
+          nextInAck: this.nextInAck,
         })
       })
     })

@@ -306,12 +306,17 @@ class WorkerImpl implements Worker {
   }
 
   /**
-   * Whether a completion may claim the slot's next job now: over HTTP, and
-   * not while the worker stops. Over the channel nqd offers it instead.
+   * Whether a completion may claim the slot's next job now: over HTTP, or
+   * over a channel whose welcome said nextInAck (the job then comes in the
+   * completion's ack rather than in an offer), and not while the worker
+   * stops. Over another channel nqd offers it instead.
    */
   claimsNext(): boolean {
     // With queueConcurrency each queue's claim keeps its own count.
-    return !this.stopping && this.transport === 'http' && this.queueConcurrency === undefined
+    if (this.stopping || this.queueConcurrency !== undefined) {
+      return false
+    }
+    return this.transport === 'http' || (this.conn?.live === true && this.conn.nextInAck)
   }
 
   /** Wakes the claim loops waiting for a free slot. */
@@ -347,6 +352,8 @@ class WorkerImpl implements Worker {
     const job = jobs[0]
     if (job !== undefined) {
       const next = this.runJob(job)
+      // A job a channel's ack brought takes the slot there, as an offered one.
+      next.slotChannel = run.nextFrom
       if (this.pastGrace) {
         const p = next.abandon()
         this.handingBack.add(p)
@@ -370,11 +377,20 @@ class WorkerImpl implements Worker {
   async call<T>(run: JobRun, job: Job, call: JobCall, body: Record<string, unknown>, opts: { key?: string, signal?: AbortSignal } = {}): Promise<T> {
     const ch = this.conn
     if (ch?.live !== true) {
+      if (this.transport !== 'http' && body.claim !== undefined) {
+        // A channel's worker claims nothing over HTTP: the slot's job would
+        // count on no channel.
+        body = { ...body }
+        delete body.claim
+      }
       const path = `/api/_workers/jobs/${encodeURIComponent(job.queue)}/${encodeURIComponent(job.id)}/${call}`
       const headers = opts.key === undefined ? undefined : { 'idempotency-key': opts.key }
       return this.http.post<T>(path, body, { timeoutMs: callTimeoutMs, headers, signal: opts.signal })
     }
     const frame = { ...body }
+    // A completion's claim goes over the channel as nextInAck.
+    const claims = frame.claim !== undefined
+    delete frame.claim
     if (opts.key !== undefined) {
       frame.idempotencyKey = opts.key
     }
@@ -382,6 +398,10 @@ class WorkerImpl implements Worker {
     const next = outcome && !this.stopping && !run.slotFreed && run.slotChannel === ch
     if (outcome) {
       frame.next = next
+    }
+    if (call === 'complete' && claims && next && ch.nextInAck) {
+      frame.nextInAck = true
+      run.nextFrom = ch
     }
     // Only an ack frees the slot there: after an error the job's end
     // gives the slot back with a slots frame.
@@ -677,6 +697,8 @@ class JobRun implements ContextHost {
   slotChannel: Channel | undefined
   /** Set once an outcome sent over slotChannel freed the slot there. */
   slotFreed = false
+  /** The channel whose ack may bring the slot's next job (nextInAck). */
+  nextFrom: Channel | undefined
   private readonly abort = new AbortController()
   /** Set once the outcome was reported or given up: nothing more is sent. */
   private settled = false

@@ -24,6 +24,13 @@ function serve(url: string, queues: string[], handlers: Record<string, Handler>,
   }
 }
 
+/** The offer frames nqd has sent on its worker channels, from its metrics. */
+async function offers(url: string): Promise<number> {
+  const text = await (await fetch(`${url}/metrics`)).text()
+  const line = text.split('\n').find(l => l.startsWith('nqd_worker_channel_frames_total{') && l.includes('direction="out"') && l.includes('type="offer"'))
+  return line === undefined ? 0 : Number(line.split(' ').pop())
+}
+
 describe('the worker channel', () => {
   let nqd: Nqd
   before(async () => { nqd = await startNqd({ env: { NQ_JOB_LEASE: '3s' } }) })
@@ -66,6 +73,27 @@ describe('the worker channel', () => {
       }
     })
   }
+
+  it("takes the slot's next job in the completion's ack: one offer for five runs waiting", async () => {
+    await nqd.putFlow({ name: 'ch-ack', entry: 'work', steps: { work: { queue: 'q-ch-ack' } } })
+    const runs: string[] = []
+    for (let n = 0; n < 5; n++) {
+      runs.push(await nqd.start('ch-ack', { n }))
+    }
+    const before = await offers(nqd.url)
+    const logger = memoryLogger()
+    const w = createWorker({ url: nqd.url, queues: ['q-ch-ack'], handlers: { work: () => 'ok' }, logger, concurrency: 1 })
+    const running = w.start()
+    try {
+      for (const id of runs) {
+        assert.equal((await nqd.finished(id)).state.status, 'completed')
+      }
+      assert.equal(await offers(nqd.url) - before, 1, 'the first job offered, the others in the acks')
+    } finally {
+      await w.stop(2000)
+      await running
+    }
+  })
 
   it('retries an upgrade answered 503 and opens the channel once nqd takes it', async () => {
     await nqd.putFlow({ name: 'ch-busy', entry: 'work', steps: { work: { queue: 'q-ch-busy' } } })
