@@ -116,10 +116,10 @@ func TestFailureAndCancel(t *testing.T) {
 				// ingest's emit queues this step before ingest completes:
 				// fail once its completion is stored, so the run's history
 				// does not depend on which worker call lands first.
-				stepCompleted(ctx, base, sc.Job.Run, "ingest")
+				stepCompleted(ctx, base, sc.Job.RunID, "ingest")
 				return nil, worker.Permanent(errors.New("unsupported format"))
 			}
-			blocked <- sc.Job.Run
+			blocked <- sc.Job.RunID
 			<-ctx.Done()
 			stopped <- context.Cause(ctx)
 			return nil, context.Cause(ctx)

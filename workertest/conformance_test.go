@@ -163,7 +163,7 @@ steps:
 		"right": emit("r"),
 		"join": func(_ context.Context, sc *worker.StepContext) (any, error) {
 			joins.Add(1)
-			joinInput.Store(sc.Job.Run, string(sc.Job.Input))
+			joinInput.Store(sc.Job.RunID, string(sc.Job.Input))
 			return nil, nil
 		},
 	})
@@ -462,7 +462,7 @@ func TestGracefulStop(t *testing.T) {
 	t.Cleanup(func() { close(testDone) })
 	stop, result := runWorker(t, n.base, worker.Config{Queues: []string{"q1"}, Concurrency: 1, Grace: 2 * time.Second}, map[string]worker.Handler{
 		"work": func(_ context.Context, sc *worker.StepContext) (any, error) {
-			entered <- sc.Job.Run
+			entered <- sc.Job.RunID
 			<-testDone // a step that ignores its context
 			return nil, nil
 		},

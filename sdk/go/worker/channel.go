@@ -373,7 +373,7 @@ func (w *worker) offered(jobs []Job) {
 		if w.stopping {
 			// Run waits for the jobs: none starts once it does; the job
 			// goes back to its queue when its lease runs out.
-			w.log.Warn("a job offered while the worker stops is left to its lease", "run", j.Run, "step", j.Step)
+			w.log.Warn("a job offered while the worker stops is left to its lease", "run", j.RunID, "step", j.Step)
 			continue
 		}
 		w.waiting++
@@ -390,7 +390,7 @@ func (w *worker) offered(jobs []Job) {
 			w.waiting--
 			w.slotMu.Unlock()
 			if !took {
-				w.log.Error("nqd offered a job beyond the free slots; it is left to its lease", "run", j.Run, "step", j.Step)
+				w.log.Error("nqd offered a job beyond the free slots; it is left to its lease", "run", j.RunID, "step", j.Step)
 				return
 			}
 			w.runSlot(j)

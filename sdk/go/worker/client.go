@@ -76,14 +76,14 @@ type client struct {
 
 // Job is a claimed job as nqd hands it out.
 type Job struct {
-	ID      string          `json:"id"`
-	Queue   string          `json:"queue"`
-	Flow    string          `json:"flowName"`
-	Run     string          `json:"runId"`
-	Step    string          `json:"step"`
-	Input   json.RawMessage `json:"input"`
-	Attempt int             `json:"attempt"`
-	Lease   string          `json:"lease"`
+	ID       string          `json:"id"`
+	Queue    string          `json:"queue"`
+	FlowName string          `json:"flowName"`
+	RunID    string          `json:"runId"`
+	Step     string          `json:"step"`
+	Input    json.RawMessage `json:"input"`
+	Attempt  int             `json:"attempt"`
+	Lease    string          `json:"lease"`
 	// LeaseEnd is when the lease runs out unless extended, epoch ms.
 	LeaseEnd int64 `json:"leaseUntil"`
 }

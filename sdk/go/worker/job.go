@@ -71,7 +71,7 @@ var errDone = errors.New("worker: the step's outcome is reported already")
 // handler finds the handler of j: the one keyed by its flow and step
 // ("flow/step") first, then the one keyed by its step alone.
 func (w *worker) handler(j Job) Handler {
-	if hd := w.handlers[j.Flow+"/"+j.Step]; hd != nil {
+	if hd := w.handlers[j.FlowName+"/"+j.Step]; hd != nil {
 		return hd
 	}
 	return w.handlers[j.Step]
@@ -86,7 +86,7 @@ func (w *worker) handler(j Job) Handler {
 func (w *worker) runJob(claiming, jobs, reports context.Context, j Job) (next *Job, freedOn *chConn) {
 	jobCtx, cancel := context.WithCancelCause(jobs)
 	defer cancel(nil)
-	h := &held{job: j, c: w.c, log: w.log.With("run", j.Run, "step", j.Step, "attempt", j.Attempt), ctx: jobCtx}
+	h := &held{job: j, c: w.c, log: w.log.With("run", j.RunID, "step", j.Step, "attempt", j.Attempt), ctx: jobCtx}
 	h.leaseEnd.Store(j.LeaseEnd)
 	// Heartbeats outlive the handler: a report being retried needs the
 	// lease kept alive as much as the running step does.
@@ -113,7 +113,7 @@ func (w *worker) runJob(claiming, jobs, reports context.Context, j Job) (next *J
 		// A completion brought the job once the grace period was over.
 		stopped = true
 	} else if hd == nil {
-		o.err = Permanent(fmt.Errorf("no handler for step %q of flow %q", j.Step, j.Flow))
+		o.err = Permanent(fmt.Errorf("no handler for step %q of flow %q", j.Step, j.FlowName))
 	} else {
 		out := make(chan outcome, 1)
 		go func() {

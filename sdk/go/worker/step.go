@@ -119,7 +119,7 @@ func (s *State) All() (map[string]json.RawMessage, error) {
 			State map[string]json.RawMessage `json:"state"`
 		} `json:"state"`
 	}
-	if err := s.sc.h.c.get(s.sc.ctx, "/api/_events/flow/"+url.PathEscape(s.sc.Job.Run)+"/state", &ans); err != nil {
+	if err := s.sc.h.c.get(s.sc.ctx, "/api/_events/flow/"+url.PathEscape(s.sc.Job.RunID)+"/state", &ans); err != nil {
 		return nil, err
 	}
 	if ans.State.State == nil {
