@@ -42,8 +42,14 @@ func (e *Engine) claim(ctx context.Context, queues []string, max int, wait time.
 			now := at.UnixMilli()
 			var err error
 			jobs, err = e.st.Claim(ctx, queues, now, now+e.opts.Lease.Milliseconds(), e.newLease(), max)
-			if err != nil {
+			switch {
+			case err != nil && len(jobs) == 0:
 				return nil, err
+			case err != nil:
+				// Part of the store failed; the jobs the rest answered
+				// are leased to this claim, and handed out rather than
+				// left to their lease's end.
+				e.log.Warn().Err(err).Int("jobs", len(jobs)).Msg("a claim failed in part")
 			}
 			if len(jobs) == 0 {
 				e.empty.found(queues, woken, at)

@@ -10,15 +10,22 @@ import (
 	"github.com/nqd-dev/nqd/store"
 )
 
-// Definition returns the flow definition name. Errors: store.ErrNotFound.
+// Definition returns the flow definition name. While the store cannot be
+// read for it (store.ErrUnavailable) it is the one this instance read last:
+// on a store whose keys are split (the Redis store's shards) the
+// definitions live on one part, and its outage would otherwise stop the runs
+// of every part. Errors: store.ErrNotFound.
 func (e *Engine) Definition(ctx context.Context, name string) (*flows.Definition, error) {
 	body, err := e.st.Definition(ctx, name)
-	if err != nil {
-		return nil, err
-	}
 	e.defsMu.Lock()
 	c, ok := e.defs[name]
 	e.defsMu.Unlock()
+	if err != nil {
+		if ok && errors.Is(err, store.ErrUnavailable) {
+			return c.def, nil
+		}
+		return nil, err
+	}
 	if ok && string(c.body) == string(body) {
 		return c.def, nil
 	}

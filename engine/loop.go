@@ -46,8 +46,11 @@ func (e *Engine) Tick(ctx context.Context) error {
 	// another instance takes it.
 	hold := now + e.opts.Lease.Milliseconds()
 	for {
+		// Timers that come with an error (part of the store failed) are
+		// held for this instance: they fire, and the error is returned
+		// after.
 		timers, err := e.st.DueTimers(ctx, now, hold, 100)
-		if err != nil {
+		if err != nil && len(timers) == 0 {
 			return err
 		}
 		// Timers of kinds handed to others (schedules) are many at one
@@ -70,8 +73,8 @@ func (e *Engine) Tick(ctx context.Context) error {
 			fire()
 		}
 		handed.Wait()
-		if len(timers) < 100 {
-			return nil
+		if err != nil || len(timers) < 100 {
+			return err
 		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/nqd-dev/nqd/examples/demo"
 	"github.com/nqd-dev/nqd/internal/redistest"
 	"github.com/nqd-dev/nqd/sdk/go/worker"
+	"github.com/nqd-dev/nqd/store/redisstore"
 )
 
 // TestClusterFailover kills, with SIGKILL, the Redis Cluster primary that
@@ -29,11 +30,31 @@ import (
 // event is stored once, no batch is half applied or stored twice, every SSE
 // client receives every event once, in order, and every run started
 // completes once.
+//
+// With nine shards every primary holds three: the killed one holds only
+// some of the deployment's runs and contexts, and the runs on the others
+// keep completing while it is down.
 func TestClusterFailover(t *testing.T) {
-	r := clusterFailover(t, 1)
-	if r.lost > 0 {
-		t.Errorf("%d acknowledged events lost with a replica acknowledging every write", r.lost)
+	for _, shards := range clusterShards {
+		t.Run(shardsName(shards), func(t *testing.T) {
+			r := clusterUnderLoad(t, 1, false, shards)
+			if r.lost > 0 {
+				t.Errorf("%d acknowledged events lost with a replica acknowledging every write", r.lost)
+			}
+		})
 	}
+}
+
+// clusterShards are the layouts the failover and the resharding run on:
+// the one hash tag nqd always had, and nine shards spread over the test
+// cluster's three primaries.
+var clusterShards = []int{1, 9}
+
+func shardsName(n int) string {
+	if n == 1 {
+		return "1 shard"
+	}
+	return strconv.Itoa(n) + " shards"
 }
 
 // TestClusterFailoverLossWindow is the same failover without waiting for
@@ -42,7 +63,7 @@ func TestClusterFailover(t *testing.T) {
 // was acknowledged, rather than asserting a bound that asynchronous
 // replication cannot promise.
 func TestClusterFailoverLossWindow(t *testing.T) {
-	r := clusterFailover(t, 0)
+	r := clusterUnderLoad(t, 0, false, 1)
 	t.Logf("without waiting for replicas: %d of %d acknowledged events lost, acknowledged at most %s before the kill", r.lost, r.acked, r.window)
 }
 
@@ -55,37 +76,60 @@ type failoverResult struct {
 // primary with redis-cli --cluster reshard under the same load: every
 // acknowledged event is stored once, every SSE client receives every event
 // once, in order, and every run ends once.
+//
+// With nine shards the slots moved hold one of them.
 func TestClusterReshard(t *testing.T) {
-	r := clusterUnderLoad(t, 1, true)
-	if r.lost > 0 {
-		t.Errorf("%d acknowledged events lost in a resharding", r.lost)
+	for _, shards := range clusterShards {
+		t.Run(shardsName(shards), func(t *testing.T) {
+			r := clusterUnderLoad(t, 1, true, shards)
+			if r.lost > 0 {
+				t.Errorf("%d acknowledged events lost in a resharding", r.lost)
+			}
+		})
 	}
-}
-
-func clusterFailover(t *testing.T, replicas int) failoverResult {
-	return clusterUnderLoad(t, replicas, false)
 }
 
 // reshardSlots is how many slots TestClusterReshard moves.
 const reshardSlots = 50
 
-// clusterUnderLoad runs nqd on a cluster of its own under appends, streams
-// and flow runs, and kills the primary serving nqd's slot (or, with
-// reshard, moves the slot to another primary) midway.
-func clusterUnderLoad(t *testing.T, replicas int, reshard bool) failoverResult {
+// starters is how many clients start runs side by side: a start waits
+// while its run's primary is down, and the others keep starting runs on
+// the other shards.
+const starters = 3
+
+// clusterUnderLoad runs nqd, its keys over shards, on a cluster of its own
+// under appends, streams and flow runs, and kills the primary serving the
+// first appender's shard (or, with reshard, moves that shard's slot to
+// another primary) midway.
+func clusterUnderLoad(t *testing.T, replicas int, reshard bool, shards int) failoverResult {
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{NodeTimeout: time.Second})
 	prefix := "nqf"
+	// tag is the hash tag of the shard that the kill or the resharding
+	// hits: one whose slot Reshard moves.
+	tag := redisstore.ShardTags(prefix, shards)[redisstore.ShardOf("failover-0", shards)]
 	if reshard {
-		prefix = cl.LowSlotTag(t, "nqr", reshardSlots)
+		prefix, tag = reshardPrefix(t, cl, shards)
 	}
-	base := startAppOn(t, "-redis-url", cl.URL(), "-prefix", prefix, "-redis-wait-replicas", strconv.Itoa(replicas), "-flows-dir", "../examples/flows",
+	base := startAppOn(t, "-redis-url", cl.URL(), "-prefix", prefix, "-redis-shards", strconv.Itoa(shards),
+		"-redis-wait-replicas", strconv.Itoa(replicas), "-flows-dir", "../examples/flows",
 		// Longer than the failover (2-3s), as a lease must be for a
 		// worker's reports to outlast it; short enough that a job left
 		// leased to nobody would end its run within the test.
 		"-job-lease", "10s")
 	startDemoWorker(t, base)
-	starter := newStarter(base, "pipeline")
-	go starter.run()
+	var runs []*starter
+	for i := range starters {
+		s := newStarter(base, "pipeline", strconv.Itoa(i))
+		runs = append(runs, s)
+		go s.run()
+	}
+	started := func() int {
+		n := 0
+		for _, s := range runs {
+			n += s.count()
+		}
+		return n
+	}
 
 	fctx, stopFollowers := context.WithCancel(context.Background())
 	defer stopFollowers()
@@ -101,15 +145,25 @@ func clusterUnderLoad(t *testing.T, replicas int, reshard bool) failoverResult {
 	for _, a := range appenders {
 		eventually(t, "appends before the failover", func() bool { return a.ackedCount() >= 20 })
 	}
-	eventually(t, "runs before the failover", func() bool { return starter.count() >= 5 })
+	eventually(t, "runs before the failover", func() bool { return started() >= 5 })
 	for _, f := range followers {
 		eventually(t, "followers before the failover", func() bool { return f.count() >= 20 })
 	}
 
 	ctx := context.Background()
-	primary, err := cl.PrimaryOf(ctx, "{"+prefix+"}")
+	primary, err := cl.PrimaryOf(ctx, tag)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// hit says which shards the kill or the resharding hits: those on the
+	// same primary as tag's.
+	hit := make([]bool, shards)
+	for i, st := range redisstore.ShardTags(prefix, shards) {
+		p, err := cl.PrimaryOf(ctx, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hit[i] = p == primary && (!reshard || st == tag)
 	}
 	killed := time.Now()
 	before := make([]int, len(appenders))
@@ -118,14 +172,14 @@ func clusterUnderLoad(t *testing.T, replicas int, reshard bool) failoverResult {
 		for i, a := range appenders {
 			before[i] = a.ackedCount()
 		}
-		cl.Reshard(t, "{"+prefix+"}", reshardSlots)
+		cl.Reshard(t, tag, reshardSlots)
 		promoted = time.Since(killed)
 	} else {
 		primary.Kill()
 		for i, a := range appenders {
 			before[i] = a.ackedCount()
 		}
-		cl.WaitFailover(t, "{"+prefix+"}", primary)
+		cl.WaitFailover(t, tag, primary)
 		promoted = time.Since(killed)
 		primary.Restart(t)
 		cl.WaitReplicaOf(t, primary)
@@ -133,12 +187,14 @@ func clusterUnderLoad(t *testing.T, replicas int, reshard bool) failoverResult {
 	for i, a := range appenders {
 		eventually(t, "appends after the failover", func() bool { return a.ackedCount() >= before[i]+20 })
 	}
-	runsBefore := starter.count()
-	eventually(t, "runs after the failover", func() bool { return starter.count() >= runsBefore+5 })
+	runsBefore := started()
+	eventually(t, "runs after the failover", func() bool { return started() >= runsBefore+5 })
 	for _, a := range appenders {
 		a.stop()
 	}
-	starter.stop()
+	for _, s := range runs {
+		s.stop()
+	}
 
 	var r failoverResult
 	var unavailable, unknown int
@@ -162,20 +218,45 @@ func clusterUnderLoad(t *testing.T, replicas int, reshard bool) failoverResult {
 	}
 	stopFollowers()
 	failedRuns := 0
+	var endedIn [2]int // runs that ended between the kill and the promotion, on shards not hit and hit
 	if replicas > 0 {
 		// The pipeline flow has no failing step, and a claim or a report
 		// whose answer the disruption lost is sent again and answered as
 		// it was the first time: every run completes.
-		if failedRuns = starter.check(t, base); failedRuns > 0 {
+		ends := map[string]time.Time{}
+		listed := 0
+		for _, s := range runs {
+			failed, n := s.check(t, base, ends)
+			failedRuns, listed = failedRuns+failed, n
+		}
+		if listed != started() {
+			t.Errorf("%d runs listed as finished, %d were started", listed, started())
+		}
+		if failedRuns > 0 {
 			t.Errorf("%d runs failed; with a replica acknowledging every write, every run completes", failedRuns)
+		}
+		for id, at := range ends {
+			if !at.Before(killed) && at.Before(killed.Add(promoted)) {
+				if hit[redisstore.ShardOf(id, shards)] {
+					endedIn[1]++
+				} else {
+					endedIn[0]++
+				}
+			}
 		}
 	}
 	what := "replica promoted"
 	if reshard {
 		what = "slots moved"
 	}
-	t.Logf("replicas waited for: %d; %s %s after the start; %d events acknowledged, %d appends answered 503, %d answered 504 outcome_unknown; %d runs started, each ended once, %d failed",
-		replicas, what, promoted.Round(time.Millisecond), r.acked, unavailable, unknown, starter.count(), failedRuns)
+	hitShards := 0
+	for _, h := range hit {
+		if h {
+			hitShards++
+		}
+	}
+	t.Logf("shards: %d, %d of them hit; replicas waited for: %d; %s %s after the start; %d events acknowledged, %d lost, %d appends answered 503, %d answered 504 outcome_unknown; %d runs started, each ended once, %d failed; runs ended in between: %d on the shards not hit, %d on those hit",
+		shards, hitShards, replicas, what, promoted.Round(time.Millisecond), r.acked, r.lost, unavailable, unknown, started(), failedRuns, endedIn[0], endedIn[1])
 	return r
 }
 
@@ -223,7 +304,7 @@ func startDemoWorker(t *testing.T, base string) {
 // Idempotency-Key of its own that it sends again until it is answered with
 // the run's id, and keeps those ids.
 type starter struct {
-	url string
+	url, name string
 
 	mu       sync.Mutex
 	ids      []string
@@ -231,8 +312,9 @@ type starter struct {
 	done     chan struct{}
 }
 
-func newStarter(base, flow string) *starter {
-	return &starter{url: base + "/api/_flows/" + flow + "/start", done: make(chan struct{})}
+// newStarter returns a starter whose Idempotency-Keys carry name.
+func newStarter(base, flow, name string) *starter {
+	return &starter{url: base + "/api/_flows/" + flow + "/start", name: name, done: make(chan struct{})}
 }
 
 func (s *starter) run() {
@@ -257,7 +339,7 @@ func (s *starter) start(n int) string {
 		panic(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", "start-"+strconv.Itoa(n))
+	req.Header.Set("Idempotency-Key", "start-"+s.name+"-"+strconv.Itoa(n))
 	resp, err := client.Do(req)
 	if err != nil {
 		return ""
@@ -284,10 +366,10 @@ func (s *starter) count() int {
 }
 
 // check waits for every run started to end and checks that each ended
-// once: one terminal event in its stream, one entry among the flow's
-// finished runs, and no run the starter did not start. It returns how many
-// failed, logging why.
-func (s *starter) check(t *testing.T, base string) (failed int) {
+// once: one terminal event in its stream and one entry among the flow's
+// finished runs. It returns how many failed, logging why, and how many
+// runs the flow lists as finished; it records in ends when each ended.
+func (s *starter) check(t *testing.T, base string, ends map[string]time.Time) (failed, listed int) {
 	t.Helper()
 	s.mu.Lock()
 	ids := slices.Clone(s.ids)
@@ -317,7 +399,15 @@ func (s *starter) check(t *testing.T, base string) (failed int) {
 	}
 	deadline := time.Now().Add(waitFor)
 	done := ended()
-	for len(done) < len(ids) && time.Now().Before(deadline) {
+	has := func() bool {
+		for _, id := range ids {
+			if done[id] == 0 {
+				return false
+			}
+		}
+		return true
+	}
+	for !has() && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond) // polling the runs list, bounded by deadline
 		done = ended()
 	}
@@ -327,31 +417,34 @@ func (s *starter) check(t *testing.T, base string) (failed int) {
 		}
 		var evs struct {
 			Events []struct {
+				ID   string          `json:"id"`
 				Kind string          `json:"kind"`
 				Data json.RawMessage `json:"data"`
 			} `json:"events"`
 		}
 		getJSON(t, base+"/api/_events/flow/"+id+"?limit=1000", &evs)
-		ends := 0
+		terminal := 0
 		for _, e := range evs.Events {
 			switch e.Kind {
 			case "step.failed":
 				t.Logf("run %s: step.failed %s", id, e.Data)
 			case "flow.failed":
 				failed++
-				ends++
+				terminal++
 			case "flow.completed", "flow.canceled", "flow.cancelled":
-				ends++
+				terminal++
+			default:
+				continue
+			}
+			if eid, err := event.ParseID(e.ID); err == nil {
+				ends[id] = eid.Time()
 			}
 		}
-		if ends != 1 {
-			t.Errorf("run %s ended %d times: %+v", id, ends, evs.Events)
+		if terminal != 1 {
+			t.Errorf("run %s ended %d times: %+v", id, terminal, evs.Events)
 		}
 	}
-	if len(done) != len(ids) {
-		t.Errorf("%d runs ended, %d were started", len(done), len(ids))
-	}
-	return failed
+	return failed, len(done)
 }
 
 func getJSON(t *testing.T, url string, out any) {
@@ -368,4 +461,25 @@ func getJSON(t *testing.T, url string, out any) {
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		t.Fatalf("GET %s: %v", url, err)
 	}
+}
+
+// reshardPrefix returns a prefix one of whose shards has its slot among
+// the reshardSlots lowest of its primary, and that shard's hash tag: a
+// shard that Reshard moves.
+func reshardPrefix(t *testing.T, cl *redistest.Cluster, shards int) (prefix, tag string) {
+	t.Helper()
+	if shards == 1 {
+		p := cl.LowSlotTag(t, "nqr", reshardSlots)
+		return p, "{" + p + "}"
+	}
+	for i := range 10000 {
+		p := "nqr" + strconv.Itoa(i)
+		for _, tag := range redisstore.ShardTags(p, shards) {
+			if cl.InLowSlots(t, tag, reshardSlots) {
+				return p, tag
+			}
+		}
+	}
+	t.Fatalf("no prefix with a shard in the %d lowest slots of a primary", reshardSlots)
+	return "", ""
 }

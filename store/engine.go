@@ -201,8 +201,11 @@ type RunStore interface {
 	// leaseUntil; a job taken over from an expired lease comes with Expired
 	// set and its Attempt counted up. lease is new for each call: a store
 	// that sends a claim again after its answer was lost (the Redis store)
-	// knows it by its lease and answers the jobs the lease took. Errors:
-	// ErrInvalid, ErrUnavailable, ErrOutcomeUnknown.
+	// knows it by its lease and answers the jobs the lease took. A store
+	// whose keys are split (the Redis store's shards) may answer jobs and an
+	// error together, when some parts failed: the jobs are leased to the
+	// caller, who hands them out all the same. Errors: ErrInvalid,
+	// ErrUnavailable, ErrOutcomeUnknown.
 	Claim(ctx context.Context, queues []string, now, leaseUntil int64, lease string, max int) ([]Job, error)
 	// Heartbeat extends a claimed job's lease to leaseUntil. Errors:
 	// ErrNotFound (the job is gone), ErrConflict (another lease holds it),
@@ -213,6 +216,8 @@ type RunStore interface {
 	Job(ctx context.Context, ref JobRef) (Job, error)
 	// DueTimers claims up to max timers due at now: each is moved to holdUntil
 	// so no other caller takes it before then, and returned with its old Due.
-	// The caller clears it with UpdateRun. Errors: ErrUnavailable.
+	// The caller clears it with UpdateRun. As with Claim, timers may come
+	// with an error, and are held for the caller all the same. Errors:
+	// ErrUnavailable.
 	DueTimers(ctx context.Context, now, holdUntil int64, max int) ([]Timer, error)
 }

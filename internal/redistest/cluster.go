@@ -501,12 +501,26 @@ func (c *Cluster) LowSlotTag(t testing.TB, base string, n int) string {
 	defer cancel()
 	for i := range 100000 {
 		tag := base + strconv.Itoa(i)
-		if slot, lowest, _ := c.slotOf(t, ctx, "{"+tag+"}"); slot-lowest < n {
+		if c.inLowSlots(t, ctx, "{"+tag+"}", n) {
 			return tag
 		}
 	}
 	t.Fatalf("redistest: no tag %s<n> in the %d lowest slots of a primary", base, n)
 	return ""
+}
+
+// InLowSlots reports whether key's slot is among the n lowest of the
+// primary serving it: a key that Reshard with n moves.
+func (c *Cluster) InLowSlots(t testing.TB, key string, n int) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
+	defer cancel()
+	return c.inLowSlots(t, ctx, key, n)
+}
+
+func (c *Cluster) inLowSlots(t testing.TB, ctx context.Context, key string, n int) bool {
+	slot, lowest, _ := c.slotOf(t, ctx, key)
+	return slot-lowest < n
 }
 
 // LaunchCluster starts a cluster of three primaries with a replica each in

@@ -152,6 +152,7 @@ func (s *Store) write(ctx context.Context, sh *shard, op string, script *redis.S
 	if err != nil && !errors.Is(err, store.ErrOutcomeUnknown) {
 		err = mapErr(ctx, op, err)
 	}
+	sh.note(err)
 	return reply, err
 }
 

@@ -63,10 +63,12 @@ func decodeJob(v string) (store.Job, error) {
 }
 
 // Claim hands out jobs ready or lease-expired at now (scripts/claim.lua).
-// With several shards it visits them in turn, from the shard after the one
-// the previous claim started at, each shard one script, until max jobs are
-// claimed: a claim takes the first shard's jobs before the next's, so a
-// queue's order holds within a shard.
+// With several shards it visits them in turn (eachShard), each shard one
+// script, until max jobs are claimed: a claim takes the first shard's jobs
+// before the next's, so a queue's order holds within a shard. A shard that
+// fails does not stop the claim: the jobs of the shards that answered are
+// handed out, with the failures' error when there are any (a caller must
+// take the jobs even then: they are leased to it).
 // A claim whose reply was lost is sent again (see write); the script's
 // record of the jobs the lease took answers it with those jobs, which would
 // otherwise stay leased to nobody until the lease ends. Errors:
@@ -84,8 +86,8 @@ func (s *Store) Claim(ctx context.Context, queues []string, now, leaseUntil int6
 	if max <= 0 || !validLease(lease) {
 		return nil, invalid("claim", "%d jobs under lease %q", max, lease)
 	}
-	var out []store.Job
-	err := s.eachShard(func(sh *shard) (bool, error) {
+	out := []store.Job{}
+	err := s.eachShard(func() bool { return len(out) > 0 }, func(sh *shard) (bool, error) {
 		keys := make([]string, 2, 2+2*len(queues))
 		keys[0], keys[1] = sh.pausedKey(), sh.claimKey(lease)
 		for _, q := range queues {
@@ -107,12 +109,7 @@ func (s *Store) Claim(ctx context.Context, queues []string, now, leaseUntil int6
 	if err != nil && len(out) == 0 {
 		return nil, err
 	}
-	// Jobs claimed on one shard before another failed are held under the
-	// lease: they are handed out rather than left to their lease's end.
-	if out == nil {
-		out = []store.Job{}
-	}
-	return out, nil
+	return out, err
 }
 
 // jobShard is the shard of a job: its run's, whose updates enqueue it. A

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"hash/crc32"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/nqd-dev/nqd/store"
 )
 
 // A deployment's keys are split over Options.Shards shards. Each shard is
@@ -49,6 +52,21 @@ type shard struct {
 	prefix string
 	pipe   *pipeliner
 	feed   *liveFeed
+	// failing is set while the shard's last write failed as unavailable
+	// or outcome unknown (its primary is down, or failing over), and
+	// cleared by its next write that succeeds; probing is held by the one
+	// visit of eachShard that looks at a failing shard.
+	failing, probing atomic.Bool
+}
+
+// note records the outcome of a write on sh (see shard.failing).
+func (sh *shard) note(err error) {
+	switch {
+	case err == nil:
+		sh.failing.Store(false)
+	case errors.Is(err, store.ErrUnavailable), errors.Is(err, store.ErrOutcomeUnknown):
+		sh.failing.Store(true)
+	}
 }
 
 // shardIndex places an id (a context's, a run's, a KV key) on one of n
@@ -200,23 +218,52 @@ func (s *Store) keyspace(ctx context.Context, sh *shard) (redis.UniversalClient,
 	return s.client, nil
 }
 
-// eachShard calls fn for every shard, starting at the shard after the one
-// the previous call started at, so that visits that stop early (a claim
-// that found its jobs) spread over the shards; it stops at fn's first
-// error or when fn says it is done.
-func (s *Store) eachShard(fn func(*shard) (done bool, err error)) error {
+// eachShard calls fn for the shards in turn, starting at the shard after
+// the one the previous call started at, so that visits that stop early (a
+// claim that found its jobs) spread over the shards, until fn says it is
+// done. A shard whose call fails does not stop the visit: the others are
+// still served, and eachShard returns the failures joined.
+//
+// A failing shard (shard.failing) comes last, and only a visit that found
+// nothing on the others (found false) and that no other visit is probing
+// the shard with looks at it: its calls wait out its primary's failover
+// (pipeliner.call), which the other shards' work should not wait for.
+func (s *Store) eachShard(found func() bool, fn func(*shard) (done bool, err error)) error {
 	n := len(s.shards)
 	start := 0
 	if n > 1 {
 		start = int(s.rotate.Add(1) % uint64(n))
 	}
+	var errs []error
+	var failing []*shard
+	visit := func(sh *shard) bool {
+		done, err := fn(sh)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		return done
+	}
 	for i := range n {
-		done, err := fn(s.shards[(start+i)%n])
-		if err != nil || done {
-			return err
+		sh := s.shards[(start+i)%n]
+		if n > 1 && sh.failing.Load() {
+			failing = append(failing, sh)
+			continue
+		}
+		if visit(sh) {
+			return errors.Join(errs...)
 		}
 	}
-	return nil
+	for _, sh := range failing {
+		if found() || !sh.probing.CompareAndSwap(false, true) {
+			continue
+		}
+		done := visit(sh)
+		sh.probing.Store(false)
+		if done {
+			break
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // window is the part of a merged list that a page of offset and limit
@@ -225,3 +272,17 @@ func window[T any](xs []T, offset, limit int) []T {
 	xs = xs[min(offset, len(xs)):]
 	return xs[:min(limit, len(xs))]
 }
+
+// ShardTags returns the hash tags of the shards of a deployment under
+// prefix with n shards on a Redis Cluster, shard by shard: keys that the
+// cluster places where it places each shard's keys.
+func ShardTags(prefix string, n int) []string {
+	if n <= 1 {
+		return []string{"{" + prefix + "}"}
+	}
+	return shardTags(prefix, n)
+}
+
+// ShardOf returns the shard, of n, that id (a context's, a run's, a KV
+// key) lives on: an index into ShardTags.
+func ShardOf(id string, n int) int { return shardIndex(id, n) }

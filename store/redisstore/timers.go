@@ -10,8 +10,11 @@ import (
 )
 
 // DueTimers claims timers due at now (scripts/due_timers.lua), visiting
-// the shards in turn until max are taken. Errors: store.ErrUnavailable,
-// store.ErrClosed.
+// the shards in turn (eachShard) until max are taken. A shard that fails
+// does not stop the pickup: the timers of the shards that answered are
+// returned, with the failures' error when there are any (a caller must fire
+// the timers even then: they are held for it). Errors:
+// store.ErrUnavailable, store.ErrClosed.
 func (s *Store) DueTimers(ctx context.Context, now, holdUntil int64, max int) ([]store.Timer, error) {
 	if err := s.checkOpen("due timers"); err != nil {
 		return nil, err
@@ -20,11 +23,14 @@ func (s *Store) DueTimers(ctx context.Context, now, holdUntil int64, max int) ([
 		return nil, nil
 	}
 	var out []store.Timer
-	err := s.eachShard(func(sh *shard) (bool, error) {
+	err := s.eachShard(func() bool { return len(out) > 0 }, func(sh *shard) (bool, error) {
 		vals, err := sh.pipe.call(ctx, dueTimersScript, []string{sh.timersKey()}, []any{now, holdUntil, max - len(out)}).StringSlice()
 		if err != nil {
-			return false, mapErr(ctx, "due timers", err)
+			err = mapErr(ctx, "due timers", err)
+			sh.note(err)
+			return false, err
 		}
+		sh.note(nil)
 		for i := 0; i+1 < len(vals); i += 2 {
 			p := strings.SplitN(vals[i], ":", 4)
 			due, err := strconv.ParseFloat(vals[i+1], 64)
@@ -40,7 +46,5 @@ func (s *Store) DueTimers(ctx context.Context, now, holdUntil int64, max int) ([
 	if err != nil && len(out) == 0 {
 		return nil, err
 	}
-	// Timers taken on one shard before another failed are held: they are
-	// fired now rather than at the end of their hold.
-	return out, nil
+	return out, err
 }
