@@ -342,12 +342,36 @@ or SIGTERM. <dir> may also be one .py file or a dotted module name.
   --token        an API token of scope write, or admin with --store-flows
                  (default $NQD_TOKEN)
   --concurrency  jobs run at once per queue (default $NQD_CONCURRENCY, else 4;
-                 a file's config.worker.concurrency may raise it)
+                 a file's config.worker.concurrency may raise it); one worker
+                 serves every queue, each with its own concurrency
   --grace        milliseconds running steps get to finish on a signal (default 10000)
   --store-flows  store the flows the files' configs describe in nqd first
                  (needs a token of scope admin)
-  --transport    channel (one WebSocket per queue's worker, falling back to HTTP
-                 when nqd cannot upgrade) or http (default $NQD_TRANSPORT, else channel)"""
+  --transport    channel (one WebSocket for the process's queues, falling back to
+                 HTTP when nqd cannot upgrade or predates per-queue concurrency)
+                 or http (default $NQD_TRANSPORT, else channel)"""
+
+
+# The most queues one worker channel serves, and the most jobs it holds (its
+# hello's limits).
+_MAX_QUEUES = 32
+_MAX_CONCURRENCY = 1000
+
+
+def split_queues(caps: dict[str, int]) -> list[dict[str, int]]:
+    """The queues and their concurrency in as few parts as there must be
+    for one worker, and so one channel, to serve each: at most 32 queues
+    with at most 1000 jobs together (a queue asking for more than that gets
+    the part it is in to itself)."""
+    parts: list[dict[str, int]] = []
+    total = 0
+    for q, n in caps.items():
+        if not parts or len(parts[-1]) == _MAX_QUEUES or total + n > _MAX_CONCURRENCY:
+            parts.append({})
+            total = 0
+        parts[-1][q] = n
+        total += n
+    return parts
 
 
 class _Parser(argparse.ArgumentParser):
@@ -445,8 +469,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not regs:
         print(f"nqd-worker-py: no step handlers under {args.dir} (use @nqd_worker.step or a config dict with run)", file=sys.stderr)
         return 1
-    # One worker per queue, as the TypeScript command runs them: each
-    # queue's steps get --concurrency slots, or what a file's
+    # Each queue's steps get --concurrency slots, or what a file's
     # config.worker.concurrency asks for when that is more.
     by_queue: dict[str, list[Registration]] = {}
     for r in regs:
@@ -463,14 +486,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             Worker(
                 args.url,
                 args.token,
-                [q],
-                max(args.concurrency, wanted.get(q, 0)),
+                queue_concurrency=caps,
                 grace=grace,
-                handlers=rs,
+                handlers=[r for q in caps for r in by_queue[q]],
                 transport=args.transport,
-                name=f"nqd-worker-py {q}",
+                name="nqd-worker-py",
             )
-            for q, rs in sorted(by_queue.items())
+            for caps in split_queues({q: max(args.concurrency, wanted.get(q, 0)) for q in sorted(by_queue)})
         ]
     except ValueError as e:
         print(f"nqd-worker-py: {e}", file=sys.stderr)

@@ -15,7 +15,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Awaitable, Callable, Iterable, Union, cast
+from typing import Any, Awaitable, Callable, Iterable, Mapping, Union, cast
 from urllib.parse import quote
 
 from ._channel import Channel, Refused, open_channel
@@ -64,6 +64,8 @@ _STARTED_DELAY = 0.1
 # slot in its start's own write, short enough that an idle slot is free again
 # at once (docs/worker-protocol.md, Complete).
 _NEXT_JOB_WAIT = 0.05
+# The most jobs a queue's concurrency may give (nqd's limit on a hello's).
+_MAX_QUEUE_CONCURRENCY = 1000
 
 
 @dataclass
@@ -215,6 +217,9 @@ class _Job:
         # in, and whether an outcome sent over it freed the slot there.
         self.slot_channel: Channel | None = None
         self.slot_freed = False
+        # The channel whose ack of the outcome freed the slot: a job that
+        # ack brings (nextInAck) takes the slot there.
+        self.next_channel: Channel | None = None
         # The first value of the step that could not be encoded: the step
         # fails with it, whether or not the handler let it through.
         self.encode_error: EncodeError | None = None
@@ -335,11 +340,39 @@ def _retry_after(resp: Response) -> float | None:
         return None
 
 
+def _check_queue_concurrency(queues: list[str], caps: Mapping[str, int] | None) -> dict[str, int] | None:
+    """queue_concurrency checked against queues: every queue gets a whole
+    number of jobs from 1 to 1000, and no other queue is named."""
+    if caps is None:
+        return None
+    out: dict[str, int] = {}
+    for q in queues:
+        n = caps.get(q)
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= _MAX_QUEUE_CONCURRENCY:
+            raise ValueError(f"queue_concurrency must give queue {q!r} a whole number of jobs from 1 to {_MAX_QUEUE_CONCURRENCY}")
+        out[q] = n
+    for q in caps:
+        if q not in out:
+            raise ValueError(f"queue_concurrency names {q!r}, which is not one of queues")
+    return out
+
+
+def _takes_no_queue_concurrency(err: NqdError) -> bool:
+    """Whether err is an nqd that predates queueConcurrency refusing the
+    channel's hello for it."""
+    return err.status == 400 and err.fields.get("queueConcurrency") == "unknown field"
+
+
 class Worker:
     """Claims jobs of queues from nqd and runs their steps' handlers.
 
     Register handlers with @worker.step("name"), then `await worker.run()`
     (or `worker.run_forever()`); `worker.stop()` stops it gracefully.
+
+    concurrency is how many jobs it holds at once (4 by default). With
+    queue_concurrency ({queue: jobs}, adding up to at most concurrency,
+    which it defaults to) each queue holds at most its own number of them,
+    on one channel: queues default to its keys.
     """
 
     def __init__(
@@ -347,8 +380,9 @@ class Worker:
         url: str,
         token: str | None = None,
         queues: Iterable[str] | None = None,
-        concurrency: int = 4,
+        concurrency: int | None = None,
         *,
+        queue_concurrency: Mapping[str, int] | None = None,
         grace: float = 10.0,
         claim_wait: float = 10.0,
         retry_base: float = 0.1,
@@ -357,15 +391,24 @@ class Worker:
         transport: str = "channel",
         name: str | None = None,
     ) -> None:
+        caps = _check_queue_concurrency(list(queues) if queues else list(queue_concurrency or ()), queue_concurrency)
+        if concurrency is None:
+            concurrency = sum(caps.values()) if caps else 4
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if caps and concurrency < sum(caps.values()):
+            raise ValueError(f"concurrency {concurrency} is less than queue_concurrency's sum {sum(caps.values())}")
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be 'channel' or 'http', got {transport!r}")
         HTTPClient(url)  # refuses an address that is not http(s)://host[:port] now, not at run()
         self.url = url
         self.token = token or None
-        self.queues = list(queues) if queues else []
+        # With queue_concurrency the queues are its keys unless named.
+        self.queues = list(queues) if queues else list(caps or ())
         self.concurrency = concurrency
+        # The jobs of each queue held at once, when the queues differ
+        # (None: the queues share concurrency).
+        self.queue_concurrency = caps
         self._self = self_headers(concurrency)
         self.grace = grace
         self.claim_wait = min(claim_wait, _MAX_CLAIM_WAIT)
@@ -500,7 +543,7 @@ class Worker:
             if self.transport == "channel" and await self._channel_loop(queues, stop_wait):
                 self.transport = "http"
             if self.transport == "http":
-                await self._claim_loop(queues, stop_wait)
+                await self._claim_loops(queues, stop_wait)
         finally:
             # Completions claim only while the worker claims: not once it
             # stops, nor once nqd refused its claims.
@@ -530,12 +573,38 @@ class Worker:
         except Exception:  # noqa: BLE001 - nothing depends on it
             pass
 
-    async def _claim_loop(self, queues: list[str], stop_wait: asyncio.Task[Any]) -> None:
-        """Claims jobs for free slots over HTTP until stop()."""
+    async def _claim_loops(self, queues: list[str], stop_wait: asyncio.Task[Any]) -> None:
+        """Claims jobs over HTTP until stop(): of every queue at once, or
+        with queue_concurrency in a loop per queue, each for its queue's
+        free slots. A loop nqd refuses stops the others."""
+        caps = self.queue_concurrency
+        if caps is None:
+            await self._claim_loop(queues, stop_wait, None)
+            return
+        assert self._stop is not None
+        loops = [asyncio.create_task(self._claim_loop([q], stop_wait, caps[q])) for q in queues]
+        try:
+            await asyncio.wait(loops, return_when=asyncio.FIRST_EXCEPTION)
+            if any(t.done() and not t.cancelled() and t.exception() is not None for t in loops):
+                self._stop.set()
+            await asyncio.gather(*loops)
+        finally:
+            for t in loops:
+                t.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+
+    def _held_of(self, queue: str) -> int:
+        return sum(1 for j in self._running.values() if j.queue == queue)
+
+    async def _claim_loop(self, queues: list[str], stop_wait: asyncio.Task[Any], cap: int | None) -> None:
+        """Claims jobs of queues for free slots over HTTP until stop(), at
+        most cap of them held at once when given (of its one queue)."""
         assert self._stop is not None and self._slot_freed is not None and self._grace_over is not None
         backoff = Backoff(self.retry_base, self.retry_cap)
         while not self._stop.is_set():
             free = self.concurrency - len(self._running)
+            if cap is not None:
+                free = min(free, cap - self._held_of(queues[0]))
             if free <= 0:
                 self._slot_freed.clear()
                 slot = asyncio.create_task(self._slot_freed.wait())
@@ -608,7 +677,12 @@ class Worker:
                 log.warning("the worker channel did not open (%s); trying again in %.1fs", e, delay)
                 await asyncio.wait({stop_wait}, timeout=delay)
                 continue
-            # AuthError and a refused hello (NqdError) stay refused: run() raises them.
+            except NqdError as e:
+                if not _takes_no_queue_concurrency(e):
+                    raise  # a refused hello stays refused: run() raises it
+                log.info("nqd does not take queueConcurrency (%s): claiming over HTTP", e)
+                return True
+            # AuthError stays refused: run() raises it.
             backoff.reset()
             self._channel = ch
             if self._stop.is_set():
@@ -643,6 +717,15 @@ class Worker:
             "concurrency": self.concurrency,
             "slots": max(0, self.concurrency - len(self._running)) if self._claiming() else 0,
         }
+        if self.queue_concurrency is not None:
+            hello["queueConcurrency"] = self.queue_concurrency
+            held: dict[str, int] = {}
+            for job in self._running.values():
+                held[job.queue] = held.get(job.queue, 0) + 1
+            # An outcome whose ack freed its slot may leave a queue's step
+            # reporting beside a job offered for that slot: nqd counts the
+            # queue full, and each job's end frees a slot up to its cap.
+            hello["held"] = {q: min(n, cap) for q, cap in self.queue_concurrency.items() if (n := held.get(q, 0))}
         return hello
 
     def _offered(self, jobs: list[dict[str, Any]], ch: Channel) -> None:
@@ -671,13 +754,19 @@ class Worker:
         if action in ("complete", "fail"):
             nxt = self._claiming() and not job.slot_freed and job.slot_channel is ch
             frame["next"] = nxt
+            # The slot's next job comes in the ack, as over HTTP in the
+            # completion's answer, when nqd can send it there.
+            if action == "complete" and nxt and ch.welcome.get("nextInAck") is True:
+                frame["nextInAck"] = True
 
         def answered(resp: Response) -> None:
             # Only an ack frees the slot there (after an error the job's end
             # gives it back with a slots frame), and nqd may offer the
-            # slot's next job in the very next frame.
+            # slot's next job in the very next frame; a job the ack brings
+            # takes the slot there.
             if nxt and resp.status == 200:
                 job.slot_freed = True
+                job.next_channel = ch
 
         return await ch.request(action, job.queue, job.id, frame, timeout, answered)
 
@@ -732,8 +821,12 @@ class Worker:
         job = self._running.pop(task, None)
         if job is not None and not job.slot_freed and job.slot_channel is not None and self._claiming():
             # Its outcome did not free its slot on the channel the slot
-            # counts on (it went over HTTP, say, or was given up): say so.
-            job.slot_channel.tell({"type": "slots", "add": 1})
+            # counts on (it went over HTTP, say, or was given up): say so,
+            # naming its queue when nqd counts each queue's slots.
+            frame: dict[str, Any] = {"type": "slots", "add": 1}
+            if self.queue_concurrency is not None:
+                frame["queue"] = job.queue
+            job.slot_channel.tell(frame)
         if self._slot_freed is not None:
             self._slot_freed.set()
         if not task.cancelled() and task.exception() is not None:
@@ -815,7 +908,7 @@ class Worker:
                     try:
                         answer = await self._complete(job, value)
                         self.completed += 1
-                        return self._next_job(answer)
+                        return self._next_job(answer, job.next_channel)
                     except NqdError as e:
                         # nqd refused the result itself (too large, say):
                         # the step fails, saying why.
@@ -847,11 +940,15 @@ class Worker:
         body: dict[str, Any] = {"lease": job.lease}
         if result is not None:
             body["result"] = result
-        if self._claiming() and self.transport == "http":
+        # With queue_concurrency the claim loops keep each queue's count: a
+        # completion's claim, of any queue, would not.
+        if self._claiming() and self.transport == "http" and self.queue_concurrency is None:
             body["claim"] = {"queues": self._claim_queues, "max": 1, "waitMs": round(_NEXT_JOB_WAIT * 1000)}
         return await self._finish(job, "complete", body)
 
-    def _next_job(self, answer: Any) -> _Job | None:
+    def _next_job(self, answer: Any, ch: Channel | None) -> _Job | None:
+        """The job a completion's answer brings, in the slot the completed
+        job held (on ch when a channel's ack brought it)."""
         jobs = answer.get("jobs") if isinstance(answer, dict) else None
         if not isinstance(jobs, list) or not jobs:
             return None
@@ -860,7 +957,11 @@ class Worker:
             # is left to its lease rather than run without one.
             log.error("nqd answered %d jobs to a completion that asked for 1", len(jobs))
         raw = jobs[0]
-        return _Job(self, raw) if isinstance(raw, dict) else None
+        if not isinstance(raw, dict):
+            return None
+        job = _Job(self, raw)
+        job.slot_channel = ch
+        return job
 
     def _send_started(self, job: _Job) -> None:
         if not job.started_sent and not job.gone:

@@ -5,7 +5,8 @@ records the worker's calls."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Iterator
+import urllib.request
+from typing import Any, Callable, Iterator
 
 import pytest
 from conftest import Nqd
@@ -194,3 +195,27 @@ def test_a_job_a_completion_brings_past_the_grace_period_is_handed_back(nqd: Nqd
     assert failed["data"]["willRetry"] is True and "worker stopped" in failed["data"]["error"]
 
     retried_by_another_worker(nqd, q, "work", second)
+
+
+def test_over_the_channel_the_next_job_comes_in_the_completions_ack(own_nqd: Callable[..., Nqd]) -> None:
+    """The welcome says nextInAck: runs queued before the worker starts
+    reach its one slot in the acks of the completions, one offer in all."""
+    srv = own_nqd()
+    q = "py-next-in-ack"
+    one_step_flow(srv, q)
+    runs = [srv.start_run(q, {"i": i}) for i in range(5)]
+    w = Worker(srv.url, queues=[q], concurrency=1, claim_wait=1.0)
+
+    @w.step("work", queue=q)
+    async def work(input: Any, ctx: Context) -> int:
+        return int(input["i"])
+
+    with Running(w):
+        for run in runs:
+            assert srv.wait_status(run) == "completed"
+    assert all(completed_once(srv, run) for run in runs)
+    assert w.transport == "channel" and w.completed == len(runs)
+    with urllib.request.urlopen(srv.url + "/metrics", timeout=15) as r:
+        metrics = r.read().decode()
+    assert '\nnqd_worker_channel_frames_total{direction="out",type="offer"} 1\n' in metrics
+    assert "\nnqd_worker_channel_offered_jobs_total 5\n" in metrics
