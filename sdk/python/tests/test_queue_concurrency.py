@@ -9,16 +9,17 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import urllib.request
 from pathlib import Path
 from typing import Any, Callable, cast
 
 import pytest
 from conftest import SDK, Nqd
-from helpers import Running
+from helpers import Running, TunnelProxy, wait_for
 
 import nqd_worker.worker
-from nqd_worker import Context, NqdError, Worker
+from nqd_worker import Context, NqdError, SyncContext, Worker
 from nqd_worker._channel import Channel
 from nqd_worker.cli import split_queues
 
@@ -145,3 +146,51 @@ def test_the_folder_command_serves_its_queues_on_one_channel(own_nqd: Callable[.
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
     assert proc.returncode == 0, log.read_text()
+
+
+def test_a_reconnecting_worker_says_what_each_queue_still_holds(nqd: Nqd) -> None:
+    """The channel drops while a step of a queue of concurrency 1 runs: the
+    new hello's held keeps that queue full, so a run started meanwhile
+    waits for the step rather than running beside it; the other queue's
+    runs go on."""
+    a, b = "py-qc-held-a", "py-qc-held-b"
+    for q in (a, b):
+        nqd.put_flow(q, {"entry": "work", "steps": {"work": {"queue": q}}})
+    release = threading.Event()
+    lock = threading.Lock()
+    running = {a: 0, b: 0}
+    most = {a: 0, b: 0}
+    with TunnelProxy(nqd.url) as proxy:
+        # Slots to spare beyond the caps: only held keeps the second run of a
+        # from one of them.
+        w = Worker(proxy.url, concurrency=4, queue_concurrency={a: 1, b: 1}, retry_base=0.05, retry_cap=1.0)
+
+        for q in (a, b):
+
+            @w.step("work", queue=q, flow=q)
+            def work(input: Any, ctx: SyncContext) -> Any:
+                with lock:
+                    running[ctx.queue] += 1
+                    most[ctx.queue] = max(most[ctx.queue], running[ctx.queue])
+                try:
+                    if input.get("hold"):
+                        release.wait(30)
+                finally:
+                    with lock:
+                        running[ctx.queue] -= 1
+                return input
+
+        with Running(w):
+            first = nqd.start_run(a, {"hold": True})
+            wait_for("the first step running", lambda: running[a] == 1)
+            dropped = w._channel
+            proxy.cut()
+            wait_for("the channel back", lambda: w._channel is not None and w._channel is not dropped and w._channel.live)
+            second = nqd.start_run(a, {})
+            other = nqd.start_run(b, {})
+            assert nqd.wait_status(other) == "completed"
+            release.set()
+            for run in (first, second):
+                assert nqd.wait_status(run) == "completed"
+    assert most == {a: 1, b: 1}, f"the most jobs of each queue at once: {most}"
+    assert proxy.upgrades >= 2
