@@ -225,6 +225,12 @@ func clusterUnderLoad(t *testing.T, replicas int, reshard bool, shards int) fail
 		// it was the first time: every run completes.
 		ends := map[string]time.Time{}
 		listed := 0
+		// Every starter's runs end before any list is read for the checks:
+		// a run ending while the list is paged through shifts the pages
+		// behind it, so it could be read twice or not at all.
+		for _, s := range runs {
+			s.awaitEnded(t, base)
+		}
 		for _, s := range runs {
 			failed, n := s.check(t, base, ends)
 			failedRuns, listed = failedRuns+failed, n
@@ -365,10 +371,54 @@ func (s *starter) count() int {
 	return len(s.ids)
 }
 
-// check waits for every run started to end and checks that each ended
-// once: one terminal event in its stream and one entry among the flow's
-// finished runs. It returns how many failed, logging why, and how many
-// runs the flow lists as finished; it records in ends when each ended.
+// finishedRuns reads the pipeline flow's completed and failed runs, page
+// by page, counting how often each id is listed.
+func finishedRuns(t *testing.T, base string) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, status := range []string{"completed", "failed"} {
+		for offset := 0; ; offset += 100 {
+			var page struct {
+				Items []struct {
+					ID string `json:"id"`
+				} `json:"items"`
+			}
+			getJSON(t, base+"/api/_flows/pipeline/runs?status="+status+"&limit=100&offset="+strconv.Itoa(offset), &page)
+			for _, r := range page.Items {
+				out[r.ID]++
+			}
+			if len(page.Items) < 100 {
+				break
+			}
+		}
+	}
+	return out
+}
+
+// awaitEnded waits until every run s started is listed as finished.
+func (s *starter) awaitEnded(t *testing.T, base string) {
+	t.Helper()
+	s.mu.Lock()
+	ids := slices.Clone(s.ids)
+	s.mu.Unlock()
+	deadline := time.Now().Add(waitFor)
+	for {
+		done := finishedRuns(t, base)
+		if !slices.ContainsFunc(ids, func(id string) bool { return done[id] == 0 }) {
+			return
+		}
+		if time.Now().After(deadline) {
+			return // check reports the runs that did not end
+		}
+		time.Sleep(50 * time.Millisecond) // polling the runs list, bounded by deadline
+	}
+}
+
+// check checks that each run s started ended exactly once and is listed
+// once among the finished runs; every starter's runs have ended
+// (awaitEnded), so the list holds still. It returns how many failed,
+// logging why, and how many runs the flow lists as finished; it records in
+// ends when each ended.
 func (s *starter) check(t *testing.T, base string, ends map[string]time.Time) (failed, listed int) {
 	t.Helper()
 	s.mu.Lock()
@@ -377,44 +427,7 @@ func (s *starter) check(t *testing.T, base string, ends map[string]time.Time) (f
 	if len(ids) != len(slices.Compact(slices.Sorted(slices.Values(ids)))) {
 		t.Errorf("a start answered with the id of another start: %v", ids)
 	}
-	ended := func() map[string]int {
-		out := map[string]int{}
-		for _, status := range []string{"completed", "failed"} {
-			for offset := 0; ; offset += 100 {
-				var page struct {
-					Items []struct {
-						ID string `json:"id"`
-					} `json:"items"`
-				}
-				getJSON(t, base+"/api/_flows/pipeline/runs?status="+status+"&limit=100&offset="+strconv.Itoa(offset), &page)
-				for _, r := range page.Items {
-					out[r.ID]++
-				}
-				if len(page.Items) < 100 {
-					break
-				}
-			}
-		}
-		return out
-	}
-	deadline := time.Now().Add(waitFor)
-	done := ended()
-	has := func() bool {
-		for _, id := range ids {
-			if done[id] == 0 {
-				return false
-			}
-		}
-		return true
-	}
-	for !has() && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond) // polling the runs list, bounded by deadline
-		done = ended()
-	}
-	// A run that ended while the list was paged through shifted the pages
-	// behind it, and may have been read twice or not at all; once every
-	// run has ended the list holds still.
-	done = ended()
+	done := finishedRuns(t, base)
 	for _, id := range ids {
 		if done[id] != 1 {
 			t.Errorf("run %s is listed %d times among the finished runs", id, done[id])
