@@ -15,7 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 # 14.0 on, websockets.connect is a newer client with other arguments, while
 # this one stays, deprecated, until 2030.
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatusCode, InvalidURI
-from websockets.legacy.client import WebSocketClientProtocol, connect
+from websockets.legacy.client import Connect, WebSocketClientProtocol
 
 from ._http import Response, TransportError
 from .errors import AuthError, NqdError
@@ -45,6 +45,24 @@ class Refused(Exception):
     def falls_back(self) -> bool:
         status = self.response.status
         return status != 429 and (status < 500 or status == 502)
+
+
+class Redirected(Exception):
+    """The upgrade was answered with a redirect. nqd never redirects it, so a
+    proxy did: the worker does not follow it, as that would send its token
+    to wherever the proxy points, and claims over HTTP instead."""
+
+    def __init__(self, location: str) -> None:
+        super().__init__(f"the worker channel's upgrade was redirected to {location!r}; not followed")
+        self.location = location
+
+
+class _ConnectNoRedirects(Connect):
+    """The library's client without its redirects: it would send the
+    upgrade's headers, the token among them, to the new location."""
+
+    def handle_redirect(self, uri: str) -> None:
+        raise Redirected(uri)
 
 
 def channel_url(base: str) -> str:
@@ -209,11 +227,11 @@ async def open_channel(
     Nqd-Worker-* ones) and says hello; hello(channel) is asked for the
     hello once the upgrade is done, so that the slots it gives are those
     free as it is sent. Raises Refused or AuthError for an upgrade answered
-    with an HTTP status, NqdError when nqd refuses the hello,
-    TransportError when nqd cannot be reached or the channel breaks before
-    its welcome."""
+    with an HTTP status, Redirected for one answered with a redirect,
+    NqdError when nqd refuses the hello, TransportError when nqd cannot be
+    reached or the channel breaks before its welcome."""
     try:
-        ws = await connect(
+        ws = await _ConnectNoRedirects(
             channel_url(base),
             extra_headers=headers,
             open_timeout=_OPEN_TIMEOUT,

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any, Awaitable, Callable, Iterable, Mapping, Union, cast
 from urllib.parse import quote
 
-from ._channel import Channel, Refused, open_channel
+from ._channel import Channel, Redirected, Refused, open_channel
 from ._http import HTTPClient, Response, TransportError
 from ._self import self_headers
 from .context import Context, SyncContext
@@ -664,6 +664,9 @@ class Worker:
                 break
             try:
                 ch = opening.result()
+            except Redirected as e:
+                log.warning("%s: claiming over HTTP", e)
+                return True
             except Refused as e:
                 if e.falls_back:
                     log.info("nqd cannot open the worker channel (%s): claiming over HTTP", e)

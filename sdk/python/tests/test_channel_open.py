@@ -16,7 +16,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.legacy.server import WebSocketServerProtocol, serve
 
 from nqd_worker import AuthError, NqdError, _channel
-from nqd_worker._channel import Channel, Refused, open_channel
+from nqd_worker._channel import Channel, Redirected, Refused, open_channel
 from nqd_worker._http import TransportError
 
 WELCOME = json.dumps({"type": "welcome", "leaseMs": 30000, "heartbeatMs": 10000, "maxFrameBytes": 1 << 20, "maxInFlight": 32})
@@ -114,6 +114,37 @@ def test_an_upgrade_answered_with_a_status_is_refused_with_it(status: int) -> No
         assert e.value.falls_back == (status in (400, 404, 426, 502))
 
     serving(handler, client, refuse)
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+def test_a_redirected_upgrade_is_not_followed_and_the_token_goes_nowhere_else(status: int) -> None:
+    elsewhere: list[Headers] = []
+
+    async def main() -> None:
+        async def record(path: str, headers: Headers) -> tuple[http.HTTPStatus, list[tuple[str, str]], bytes]:
+            elsewhere.append(headers)
+            return http.HTTPStatus.NOT_FOUND, [], b""
+
+        async def upgraded(ws: WebSocketServerProtocol) -> None:
+            raise AssertionError("upgraded elsewhere")
+
+        async with serve(upgraded, "127.0.0.1", 0, process_request=record) as other:
+            other_port = list(other.sockets)[0].getsockname()[1]
+
+            async def redirect(path: str, headers: Headers) -> tuple[http.HTTPStatus, list[tuple[str, str]], bytes]:
+                return http.HTTPStatus(status), [("Location", f"ws://127.0.0.1:{other_port}/api/_workers/channel")], b""
+
+            async def handler(ws: WebSocketServerProtocol) -> None:
+                raise AssertionError("upgraded")
+
+            async with serve(handler, "127.0.0.1", 0, process_request=redirect) as server:
+                port = list(server.sockets)[0].getsockname()[1]
+                with pytest.raises(Redirected) as e:
+                    await asyncio.wait_for(open_channel(f"http://127.0.0.1:{port}", {"Authorization": "Bearer secret"}, lambda c: {}, no_offers), 10)
+                assert e.value.location == f"ws://127.0.0.1:{other_port}/api/_workers/channel"
+
+    asyncio.run(main())
+    assert elsewhere == []
 
 
 def test_a_refused_hello_is_an_nqd_error_and_closes_the_channel() -> None:
