@@ -133,6 +133,10 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzTriggerID -fuzztime=30s ./auth
 	$(GO) test -run='^$$' -fuzz=FuzzParseTokens -fuzztime=30s ./auth
 	$(GO) test -run='^$$' -fuzz=FuzzFilterOrder -fuzztime=30s ./store
+	$(GO) test -run='^$$' -fuzz=FuzzCondition -fuzztime=30s ./cond
+	$(GO) test -run='^$$' -fuzz=FuzzNameRules -fuzztime=30s ./event
+	$(GO) test -run='^$$' -fuzz=FuzzResolveMeta -fuzztime=30s ./handlers
+	$(GO) test -run='^$$' -fuzz=FuzzResumePosition -fuzztime=30s ./stream
 
 ## bench: load profiles on Redis against a plain-Redis baseline, and flow runs end to end raced in the
 ## same run against a running Node original named by NODE_ORIGINAL (a KEY=value file with NODE_URL,
